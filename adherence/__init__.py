@@ -1,0 +1,20 @@
+"""adherence: offline, GPU-batched scoring of conversational AI.
+
+The top level exports only the façades; the rooms are ``adherence.data``,
+``adherence.stats``, ``adherence.report`` and ``adherence.cli``. Importing this
+package imports no heavy optional dependency (torch, vllm, ray, faiss, triton).
+"""
+
+from ._version import __version__
+from .data import DataError, example_path, read_table, read_turns, write_table
+from .stats import evaluate_table
+
+__all__ = [
+    "DataError",
+    "__version__",
+    "evaluate_table",
+    "example_path",
+    "read_table",
+    "read_turns",
+    "write_table",
+]

@@ -1,0 +1,5 @@
+"""The ``adherence`` command line."""
+
+from .main import main
+
+__all__ = ["main"]

@@ -1,0 +1,99 @@
+"""``adherence evaluate``: how well a score column separates labels."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from .main import Command
+
+
+def _fmt(v) -> str:
+    if v is None:
+        return "undefined"
+    if isinstance(v, float):
+        return f"{v:.4f}"
+    return str(v)
+
+
+def format_evaluation(result: dict) -> str:
+    """A readable plain-text rendering of an ``evaluate_table`` result."""
+    lines = [
+        f"score {result['score_column']!r} vs label {result['label_column']!r} (positive = {result['positive']!r})",
+        f"rows {result['n_rows']}  evaluated {result['n']}  positive {result['n_positive']}  "
+        f"negative {result['n_negative']}  unscored {result['n_unscored']}  unlabeled {result['n_unlabeled']}",
+        "",
+    ]
+    ci = result.get("ci", {})
+    level = int(round(100 * result.get("ci_level", 0.95)))
+    header = f"{'metric':<15}{'value':>10}" + (f"{f'{level}% CI':>22}" if ci else "")
+    lines += [header, "-" * len(header)]
+    for m in ("auc", "ap", "mean_positive", "mean_negative", "separation", "f1_positive", "f1_negative", "macro_f1", "kappa"):
+        if m not in result:
+            continue
+        row = f"{m:<15}{_fmt(result[m]):>10}"
+        if m in ci and ci[m][0] is not None:
+            row += f"{f'[{ci[m][0]:.4f}, {ci[m][1]:.4f}]':>22}"
+        lines.append(row)
+    for m, why in result.get("undefined", {}).items():
+        lines.append(f"  {m}: {why}")
+    if result.get("note"):
+        lines.append(f"note: {result['note']}")
+    by = result.get("by_label", {})
+    if by:
+        lines += ["", f"{'label':<24}{'n':>7}{'mean':>10}{'median':>10}"]
+        for k, v in by.items():
+            lines.append(f"{k:<24}{v['n']:>7}{v['mean']:>10.4f}{v['median']:>10.4f}")
+    return "\n".join(lines)
+
+
+class EvaluateCommand(Command):
+    name = "evaluate"
+    help = "how well a score column separates labels"
+
+    def add_args(self, p: argparse.ArgumentParser) -> None:
+        p.add_argument("input", help="table to read: .parquet, .jsonl, .csv, or an adapter .json")
+        p.add_argument("--score", required=True, help="score column (higher = more adherent)")
+        p.add_argument("--label", required=True, help="label column")
+        p.add_argument("--positive", required=True, help="label value of the positive class, e.g. adherent")
+        p.add_argument("--prediction", help="optional 0/1 prediction column (adds F1, macro F1, kappa)")
+        p.add_argument("--bootstrap", type=int, default=1000, metavar="N", help="bootstrap resamples for CIs (0: none; default 1000)")
+        p.add_argument("--seed", type=int, default=42, help="bootstrap seed (default 42)")
+        p.add_argument("--level", type=float, default=0.95, help="confidence level (default 0.95)")
+        p.add_argument("--format", help="override the input format (parquet, jsonl, csv, json)")
+        p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+        p.add_argument("--html", metavar="OUT", help="write an HTML page with the ROC curve and score distributions")
+
+    def run(self, args: argparse.Namespace) -> int:
+        from ..data import read_table
+        from ..stats import evaluate_table
+
+        if args.bootstrap < 0:
+            raise ValueError(f"--bootstrap must be >= 0, got {args.bootstrap}")
+        table = read_table(args.input, format=args.format)
+        result, labels, scores = evaluate_table(
+            table,
+            score=args.score,
+            label=args.label,
+            positive=args.positive,
+            prediction=args.prediction,
+            n_bootstrap=args.bootstrap,
+            seed=args.seed,
+            level=args.level,
+            file=str(args.input),
+            return_rows=True,
+        )
+        result["input"] = str(args.input)
+        if args.html:
+            from ..report import write_evaluation_html
+
+            path = write_evaluation_html(args.html, result, labels, scores, title=f"adherence evaluate: {args.input}")
+            print(f"wrote {path}", file=sys.stderr)
+        for m, why in result["undefined"].items():
+            print(f"warning: {m} is undefined: {why}", file=sys.stderr)
+        if args.json:
+            print(json.dumps(result, indent=2, allow_nan=False))
+        else:
+            print(format_evaluation(result))
+        return 0

@@ -1,0 +1,80 @@
+"""``adherence`` entry point: argparse subcommands, each imported only when run."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from typing import Optional, Sequence
+
+from .._version import __version__
+
+# name -> ("module:Class", one-line help). Modules load lazily so `adherence --help` is instant.
+COMMANDS = {
+    "evaluate": ("adherence.cli.evaluate:EvaluateCommand", "how well a score column separates labels"),
+}
+
+
+class Command:
+    """A subcommand: ``name``, ``help``, ``add_args(parser)`` and ``run(args) -> exit code``."""
+
+    name: str = ""
+    help: str = ""
+
+    def add_args(self, parser: argparse.ArgumentParser) -> None:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def run(self, args: argparse.Namespace) -> int:  # pragma: no cover - interface
+        raise NotImplementedError
+
+
+def _load(name: str) -> Command:
+    target, _ = COMMANDS[name]
+    module, cls = target.split(":")
+    return getattr(importlib.import_module(module), cls)()
+
+
+def _parser(selected: Optional[str]) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="adherence",
+        description="Score conversational AI at scale: role adherence, instruction-adherence audits, "
+        "persona-simulation evaluation.",
+    )
+    parser.add_argument("--version", action="version", version=f"adherence {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (_, help_text) in COMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        if name == selected:
+            cmd = _load(name)
+            cmd.add_args(p)
+            p.set_defaults(_command=cmd)
+    return parser
+
+
+def _user_errors() -> tuple:
+    from .._optional import MissingDependencyError
+    from ..data import DataError
+
+    return (DataError, MissingDependencyError, FileNotFoundError, ValueError)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    selected = next((a for a in argv if a in COMMANDS), None)
+    parser = _parser(selected)
+    args = parser.parse_args(argv)
+    if getattr(args, "_command", None) is None:
+        parser.print_help()
+        return 0 if not argv else 2
+    try:
+        return int(args._command.run(args) or 0)
+    except _user_errors() as exc:
+        print(f"adherence {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("adherence: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

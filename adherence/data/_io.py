@@ -1,0 +1,409 @@
+"""Readers and writers for Parquet, JSONL and CSV, streaming in record batches.
+
+Every reader checks the file before trusting it (empty file, non-UTF-8 text,
+unparseable lines) and, when given a contract, casts each batch to it and
+checks the contract's key across the whole stream. Errors name file, row and
+column (:class:`DataError`).
+"""
+
+from __future__ import annotations
+
+import codecs
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any, Iterator, Optional, Union
+
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+
+from ._contracts import Contract
+from ._errors import DataError
+from ._validate import KeyTracker, _cast_one, cast_column, conform
+
+PathLike = Union[str, os.PathLike]
+Source = Union[PathLike, pa.Table, pa.RecordBatch]
+
+__all__ = ["detect_format", "iter_batches", "read_table", "write_table", "FORMATS"]
+
+FORMATS = ("parquet", "jsonl", "csv", "json", "personachat")
+_EXTENSIONS = {
+    ".parquet": "parquet",
+    ".pq": "parquet",
+    ".jsonl": "jsonl",
+    ".ndjson": "jsonl",
+    ".csv": "csv",
+    ".json": "json",
+    ".txt": "personachat",
+}
+DEFAULT_BATCH_SIZE = 65_536
+# Conversation text spans lines inside quoted CSV fields.
+CSV_PARSE = pacsv.ParseOptions(newlines_in_values=True)
+
+
+def detect_format(path: PathLike, format: Optional[str] = None) -> str:
+    """The format of ``path``: ``format`` if given, else from the extension (a directory is Parquet)."""
+    if format is not None:
+        if format not in FORMATS:
+            raise DataError(f"unknown format {format!r}; expected one of {', '.join(FORMATS)}", file=path)
+        return format
+    p = Path(path)
+    if p.is_dir():
+        return "parquet"
+    fmt = _EXTENSIONS.get(p.suffix.lower())
+    if fmt is None:
+        raise DataError(
+            f"cannot tell the format from the extension {p.suffix!r}; use one of "
+            f"{', '.join(sorted(_EXTENSIONS))} or pass format=",
+            file=path,
+        )
+    return fmt
+
+
+def _check_file(path: PathLike) -> Path:
+    p = Path(path)
+    if not p.exists():
+        raise DataError("no such file or directory", file=path)
+    if p.is_file() and p.stat().st_size == 0:
+        raise DataError("file is empty", file=path)
+    return p
+
+
+def check_utf8(path: PathLike, chunk_size: int = 1 << 24) -> None:
+    """Raise :class:`DataError` naming the line of the first byte that is not UTF-8."""
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    line = 1
+    with open(path, "rb") as fh:
+        while True:
+            chunk = fh.read(chunk_size)
+            final = not chunk
+            try:
+                decoder.decode(chunk, final=final)
+            except UnicodeDecodeError as exc:
+                # exc.start is relative to the decoder's buffered input; the buffer holds at most
+                # 3 pending bytes, so locating within this chunk is exact enough to name the line.
+                pos = max(0, exc.start - len(exc.object) + len(chunk))
+                line += chunk[:pos].count(b"\n")
+                raise DataError(
+                    f"not valid UTF-8 text (byte 0x{exc.object[exc.start]:02x}); re-encode the file as UTF-8",
+                    file=path,
+                    line=line,
+                ) from None
+            if final:
+                return
+            line += chunk.count(b"\n")
+
+
+# --------------------------------------------------------------------------- raw readers
+
+
+def _jsonl_batches(path: Path, contract: Optional[Contract], batch_size: int) -> Iterator[pa.Table]:
+    records: list[dict] = []
+    row_offset = 0
+    with open(path, "rb") as fh:
+        for line_no, raw in enumerate(fh, start=1):
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise DataError(
+                    f"not valid UTF-8 text (byte 0x{raw[exc.start]:02x}); re-encode the file as UTF-8",
+                    file=path,
+                    row=row_offset + len(records) + 1,
+                    line=line_no,
+                ) from None
+            if not text.strip():
+                continue
+            try:
+                record = json.loads(text)
+            except json.JSONDecodeError as exc:
+                raise DataError(
+                    f"invalid JSON ({exc.msg} at character {exc.colno})",
+                    file=path,
+                    row=row_offset + len(records) + 1,
+                    line=line_no,
+                ) from None
+            if not isinstance(record, dict):
+                raise DataError(
+                    f"expected a JSON object per line, got {type(record).__name__}",
+                    file=path,
+                    row=row_offset + len(records) + 1,
+                    line=line_no,
+                )
+            records.append(record)
+            if len(records) >= batch_size:
+                yield records_to_table(records, contract, file=str(path), row_offset=row_offset)
+                row_offset += len(records)
+                records = []
+    if records:
+        yield records_to_table(records, contract, file=str(path), row_offset=row_offset)
+
+
+def records_to_table(
+    records: list[dict],
+    contract: Optional[Contract] = None,
+    *,
+    file: Optional[str] = None,
+    row_offset: int = 0,
+) -> pa.Table:
+    """Build a table from dict records; contract columns get their types, others are inferred.
+
+    Values that cannot be put in one typed column produce a :class:`DataError`
+    naming the row and column.
+    """
+    names: dict[str, None] = {}
+    for r in records:
+        for k in r:
+            names.setdefault(k, None)
+    arrays, fields = [], []
+    for name in names:
+        values = [r.get(name) for r in records]
+        target = None
+        if contract is not None and name in contract.names:
+            target = contract.column(name).type
+        arr = _array_from_values(values, target, column=name, file=file, row_offset=row_offset)
+        arrays.append(arr)
+        fields.append(pa.field(name, arr.type))
+    return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
+
+
+def _array_from_values(values: list, target, *, column: str, file, row_offset: int) -> pa.Array:
+    if target is not None:
+        # Infer first and cast safely, so 1.5 is not truncated into an int32 column.
+        try:
+            inferred = pa.array(values)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+            inferred = None
+        if inferred is not None:
+            return cast_column(inferred, target, column=column, file=file, row_offset=row_offset)
+        out = []
+        for i, v in enumerate(values):
+            try:
+                out.append(_cast_one(v, target))
+            except (ValueError, json.JSONDecodeError) as exc:
+                raise DataError(
+                    f"expected {target}, got {v!r:.60} ({exc})", file=file, row=row_offset + i + 1, column=column
+                ) from None
+        return pa.array(out, type=target)
+    try:
+        return pa.array(values)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+        first = next((v for v in values if v is not None), None)
+        for i, v in enumerate(values):
+            if v is not None and type(v) is not type(first):
+                if isinstance(v, (int, float)) and isinstance(first, (int, float)) and not isinstance(v, bool):
+                    continue
+                raise DataError(
+                    f"mixed types in one column: {type(first).__name__} earlier, {type(v).__name__} here",
+                    file=file,
+                    row=row_offset + i + 1,
+                    column=column,
+                ) from None
+        # Same Python type but Arrow still refuses (e.g. nested dicts with differing keys): keep as JSON text.
+        return pa.array([None if v is None else json.dumps(v, ensure_ascii=False) for v in values], type=pa.string())
+
+
+def _csv_batches(path: Path, contract: Optional[Contract], batch_size: int) -> Iterator[pa.Table]:
+    check_utf8(path)
+    # Contract columns are read as text and cast by ``conform`` so that a bad value is reported
+    # with its row; other columns are inferred by Arrow.
+    column_types = {c.name: pa.string() for c in contract.columns} if contract else {}
+    read_options = pacsv.ReadOptions(block_size=1 << 24)
+    convert = pacsv.ConvertOptions(
+        column_types=column_types, strings_can_be_null=True, quoted_strings_can_be_null=False
+    )
+    try:
+        reader = pacsv.open_csv(path, read_options=read_options, parse_options=CSV_PARSE, convert_options=convert)
+    except pa.ArrowInvalid as exc:
+        raise DataError(f"cannot parse CSV: {exc}", file=path) from None
+    while True:
+        try:
+            batch = reader.read_next_batch()
+        except StopIteration:
+            return
+        except pa.ArrowInvalid as exc:
+            raise DataError(f"cannot parse CSV: {exc}", file=path) from None
+        table = pa.Table.from_batches([batch])
+        for start in range(0, table.num_rows, batch_size):
+            yield table.slice(start, batch_size)
+
+
+def _parquet_batches(path: Path, batch_size: int) -> Iterator[pa.Table]:
+    try:
+        if path.is_dir():
+            import pyarrow.dataset as ds
+
+            batches = ds.dataset(str(path), format="parquet").to_batches(batch_size=batch_size)
+        else:
+            batches = pq.ParquetFile(path).iter_batches(batch_size=batch_size)
+        for batch in batches:
+            yield pa.Table.from_batches([batch])
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise DataError(f"not a readable Parquet file ({exc})", file=path) from None
+
+
+def _raw_batches(path: Path, fmt: str, contract: Optional[Contract], batch_size: int) -> Iterator[pa.Table]:
+    if fmt == "parquet":
+        yield from _parquet_batches(path, batch_size)
+    elif fmt == "jsonl":
+        yield from _jsonl_batches(path, contract, batch_size)
+    elif fmt == "csv":
+        yield from _csv_batches(path, contract, batch_size)
+    elif fmt == "json":
+        from ._adapters import read_json_turns
+
+        table = read_json_turns(path)
+        for start in range(0, table.num_rows, batch_size):
+            yield table.slice(start, batch_size)
+    elif fmt == "personachat":
+        from ._adapters import read_personachat
+
+        table = read_personachat(path).conversations
+        for start in range(0, table.num_rows, batch_size):
+            yield table.slice(start, batch_size)
+    else:  # pragma: no cover - detect_format guards this
+        raise DataError(f"unsupported format {fmt!r}", file=path)
+
+
+# --------------------------------------------------------------------------- public readers
+
+
+def iter_batches(
+    source: Source,
+    contract: Optional[Contract] = None,
+    *,
+    format: Optional[str] = None,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    allow_empty: bool = False,
+) -> Iterator[pa.Table]:
+    """Stream ``source`` as Arrow tables of at most ``batch_size`` rows.
+
+    Args:
+        source: a path (Parquet file or directory, JSONL, CSV, JSON adapter
+            formats, PersonaChat txt) or an in-memory Arrow table.
+        contract: when given, every batch is cast to it and its key is checked
+            across the whole stream.
+        format: override the format detected from the extension.
+        batch_size: rows per yielded table.
+        allow_empty: yield nothing instead of raising for a source with no rows.
+
+    Raises:
+        DataError: for any problem, naming file, row and column.
+
+    Example:
+        >>> from adherence.data import TURNS, iter_batches, example_path
+        >>> sum(b.num_rows for b in iter_batches(example_path("role"), TURNS)) > 0
+        True
+    """
+    if batch_size <= 0:
+        raise ValueError(f"`batch_size` must be positive, got {batch_size}")
+    if isinstance(source, (pa.Table, pa.RecordBatch)):
+        file = "<table>"
+        table = source if isinstance(source, pa.Table) else pa.Table.from_batches([source])
+        raw: Iterator[pa.Table] = (table.slice(s, batch_size) for s in range(0, table.num_rows, batch_size))
+    else:
+        path = _check_file(source)
+        file = str(source)
+        raw = _raw_batches(path, detect_format(path, format), contract, batch_size)
+    tracker = KeyTracker(contract, file=file) if contract is not None and contract.key else None
+    offset = 0
+    for batch in raw:
+        if contract is not None:
+            batch = conform(batch, contract, file=file, row_offset=offset)
+            if tracker is not None:
+                tracker.update(batch, offset)
+        offset += batch.num_rows
+        yield batch
+    if offset == 0 and not allow_empty:
+        raise DataError("no rows (the input has no data records)", file=file)
+
+
+def read_table(
+    source: Source,
+    contract: Optional[Contract] = None,
+    *,
+    format: Optional[str] = None,
+    allow_empty: bool = False,
+) -> pa.Table:
+    """Read a whole table (see :func:`iter_batches` for arguments and errors)."""
+    batches = list(iter_batches(source, contract, format=format, allow_empty=allow_empty))
+    if not batches:
+        schema = contract.schema([c for c in contract.required]) if contract else pa.schema([])
+        return schema.empty_table()
+    if len(batches) == 1:
+        return batches[0]
+    return pa.concat_tables(batches, promote_options="permissive")
+
+
+# --------------------------------------------------------------------------- writers
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, (bytes, bytearray)):
+        return value.decode("utf-8", errors="replace")
+    return str(value)
+
+
+def _clean_nan(value: Any) -> Any:
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _clean_nan(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_clean_nan(v) for v in value]
+    return value
+
+
+def _write_jsonl(table: pa.Table, fh) -> None:
+    for batch in table.to_batches(max_chunksize=8192):
+        for record in batch.to_pylist():
+            fh.write(json.dumps(_clean_nan(record), ensure_ascii=False, default=_json_default, allow_nan=False))
+            fh.write("\n")
+
+
+def _csv_ready(table: pa.Table) -> pa.Table:
+    """CSV has no nested values: list and struct columns are written as JSON text."""
+    for i, f in enumerate(table.schema):
+        if pa.types.is_nested(f.type):
+            text = [None if v is None else json.dumps(v, ensure_ascii=False) for v in table.column(i).to_pylist()]
+            table = table.set_column(i, pa.field(f.name, pa.string()), pa.array(text, type=pa.string()))
+    return table
+
+
+def write_table(
+    table: pa.Table,
+    path: PathLike,
+    *,
+    format: Optional[str] = None,
+    metadata: Optional[dict] = None,
+) -> Path:
+    """Write ``table`` atomically (temp file + rename) as Parquet, JSONL or CSV.
+
+    With ``metadata``, a run-metadata JSON is written beside the output as
+    ``<path>.meta.json`` (see :func:`adherence.data.write_run_metadata`).
+    """
+    path = Path(path)
+    fmt = detect_format(path, format) if format or path.suffix else "parquet"
+    if fmt not in ("parquet", "jsonl", "csv"):
+        raise DataError(f"cannot write format {fmt!r}; use .parquet, .jsonl or .csv", file=path)
+    if path.parent and not path.parent.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        if fmt == "parquet":
+            pq.write_table(table, tmp)
+        elif fmt == "jsonl":
+            with open(tmp, "w", encoding="utf-8") as fh:
+                _write_jsonl(table, fh)
+        else:
+            pacsv.write_csv(_csv_ready(table), tmp)
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    if metadata is not None:
+        from ._metadata import write_run_metadata
+
+        write_run_metadata(path, metadata)
+    return path

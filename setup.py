@@ -1,0 +1,50 @@
+"""Packaging for adherence (flat layout: the package lives at the repository root)."""
+
+from pathlib import Path
+
+from setuptools import find_packages, setup
+
+HERE = Path(__file__).parent
+VERSION = {}
+exec((HERE / "adherence" / "_version.py").read_text(), VERSION)
+
+EXTRAS = {
+    "report": ["matplotlib>=3.7"],
+    "ray": ["ray>=2.9"],
+    "triton": ["triton>=3.7.1", "numpy>=2.4"],
+    "vllm": ["vllm>=0.6"],
+    # irrCAC (a test reference) pins scipy==1.12, which needs numpy<2; it is installed with
+    # --no-deps from requirements-test-nodeps.txt instead (it only needs pandas and scipy).
+    "test": [
+        "pytest>=7.4",
+        "scikit-learn>=1.3",
+        "scipy>=1.10",
+        "statsmodels>=0.14",
+        "pandas>=2.2,<3",  # irrCAC drops missing ratings only under pandas 2
+    ],
+}
+
+setup(
+    name="adherence",
+    version=VERSION["__version__"],
+    description="Offline, GPU-batched scoring of conversational AI: role adherence, "
+    "instruction-adherence audits with judge stability, persona-simulation evaluation.",
+    long_description=(HERE / "README.md").read_text(encoding="utf-8"),
+    long_description_content_type="text/markdown",
+    license="Apache-2.0",
+    python_requires=">=3.10",
+    packages=find_packages(include=["adherence", "adherence.*"]),
+    package_data={"adherence": ["examples/*.jsonl", "examples/*.json", "examples/*.md"]},
+    include_package_data=True,
+    install_requires=[
+        "numpy>=2.0",
+        "pyarrow>=14",
+        "tqdm>=4.64",
+    ],
+    extras_require=EXTRAS,
+    entry_points={"console_scripts": ["adherence=adherence.cli.main:main"]},
+    classifiers=[
+        "Programming Language :: Python :: 3",
+        "Topic :: Scientific/Engineering :: Artificial Intelligence",
+    ],
+)
