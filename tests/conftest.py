@@ -1,3 +1,11 @@
+import os
+import shutil
+
+# Triton kernels run under the interpreter on machines without a GPU; this must be set before
+# triton is first imported.
+if not shutil.which("nvidia-smi"):
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
 from pathlib import Path
 
 import numpy as np

