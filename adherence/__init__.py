@@ -1,12 +1,14 @@
 """adherence: offline, GPU-batched scoring of conversational AI.
 
 The top level exports only the façades; the rooms are ``adherence.data``,
-``adherence.stats``, ``adherence.report`` and ``adherence.cli``. Importing this
+``adherence.models``, ``adherence.kernels``, ``adherence.role``, ``adherence.stats``,
+``adherence.report`` and ``adherence.cli``. Importing this
 package imports no heavy optional dependency (torch, vllm, ray, faiss, triton).
 """
 
 from ._version import __version__
 from .data import DataError, example_path, read_table, read_turns, write_table
+from .role import RoleConfig, aggregate_sessions, score_turns
 from .stats import evaluate_table
 
 __all__ = [
@@ -16,5 +18,8 @@ __all__ = [
     "example_path",
     "read_table",
     "read_turns",
+    "RoleConfig",
+    "aggregate_sessions",
+    "score_turns",
     "write_table",
 ]

@@ -11,6 +11,7 @@ from .._version import __version__
 
 # name -> ("module:Class", one-line help). Modules load lazily so `adherence --help` is instant.
 COMMANDS = {
+    "score": ("adherence.cli.score:ScoreCommand", "score assistant turns for role adherence"),
     "evaluate": ("adherence.cli.evaluate:EvaluateCommand", "how well a score column separates labels"),
 }
 

@@ -1,0 +1,168 @@
+"""The method interface, the registry, and the row checks every method shares."""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, Optional, Union
+
+import numpy as np
+import pyarrow as pa
+
+__all__ = ["RoleConfig", "MethodResult", "Method", "METHODS", "get_method", "text_column"]
+
+# name -> "module:Class"; modules load only when the method is used.
+METHODS = {
+    "cosine": "adherence.role._embedding:CosineMethod",
+    "knn": "adherence.role._embedding:KnnMethod",
+    "mahalanobis": "adherence.role._embedding:MahalanobisMethod",
+    "pca_mahalanobis": "adherence.role._embedding:PcaMahalanobisMethod",
+    "kl": "adherence.role._lexical:KlMethod",
+    "bertscore": "adherence.role._bertscore:BertScoreMethod",
+    "nli": "adherence.role._nli:NliMethod",
+}
+
+
+@dataclass
+class RoleConfig:
+    """Options of the reference-based role-adherence methods.
+
+    Attributes:
+        method: one of :data:`METHODS`.
+        encoder: sentence/token encoder (path, ``bundled:...`` or cached hub id).
+        reference_pool: ``"per_turn"`` (each turn's ``references``, else its ground
+            truth) or ``"dataset"`` (all ground truths of the scored set).
+        alpha: Mahalanobis scale: a positive number or ``"median"`` (1 / median distance).
+        lam: ridge added to the diagonal covariance.
+        pca_components: PCA size cap (``min(cap, n_refs - 1)``).
+        kl_vocab: vocabulary size of the KL method; ``kl_beta`` its scale.
+        bertscore_layer: hidden layer for BERTScore (default: the last).
+        bertscore_idf: idf-weight BERTScore with idf from the ground truths.
+        bertscore_baseline: F1 baseline for rescaling, ``(F - b) / (1 - b)``.
+        nli_model: local path of a sequence-classification NLI model.
+        threshold: turn/session decision threshold; ``strict_mode`` makes a session
+            score 1 only if every turn reaches it.
+        device, batch_size, progress: execution options.
+    """
+
+    method: str = "cosine"
+    encoder: Optional[str] = None
+    reference_pool: str = "per_turn"
+    alpha: Union[float, str] = "median"
+    lam: float = 0.01
+    pca_components: int = 32
+    kl_vocab: int = 500
+    kl_beta: float = 1.0
+    bertscore_layer: Optional[int] = None
+    bertscore_idf: bool = False
+    bertscore_baseline: Optional[float] = None
+    nli_model: Optional[str] = None
+    threshold: float = 0.5
+    strict_mode: bool = False
+    device: Optional[str] = None
+    batch_size: int = 64
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        if self.method not in METHODS:
+            raise ValueError(_unknown(self.method))
+        if self.reference_pool not in ("per_turn", "dataset"):
+            raise ValueError(f"`reference_pool` must be 'per_turn' or 'dataset', got {self.reference_pool!r}")
+        if isinstance(self.alpha, str):
+            if self.alpha != "median":
+                try:
+                    self.alpha = float(self.alpha)
+                except ValueError:
+                    raise ValueError(f"`alpha` must be a positive number or 'median', got {self.alpha!r}") from None
+        if not isinstance(self.alpha, str) and not self.alpha > 0:
+            raise ValueError(f"`alpha` must be a positive number or 'median', got {self.alpha!r}")
+        if not 0.0 <= self.threshold <= 1.0:
+            raise ValueError(f"`threshold` must be in [0, 1], got {self.threshold}")
+        if self.lam < 0:
+            raise ValueError(f"`lam` must be >= 0, got {self.lam}")
+        if self.pca_components < 1 or self.kl_vocab < 1 or self.batch_size < 1:
+            raise ValueError("`pca_components`, `kl_vocab` and `batch_size` must be >= 1")
+        if self.bertscore_baseline is not None and not self.bertscore_baseline < 1:
+            raise ValueError(f"`bertscore_baseline` must be < 1, got {self.bertscore_baseline}")
+
+
+@dataclass
+class MethodResult:
+    """Per-row output of a method: scores in [0, 1] (NaN where not scored) and row errors."""
+
+    score: np.ndarray
+    error: list  # None or a message per row
+    extra: dict = field(default_factory=dict)  # column -> per-row values
+
+
+def _unknown(name: str) -> str:
+    close = difflib.get_close_matches(name, list(METHODS), n=1)
+    hint = f" Did you mean {close[0]!r}?" if close else ""
+    return f"unknown method {name!r}.{hint} Available: {', '.join(METHODS)}"
+
+
+def get_method(name: str) -> "Method":
+    """Instantiate the method registered under ``name`` (lazy import)."""
+    if name not in METHODS:
+        raise ValueError(_unknown(name))
+    module, cls = METHODS[name].split(":")
+    return getattr(importlib.import_module(module), cls)()
+
+
+def text_column(turns: pa.Table, name: str) -> list:
+    """Column values as a list of str-or-None, or all None when the column is absent."""
+    if name not in turns.column_names:
+        return [None] * turns.num_rows
+    return turns.column(name).to_pylist()
+
+
+def _blank(v: Any) -> bool:
+    return v is None or (isinstance(v, str) and not v.strip())
+
+
+class Method(ABC):
+    """A reference-based scoring method: ``score(turns, config, encoder_factory) -> MethodResult``."""
+
+    name: str = ""
+    needs_ground_truth: bool = True
+
+    def row_errors(self, turns: pa.Table, config: RoleConfig) -> list:
+        """Per-row input problems that make a turn unscorable (None where fine)."""
+        assistant = text_column(turns, "assistant")
+        truth = text_column(turns, "ground_truth_assistant")
+        refs = text_column(turns, "references")
+        out = []
+        for a, g, r in zip(assistant, truth, refs):
+            if _blank(a):
+                out.append("empty assistant turn")
+            elif self.needs_ground_truth and _blank(g) and not (config.reference_pool == "per_turn" and self.name == "knn" and r):
+                out.append(f"no ground_truth_assistant: method {self.name!r} compares the turn with its ground truth")
+            else:
+                out.append(None)
+        return out
+
+    @abstractmethod
+    def score(self, turns: pa.Table, config: RoleConfig, resources: "Resources") -> MethodResult:
+        """Score every row of ``turns``; rows with an error keep NaN."""
+
+
+class Resources:
+    """Models shared across methods and calls in one job, each loaded once on first use."""
+
+    def __init__(self, config: RoleConfig, *, encoder=None) -> None:
+        self.config = config
+        self._encoder = encoder
+
+    @property
+    def encoder(self):
+        if self._encoder is None:
+            from ..models import Encoder
+
+            c = self.config
+            self._encoder = Encoder(c.encoder, device=c.device, batch_size=c.batch_size, progress=c.progress)
+        return self._encoder
+
+    def describe(self) -> dict:
+        return {"encoder": self._encoder.resolved.describe()} if self._encoder is not None else {}

@@ -1,0 +1,29 @@
+import json
+
+from adherence.cli.main import main
+from adherence.data import example_path, metadata_path, read_session_scores, read_turn_scores
+
+
+def test_score_then_evaluate(tmp_path, capsys):
+    out = tmp_path / "scores.parquet"
+    assert main(["score", str(example_path("role")), "-o", str(out), "--method", "cosine", "--no-progress",
+                 "--bootstrap", "50"]) == 0
+    text = capsys.readouterr().out
+    assert "28 turns" in text and "ok 28" in text
+    scores = read_turn_scores(out)
+    assert scores.num_rows == 28 and "rater_score" in scores.column_names  # extra columns pass through
+    sessions = read_session_scores(tmp_path / "scores.sessions.parquet")
+    assert sessions.num_rows == 8
+    meta = json.loads(metadata_path(out).read_text())
+    assert meta["config"]["method"] == "cosine" and meta["models"]["encoder"]["source"] == "bundled"
+    assert main(["evaluate", str(out), "--score", "score", "--label", "label", "--positive", "adherent",
+                 "--prediction", "prediction", "--json", "--bootstrap", "0"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert res["n"] == 28 and res["auc"] > 0.5
+
+
+def test_score_jsonl_output_and_bad_method(tmp_path, capsys):
+    out = tmp_path / "s.jsonl"
+    assert main(["score", str(example_path("role")), "-o", str(out), "--method", "kl", "--no-progress"]) == 0
+    assert len(out.read_text().splitlines()) == 28
+    assert (tmp_path / "s.sessions.jsonl").exists()

