@@ -161,3 +161,22 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
+
+def write_flat_benchmark() -> None:
+    """The same turns as a flat benchmark file [{role, assistant, ground_truth_assistant, label}],
+    interleaved across conversations so that every prefix mixes roles and labels."""
+    out = Path(__file__).resolve().parent.parent / "adherence" / "examples" / "role_benchmark.json"
+    rows = []
+    depth = max(len(t) for _, _, t in CONVERSATIONS)
+    for i in range(depth):
+        for _, role, turns in CONVERSATIONS:
+            if i < len(turns):
+                user, assistant, gt, label, _ = turns[i]
+                rows.append({"role": role, "assistant": assistant, "ground_truth_assistant": gt, "label": label})
+    out.write_text(json.dumps(rows, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    write_flat_benchmark()

@@ -1,0 +1,55 @@
+"""``adherence bench``: paper reproductions and throughput benchmarks."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from .main import Command
+
+
+def _fmt(v) -> str:
+    return "—" if v is None else f"{v:.3f}"
+
+
+class BenchCommand(Command):
+    name = "bench"
+    help = "benchmarks and paper reproductions"
+
+    def add_args(self, p: argparse.ArgumentParser) -> None:
+        sub = p.add_subparsers(dest="bench", metavar="BENCH", required=True)
+        rp = sub.add_parser("role-paper", help="role-adherence methods on a flat benchmark file at n = 15, 50, 150")
+        rp.add_argument("benchmark", help="flat benchmark JSON [{role, assistant, ground_truth_assistant, label}] or any turns table")
+        rp.add_argument("--sizes", default="15,50,150", help="comma-separated n (default 15,50,150)")
+        rp.add_argument("--encoder", help="encoder path (default: bundled all-MiniLM-L6-v2)")
+        rp.add_argument("--bertscore", action="store_true", help="include bertscore (with --encoder's model)")
+        rp.add_argument("--bertscore-layer", type=int)
+        rp.add_argument("--nli-model", help="include nli with this local model")
+        rp.add_argument("--device")
+        rp.add_argument("--json", action="store_true", help="print JSON")
+
+    def run(self, args: argparse.Namespace) -> int:
+        if args.bench == "role-paper":
+            from ..bench import role_paper
+
+            try:
+                sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
+            except ValueError:
+                raise ValueError(f"--sizes must be comma-separated integers, got {args.sizes!r}") from None
+            if not sizes or min(sizes) < 2:
+                raise ValueError("--sizes needs integers >= 2")
+            res = role_paper(args.benchmark, sizes=sizes, encoder=args.encoder, bertscore=args.bertscore,
+                             bertscore_layer=args.bertscore_layer, nli_model=args.nli_model, device=args.device)
+            if args.json:
+                print(json.dumps(res, indent=2))
+                return 0
+            print(f"{'method':<17}{'n':>6}{'adherent':>10}{'violation':>11}{'separation':>12}{'AUC':>8}{'AP':>8}")
+            for method, by_n in res.items():
+                for key, m in by_n.items():
+                    n = key.split("=")[1] + ("*" if "n_records" in m else "")
+                    print(f"{method:<17}{n:>6}{_fmt(m['adherent']):>10}{_fmt(m['violation']):>11}"
+                          f"{_fmt(m['separation']):>12}{_fmt(m['auc']):>8}{_fmt(m['ap']):>8}")
+            if any("n_records" in m for by_n in res.values() for m in by_n.values()):
+                print("* the file has fewer records than n; all of them were used")
+            return 0
+        raise ValueError(f"unknown benchmark {args.bench!r}")

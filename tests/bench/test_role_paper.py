@@ -1,0 +1,36 @@
+import json
+
+import numpy as np
+import pytest
+from sklearn import metrics as skm
+
+from adherence.cli.main import main
+from adherence.data import example_path, read_turns
+from adherence.role import score_turns
+
+BENCH = example_path("role").with_name("role_benchmark.json")
+
+
+def test_role_paper_json_matches_direct_scoring(capsys):
+    assert main(["bench", "role-paper", str(BENCH), "--sizes", "15,40", "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert list(res) == ["cosine", "knn", "mahalanobis", "pca_mahalanobis", "kl"]
+    for method in res:
+        assert set(res[method]) == {"n=15", "n=40"}
+        assert {"adherent", "violation", "separation", "auc", "ap"} <= set(res[method]["n=15"])
+    assert res["kl"]["n=40"]["n_records"] == 28  # the file is shorter than 40
+    # n=15 of knn: the first 15 records, references = their 15 ground truths
+    first = read_turns(BENCH).slice(0, 15)
+    out = score_turns(first, "knn", reference_pool="dataset", progress=False)
+    y = np.array([lab == "adherent" for lab in first.column("label").to_pylist()])
+    s = np.array(out.column("score").to_pylist())
+    m = res["knn"]["n=15"]
+    assert m["auc"] == pytest.approx(skm.roc_auc_score(y, s))
+    assert m["ap"] == pytest.approx(skm.average_precision_score(y, s))
+    assert m["separation"] == pytest.approx(s[y].mean() - s[~y].mean())
+
+
+def test_role_paper_table_and_bad_sizes(capsys):
+    assert main(["bench", "role-paper", str(BENCH), "--sizes", "15"]) == 0
+    assert "pca_mahalanobis" in capsys.readouterr().out
+    assert main(["bench", "role-paper", str(BENCH), "--sizes", "a,b"]) == 2
