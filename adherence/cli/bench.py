@@ -27,6 +27,15 @@ class BenchCommand(Command):
         rp.add_argument("--nli-model", help="include nli with this local model")
         rp.add_argument("--device")
         rp.add_argument("--json", action="store_true", help="print JSON")
+        kb = sub.add_parser("kernels", help="fused scoring kernel vs torch eager: rows/s and GB/s (JSON)")
+        kb.add_argument("--batch", type=int, default=4096)
+        kb.add_argument("--dim", type=int, default=384)
+        kb.add_argument("--refs", type=int, default=64)
+        kb.add_argument("--vocab", type=int, default=500)
+        kb.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"])
+        kb.add_argument("--repeats", type=int, default=10)
+        kb.add_argument("--device")
+        kb.add_argument("-o", "--output", help="also write the JSON here")
 
     def run(self, args: argparse.Namespace) -> int:
         if args.bench == "role-paper":
@@ -51,5 +60,20 @@ class BenchCommand(Command):
                           f"{_fmt(m['separation']):>12}{_fmt(m['auc']):>8}{_fmt(m['ap']):>8}")
             if any("n_records" in m for by_n in res.values() for m in by_n.values()):
                 print("* the file has fewer records than n; all of them were used")
+            return 0
+        if args.bench == "kernels":
+            from ..bench import bench_kernels
+
+            if min(args.batch, args.dim, args.refs, args.vocab, args.repeats) < 1:
+                raise ValueError("--batch, --dim, --refs, --vocab and --repeats must be >= 1")
+            res = bench_kernels(batch=args.batch, dim=args.dim, refs=args.refs, vocab=args.vocab, dtype=args.dtype,
+                                repeats=args.repeats, device=args.device)
+            text = json.dumps(res, indent=2)
+            if args.output:
+                from pathlib import Path
+
+                Path(args.output).parent.mkdir(parents=True, exist_ok=True)
+                Path(args.output).write_text(text + "\n")
+            print(text)
             return 0
         raise ValueError(f"unknown benchmark {args.bench!r}")
