@@ -118,8 +118,8 @@ class Encoder:
             return hidden.masked_fill(m == 0, torch.finfo(hidden.dtype).min).max(dim=1).values
         return (hidden * m).sum(dim=1) / m.sum(dim=1).clamp(min=1e-9)
 
-    def encode(self, texts: Sequence[str], *, normalize: bool = True):
-        """Sentence embeddings, float32 ``[len(texts), dim]`` on the encoder's device.
+    def encode(self, texts: Sequence[str]):
+        """Unit-norm sentence embeddings, float32 ``[len(texts), dim]`` on the encoder's device.
 
         Texts already encoded by this encoder come from its cache.
         """
@@ -137,8 +137,7 @@ class Encoder:
                         self._cache[todo[i]] = pooled[j]
         if not texts:
             return torch.empty(0, self.dim, device=self.device)
-        emb = torch.stack([self._cache[t] for t in texts])
-        return emb if normalize else emb  # pooled embeddings are stored normalised
+        return torch.stack([self._cache[t] for t in texts])
 
     def encode_tokens(self, texts: Sequence[str], *, layer: Optional[int] = None, strip: bool = True):
         """Per-token embeddings of ``layer`` (0 = embeddings, default the last layer).

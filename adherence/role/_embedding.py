@@ -108,6 +108,8 @@ class MahalanobisMethod(Method):
     """
 
     name = "mahalanobis"
+    # Distances are to the reference distribution, so a row needs only its own turn.
+    needs_ground_truth = False
 
     def _reference_embeddings(self, turns, config, resources) -> torch.Tensor:
         pool = dataset_references(turns)
@@ -122,10 +124,6 @@ class MahalanobisMethod(Method):
         mu = refs.mean(dim=0)
         var = refs.var(dim=0, unbiased=True)
         return x, mu, 1.0 / (var + config.lam)
-
-    def row_errors(self, turns, config):
-        # Distances are to the reference distribution, so a row needs only its own turn.
-        return ["empty assistant turn" if _blank(a) else None for a in text_column(turns, "assistant")]
 
     def score(self, turns, config, resources):
         errors = self.row_errors(turns, config)

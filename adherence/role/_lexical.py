@@ -39,9 +39,7 @@ class KlMethod(Method):
     """exp(-beta * KL(P || Q)): P over the ground-truth corpus, Q over the turn, same vocabulary."""
 
     name = "kl"
-
-    def row_errors(self, turns, config):
-        return ["empty assistant turn" if _blank(a) else None for a in text_column(turns, "assistant")]
+    needs_ground_truth = False  # P comes from the whole ground-truth corpus
 
     def score(self, turns, config, resources):
         errors = self.row_errors(turns, config)

@@ -40,7 +40,7 @@ def score_turns(
         config = RoleConfig(method=method, **options)
     elif options or method != config.method:
         config = dataclasses.replace(config, method=method, **options)
-    table = read_table(turns, TURNS) if not isinstance(turns, pa.Table) else read_table(turns, TURNS)
+    table = read_table(turns, TURNS)
     resources = resources or Resources(config)
     result = get_method(config.method).score(table, config, resources)
     score = np.asarray(result.score, dtype=np.float64)
