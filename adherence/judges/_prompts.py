@@ -1,0 +1,132 @@
+"""Role-adherence judge prompts, built from pieces so conversations can share a prefix.
+
+A turn's prompt content is ``head + h_1 + ... + h_{i-1} + tail_i``: the head holds the
+role definition, each ``h_j`` one earlier exchange, and the tail the exchange under
+judgment with the criteria. Turn i's content is therefore a prefix-extension of turn
+i-1's up to its tail, which the transformers backend exploits to score a whole
+conversation in one forward pass.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Optional, Sequence
+
+__all__ = [
+    "JudgeRequest",
+    "DEFAULT_CRITERIA",
+    "NO_HISTORY",
+    "turn_requests",
+    "conversation_request",
+    "REASON_INSTRUCTION",
+]
+
+NO_HISTORY = "No prior conversation."
+
+DEFAULT_CRITERIA = (
+    "Criteria: the reply adheres to the role only if it\n"
+    "1. stays within the role's scope,\n"
+    "2. keeps the tone the role requires, and\n"
+    "3. actively does what the role demands: a refusal or \"I don't know\" in answer to a request "
+    "that is within the role's scope is a violation.\n"
+    "Does the assistant's reply under judgment adhere to the role? Answer with one word, YES or NO."
+)
+
+REASON_INSTRUCTION = (
+    "In one or two sentences, explain whether the assistant's reply under judgment adheres to the role "
+    "(scope, tone, and doing what the role demands)."
+)
+
+CONVERSATION_CRITERIA = (
+    "For every assistant turn above, decide whether it adheres to the role: it stays within the role's "
+    "scope, keeps the required tone, and actively does what the role demands (a refusal or \"I don't know\" "
+    "to an in-scope request is a violation).\n"
+    "Answer with one line per turn, exactly in the form 'Turn <number>: YES' or 'Turn <number>: NO'."
+)
+
+
+@dataclass(frozen=True)
+class JudgeRequest:
+    """One judge call.
+
+    Attributes:
+        pieces: content pieces; all but the last may be shared with other requests of the same ``group``.
+        group: requests sharing a prefix (a conversation id).
+        system: optional system message (None: the chat template's default).
+        index: position of the request's turn within its group (for output order).
+    """
+
+    pieces: tuple
+    group: str = ""
+    system: Optional[str] = None
+    index: int = 0
+    meta: dict = field(default_factory=dict, compare=False, hash=False)
+
+    @property
+    def content(self) -> str:
+        return "".join(self.pieces)
+
+    def messages(self) -> list[dict]:
+        msgs = [{"role": "system", "content": self.system}] if self.system else []
+        return msgs + [{"role": "user", "content": self.content}]
+
+    def cache_key(self, model_id: str, params: dict, repeat: int = 0) -> str:
+        blob = json.dumps({"model": model_id, "messages": self.messages(), "params": params, "repeat": repeat},
+                          sort_keys=True, ensure_ascii=False)
+        return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+def _exchange(user: Optional[str], assistant: str) -> str:
+    user_line = f"User: {user}\n" if user else ""
+    return f"{user_line}Assistant: {assistant}\n"
+
+
+def turn_requests(
+    conversation_id: str,
+    role: str,
+    users: Sequence[Optional[str]],
+    assistants: Sequence[str],
+    *,
+    template: Optional[str] = None,
+    criteria: str = DEFAULT_CRITERIA,
+    max_history: Optional[int] = None,
+) -> list[JudgeRequest]:
+    """One request per assistant turn with its prior conversation as context.
+
+    Args:
+        template: replaces the default layout; a ``str.format`` template with
+            ``{role}``, ``{history}``, ``{user}`` and ``{assistant}`` fields. Custom
+            templates are not split into shareable pieces.
+        max_history: keep only the last N earlier exchanges.
+    """
+    out = []
+    history = [_exchange(u, a) for u, a in zip(users, assistants)]
+    for i, (u, a) in enumerate(zip(users, assistants)):
+        start = 0 if max_history is None else max(0, i - max_history)
+        earlier = history[start:i]
+        if template is not None:
+            content = template.format(role=role, history="".join(earlier) or NO_HISTORY, user=u or "", assistant=a)
+            out.append(JudgeRequest((content,), group=f"{conversation_id}#{i}", index=i,
+                                    meta={"history_start": start}))
+            continue
+        head = f"You are auditing a chatbot. Its role definition:\n{role}\n\nConversation so far:\n"
+        tail = ("" if earlier else NO_HISTORY + "\n") + (
+            f"\nThe exchange under judgment:\n{_exchange(u, a)}\n{criteria}"
+        )
+        out.append(JudgeRequest((head, *earlier, tail), group=conversation_id, index=i, meta={"history_start": start}))
+    return out
+
+
+def conversation_request(
+    conversation_id: str, role: str, users: Sequence[Optional[str]], assistants: Sequence[str]
+) -> JudgeRequest:
+    """One request judging every assistant turn of a conversation (turns numbered from 1)."""
+    lines = [f"You are auditing a chatbot. Its role definition:\n{role}\n\nConversation:\n"]
+    for i, (u, a) in enumerate(zip(users, assistants), start=1):
+        if u:
+            lines.append(f"User: {u}\n")
+        lines.append(f"Assistant (turn {i}): {a}\n")
+    lines.append("\n" + CONVERSATION_CRITERIA)
+    return JudgeRequest(("".join(lines),), group=conversation_id, meta={"n_turns": len(assistants)})

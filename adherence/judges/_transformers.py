@@ -1,0 +1,321 @@
+"""In-process judge on Hugging Face transformers, with prefix sharing across a conversation's turns.
+
+Prefix sharing: the turns of one conversation share everything up to their
+last piece (role, then the earlier exchanges), so they are packed into one
+sequence — the shared trunk once, then each turn's own tail — with a
+tree-shaped attention mask: a tail sees the trunk up to its own prefix and
+itself, never another tail, and its position ids continue from its prefix.
+The logits at each tail's last token are then those of that turn's own
+prompt, and a conversation costs about its own length instead of the sum of
+its prefixes. The LM head runs only on the rows that are read.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+from ..models import DEFAULT_JUDGE, pick_device, pick_dtype, resolve_model
+from ._backend import JudgeBackend, JudgeOutput
+from ._prompts import JudgeRequest
+
+__all__ = ["TransformersBackend"]
+
+_SENTINEL = "\u2063ADHERENCE_CONTENT\u2063"
+
+
+class _Plan:
+    """A request as token pieces: head, history pieces, tail (after any truncation)."""
+
+    __slots__ = ("head", "history", "tail", "truncated", "error")
+
+    def __init__(self, head, history, tail, truncated=False, error=None):
+        self.head, self.history, self.tail, self.truncated, self.error = head, history, tail, truncated, error
+
+    @property
+    def ids(self) -> list[int]:
+        out = list(self.head)
+        for h in self.history:
+            out.extend(h)
+        return out + list(self.tail)
+
+
+class TransformersBackend(JudgeBackend):
+    """Judge with a causal LM loaded in-process.
+
+    Args:
+        model: local path (a transformers checkpoint, or a directory with one GGUF
+            file), ``bundled:SmolLM2-135M-Instruct`` (default; a smoke-test judge), or a cached hub id.
+        device, dtype: default CUDA + bf16 when available, else CPU + fp32.
+        prefix_sharing: pack each conversation's turns into one forward pass.
+        batch_tokens: padded tokens per forward pass (batch size x longest sequence).
+        max_context: prompt token limit (default: the model's ``max_position_embeddings``).
+        pack_tokens: longest packed sequence; longer conversations are split into several packs.
+    """
+
+    name = "transformers"
+
+    def __init__(
+        self,
+        model: Optional[str] = None,
+        *,
+        device: Optional[str] = None,
+        dtype: Optional[str] = None,
+        prefix_sharing: bool = True,
+        batch_tokens: int = 16384,
+        max_context: Optional[int] = None,
+        pack_tokens: int = 4096,
+        progress: bool = True,
+    ) -> None:
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        self.resolved = resolve_model(model or DEFAULT_JUDGE)
+        self.device = pick_device(device)
+        self.dtype = pick_dtype(self.device, dtype)
+        kwargs = {"gguf_file": self.resolved.gguf_file} if self.resolved.gguf_file else {}
+        path = str(self.resolved.path)
+        self.tokenizer = AutoTokenizer.from_pretrained(path, **kwargs)
+        try:
+            m = AutoModelForCausalLM.from_pretrained(path, dtype=self.dtype, attn_implementation="sdpa", **kwargs)
+        except (ValueError, ImportError):
+            m = AutoModelForCausalLM.from_pretrained(path, dtype=self.dtype, **kwargs)
+        self.model = m.to(device=self.device, dtype=self.dtype).eval()
+        if self.tokenizer.pad_token_id is None:
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+        limit = getattr(self.model.config, "max_position_embeddings", None) or 4096
+        self.max_context = int(max_context or limit)
+        self.prefix_sharing = prefix_sharing
+        self.batch_tokens = int(batch_tokens)
+        self.pack_tokens = int(pack_tokens)
+        self.progress = progress
+        self._templates: dict = {}
+        self._piece_cache: dict[str, list[int]] = {}
+        self._torch = torch
+        self.stats = {"forward_tokens": 0, "prompt_tokens": 0}
+
+    @property
+    def model_id(self) -> str:
+        return self.resolved.name + (f"::{self.resolved.gguf_file}" if self.resolved.gguf_file else "")
+
+    # ------------------------------------------------------------------ tokenisation
+
+    def _template(self, system: Optional[str]) -> tuple[str, str]:
+        """Text the chat template puts before and after the user content."""
+        if system not in self._templates:
+            msgs = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": _SENTINEL}]
+            if getattr(self.tokenizer, "chat_template", None):
+                text = self.tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
+            else:
+                text = (system + "\n\n" if system else "") + _SENTINEL + "\n"
+            pre, post = text.split(_SENTINEL)
+            self._templates[system] = (pre, post)
+        return self._templates[system]
+
+    def _ids(self, text: str) -> list[int]:
+        ids = self._piece_cache.get(text)
+        if ids is None:
+            ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+            if len(self._piece_cache) < 200_000:
+                self._piece_cache[text] = ids
+        return ids
+
+    def _plan(self, req: JudgeRequest, reserve: int = 1) -> _Plan:
+        pre, post = self._template(req.system)
+        pieces = req.pieces
+        head = self._ids(pre + pieces[0]) if len(pieces) > 1 else []
+        history = [self._ids(p) for p in pieces[1:-1]]
+        tail = self._ids((pre if len(pieces) == 1 else "") + pieces[-1] + post)
+        limit = self.max_context - reserve
+        total = len(head) + sum(map(len, history)) + len(tail)
+        truncated = False
+        while total > limit and history:
+            total -= len(history.pop(0))  # oldest history first; the role and the judged turn stay
+            truncated = True
+        if total > limit:
+            return _Plan(head, history, tail, truncated, f"prompt of {total} tokens exceeds the judge's context of {self.max_context} even without history")
+        return _Plan(head, history, tail, truncated)
+
+    # ------------------------------------------------------------------ forward passes
+
+    def _last_logprobs(self, hidden, rows, cols, top_k: int):
+        torch = self._torch
+        h = hidden[rows, cols]
+        logits = self.model.get_output_embeddings()(h).float()
+        cap = getattr(self.model.config, "final_logit_softcapping", None)
+        if cap:
+            logits = torch.tanh(logits / cap) * cap
+        lp = torch.log_softmax(logits, dim=-1)
+        top = torch.topk(lp, k=min(top_k, lp.shape[-1]), dim=-1)
+        values, indices = top.values.cpu().tolist(), top.indices.cpu().tolist()
+        return [[(self.tokenizer.decode([i]), v) for v, i in zip(vs, ids)] for vs, ids in zip(values, indices)]
+
+    def _plain_batches(self, items: list, top_k: int, results: list) -> None:
+        """Each prompt on its own row: right padding, a plain causal mask."""
+        torch = self._torch
+        items = sorted(items, key=lambda it: -len(it[1]))
+        for batch in self._batched(items, key=lambda it: len(it[1])):
+            L = max(len(ids) for _, ids in batch)
+            input_ids = torch.full((len(batch), L), self.tokenizer.pad_token_id, dtype=torch.long)
+            mask = torch.zeros((len(batch), L), dtype=torch.long)
+            for r, (_, ids) in enumerate(batch):
+                input_ids[r, : len(ids)] = torch.tensor(ids)
+                mask[r, : len(ids)] = 1
+            out = self.model.base_model(input_ids=input_ids.to(self.device), attention_mask=mask.to(self.device))
+            self.stats["forward_tokens"] += int(mask.sum())
+            rows = torch.arange(len(batch), device=self.device)
+            cols = torch.tensor([len(ids) - 1 for _, ids in batch], device=self.device)
+            for (i, _), lp in zip(batch, self._last_logprobs(out.last_hidden_state, rows, cols, top_k)):
+                results[i] = lp
+
+    def _packs(self, group: list) -> list:
+        """Split a conversation's (index, plan) list into packs: (trunk_ids, [(index, prefix_len, tail)])."""
+        group = sorted(group, key=lambda it: len(it[1].history))
+        packs, current, trunk_pieces = [], [], 0
+        prefix_lens: list[int] = []
+        longest = group[-1][1]
+        cum = [len(longest.head)]
+        for h in longest.history:
+            cum.append(cum[-1] + len(h))
+        for i, plan in group:
+            n_hist = len(plan.history)
+            prefix = cum[n_hist]
+            size = prefix + sum(len(p.tail) for _, p in current) + len(plan.tail)
+            if current and size > self.pack_tokens:
+                packs.append((trunk_pieces, current))
+                current = []
+            current.append((i, plan))
+            trunk_pieces = n_hist
+        if current:
+            packs.append((trunk_pieces, current))
+        out = []
+        for n_hist, members in packs:
+            trunk = list(longest.head)
+            for h in longest.history[:n_hist]:
+                trunk.extend(h)
+            out.append((trunk, [(i, cum[len(p.history)], p.tail) for i, p in members]))
+        return out
+
+    def _packed_batches(self, packs: list, top_k: int, results: list) -> None:
+        torch = self._torch
+        seqs = []
+        for trunk, branches in packs:
+            ids, pos, seg, pref = list(trunk), list(range(len(trunk))), [-1] * len(trunk), [0] * len(trunk)
+            reads = []
+            for b, (i, prefix, tail) in enumerate(branches):
+                ids.extend(tail)
+                pos.extend(range(prefix, prefix + len(tail)))
+                seg.extend([b] * len(tail))
+                pref.extend([prefix] * len(tail))
+                reads.append((i, len(ids) - 1))
+            seqs.append((ids, pos, seg, pref, reads))
+        seqs.sort(key=lambda s: -len(s[0]))
+        neg = torch.finfo(self.dtype).min
+        for batch in self._batched(seqs, key=lambda s: len(s[0])):
+            B, L = len(batch), max(len(s[0]) for s in batch)
+            input_ids = torch.full((B, L), self.tokenizer.pad_token_id, dtype=torch.long)
+            position_ids = torch.zeros((B, L), dtype=torch.long)
+            seg_t = torch.full((B, L), -2, dtype=torch.long)  # -2 = padding
+            pref_t = torch.zeros((B, L), dtype=torch.long)
+            for r, (ids, pos, seg, pref, _) in enumerate(batch):
+                n = len(ids)
+                input_ids[r, :n] = torch.tensor(ids)
+                position_ids[r, :n] = torch.tensor(pos)
+                seg_t[r, :n] = torch.tensor(seg)
+                pref_t[r, :n] = torch.tensor(pref)
+            q = torch.arange(L)[None, :, None]
+            k = torch.arange(L)[None, None, :]
+            sq, sk = seg_t[:, :, None], seg_t[:, None, :]
+            trunk_k = sk == -1
+            allowed = (trunk_k & (sq == -1) & (k <= q)) | (trunk_k & (sq >= 0) & (k < pref_t[:, :, None]))
+            allowed |= (sq >= 0) & (sk == sq) & (k <= q)
+            allowed |= (sq == -2) & (k == q)  # padding rows see themselves only (no all-masked rows)
+            mask = torch.where(allowed, torch.tensor(0.0, dtype=self.dtype), torch.tensor(neg, dtype=self.dtype))
+            out = self.model.base_model(
+                input_ids=input_ids.to(self.device),
+                attention_mask=mask[:, None].to(self.device),
+                position_ids=position_ids.to(self.device),
+            )
+            self.stats["forward_tokens"] += int((seg_t != -2).sum())
+            rows, cols, targets = [], [], []
+            for r, s in enumerate(batch):
+                for i, c in s[4]:
+                    rows.append(r)
+                    cols.append(c)
+                    targets.append(i)
+            lps = self._last_logprobs(out.last_hidden_state, torch.tensor(rows, device=self.device),
+                                      torch.tensor(cols, device=self.device), top_k)
+            for i, lp in zip(targets, lps):
+                results[i] = lp
+
+    def _batched(self, items: list, key):
+        """Greedy batches (items pre-sorted by decreasing length) with batch * longest <= batch_tokens."""
+        from tqdm.auto import tqdm
+
+        batches, current = [], []
+        for it in items:
+            if current and (len(current) + 1) * key(current[0]) > self.batch_tokens:
+                batches.append(current)
+                current = []
+            current.append(it)
+        if current:
+            batches.append(current)
+        yield from tqdm(batches, desc="judging", unit="batch", disable=not self.progress or len(batches) < 3, leave=False)
+
+    def first_token_logprobs(self, requests: Sequence[JudgeRequest], *, top_k: int = 20) -> list[JudgeOutput]:
+        torch = self._torch
+        plans = [self._plan(r) for r in requests]
+        results: list = [None] * len(requests)
+        plain, groups = [], {}
+        for i, (req, plan) in enumerate(zip(requests, plans)):
+            if plan.error:
+                continue
+            self.stats["prompt_tokens"] += len(plan.ids)
+            if self.prefix_sharing and len(req.pieces) > 1 and not plan.truncated:
+                groups.setdefault((req.group, req.system, req.pieces[0]), []).append((i, plan))
+            else:
+                plain.append((i, plan.ids))
+        packs = []
+        for members in groups.values():
+            longest = max(members, key=lambda it: len(it[1].history))[1]
+            nested = [it for it in members if it[1].history == longest.history[: len(it[1].history)]]
+            plain.extend((i, p.ids) for i, p in members if all(i != j for j, _ in nested))
+            packs.extend(self._packs(nested))
+        with torch.inference_mode():
+            if packs:
+                self._packed_batches(packs, top_k, results)
+            if plain:
+                self._plain_batches(plain, top_k, results)
+        return [
+            JudgeOutput(error=p.error, truncated=p.truncated) if p.error else JudgeOutput(top_logprobs=lp, truncated=p.truncated)
+            for p, lp in zip(plans, results)
+        ]
+
+    def generate(self, requests: Sequence[JudgeRequest], *, max_tokens: int, temperature: float = 0.0,
+                 seed: Optional[int] = None) -> list[JudgeOutput]:
+        torch = self._torch
+        plans = [self._plan(r, reserve=max_tokens) for r in requests]
+        texts: list = [None] * len(requests)
+        items = sorted([(i, p.ids) for i, p in enumerate(plans) if not p.error], key=lambda it: -len(it[1]))
+        if seed is not None:
+            torch.manual_seed(seed)
+        pad = self.tokenizer.pad_token_id
+        with torch.inference_mode():
+            for batch in self._batched(items, key=lambda it: len(it[1]) + max_tokens):
+                L = max(len(ids) for _, ids in batch)
+                input_ids = torch.full((len(batch), L), pad, dtype=torch.long)
+                mask = torch.zeros((len(batch), L), dtype=torch.long)
+                for r, (_, ids) in enumerate(batch):
+                    input_ids[r, L - len(ids):] = torch.tensor(ids)  # left padding for generation
+                    mask[r, L - len(ids):] = 1
+                kwargs = dict(max_new_tokens=max_tokens, pad_token_id=pad, do_sample=temperature > 0)
+                if temperature > 0:
+                    kwargs["temperature"] = temperature
+                else:
+                    kwargs.update(temperature=None, top_p=None, top_k=None)
+                out = self.model.generate(input_ids=input_ids.to(self.device), attention_mask=mask.to(self.device), **kwargs)
+                for r, (i, _) in enumerate(batch):
+                    texts[i] = self.tokenizer.decode(out[r, L:], skip_special_tokens=True)
+        return [
+            JudgeOutput(error=p.error, truncated=p.truncated) if p.error else JudgeOutput(text=t, truncated=p.truncated)
+            for p, t in zip(plans, texts)
+        ]
