@@ -59,7 +59,7 @@ def p_yes_from_logprobs(top_logprobs: Mapping[str, float] | list) -> tuple[float
 
     Example:
         >>> round(p_yes_from_logprobs({"Yes": -0.1, " yes": -3.0, "No": -2.5})[0], 4)
-        0.9219
+        0.9208
     """
     items = top_logprobs.items() if isinstance(top_logprobs, Mapping) else top_logprobs
     yes, no = [], []
