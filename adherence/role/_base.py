@@ -22,6 +22,7 @@ METHODS = {
     "kl": "adherence.role._lexical:KlMethod",
     "bertscore": "adherence.role._bertscore:BertScoreMethod",
     "nli": "adherence.role._nli:NliMethod",
+    "llm_judge": "adherence.role._judge:LlmJudgeMethod",
 }
 
 
@@ -42,12 +43,13 @@ class RoleConfig:
         bertscore_idf: idf-weight BERTScore with idf from the ground truths.
         bertscore_baseline: F1 baseline for rescaling, ``(F - b) / (1 - b)``.
         nli_model: local path of a sequence-classification NLI model.
+        judge: options of the ``llm_judge`` method (:class:`adherence.judges.JudgeConfig`).
         threshold: turn/session decision threshold; ``strict_mode`` makes a session
             score 1 only if every turn reaches it.
         device, batch_size, progress: execution options.
     """
 
-    method: str = "cosine"
+    method: str = "llm_judge"
     encoder: Optional[str] = None
     reference_pool: str = "per_turn"
     alpha: Union[float, str] = "median"
@@ -59,6 +61,7 @@ class RoleConfig:
     bertscore_idf: bool = False
     bertscore_baseline: Optional[float] = None
     nli_model: Optional[str] = None
+    judge: Optional[Any] = None
     threshold: float = 0.5
     strict_mode: bool = False
     device: Optional[str] = None
@@ -95,6 +98,7 @@ class MethodResult:
     score: np.ndarray
     error: list  # None or a message per row
     extra: dict = field(default_factory=dict)  # column -> per-row values
+    status: Optional[list] = None  # per-row ok/unscored/error when the method decides it
 
 
 def _unknown(name: str) -> str:
@@ -154,6 +158,7 @@ class Resources:
     def __init__(self, config: RoleConfig, *, encoder=None) -> None:
         self.config = config
         self._encoder = encoder
+        self._judge = None
 
     @property
     def encoder(self):
@@ -164,5 +169,16 @@ class Resources:
             self._encoder = Encoder(c.encoder, device=c.device, batch_size=c.batch_size, progress=c.progress)
         return self._encoder
 
+    @property
+    def judge(self):
+        if self._judge is None:
+            from ..judges import JudgeConfig, RoleJudge
+
+            self._judge = RoleJudge(self.config.judge or JudgeConfig())
+        return self._judge
+
     def describe(self) -> dict:
-        return {"encoder": self._encoder.resolved.describe()} if self._encoder is not None else {}
+        out = {"encoder": self._encoder.resolved.describe()} if self._encoder is not None else {}
+        if self._judge is not None:
+            out["judge"] = self._judge.backend.describe()
+        return out

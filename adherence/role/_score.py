@@ -8,7 +8,7 @@ from typing import Any, Optional, Union
 import numpy as np
 import pyarrow as pa
 
-from ..data import TURNS, read_table
+from ..data import TURN_SCORES, TURNS, read_table
 from ..stats import bootstrap_ci
 from ._base import Resources, RoleConfig, get_method
 
@@ -17,7 +17,7 @@ __all__ = ["score_turns", "aggregate_sessions"]
 
 def score_turns(
     turns: Union[pa.Table, str],
-    method: str = "cosine",
+    method: str = "llm_judge",
     *,
     config: Optional[RoleConfig] = None,
     resources: Optional[Resources] = None,
@@ -26,9 +26,10 @@ def score_turns(
     """Score every turn of ``turns`` with a reference-based method.
 
     Returns the input columns plus ``method, score, prediction, status, error``
-    and the method's diagnostic columns. Every input row appears once: a turn
-    that cannot be scored (empty text, no ground truth) has ``status="error"``
-    and a message, never a silent 0.
+    and the method's diagnostic columns (``reason, p_yes_source, truncated`` for
+    ``llm_judge``). Every input row appears once: a turn that cannot be scored
+    (empty text, no ground truth) has ``status="error"`` and a message, an
+    unparseable judge answer ``status="unscored"``, never a silent 0.
 
     Example:
         >>> from adherence.data import example_path
@@ -44,9 +45,14 @@ def score_turns(
     resources = resources or Resources(config)
     result = get_method(config.method).score(table, config, resources)
     score = np.asarray(result.score, dtype=np.float64)
-    ok = np.array([e is None for e in result.error]) & ~np.isnan(score)
-    status = ["ok" if k else ("error" if e is not None else "unscored") for k, e in zip(ok, result.error)]
-    errors = [e if e is not None else (None if k else "method returned no score") for k, e in zip(ok, result.error)]
+    if result.status is not None:
+        status = list(result.status)
+        ok = np.array([st == "ok" for st in status]) & ~np.isnan(score)
+        errors = list(result.error)
+    else:
+        ok = np.array([e is None for e in result.error]) & ~np.isnan(score)
+        status = ["ok" if k else ("error" if e is not None else "unscored") for k, e in zip(ok, result.error)]
+        errors = [e if e is not None else (None if k else "method returned no score") for k, e in zip(ok, result.error)]
     pred = [int(s >= config.threshold) if k else None for s, k in zip(score, ok)]
     out = table
     cols = {
@@ -57,7 +63,9 @@ def score_turns(
         "error": pa.array(errors, pa.string()),
     }
     for name, values in result.extra.items():
-        cols[f"{config.method}_{name}" if not name.startswith(config.method) else name] = pa.array(values)
+        # Contract columns (reason, p_yes_source, truncated) keep their names; diagnostics get the method prefix.
+        own = name in TURN_SCORES.names or name.startswith(config.method)
+        cols[name if own else f"{config.method}_{name}"] = pa.array(values)
     for name, arr in cols.items():
         if name in out.column_names:
             out = out.drop_columns([name])

@@ -27,3 +27,22 @@ def test_score_jsonl_output_and_bad_method(tmp_path, capsys):
     assert main(["score", str(example_path("role")), "-o", str(out), "--method", "kl", "--no-progress"]) == 0
     assert len(out.read_text().splitlines()) == 28
     assert (tmp_path / "s.sessions.jsonl").exists()
+
+
+def test_llm_judge_is_the_default_method_and_uses_the_cache(tmp_path, capsys, tiny_llama_dir):
+    out = tmp_path / "judge.parquet"
+    cache = tmp_path / "judge.sqlite"
+    args = ["score", str(example_path("role")), "-o", str(out), "--judge-model", str(tiny_llama_dir),
+            "--judge-cache", str(cache), "--no-progress", "--bootstrap", "0", "--device", "cpu"]
+    assert main(args) == 0
+    scores = read_turn_scores(out)
+    assert set(scores.column("method").to_pylist()) == {"llm_judge"}
+    assert set(scores.column("status").to_pylist()) == {"ok"}
+    assert set(scores.column("p_yes_source").to_pylist()) <= {"logprobs", "fallback_0.5"}
+    meta = json.loads(metadata_path(out).read_text())
+    assert meta["config"]["judge"]["model"] == str(tiny_llama_dir) and meta["models"]["judge"]["backend"] == "transformers"
+    capsys.readouterr()
+    assert main(args + ["--output-mode", "binary"]) == 0
+    assert "turns" in capsys.readouterr().out
+    assert main(["score", str(example_path("role")), "-o", str(out), "--backend", "openai", "--judge-model", "m"]) == 2
+    assert "--base-url" in capsys.readouterr().err

@@ -1,0 +1,147 @@
+"""Any OpenAI-compatible chat server (vLLM serve, TGI, Ollama, llama.cpp) over async HTTP.
+
+Bounded concurrency, retries with exponential backoff on connection errors,
+timeouts, 429 and 5xx, then the request's row gets ``status=error`` while the
+others are kept. A server that returns no log-probabilities is detected on the
+first call (:class:`LogprobsUnsupported`), so the judge can fall back to binary
+verdicts when allowed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+from typing import Optional, Sequence
+
+from .._optional import require
+from ._backend import JudgeBackend, JudgeOutput
+from ._prompts import JudgeRequest
+
+__all__ = ["OpenAIBackend", "LogprobsUnsupported"]
+
+
+class LogprobsUnsupported(RuntimeError):
+    """The server answered without log-probabilities."""
+
+
+class OpenAIBackend(JudgeBackend):
+    """Judge through ``POST {base_url}/chat/completions``.
+
+    Args:
+        model: the model name the server expects.
+        base_url: e.g. ``http://127.0.0.1:8000/v1``.
+        api_key: bearer token (default ``$OPENAI_API_KEY``; none for local servers).
+        concurrency: requests in flight.
+        timeout: seconds per request.
+        max_retries: retries per request after the first try.
+        backoff: first retry delay in seconds (doubled each retry, with jitter).
+    """
+
+    name = "openai"
+
+    def __init__(self, model: Optional[str] = None, *, base_url: Optional[str] = None, api_key: Optional[str] = None,
+                 concurrency: int = 16, timeout: float = 60.0, max_retries: int = 4, backoff: float = 0.5) -> None:
+        require("httpx", "openai", "the OpenAI-compatible judge backend")
+        if not model:
+            raise ValueError("the openai backend needs the server's model name: --judge-model NAME")
+        if not base_url:
+            raise ValueError("the openai backend needs the server address: --base-url http://HOST:PORT/v1")
+        if concurrency < 1 or max_retries < 0 or timeout <= 0:
+            raise ValueError("`concurrency` must be >= 1, `max_retries` >= 0 and `timeout` > 0")
+        self.model = model
+        self.base_url = base_url.rstrip("/")
+        self.api_key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
+        self.concurrency, self.timeout, self.max_retries, self.backoff = concurrency, timeout, max_retries, backoff
+        self.supports_logprobs = True
+        self.calls = 0
+
+    @property
+    def model_id(self) -> str:
+        return f"openai:{self.base_url}::{self.model}"
+
+    def build_payload(self, req: JudgeRequest, *, max_tokens: int, temperature: float, top_k: Optional[int],
+                      seed: Optional[int]) -> dict:
+        body = {"model": self.model, "messages": req.messages(), "max_tokens": max_tokens, "temperature": temperature}
+        if top_k:
+            body.update(logprobs=True, top_logprobs=top_k)
+        if seed is not None:
+            body["seed"] = seed
+        return body
+
+    @staticmethod
+    def parse_logprobs(response: dict) -> list:
+        """First token's top log-probs from a chat-completions response; raises if absent."""
+        try:
+            content = response["choices"][0]["logprobs"]["content"]
+            first = content[0]
+        except (KeyError, IndexError, TypeError):
+            raise LogprobsUnsupported("the response carries no token log-probabilities") from None
+        top = first.get("top_logprobs") or [{"token": first["token"], "logprob": first["logprob"]}]
+        return [(t["token"], float(t["logprob"])) for t in top]
+
+    @staticmethod
+    def parse_text(response: dict) -> str:
+        return response["choices"][0]["message"].get("content") or ""
+
+    async def _post(self, client, body: dict) -> dict:
+        import httpx
+
+        delay = self.backoff
+        last = ""
+        for attempt in range(self.max_retries + 1):
+            try:
+                r = await client.post(f"{self.base_url}/chat/completions", json=body)
+                self.calls += 1
+                if r.status_code == 400 and "logprob" in r.text.lower() and body.get("logprobs"):
+                    raise LogprobsUnsupported(f"the server rejected logprobs: {r.text[:200]}")
+                if r.status_code in (408, 409, 429) or r.status_code >= 500:
+                    last = f"HTTP {r.status_code}: {r.text[:200]}"
+                else:
+                    r.raise_for_status()
+                    return r.json()
+            except (httpx.TransportError, httpx.TimeoutException) as exc:
+                last = f"{type(exc).__name__}: {exc}"
+            except httpx.HTTPStatusError as exc:
+                raise RuntimeError(f"HTTP {exc.response.status_code}: {exc.response.text[:200]}") from None
+            if attempt < self.max_retries:
+                await asyncio.sleep(delay * (1 + random.random() * 0.25))
+                delay *= 2
+        raise RuntimeError(f"failed after {self.max_retries + 1} tries: {last}")
+
+    async def _run(self, requests, **kw) -> list[JudgeOutput]:
+        import httpx
+
+        sem = asyncio.Semaphore(self.concurrency)
+        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        logprobs = kw.get("top_k") is not None
+        async with httpx.AsyncClient(timeout=self.timeout, headers=headers) as client:
+
+            async def one(req):
+                async with sem:
+                    body = self.build_payload(req, **kw)
+                    try:
+                        resp = await self._post(client, body)
+                    except LogprobsUnsupported:
+                        raise
+                    except RuntimeError as exc:
+                        return JudgeOutput(error=f"judge server: {exc}")
+                    if logprobs:
+                        return JudgeOutput(top_logprobs=self.parse_logprobs(resp))
+                    return JudgeOutput(text=self.parse_text(resp))
+
+            return list(await asyncio.gather(*(one(r) for r in requests)))
+
+    def _sync(self, requests, **kw) -> list[JudgeOutput]:
+        try:
+            return asyncio.run(self._run(requests, **kw))
+        except LogprobsUnsupported:
+            self.supports_logprobs = False
+            raise
+
+    def first_token_logprobs(self, requests: Sequence[JudgeRequest], *, top_k: int = 20) -> list[JudgeOutput]:
+        return self._sync(requests, max_tokens=1, temperature=0.0, top_k=top_k, seed=None)
+
+    def generate(self, requests: Sequence[JudgeRequest], *, max_tokens: int, temperature: float = 0.0,
+                 seed: Optional[int] = None) -> list[JudgeOutput]:
+        return self._sync(requests, max_tokens=max_tokens, temperature=temperature, top_k=None, seed=seed)

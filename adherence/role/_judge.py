@@ -1,0 +1,22 @@
+"""The LLM-judge method: a role-adherence verdict or P(yes) per turn."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._base import Method, MethodResult
+
+__all__ = ["LlmJudgeMethod"]
+
+
+class LlmJudgeMethod(Method):
+    name = "llm_judge"
+    needs_ground_truth = False
+
+    def score(self, turns, config, resources):
+        cols = resources.judge.score(turns)
+        score = np.array([np.nan if v is None else v for v in cols["score"]], dtype=np.float64)
+        extra = {"p_yes_source": cols["p_yes_source"], "truncated": cols["truncated"]}
+        if resources.judge.config.include_reason:
+            extra["reason"] = cols["reason"]
+        return MethodResult(score, cols["error"], extra, status=cols["status"])

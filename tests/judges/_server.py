@@ -1,0 +1,76 @@
+"""A small OpenAI-compatible chat server for tests, answering with a real (tiny) transformers model."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import Counter
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from adherence.judges import JudgeRequest
+
+
+class ChatServer:
+    """``POST /v1/chat/completions`` backed by a TransformersBackend.
+
+    ``fail_first``: the first N calls for each prompt answer HTTP 500;
+    ``always_fail``: prompts containing this text always answer 500;
+    ``logprobs``: False to answer like a provider without log-probabilities.
+    """
+
+    def __init__(self, backend, *, fail_first=0, always_fail=None, logprobs=True):
+        self.backend, self.fail_first, self.always_fail, self.logprobs = backend, fail_first, always_fail, logprobs
+        self.seen = Counter()
+        self.lock = threading.Lock()
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                status, payload = server.answer(self.path, body)
+                data = json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+
+    def answer(self, path, body):
+        if path != "/v1/chat/completions":
+            return 404, {"error": "not found"}
+        msgs = body["messages"]
+        content = msgs[-1]["content"]
+        system = msgs[0]["content"] if msgs[0]["role"] == "system" else None
+        with self.lock:
+            self.seen[content] += 1
+            n = self.seen[content]
+            if n <= self.fail_first or (self.always_fail and self.always_fail in content):
+                return 500, {"error": "overloaded"}
+            req = JudgeRequest((content,), system=system)
+            if body.get("logprobs") and self.logprobs:
+                top = self.backend.first_token_logprobs([req], top_k=body.get("top_logprobs", 20))[0].top_logprobs
+                choice = {"message": {"role": "assistant", "content": top[0][0]},
+                          "logprobs": {"content": [{"token": top[0][0], "logprob": top[0][1],
+                                                    "top_logprobs": [{"token": t, "logprob": v} for t, v in top]}]}}
+            else:
+                text = self.backend.generate([req], max_tokens=body["max_tokens"])[0].text
+                choice = {"message": {"role": "assistant", "content": text}, "logprobs": None}
+        return 200, {"id": "x", "object": "chat.completion", "choices": [dict(index=0, finish_reason="stop", **choice)]}
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.httpd.shutdown()
+        self.httpd.server_close()

@@ -1,0 +1,76 @@
+import numpy as np
+import pytest
+
+from adherence.data import example_path, read_turns
+from adherence.judges import JudgeConfig, JudgeRequest, RoleJudge, get_backend, p_yes_from_logprobs
+from tests.judges._server import ChatServer
+
+
+@pytest.fixture(scope="module")
+def turns():
+    return read_turns(example_path("role")).slice(0, 7)
+
+
+def _backend(server, **kw):
+    return get_backend("openai", model="tiny", base_url=server.url, backoff=0.01, **kw)
+
+
+def test_logprobs_over_http_equal_in_process(tiny_judge, turns):
+    with ChatServer(tiny_judge) as server:
+        judge = RoleJudge(JudgeConfig(model="tiny", backend="openai"), backend=_backend(server, concurrency=4))
+        cols = judge.score(turns)
+    assert set(cols["status"]) == {"ok"}
+    # the server sees the whole content as one piece; score the same single-piece prompts in process
+    from adherence.judges import turn_requests
+
+    rows = turns.to_pylist()
+    ref = []
+    for cid in dict.fromkeys(r["conversation_id"] for r in rows):
+        grp = [r for r in rows if r["conversation_id"] == cid]
+        reqs = turn_requests(cid, grp[0]["role"], [g["user"] for g in grp], [g["assistant"] for g in grp])
+        outs = tiny_judge.first_token_logprobs([JudgeRequest((r.content,)) for r in reqs])
+        ref += [p_yes_from_logprobs(o.top_logprobs)[0] for o in outs]
+    np.testing.assert_allclose(cols["score"], ref, atol=1e-6)
+
+
+def test_retries_then_per_row_errors(tiny_judge, turns):
+    with ChatServer(tiny_judge, fail_first=2) as server:
+        backend = _backend(server, max_retries=3)
+        cols = RoleJudge(JudgeConfig(model="tiny", backend="openai"), backend=backend).score(turns)
+        assert set(cols["status"]) == {"ok"}
+        assert backend.calls == 3 * turns.num_rows  # two failures then success, per prompt
+    # the last turn of the first conversation: its text is in no other prompt's history
+    victim = turns.column("assistant")[3].as_py()
+    with ChatServer(tiny_judge, always_fail=victim) as server:
+        cols = RoleJudge(JudgeConfig(model="tiny", backend="openai"), backend=_backend(server, max_retries=1)).score(turns)
+    assert cols["status"][3] == "error" and "HTTP 500" in cols["error"][3]
+    assert cols["status"].count("ok") == turns.num_rows - 1
+
+
+def test_provider_without_logprobs(tiny_judge, turns):
+    with ChatServer(tiny_judge, logprobs=False) as server:
+        with pytest.raises(ValueError, match="binary-fallback"):
+            RoleJudge(JudgeConfig(model="tiny", backend="openai"), backend=_backend(server)).score(turns)
+        judge = RoleJudge(JudgeConfig(model="tiny", backend="openai", binary_fallback=True), backend=_backend(server))
+        with pytest.warns(UserWarning, match="falls back to binary"):
+            cols = judge.score(turns)
+    scored = [src for src, st in zip(cols["p_yes_source"], cols["status"]) if st == "ok"]
+    assert all(src == "binary_fallback" for src in scored)
+    assert set(cols["status"]) <= {"ok", "unscored"}
+
+
+def test_unreachable_server_is_an_error_per_row(turns):
+    backend = get_backend("openai", model="m", base_url="http://127.0.0.1:9/v1", max_retries=1, backoff=0.01, timeout=2)
+    cols = RoleJudge(JudgeConfig(model="m", backend="openai"), backend=backend).score(turns.slice(0, 2))
+    assert cols["status"] == ["error", "error"] and "failed after 2 tries" in cols["error"][0]
+
+
+def test_payload_and_arguments():
+    b = get_backend("openai", model="m", base_url="http://h/v1/")
+    body = b.build_payload(JudgeRequest(("hi",), system="sys"), max_tokens=1, temperature=0.0, top_k=20, seed=None)
+    assert body == {"model": "m", "messages": [{"role": "system", "content": "sys"}, {"role": "user", "content": "hi"}],
+                    "max_tokens": 1, "temperature": 0.0, "logprobs": True, "top_logprobs": 20}
+    with pytest.raises(ValueError, match="--base-url"):
+        get_backend("openai", model="m")
+    with pytest.raises(ValueError, match="Did you mean 'openai'"):
+        get_backend("opnai")
