@@ -36,6 +36,17 @@ class BenchCommand(Command):
         kb.add_argument("--repeats", type=int, default=10)
         kb.add_argument("--device")
         kb.add_argument("-o", "--output", help="also write the JSON here")
+        jb = sub.add_parser("judge", help="judge turns/s with and without prefix sharing (JSON)")
+        jb.add_argument("--model", help="judge model (default: the bundled SmolLM2-135M-Instruct)")
+        jb.add_argument("--random-config", choices=["llama-tiny", "llama-3-8b"],
+                        help="random-weight model of a real architecture instead of --model")
+        jb.add_argument("--conversations", type=int, default=8)
+        jb.add_argument("--turns", type=int, default=8)
+        jb.add_argument("--words-per-turn", type=int, default=40)
+        jb.add_argument("--repeats", type=int, default=3)
+        jb.add_argument("--device")
+        jb.add_argument("--dtype", choices=["float32", "bfloat16", "float16"])
+        jb.add_argument("-o", "--output", help="also write the JSON here")
 
     def run(self, args: argparse.Namespace) -> int:
         if args.bench == "role-paper":
@@ -61,6 +72,15 @@ class BenchCommand(Command):
             if any("n_records" in m for by_n in res.values() for m in by_n.values()):
                 print("* the file has fewer records than n; all of them were used")
             return 0
+        if args.bench == "judge":
+            from ..bench import bench_judge
+
+            if min(args.conversations, args.turns, args.words_per_turn, args.repeats) < 1:
+                raise ValueError("--conversations, --turns, --words-per-turn and --repeats must be >= 1")
+            res = bench_judge(model=args.model, random_config=args.random_config, conversations=args.conversations,
+                              turns=args.turns, words_per_turn=args.words_per_turn, repeats=args.repeats,
+                              device=args.device, dtype=args.dtype)
+            return self._emit(res, args.output)
         if args.bench == "kernels":
             from ..bench import bench_kernels
 
@@ -68,12 +88,16 @@ class BenchCommand(Command):
                 raise ValueError("--batch, --dim, --refs, --vocab and --repeats must be >= 1")
             res = bench_kernels(batch=args.batch, dim=args.dim, refs=args.refs, vocab=args.vocab, dtype=args.dtype,
                                 repeats=args.repeats, device=args.device)
-            text = json.dumps(res, indent=2)
-            if args.output:
-                from pathlib import Path
-
-                Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-                Path(args.output).write_text(text + "\n")
-            print(text)
-            return 0
+            return self._emit(res, args.output)
         raise ValueError(f"unknown benchmark {args.bench!r}")
+
+    @staticmethod
+    def _emit(res: dict, output) -> int:
+        text = json.dumps(res, indent=2)
+        if output:
+            from pathlib import Path
+
+            Path(output).parent.mkdir(parents=True, exist_ok=True)
+            Path(output).write_text(text + "\n")
+        print(text)
+        return 0

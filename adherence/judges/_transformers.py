@@ -50,6 +50,7 @@ class TransformersBackend(JudgeBackend):
         batch_tokens: padded tokens per forward pass (batch size x longest sequence).
         max_context: prompt token limit (default: the model's ``max_position_embeddings``).
         pack_tokens: longest packed sequence; longer conversations are split into several packs.
+        loaded: ``(model, tokenizer, name)`` already in memory instead of ``model``.
     """
 
     name = "transformers"
@@ -65,20 +66,29 @@ class TransformersBackend(JudgeBackend):
         max_context: Optional[int] = None,
         pack_tokens: int = 4096,
         progress: bool = True,
+        loaded: Optional[tuple] = None,
     ) -> None:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        self.resolved = resolve_model(model or DEFAULT_JUDGE)
         self.device = pick_device(device)
         self.dtype = pick_dtype(self.device, dtype)
-        kwargs = {"gguf_file": self.resolved.gguf_file} if self.resolved.gguf_file else {}
-        path = str(self.resolved.path)
-        self.tokenizer = AutoTokenizer.from_pretrained(path, **kwargs)
-        try:
-            m = AutoModelForCausalLM.from_pretrained(path, dtype=self.dtype, attn_implementation="sdpa", **kwargs)
-        except (ValueError, ImportError):
-            m = AutoModelForCausalLM.from_pretrained(path, dtype=self.dtype, **kwargs)
+        if loaded is not None:  # (model, tokenizer, name): e.g. a random-weight model built from a config
+            m, self.tokenizer, name = loaded
+            from ..models import ResolvedModel
+
+            from pathlib import Path
+
+            self.resolved = ResolvedModel(name, Path("."), "in-memory")
+        else:
+            self.resolved = resolve_model(model or DEFAULT_JUDGE)
+            kwargs = {"gguf_file": self.resolved.gguf_file} if self.resolved.gguf_file else {}
+            path = str(self.resolved.path)
+            self.tokenizer = AutoTokenizer.from_pretrained(path, **kwargs)
+            try:
+                m = AutoModelForCausalLM.from_pretrained(path, dtype=self.dtype, attn_implementation="sdpa", **kwargs)
+            except (ValueError, ImportError):
+                m = AutoModelForCausalLM.from_pretrained(path, dtype=self.dtype, **kwargs)
         self.model = m.to(device=self.device, dtype=self.dtype).eval()
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
