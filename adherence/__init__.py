@@ -1,18 +1,22 @@
 """adherence: offline, GPU-batched scoring of conversational AI.
 
 The top level exports only the façades; the rooms are ``adherence.data``,
-``adherence.models``, ``adherence.kernels``, ``adherence.role``, ``adherence.stats``,
+``adherence.models``, ``adherence.kernels``, ``adherence.judges``, ``adherence.role``,
+``adherence.engine``, ``adherence.stats``,
 ``adherence.report`` and ``adherence.cli``. Importing this
 package imports no heavy optional dependency (torch, vllm, ray, faiss, triton).
 """
 
 from ._version import __version__
 from .data import DataError, example_path, read_table, read_turns, write_table
+from .engine import Engine, JobResult, score
 from .role import RoleConfig, aggregate_sessions, score_turns
 from .stats import evaluate_table
 
 __all__ = [
     "DataError",
+    "Engine",
+    "JobResult",
     "__version__",
     "evaluate_table",
     "example_path",
@@ -20,6 +24,7 @@ __all__ = [
     "read_turns",
     "RoleConfig",
     "aggregate_sessions",
+    "score",
     "score_turns",
     "write_table",
 ]

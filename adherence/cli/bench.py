@@ -36,6 +36,14 @@ class BenchCommand(Command):
         kb.add_argument("--repeats", type=int, default=10)
         kb.add_argument("--device")
         kb.add_argument("-o", "--output", help="also write the JSON here")
+        eb = sub.add_parser("engine", help="engine turns/s, local vs ray, and peak memory (JSON)")
+        eb.add_argument("--turns", type=int, default=1_000_000)
+        eb.add_argument("--small", type=int, help="the smaller input for the memory comparison (default turns/10)")
+        eb.add_argument("--method", default="cosine")
+        eb.add_argument("--shard-size", type=int, default=100_000)
+        eb.add_argument("--workers", type=int, default=1)
+        eb.add_argument("--executors", default="local,ray")
+        eb.add_argument("-o", "--output", help="also write the JSON here")
         jb = sub.add_parser("judge", help="judge turns/s with and without prefix sharing (JSON)")
         jb.add_argument("--model", help="judge model (default: the bundled SmolLM2-135M-Instruct)")
         jb.add_argument("--random-config", choices=["llama-tiny", "llama-3-8b"],
@@ -72,6 +80,12 @@ class BenchCommand(Command):
             if any("n_records" in m for by_n in res.values() for m in by_n.values()):
                 print("* the file has fewer records than n; all of them were used")
             return 0
+        if args.bench == "engine":
+            from ..bench import bench_engine
+
+            res = bench_engine(turns=args.turns, small=args.small, method=args.method, shard_size=args.shard_size,
+                               workers=args.workers, executors=tuple(x for x in args.executors.split(",") if x))
+            return self._emit(res, args.output)
         if args.bench == "judge":
             from ..bench import bench_judge
 

@@ -4,30 +4,17 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
-from pathlib import Path
 
 from .main import Command
 
 
-def _summary(scores, sessions, elapsed: float) -> str:
-    import numpy as np
-
-    status = scores.column("status").to_pylist()
-    s = np.array([v for v in scores.column("score").to_pylist() if v is not None], dtype=float)
+def _summary(summary: dict) -> str:
+    s = summary
     lines = [
-        f"method {scores.column('method')[0].as_py()}: {len(status)} turns in {elapsed:.1f}s "
-        f"({len(status) / max(elapsed, 1e-9):.1f} turns/s)",
-        f"  ok {status.count('ok')}  error {status.count('error')}  unscored {status.count('unscored')}",
+        f"method {s['method']}: {s['turns']} turns in {s['elapsed_s']:.1f}s ({s['turns_per_s'] or 0:.1f} turns/s), "
+        f"{s['shards']} shard(s) on {s['executor']}" + (f", {s['shards_resumed']} resumed" if s["shards_resumed"] else ""),
+        f"  ok {s['ok']}  error {s['error']}  unscored {s['unscored']}  sessions {s['sessions']}",
     ]
-    if len(s):
-        lines.append(f"  turn score: mean {s.mean():.4f}  median {np.median(s):.4f}  min {s.min():.4f}  max {s.max():.4f}")
-    adherent = [v for v in sessions.column("adherent").to_pylist() if v is not None]
-    if adherent:
-        lines.append(f"  sessions: {len(adherent)} scored, {sum(adherent)} adherent ({100 * sum(adherent) / len(adherent):.1f}%)")
-    errors = [e for e in scores.column("error").to_pylist() if e]
-    if errors:
-        lines.append(f"  first error: {errors[0]}")
     return "\n".join(lines)
 
 
@@ -67,6 +54,14 @@ class ScoreCommand(Command):
                        help="continuous mode on a provider without logprobs: fall back to binary verdicts")
         j.add_argument("--no-prefix-sharing", action="store_true", help="transformers backend: one forward pass per turn")
         j.add_argument("--temperature", type=float, default=0.0)
+        e = p.add_argument_group("engine")
+        e.add_argument("--executor", default="local", choices=["local", "ray"], help="where shards run (default local)")
+        e.add_argument("--ray-address", help="an existing Ray cluster (default: start a local one)")
+        e.add_argument("--num-workers", type=int, default=1, help="Ray actors (default 1)")
+        e.add_argument("--gpus-per-worker", type=float, default=0.0, help="GPUs per Ray actor (1: one actor per GPU)")
+        e.add_argument("--shard-size", type=int, default=100_000, help="turns per shard; conversations never split")
+        e.add_argument("--resume", action="store_true", help="reuse the finished shards of an interrupted run")
+        e.add_argument("--work-dir", help="shards and checkpoints (default: OUTPUT.work)")
         p.add_argument("--device", help="cuda, cpu, ... (default: cuda when available)")
         p.add_argument("--batch-size", type=int, default=64)
         p.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples for session CIs (0: none)")
@@ -74,8 +69,7 @@ class ScoreCommand(Command):
         p.add_argument("--no-progress", action="store_true", help="hide progress bars")
 
     def run(self, args: argparse.Namespace) -> int:
-        from ..data import read_turns, run_metadata, write_table
-        from ..role import Resources, RoleConfig, aggregate_sessions, score_turns
+        from ..role import RoleConfig
 
         judge = None
         if args.method == "llm_judge":
@@ -97,21 +91,13 @@ class ScoreCommand(Command):
             bertscore_layer=args.bertscore_layer, bertscore_idf=args.idf, bertscore_baseline=args.baseline,
             device=args.device, batch_size=args.batch_size, progress=not args.no_progress, judge=judge,
         )
-        turns = read_turns(args.input)
-        resources = Resources(config)
-        start = time.perf_counter()
-        scores = score_turns(turns, config.method, config=config, resources=resources)
-        sessions = aggregate_sessions(scores, threshold=config.threshold, strict_mode=config.strict_mode,
-                                      n_bootstrap=args.bootstrap, seed=args.seed)
-        elapsed = time.perf_counter() - start
-        out = Path(args.output)
-        sess = Path(args.sessions_output) if args.sessions_output else out.with_name(f"{out.stem}.sessions{out.suffix or '.parquet'}")
-        import dataclasses
+        from ..engine import Engine
 
-        meta = run_metadata(config=dataclasses.asdict(config), seed=args.seed, inputs=[args.input],
-                            models=resources.describe())
-        write_table(scores, out, metadata=meta)
-        write_table(sessions, sess, metadata=meta)
-        print(_summary(scores, sessions, elapsed))
-        print(f"wrote {out} and {sess}", file=sys.stderr)
+        engine = Engine(config=config, executor=args.executor, num_workers=args.num_workers,
+                        gpus_per_worker=args.gpus_per_worker, ray_address=args.ray_address, shard_size=args.shard_size,
+                        work_dir=args.work_dir, resume=args.resume, progress=not args.no_progress,
+                        n_bootstrap=args.bootstrap, seed=args.seed)
+        result = engine.run(args.input, args.output, sessions_output=args.sessions_output)
+        print(_summary(result.summary))
+        print(f"wrote {result.output} and {result.sessions_output}", file=sys.stderr)
         return 0

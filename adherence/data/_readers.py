@@ -48,6 +48,10 @@ def example_path(name: str = "role") -> Path:
         raise ValueError(f"no bundled example {name!r}; available: {', '.join(EXAMPLES)}") from None
 
 
+def _blank_text(v) -> bool:
+    return v is None or (isinstance(v, str) and not v.strip())
+
+
 def read_turns(source: Source, *, format: Optional[str] = None) -> pa.Table:
     """Read turns (any supported format or adapter) validated against :data:`TURNS`."""
     return read_table(source, TURNS, format=format)

@@ -43,6 +43,9 @@ class RoleConfig:
         bertscore_idf: idf-weight BERTScore with idf from the ground truths.
         bertscore_baseline: F1 baseline for rescaling, ``(F - b) / (1 - b)``.
         nli_model: local path of a sequence-classification NLI model.
+        reference_file: a JSON list of reference texts used as the ``dataset`` pool
+            instead of the scored table's own ground truths (the engine writes it so
+            every shard of a job sees the whole job's references).
         judge: options of the ``llm_judge`` method (:class:`adherence.judges.JudgeConfig`).
         threshold: turn/session decision threshold; ``strict_mode`` makes a session
             score 1 only if every turn reaches it.
@@ -62,6 +65,7 @@ class RoleConfig:
     bertscore_baseline: Optional[float] = None
     nli_model: Optional[str] = None
     judge: Optional[Any] = None
+    reference_file: Optional[str] = None
     threshold: float = 0.5
     strict_mode: bool = False
     device: Optional[str] = None
@@ -126,11 +130,42 @@ def _blank(v: Any) -> bool:
     return v is None or (isinstance(v, str) and not v.strip())
 
 
+def dataset_references(turns: pa.Table, config: Optional[RoleConfig] = None) -> list[str]:
+    """The ``dataset`` reference pool: ``config.reference_file`` when set, else the table's ground truths."""
+    if config is not None and config.reference_file:
+        return _load_references(config.reference_file)
+    return [g for g in text_column(turns, "ground_truth_assistant") if not _blank(g)]
+
+
+_REFERENCE_CACHE: dict = {}
+
+
+def _load_references(path: str) -> list[str]:
+    import json
+
+    if path not in _REFERENCE_CACHE:
+        with open(path, encoding="utf-8") as fh:
+            _REFERENCE_CACHE.clear()
+            _REFERENCE_CACHE[path] = json.load(fh)
+    return _REFERENCE_CACHE[path]
+
+
 class Method(ABC):
-    """A reference-based scoring method: ``score(turns, config, encoder_factory) -> MethodResult``."""
+    """A reference-based scoring method: ``score(turns, config, resources) -> MethodResult``."""
 
     name: str = ""
     needs_ground_truth: bool = True
+
+    def uses_dataset_references(self, config: RoleConfig) -> bool:
+        """Whether scores depend on the whole scored set's ground truths (sharded runs share them)."""
+        return False
+
+    def prepare(self, config: RoleConfig, resources: "Resources") -> None:
+        """Load models and check job-level inputs before any row is scored.
+
+        Errors here are configuration errors and stop the job, while problems with
+        single rows become ``status=error`` rows later.
+        """
 
     def row_errors(self, turns: pa.Table, config: RoleConfig) -> list:
         """Per-row input problems that make a turn unscorable (None where fine)."""

@@ -17,7 +17,7 @@ from collections import Counter
 import numpy as np
 import torch
 
-from ._base import Method, MethodResult, text_column
+from ._base import Method, MethodResult, dataset_references, text_column
 
 __all__ = ["BertScoreMethod", "bertscore_pairs"]
 
@@ -47,6 +47,12 @@ def bertscore_pairs(cand_emb, cand_ids, ref_emb, ref_ids, *, idf=None, idf_defau
 class BertScoreMethod(Method):
     name = "bertscore"
 
+    def uses_dataset_references(self, config):
+        return config.bertscore_idf
+
+    def prepare(self, config, resources):
+        resources.encoder  # noqa: B018 - load early
+
     def score(self, turns, config, resources):
         errors = self.row_errors(turns, config)
         ok = np.array([e is None for e in errors])
@@ -64,7 +70,7 @@ class BertScoreMethod(Method):
             special = {t for t in (tok.cls_token_id, tok.sep_token_id) if t is not None}
             idf, default = None, 1.0
             if config.bertscore_idf:
-                refs = [gg for gg in g if gg]
+                refs = dataset_references(turns, config)
                 _, ids = enc.encode_tokens(refs, layer=0)
                 df = Counter(t for seq in ids for t in set(seq))
                 m = len(refs)

@@ -10,21 +10,27 @@ import pyarrow as pa
 import torch
 
 from ..kernels import fused_scores
-from ._base import Method, MethodResult, Resources, RoleConfig, _blank, text_column
+from ._base import Method, MethodResult, Resources, RoleConfig, _blank, dataset_references, text_column
 
-__all__ = ["CosineMethod", "KnnMethod", "MahalanobisMethod", "PcaMahalanobisMethod", "dataset_references"]
-
-
-def dataset_references(turns: pa.Table) -> list[str]:
-    """The ground truths of the scored set (non-empty), in row order."""
-    return [g for g in text_column(turns, "ground_truth_assistant") if not _blank(g)]
+__all__ = ["CosineMethod", "KnnMethod", "MahalanobisMethod", "PcaMahalanobisMethod"]
 
 
 def _scored_rows(errors: list) -> np.ndarray:
     return np.array([e is None for e in errors], dtype=bool)
 
 
-class CosineMethod(Method):
+class _EncoderMethod(Method):
+    def prepare(self, config, resources):
+        resources.encoder  # noqa: B018 - loads the encoder once, failing early on a bad model
+        if self.uses_dataset_references(config) and config.reference_file:
+            self._check_pool(dataset_references(None, config))
+
+    def _check_pool(self, pool: list) -> None:
+        if not pool:
+            raise ValueError(f"method {self.name!r} needs ground_truth_assistant texts for its reference pool")
+
+
+class CosineMethod(_EncoderMethod):
     """Cosine similarity of the turn to its ground truth, clipped to [0, 1]."""
 
     name = "cosine"
@@ -45,17 +51,20 @@ class CosineMethod(Method):
         return MethodResult(score, errors)
 
 
-class KnnMethod(Method):
+class KnnMethod(_EncoderMethod):
     """Maximum cosine over references: the turn's own list, or every ground truth of the set."""
 
     name = "knn"
+
+    def uses_dataset_references(self, config):
+        return config.reference_pool == "dataset"
 
     def score(self, turns, config, resources):
         errors = self.row_errors(turns, config)
         a = text_column(turns, "assistant")
         n = turns.num_rows
         if config.reference_pool == "dataset":
-            pool = dataset_references(turns)
+            pool = dataset_references(turns, config)
             if not pool:
                 raise ValueError("knn with reference_pool='dataset' needs at least one ground_truth_assistant")
             ref_lists = [pool] * n
@@ -100,7 +109,7 @@ def _alpha(config: RoleConfig, distances: np.ndarray) -> float:
     return 1.0 / med if med > 0 else 1.0
 
 
-class MahalanobisMethod(Method):
+class MahalanobisMethod(_EncoderMethod):
     """exp(-alpha * D), D the diagonal-covariance Mahalanobis distance to the reference embeddings.
 
     The references are the ground truths of the scored set; their per-dimension
@@ -111,8 +120,18 @@ class MahalanobisMethod(Method):
     # Distances are to the reference distribution, so a row needs only its own turn.
     needs_ground_truth = False
 
+    def uses_dataset_references(self, config):
+        return True
+
+    def _check_pool(self, pool: list) -> None:
+        if len(pool) < 2:
+            raise ValueError(
+                f"method {self.name!r} needs at least 2 reference texts (ground truths) to estimate a covariance; "
+                f"found {len(pool)}"
+            )
+
     def _reference_embeddings(self, turns, config, resources) -> torch.Tensor:
-        pool = dataset_references(turns)
+        pool = dataset_references(turns, config)
         if len(pool) < 2:
             raise ValueError(
                 f"method {self.name!r} needs at least 2 reference texts (ground truths) to estimate a covariance; "

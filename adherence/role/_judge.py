@@ -13,6 +13,9 @@ class LlmJudgeMethod(Method):
     name = "llm_judge"
     needs_ground_truth = False
 
+    def prepare(self, config, resources):
+        resources.judge  # noqa: B018 - builds the backend: a bad model or server address fails the job early
+
     def score(self, turns, config, resources):
         cols = resources.judge.score(turns)
         score = np.array([np.nan if v is None else v for v in cols["score"]], dtype=np.float64)

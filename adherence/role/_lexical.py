@@ -8,7 +8,7 @@ import numpy as np
 import torch
 
 from ..kernels import fused_scores
-from ._base import Method, MethodResult, _blank, text_column
+from ._base import Method, MethodResult, dataset_references, text_column
 
 __all__ = ["KlMethod", "kl_vocabulary", "word_distribution"]
 
@@ -41,9 +41,16 @@ class KlMethod(Method):
     name = "kl"
     needs_ground_truth = False  # P comes from the whole ground-truth corpus
 
+    def uses_dataset_references(self, config):
+        return True
+
+    def prepare(self, config, resources):
+        if config.reference_file and not dataset_references(None, config):
+            raise ValueError("method 'kl' needs ground_truth_assistant texts to build the reference distribution")
+
     def score(self, turns, config, resources):
         errors = self.row_errors(turns, config)
-        corpus = [g for g in text_column(turns, "ground_truth_assistant") if not _blank(g)]
+        corpus = dataset_references(turns, config)
         if not corpus:
             raise ValueError("method 'kl' needs ground_truth_assistant texts to build the reference distribution")
         vocab = kl_vocabulary(corpus, config.kl_vocab)

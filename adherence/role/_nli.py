@@ -50,7 +50,10 @@ class NliModel:
 class NliMethod(Method):
     name = "nli"
 
-    def score(self, turns, config, resources):
+    def prepare(self, config, resources):
+        self._model(config, resources)
+
+    def _model(self, config, resources) -> "NliModel":
         if not config.nli_model:
             raise ValueError(
                 "method 'nli' needs an NLI model: pass nli_model=PATH (CLI: --nli-model PATH) pointing to a local "
@@ -59,6 +62,10 @@ class NliMethod(Method):
         model = getattr(resources, "_nli", None)
         if model is None:
             model = resources._nli = NliModel(config.nli_model, device=config.device, batch_size=config.batch_size)
+        return model
+
+    def score(self, turns, config, resources):
+        model = self._model(config, resources)
         errors = self.row_errors(turns, config)
         ok = np.array([e is None for e in errors])
         n = turns.num_rows

@@ -1,0 +1,109 @@
+import json
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from adherence.data import example_path, read_table, read_turns, write_table
+from adherence.engine import Engine, plan_job, score
+from adherence.role import score_turns
+
+
+def _by_key(t: pa.Table, col="score"):
+    return dict(zip(zip(t.column("conversation_id").to_pylist(), t.column("turn_index").to_pylist()), t.column(col).to_pylist()))
+
+
+@pytest.mark.parametrize("method,opts", [("cosine", {}), ("knn", {"reference_pool": "dataset"}), ("mahalanobis", {}),
+                                         ("pca_mahalanobis", {}), ("kl", {})])
+def test_sharded_job_equals_one_pass(tmp_path, method, opts):
+    turns = read_turns(example_path("role"))
+    direct = score_turns(turns, method, progress=False, **opts)
+    res = Engine(method=method, shard_size=6, progress=False, n_bootstrap=0, **opts).run(turns, tmp_path / "s.parquet")
+    out = pq.read_table(tmp_path / "s.parquet")
+    assert res.summary["shards"] > 1 and out.num_rows == turns.num_rows
+    a, b = _by_key(out), _by_key(direct)
+    assert a.keys() == b.keys()
+    np.testing.assert_allclose([a[k] for k in b], [b[k] for k in b], atol=1e-6)  # job-wide references and alpha
+    assert "_row" not in out.column_names
+
+
+def test_plan_never_splits_a_conversation(tmp_path, synthetic):
+    t = synthetic(12)
+    path = write_table(t, tmp_path / "in.parquet")
+    plan = plan_job(path, tmp_path / "work", shard_size=10, batch_size=7)
+    seen = {}
+    for s in plan.shards:
+        with pa.ipc.open_stream(s.path) as r:
+            shard = r.read_all()
+        assert shard.num_rows == s.rows
+        for cid in set(shard.column("conversation_id").to_pylist()):
+            assert cid not in seen
+            seen[cid] = s.shard_id
+    assert sum(s.rows for s in plan.shards) == t.num_rows == plan.total_rows
+    assert plan_job(path, tmp_path / "work", shard_size=10).shards == plan.shards  # reused
+
+
+@pytest.mark.parametrize("name", ["s.jsonl", "s.csv", "sdir"])
+def test_output_formats_keep_every_row(tmp_path, name):
+    res = Engine(method="kl", shard_size=5, progress=False, n_bootstrap=0).run(example_path("role"), tmp_path / name)
+    out = read_table(tmp_path / name)
+    assert out.num_rows == 28 and res.summary["sessions"] == 8
+    assert read_table(res.sessions_output).num_rows == 8
+
+
+def test_in_memory_score_and_deterministic_order(synthetic):
+    t = synthetic(6)
+    a = score(t, method="kl", shard_size=9)
+    b = score(t, method="kl", shard_size=9)
+    assert a.equals(b) and a.num_rows == t.num_rows
+
+
+def test_resume_skips_finished_shards_and_changed_jobs_start_over(tmp_path, synthetic):
+    src = write_table(synthetic(10), tmp_path / "in.parquet")
+    first = Engine(method="kl", shard_size=8, progress=False, n_bootstrap=0).run(src, tmp_path / "o.parquet")
+    first_table = pq.read_table(tmp_path / "o.parquet")
+    out_dir = tmp_path / "o.parquet.work" / "out"
+    (out_dir / "shard-00001.done.json").unlink()
+    again = Engine(method="kl", shard_size=8, progress=False, n_bootstrap=0, resume=True).run(src, tmp_path / "o.parquet")
+    assert again.summary["shards_resumed"] == first.summary["shards"] - 1
+    assert pq.read_table(tmp_path / "o.parquet").equals(first_table)
+    other = Engine(method="kl", kl_beta=2.0, shard_size=8, progress=False, n_bootstrap=0, resume=True).run(src, tmp_path / "o.parquet")
+    assert other.summary["shards_resumed"] == 0
+
+
+def test_a_failing_shard_does_not_take_the_job_down(tmp_path, synthetic, monkeypatch):
+    import adherence.engine._worker as worker
+
+    real = worker.score_turns
+
+    def flaky(table, *a, **k):
+        if any(c.endswith("-3") for c in table.column("conversation_id").to_pylist()):
+            raise RuntimeError("disk on fire")
+        return real(table, *a, **k)
+
+    monkeypatch.setattr(worker, "score_turns", flaky)
+    t = synthetic(8)
+    assistants = t.column("assistant").to_pylist()
+    assistants[0] = " "  # and one bad row
+    t = t.set_column(t.column_names.index("assistant"), "assistant", pa.array(assistants))
+    res = Engine(method="kl", shard_size=4, progress=False, n_bootstrap=0).run(t, tmp_path / "o.parquet")
+    out = pq.read_table(tmp_path / "o.parquet")
+    assert out.num_rows == t.num_rows and res.summary["turns"] == t.num_rows
+    status = dict(zip(out.column("conversation_id").to_pylist(), out.column("status").to_pylist()))
+    errors = out.filter(pa.compute.equal(out.column("status"), "error")).column("error").to_pylist()
+    assert any("disk on fire" in e for e in errors) and any(e == "empty assistant turn" for e in errors)
+    assert res.summary["ok"] > 0 and res.summary["error"] == len(errors)
+    assert all(v == "error" for k, v in status.items() if k.endswith("-3"))
+
+
+def test_configuration_errors_stop_the_job(tmp_path):
+    with pytest.raises(Exception, match="not a local directory"):
+        Engine(method="cosine", encoder="/nonexistent/model", progress=False).run(example_path("role"), tmp_path / "o.parquet")
+
+
+def test_run_metadata_names_the_engine(tmp_path):
+    res = Engine(method="kl", shard_size=10, progress=False, n_bootstrap=0).run(example_path("role"), tmp_path / "o.parquet")
+    meta = json.loads((tmp_path / "o.parquet.meta.json").read_text())
+    assert meta["engine"]["executor"] == "local" and meta["engine"]["shards"] == res.summary["shards"] == 3
+    assert meta["summary"]["turns"] == 28 and meta["seed"] == 42

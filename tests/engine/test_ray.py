@@ -1,0 +1,37 @@
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+pytest.importorskip("ray")
+
+from adherence.data import example_path  # noqa: E402
+from adherence.engine import Engine, EngineError  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    import ray
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield ray
+    ray.shutdown()
+
+
+@pytest.mark.ray
+def test_ray_equals_local(tmp_path, synthetic, ray_cluster):
+    turns = synthetic(6)
+    local = Engine(method="kl", shard_size=7, progress=False, n_bootstrap=50).run(turns, tmp_path / "l.parquet")
+    remote = Engine(method="kl", shard_size=7, progress=False, n_bootstrap=50, executor="ray", num_workers=2).run(
+        turns, tmp_path / "r.parquet")
+    a, b = pq.read_table(tmp_path / "l.parquet"), pq.read_table(tmp_path / "r.parquet")
+    assert a.equals(b)  # same rows, same order, same scores
+    assert pq.read_table(local.sessions_output).equals(pq.read_table(remote.sessions_output))
+    assert remote.summary["executor"] == "ray" and remote.summary["shards"] == local.summary["shards"]
+
+
+@pytest.mark.ray
+def test_ray_worker_that_cannot_start_fails_the_job_naming_the_shard(tmp_path, ray_cluster):
+    engine = Engine(method="cosine", encoder="/nonexistent/model", executor="ray", num_workers=1, max_retries=1,
+                    progress=False)
+    with pytest.raises(EngineError, match=r"shard 0 .*failed 2 times"):
+        engine.run(example_path("role"), tmp_path / "o.parquet")
