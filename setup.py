@@ -26,6 +26,7 @@ EXTRAS = {
         "bert-score>=0.3.13",
         "triton>=3.7.1",  # kernel tests run the Triton code under TRITON_INTERPRET=1
         "httpx>=0.25",
+        "ray>=2.9",  # the ray executor's tests start a local cluster (ray.init(num_cpus=2))
     ],
 }
 

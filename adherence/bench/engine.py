@@ -94,8 +94,13 @@ def bench_engine(*, turns: int = 1_000_000, small: Optional[int] = None, method:
         direct = score_turns(pq.read_table(check), method, progress=False)
         eng = Engine(method=method, shard_size=300, progress=False, n_bootstrap=0).run(check, root / "check-out.parquet")
         got = pq.read_table(eng.output)
-        diff = float(np.nanmax(np.abs(np.array(got.column("score").to_pylist(), dtype=float)
-                                      - np.array(direct.column("score").to_pylist(), dtype=float))))
+
+        def by_key(t):
+            return dict(zip(zip(t.column("conversation_id").to_pylist(), t.column("turn_index").to_pylist()),
+                            t.column("score").to_pylist()))
+
+        a, b = by_key(got), by_key(direct)
+        diff = max(abs(a[k] - b[k]) for k in b) if a.keys() == b.keys() else float("inf")
         if diff > 1e-5 or got.num_rows != direct.num_rows:
             raise RuntimeError(f"engine output differs from a one-pass score: max |diff| {diff}")
         sizes = sorted({s for s in (small or max(1, turns // 10), turns)})

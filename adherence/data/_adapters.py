@@ -74,7 +74,9 @@ def _finish(records: list[dict], contract, file: str) -> pa.Table:
     if not records:
         raise DataError("no rows (the input has no data records)", file=file)
     table = conform(records_to_table(records, contract, file=file), contract, file=file)
-    KeyTracker(contract, file=file).update(table)
+    tracker = KeyTracker(contract, file=file)
+    tracker.update(table)
+    tracker.finish()
     return table
 
 

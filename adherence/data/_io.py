@@ -301,12 +301,32 @@ def iter_batches(
     if isinstance(source, (pa.Table, pa.RecordBatch)):
         file = "<table>"
         table = source if isinstance(source, pa.Table) else pa.Table.from_batches([source])
-        raw: Iterator[pa.Table] = (table.slice(s, batch_size) for s in range(0, table.num_rows, batch_size))
+
+        def open_raw():
+            return (table.slice(s, batch_size) for s in range(0, table.num_rows, batch_size))
     else:
         path = _check_file(source)
         file = str(source)
-        raw = _raw_batches(path, detect_format(path, format), contract, batch_size)
-    tracker = KeyTracker(contract, file=file) if contract is not None and contract.key else None
+        fmt = detect_format(path, format)
+
+        def open_raw():
+            return _raw_batches(path, fmt, contract, batch_size)
+
+    def fetch(rows: list[int], key: list[str]) -> dict:
+        """Key values of the given 0-based rows, re-read from the source (only to confirm a duplicate)."""
+        wanted, found, offset = set(rows), {}, 0
+        for batch in open_raw():
+            batch = conform(batch, contract, file=file, row_offset=offset)
+            hit = [r for r in wanted if offset <= r < offset + batch.num_rows]
+            if hit:
+                cols = [batch.column(k).to_pylist() for k in key]
+                for r in hit:
+                    found[r] = tuple(c[r - offset] for c in cols)
+            offset += batch.num_rows
+        return found
+
+    raw: Iterator[pa.Table] = open_raw()
+    tracker = KeyTracker(contract, file=file, fetch=fetch) if contract is not None and contract.key else None
     offset = 0
     for batch in raw:
         if contract is not None:
@@ -315,6 +335,8 @@ def iter_batches(
                 tracker.update(batch, offset)
         offset += batch.num_rows
         yield batch
+    if tracker is not None:
+        tracker.finish()
     if offset == 0 and not allow_empty:
         raise DataError("no rows (the input has no data records)", file=file)
 

@@ -6,6 +6,7 @@ import json
 import math
 from typing import Any, Optional, Union
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -169,30 +170,78 @@ def conform(
     return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
 
 
-class KeyTracker:
-    """Find duplicate keys across the batches of one stream.
+_MIX = np.uint64(0x100000001B3)
 
-    Keeps each key seen with its first row so the error can name both rows.
+
+def _column_hashes(arr) -> np.ndarray:
+    """A uint64 hash per value of one column (stable within a process; nulls hash alike)."""
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    if pa.types.is_integer(arr.type):
+        return arr.fill_null(-1).to_numpy().astype(np.int64).view(np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+    enc = arr.dictionary_encode()
+    uniq = np.array([hash(v) for v in enc.dictionary.to_pylist()], dtype=np.int64).view(np.uint64)
+    idx = enc.indices.fill_null(-1).to_numpy()
+    out = np.full(len(idx), np.uint64(0x51ED270B27A3F2D1))
+    ok = idx >= 0
+    out[ok] = uniq[idx[ok]]
+    return out
+
+
+class KeyTracker:
+    """Find duplicate keys across the batches of one stream, in 8 bytes per row.
+
+    Each row's key is reduced to a 64-bit hash; duplicates inside a batch are
+    reported at once, duplicates across batches when the stream ends
+    (:meth:`finish`). A suspected duplicate is confirmed on the real key values
+    (``fetch`` re-reads them by row) before it is reported, naming both rows.
     """
 
-    def __init__(self, contract: Contract, *, file: Optional[str] = None) -> None:
+    def __init__(self, contract: Contract, *, file: Optional[str] = None, fetch=None) -> None:
         self.contract = contract
         self.file = file
-        self._seen: dict[tuple, int] = {}
+        self.fetch = fetch
+        self._hashes: list[np.ndarray] = []
+        self._key: Optional[list[str]] = None
+
+    def _keys(self, table: pa.Table) -> list[str]:
+        return [k for k in self.contract.key if k in table.column_names]
+
+    def _raise(self, key: list[str], values: tuple, row: int, first: int) -> None:
+        shown = ", ".join(f"{k}={v!r}" for k, v in zip(key, values))
+        raise DataError(f"duplicate key ({shown}); first seen at row {first}", file=self.file, row=row, column=key[-1])
 
     def update(self, table: pa.Table, row_offset: int = 0) -> None:
-        key = [k for k in self.contract.key if k in table.column_names]
+        key = self._keys(table)
         if not key:
             return
-        columns = [table.column(k).to_pylist() for k in key]
-        seen = self._seen
-        for i, values in enumerate(zip(*columns)):
-            first = seen.setdefault(values, row_offset + i + 1)
-            if first != row_offset + i + 1:
-                shown = ", ".join(f"{k}={v!r}" for k, v in zip(key, values))
-                raise DataError(
-                    f"duplicate key ({shown}); first seen at row {first}",
-                    file=self.file,
-                    row=row_offset + i + 1,
-                    column=key[-1],
-                )
+        self._key = key
+        h = np.zeros(table.num_rows, dtype=np.uint64)
+        for k in key:
+            h = (h * _MIX) ^ _column_hashes(table.column(k))
+        _, first_idx, counts = np.unique(h, return_index=True, return_counts=True)
+        if (counts > 1).any():  # confirm on the values of this batch
+            columns = [table.column(k).to_pylist() for k in key]
+            seen: dict = {}
+            for i, values in enumerate(zip(*columns)):
+                first = seen.setdefault(values, i)
+                if first != i:
+                    self._raise(key, values, row_offset + i + 1, row_offset + first + 1)
+        self._hashes.append(h)
+
+    def finish(self) -> None:
+        """Check duplicates across batches; call once the whole stream has been seen."""
+        if len(self._hashes) < 2 or self._key is None:
+            return
+        allh = np.concatenate(self._hashes)
+        order = np.argsort(allh, kind="stable")
+        sorted_h = allh[order]
+        dup = np.flatnonzero(sorted_h[1:] == sorted_h[:-1])
+        if not len(dup):
+            return
+        pairs = sorted(((int(order[d]), int(order[d + 1])) for d in dup), key=lambda p: p[1])
+        rows = sorted({r for p in pairs for r in p})
+        values = self.fetch(rows, self._key) if self.fetch is not None else None
+        for first, row in pairs:
+            if values is None or values[first] == values[row]:
+                self._raise(self._key, values[row] if values else (), row + 1, first + 1)

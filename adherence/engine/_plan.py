@@ -1,18 +1,22 @@
 """Plan a job: shard the input by conversation, streaming, and spill each shard to disk once.
 
-Pass 1 streams only ``conversation_id`` (and the ground truths when the method
-needs the whole job's reference pool) to count each conversation's turns;
-conversations are assigned to shards greedily in order of first appearance
-(a conversation never splits). Pass 2 streams the validated input in record
-batches and appends each row to its shard's Arrow IPC file, with ``_row``,
-its position in the input. The plan is written atomically and reused by a
-resumed job whose input and shard size are unchanged.
+The number of shards is ceil(rows / shard_size) (Parquet metadata gives the
+row count; other formats are counted in a fast raw pass). One validating pass
+then streams the input in record batches and appends each row to the Arrow IPC
+file of shard crc32(conversation_id) mod n_shards, with ``_row``, its position
+in the input: a conversation never splits, memory stays flat whatever the
+input size (no per-conversation table is kept; the duplicate-key check keeps 8
+bytes per row), and the assignment is stable across processes and resumes.
+Ground truths are collected on the way when the method needs the whole job's
+reference pool. The plan is written atomically and reused by a resumed job
+whose input and shard size are unchanged.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import zlib
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Optional
@@ -70,6 +74,19 @@ def _write_json_atomic(path: Path, obj) -> None:
     os.replace(tmp, path)
 
 
+def _count_rows(source, batch_size: int) -> int:
+    """Rows in the input: from Parquet metadata, else a raw (unvalidated) streaming count."""
+    from ..data import detect_format
+    from ..data._io import _check_file, _raw_batches
+
+    path = _check_file(source)
+    if detect_format(path) == "parquet":
+        import pyarrow.dataset as ds
+
+        return int(ds.dataset(str(path), format="parquet").count_rows())
+    return sum(b.num_rows for b in _raw_batches(path, detect_format(path), None, batch_size))
+
+
 def plan_job(source, work_dir: Path, *, shard_size: int, batch_size: int = 65_536,
              collect_references: bool = False) -> Plan:
     """Shard ``source`` into ``work_dir/shards/*.arrow`` (or reuse a matching earlier plan)."""
@@ -84,61 +101,56 @@ def plan_job(source, work_dir: Path, *, shard_size: int, batch_size: int = 65_53
                 and all(Path(s.path).exists() for s in old.shards)
                 and (old.reference_file is not None or not collect_references)):
             return old
-    # Pass 1: conversation sizes in order of first appearance (+ the reference pool if needed).
-    counts: dict[str, int] = {}
-    references: list[str] = []
-    for batch in iter_batches(source, TURNS, batch_size=batch_size):
-        cids = batch.column("conversation_id")
-        uniq, first = np.unique(np.asarray(cids.to_pylist(), dtype=object), return_index=True)
-        vc = pc.value_counts(cids)
-        batch_counts = {v["values"]: v["counts"] for v in vc.to_pylist()}
-        for cid in uniq[np.argsort(first)]:
-            counts[cid] = counts.get(cid, 0) + batch_counts[cid]
-        if collect_references and "ground_truth_assistant" in batch.column_names:
-            references.extend(g for g in batch.column("ground_truth_assistant").to_pylist() if not _blank_text(g))
-    shard_of: dict[str, int] = {}
-    sizes: list[list[int]] = []  # [rows, conversations] per shard
-    for cid, n in counts.items():
-        if not sizes or (sizes[-1][0] + n > shard_size and sizes[-1][0] > 0):
-            sizes.append([0, 0])
-        shard_of[cid] = len(sizes) - 1
-        sizes[-1][0] += n
-        sizes[-1][1] += 1
+    n_rows = _count_rows(source, batch_size)
+    n_shards = max(1, -(-n_rows // shard_size))
     shard_dir = work_dir / "shards"
     shard_dir.mkdir(exist_ok=True)
-    paths = [shard_dir / f"input-{i:05d}.arrow" for i in range(len(sizes))]
+    paths = [shard_dir / f"input-{i:05d}.arrow" for i in range(n_shards)]
     tmp_paths = [p.with_name(f".{p.name}.tmp") for p in paths]
+    rows = np.zeros(n_shards, dtype=np.int64)
+    conv_counts = np.zeros(n_shards, dtype=np.int64)
     writers: dict[int, pa.ipc.RecordBatchStreamWriter] = {}
-    keys = pa.array(list(shard_of.keys()), pa.string())
-    values = np.fromiter(shard_of.values(), dtype=np.int64, count=len(shard_of))
+    references: list[str] = []
     schema: Optional[pa.Schema] = None
     offset = 0
     try:
-        # Pass 2: route every validated row to its shard.
         for batch in iter_batches(source, TURNS, batch_size=batch_size):
             batch = batch.append_column("_row", pa.array(np.arange(offset, offset + batch.num_rows), pa.int64()))
             offset += batch.num_rows
             if schema is None:
                 schema = batch.schema
-            else:
-                batch = batch.cast(schema) if batch.schema != schema else batch
-            shard_ids = values[pc.index_in(batch.column("conversation_id"), value_set=keys).to_numpy()]
+            elif batch.schema != schema:
+                batch = batch.cast(schema)
+            enc = batch.column("conversation_id").combine_chunks().dictionary_encode()
+            shard_of_value = np.array([zlib.crc32(v.encode("utf-8")) % n_shards for v in enc.dictionary.to_pylist()],
+                                      dtype=np.int64)
+            shard_ids = shard_of_value[enc.indices.to_numpy()]
             for sid in np.unique(shard_ids):
                 part = batch.filter(pa.array(shard_ids == sid))
                 w = writers.get(int(sid))
                 if w is None:
                     w = writers[int(sid)] = pa.ipc.new_stream(str(tmp_paths[sid]), schema)
                 w.write_table(part)
+                rows[sid] += part.num_rows
+            if collect_references and "ground_truth_assistant" in batch.column_names:
+                references.extend(g for g in batch.column("ground_truth_assistant").to_pylist() if not _blank_text(g))
     finally:
         for w in writers.values():
             w.close()
-    for tmp, final in zip(tmp_paths, paths):
-        os.replace(tmp, final)
+    for sid in writers:
+        os.replace(tmp_paths[sid], paths[sid])
+    # Conversations per shard, for the plan's record (read back from the spilled shards' id column).
+    for sid in writers:
+        with pa.ipc.open_stream(str(paths[sid])) as reader:
+            ids = reader.read_all().column("conversation_id")
+        conv_counts[sid] = len(pc.unique(ids))
+    shards = [ShardInfo(int(i), str(paths[i]), int(rows[i]), int(conv_counts[i])) for i in sorted(writers)]
+    for i, sh in enumerate(shards):  # dense ids: empty hash buckets leave no shard
+        sh.shard_id = i
     reference_file = None
     if collect_references:
         reference_file = str(work_dir / "references.json")
         _write_json_atomic(Path(reference_file), references)
-    plan = Plan(str(source), fingerprint, shard_size, offset,
-                [ShardInfo(i, str(p), r, c) for i, (p, (r, c)) in enumerate(zip(paths, sizes))], reference_file)
+    plan = Plan(str(source), fingerprint, shard_size, offset, shards, reference_file)
     _write_json_atomic(plan_path, plan.to_json())
     return plan

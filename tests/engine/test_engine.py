@@ -105,5 +105,6 @@ def test_configuration_errors_stop_the_job(tmp_path):
 def test_run_metadata_names_the_engine(tmp_path):
     res = Engine(method="kl", shard_size=10, progress=False, n_bootstrap=0).run(example_path("role"), tmp_path / "o.parquet")
     meta = json.loads((tmp_path / "o.parquet.meta.json").read_text())
-    assert meta["engine"]["executor"] == "local" and meta["engine"]["shards"] == res.summary["shards"] == 3
+    assert meta["engine"]["executor"] == "local" and meta["engine"]["shards"] == res.summary["shards"]
+    assert 1 < res.summary["shards"] <= 3  # ceil(28 / 10) hash buckets, empty ones dropped
     assert meta["summary"]["turns"] == 28 and meta["seed"] == 42
