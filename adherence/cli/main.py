@@ -13,6 +13,7 @@ from .._version import __version__
 COMMANDS = {
     "score": ("adherence.cli.score:ScoreCommand", "score assistant turns for role adherence"),
     "evaluate": ("adherence.cli.evaluate:EvaluateCommand", "how well a score column separates labels"),
+    "audit": ("adherence.cli.audit:AuditCommand", "instruction-adherence audits with judge stability"),
     "bench": ("adherence.cli.bench:BenchCommand", "benchmarks and paper reproductions"),
 }
 

@@ -1,0 +1,116 @@
+"""Run an audit: code checks and k independent judge runs per artifact -> a judgments table."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Optional
+
+import pyarrow as pa
+
+from ..data import ARTIFACTS, JUDGMENTS, read_table
+from ._checks import run_check
+from ._judge import audit_request, parse_audit_answer
+from ._rubric import Rubric
+
+__all__ = ["AuditConfig", "run_audit", "artifact_variables"]
+
+
+@dataclass
+class AuditConfig:
+    """Options of the repeated judging.
+
+    Attributes:
+        runs: independent judge runs per artifact (k).
+        temperature: sampling temperature of each run (0 = greedy: identical runs).
+        seed: run r samples with seed + r.
+        max_tokens: answer budget per artifact.
+        cache: SQLite judge-call cache (keyed by model, prompt, sampling params and run index).
+    """
+
+    runs: int = 5
+    temperature: float = 0.7
+    seed: int = 0
+    max_tokens: int = 384
+    cache: Optional[str] = None
+
+    def __post_init__(self) -> None:
+        if self.runs < 1:
+            raise ValueError(f"`runs` must be >= 1, got {self.runs}")
+        if self.temperature < 0:
+            raise ValueError(f"`temperature` must be >= 0, got {self.temperature}")
+
+
+def artifact_variables(row: dict) -> dict:
+    """An artifact's input variables: its extra columns, plus the keys of an ``inputs`` JSON object."""
+    skip = set(ARTIFACTS.names) | {"inputs"}
+    out = {k: v for k, v in row.items() if k not in skip and v is not None}
+    raw = row.get("inputs")
+    if isinstance(raw, str) and raw.strip():
+        try:
+            parsed = json.loads(raw)
+        except json.JSONDecodeError:
+            parsed = None
+        if isinstance(parsed, dict):
+            out.update(parsed)
+    elif isinstance(raw, dict):
+        out.update(raw)
+    for k, v in list(out.items()):  # list variables may arrive as JSON text from CSV
+        if isinstance(v, str) and v.startswith("["):
+            try:
+                out[k] = json.loads(v)
+            except json.JSONDecodeError:
+                pass
+    return out
+
+
+def run_audit(rubric: Rubric, artifacts, backend, *, config: Optional[AuditConfig] = None,
+              judge_name: Optional[str] = None) -> pa.Table:
+    """Judgments for every (artifact, run, question): code checks answered by code, the rest by the judge.
+
+    A question the judge did not answer parseably has ``answer=null`` (unscored), never "No".
+    """
+    from ..judges import JudgeCache, JudgeOutput
+
+    config = config or AuditConfig()
+    table = read_table(artifacts, ARTIFACTS) if not isinstance(artifacts, pa.Table) else read_table(artifacts, ARTIFACTS)
+    rows = table.to_pylist()
+    judge = judge_name or backend.model_id
+    code_items = [i for i in rubric.items if i.by_code]
+    judge_items = [i for i in rubric.items if not i.by_code]
+    cache = JudgeCache(config.cache) if config.cache else None
+    out = []
+    for row in rows:
+        variables = artifact_variables(row)
+        code = {i.question_id: run_check(i.check, row["output"], variables) for i in code_items}
+        for run in range(config.runs):
+            for i in code_items:
+                answer, evidence = code[i.question_id]
+                out.append(dict(artifact_id=row["artifact_id"], generator=row["generator"], judge=judge, run=run,
+                                question_id=i.question_id, answer=answer, justification=evidence, source="code"))
+    if judge_items:
+        requests = [audit_request(r["filled_prompt"], r["output"], judge_items, group=f"{r['artifact_id']}|{r['generator']}")
+                    for r in rows]
+        for run in range(config.runs):
+            params = {"kind": "audit", "max_tokens": config.max_tokens, "temperature": config.temperature,
+                      "seed": config.seed + run}
+            keys = [r.cache_key(backend.model_id, params, run) for r in requests]
+            found = cache.get_many(keys) if cache is not None else {}
+            todo = [k for k, key in enumerate(keys) if key not in found]
+            answers = {k: JudgeOutput.from_json(found[key]) for k, key in enumerate(keys) if key in found}
+            if todo:
+                fresh = backend.generate([requests[k] for k in todo], max_tokens=config.max_tokens,
+                                         temperature=config.temperature, seed=config.seed + run)
+                answers.update(zip(todo, fresh))
+                if cache is not None:
+                    cache.put_many({keys[k]: o.to_json() for k, o in zip(todo, fresh) if o.error is None})
+            for k, row in enumerate(rows):
+                o = answers[k]
+                parsed = parse_audit_answer(o.text if o.error is None else None, judge_items)
+                for i in judge_items:
+                    answer, why = parsed[i.question_id]
+                    if o.error:
+                        why = f"judge call failed: {o.error}"
+                    out.append(dict(artifact_id=row["artifact_id"], generator=row["generator"], judge=judge, run=run,
+                                    question_id=i.question_id, answer=answer, justification=why, source="judge"))
+    return read_table(pa.Table.from_pylist(out), JUDGMENTS)

@@ -1,0 +1,85 @@
+import json
+
+import pytest
+
+from adherence.audit import AuditConfig, load_rubric, parse_audit_answer, repair_json, run_audit
+from adherence.audit._rubric import Rubric, RubricItem, draft_rubric
+from adherence.cli.main import main
+from adherence.data import DataError, example_path
+
+AUDIT = example_path("role").parent / "audit"
+
+
+@pytest.fixture(scope="module")
+def rubric():
+    return load_rubric(AUDIT / "rubric.yaml")
+
+
+def test_bundled_rubric_and_validation_errors(rubric, tmp_path):
+    assert len(rubric.items) == 11 and sum(i.by_code for i in rubric.items) == 8
+    assert rubric.ignored[0]["reason"].startswith("conditional")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("questions:\n  - id: q1\n    question: Is it JSON?\n    category: Format Adherence\n    kind: objective\n"
+                   "    check: {type: regex}\n")
+    with pytest.raises(DataError, match="question 'q1': unknown check type 'regex'") as err:
+        load_rubric(bad)
+    assert err.value.row == 1 and err.value.column == "check"
+    bad.write_text("questions:\n  - {id: q1, question: x, category: c, kind: maybe}\n")
+    with pytest.raises(DataError, match="objective or subjective"):
+        load_rubric(bad)
+    path = rubric.save(tmp_path / "copy.json")
+    assert [i.question_id for i in load_rubric(path).items] == [i.question_id for i in rubric.items]
+
+
+def test_repair_and_parse_answers(rubric):
+    items = [i for i in rubric.items if not i.by_code]
+    text = ("Sure! ```json\n{'Style Adherence': [{'question': 'Is the tone professional and encouraging?', "
+            "'justification': 'It praises the work.', 'answer': 'YES'},\n {\"question\": \"Is the summary written in the "
+            "third person\", \"justification\": \"uses she\", \"answer\": \"no.\"},],}\n```")
+    assert repair_json(text) is not None
+    got = parse_audit_answer(text, items)
+    assert got["style_tone"] == ("Yes", "It praises the work.")
+    assert got["style_third"] == ("No", "uses she")  # close match without the question mark
+    assert got["growth_specific"] == (None, None)  # missing -> unscored, never "No"
+    assert all(v == (None, None) for v in parse_audit_answer("I cannot answer.", items).values())
+
+
+def test_run_audit_with_a_judge(rubric, tiny_judge, tmp_path):
+    cfg = AuditConfig(runs=2, temperature=0.0, max_tokens=24, cache=str(tmp_path / "c.sqlite"))
+    j = run_audit(rubric, AUDIT / "artifacts.jsonl", tiny_judge, config=cfg)
+    assert j.num_rows == 12 * 2 * 11
+    rows = j.to_pylist()
+    code = [r for r in rows if r["source"] == "code"]
+    judged = [r for r in rows if r["source"] == "judge"]
+    assert len(code) == 12 * 2 * 8 and len(judged) == 12 * 2 * 3
+    assert all(r["answer"] in ("Yes", "No") and r["justification"] for r in code)
+    assert all(r["answer"] in ("Yes", "No", None) for r in judged)
+    # the random tiny judge writes no parseable answers: unscored, never "No"
+    assert all(r["answer"] is None for r in judged)
+    first = {(r["artifact_id"], r["generator"], r["question_id"]): r["answer"] for r in code if r["run"] == 0}
+    assert first[("review-01", "gen-a", "fmt_json")] == "Yes" and first[("review-01", "gen-b", "fmt_fences")] == "No"
+    before = tiny_judge.stats["prompt_tokens"]
+    again = run_audit(rubric, AUDIT / "artifacts.jsonl", tiny_judge, config=cfg)
+    assert again.equals(j) and tiny_judge.stats["prompt_tokens"] == before  # every call came from the cache
+
+
+def test_draft_rubric_runs_two_passes(tiny_judge):
+    rubric, raw = draft_rubric((AUDIT / "system_prompt.txt").read_text(), tiny_judge, max_tokens=16)
+    assert [r["kind"] for r in raw] == ["objective", "subjective"]
+    assert isinstance(rubric, Rubric) and all(isinstance(i, RubricItem) for i in rubric.items)
+
+
+def test_cli_audit_run_and_report(tmp_path, tiny_llama_dir, capsys):
+    out = tmp_path / "audit"
+    assert main(["audit", "run", "--rubric", str(AUDIT / "rubric.yaml"), "--artifacts", str(AUDIT / "artifacts.jsonl"),
+                 "--judge-model", str(tiny_llama_dir), "--device", "cpu", "--runs", "3", "--ks", "2,3",
+                 "--max-tokens", "8", "-o", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "pooled stability" in text and "fmt_json" in text
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["ks"] == [2, 3] and metrics["questions"]["fmt_json"]["k=3"]["r_stab"] == 1.0
+    assert metrics["questions"]["fmt_json"]["source"] == "code"
+    assert main(["audit", "report", str(out)]) == 0
+    page = (out / "report.html").read_text()
+    assert page.count("<svg") == 2 and "Verdict vs reasoning stability" in page
+    assert main(["audit", "report", str(tmp_path / "nothing")]) == 2
