@@ -8,7 +8,8 @@ question and artifact: the k justifications are fingerprinted (numeric: the
 primary integer; quote: the quoted substrings; assertion: the words without
 stop words and punctuation), embedded with a sentence encoder and clustered by
 DBSCAN on cosine distance (eps 0.05, min_samples 1, so a lone point is its own
-cluster); R_stab is the dominant cluster's share. Results are stratified by
+cluster); R_stab is the dominant cluster's share, over (question, artifact)
+pairs with at least two justifications. Results are stratified by
 judge x generator and macro-averaged over strata.
 """
 
@@ -164,7 +165,7 @@ def stability_tables(judgments: pa.Table, encoder, *, ks: Optional[Sequence[int]
                 shares = []
                 for art in artifacts:
                     pts = [vec[it["fp"]] for it in items if it["artifact"] == art and it["fp"] is not None]
-                    if len(pts) >= 1:
+                    if len(pts) >= 2:  # one justification is trivially "stable": it says nothing
                         shares.append(dominant_share(dbscan_cosine(np.stack(pts), eps)))
                 entry["r_stab"] = float(np.mean(shares)) if shares else None
                 per_stratum.append(entry)
