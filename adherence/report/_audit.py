@@ -24,21 +24,33 @@ def audit_question_rows(metrics: dict, k: str) -> list:
 
 def _scatter(metrics: dict, k: str) -> str:
     plt = pyplot()
-    fig, ax = plt.subplots(figsize=(6, 4.6))
+    fig, ax = plt.subplots(figsize=(6.4, 4.8))
+    groups: dict = {}
     for q, m in metrics["questions"].items():
         e = m.get(k, {})
         x, y = e.get("percent_agreement"), e.get("r_stab")
         if x is None or y is None:
             continue
-        color = "#2a9d55" if m["source"] == "code" else "#1f5fa8"
-        ax.scatter([x], [y], color=color, s=40)
-        ax.annotate(q, (x, y), fontsize=7, xytext=(3, 3), textcoords="offset points")
+        groups.setdefault((round(x, 3), round(y, 3), m["source"]), []).append(q)
+    for source, color in (("code", "#2a9d55"), ("judge", "#1f5fa8")):
+        pts = [(x, y, len(qs)) for (x, y, s), qs in groups.items() if s == source]
+        if pts:
+            ax.scatter([p[0] for p in pts], [p[1] for p in pts], s=[30 + 12 * p[2] for p in pts], color=color,
+                       alpha=0.8, label=f"answered by {source}")
+    for (x, y, source), qs in groups.items():
+        label = ", ".join(qs) if len(qs) <= 2 else f"{len(qs)} questions ({qs[0]}, ...)"
+        ax.annotate(label, (x, y), fontsize=7, xytext=(-4, -12 if source == "code" else 6), textcoords="offset points",
+                    ha="right")
     ax.plot([0, 1], [0, 1], ls="--", color="#bbb", lw=1)
     ax.set_xlabel("verdict stability (percent agreement)")
     ax.set_ylabel("reasoning stability (R_stab)")
     ax.set_xlim(-0.02, 1.05)
-    ax.set_ylim(-0.02, 1.05)
-    ax.set_title(f"Verdict vs reasoning stability ({k}); green = code, blue = judge")
+    ax.set_ylim(-0.02, 1.08)
+    ax.set_title(f"Verdict vs reasoning stability per question ({k})")
+    if groups:
+        ax.legend(loc="lower left", fontsize=8)
+    else:
+        ax.text(0.5, 0.5, "no question has both measures", ha="center", va="center")
     return figure_svg(fig)
 
 
@@ -52,7 +64,7 @@ def _volatility(metrics: dict) -> str:
     x = np.arange(len(arts))
     ax.bar(x, means, color="#9ecae1", label="mean adherence score S_i")
     ax.errorbar(x, means, yerr=stds, fmt="none", ecolor="#c0392b", capsize=3, label="std over runs")
-    ax.set_xticks(x, labels=labels, fontsize=7)
+    ax.set_xticks(x, labels=labels, fontsize=7, rotation=45, ha="right")
     ax.set_ylim(0, 1.05)
     ax.set_ylabel("yes / answered")
     ax.set_title("Adherence score and its volatility per artifact")
