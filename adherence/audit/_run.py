@@ -73,7 +73,7 @@ def run_audit(rubric: Rubric, artifacts, backend, *, config: Optional[AuditConfi
     from ..judges import JudgeCache, JudgeOutput
 
     config = config or AuditConfig()
-    table = read_table(artifacts, ARTIFACTS) if not isinstance(artifacts, pa.Table) else read_table(artifacts, ARTIFACTS)
+    table = read_table(artifacts, ARTIFACTS)
     rows = table.to_pylist()
     judge = judge_name or backend.model_id
     code_items = [i for i in rubric.items if i.by_code]
