@@ -70,7 +70,8 @@ def run_audit(rubric: Rubric, artifacts, backend, *, config: Optional[AuditConfi
 
     A question the judge did not answer parseably has ``answer=null`` (unscored), never "No".
     """
-    from ..judges import JudgeCache, JudgeOutput
+    from ..judges import JudgeCache
+    from ..judges._judge import cached_calls
 
     config = config or AuditConfig()
     table = read_table(artifacts, ARTIFACTS)
@@ -92,18 +93,8 @@ def run_audit(rubric: Rubric, artifacts, backend, *, config: Optional[AuditConfi
         requests = [audit_request(r["filled_prompt"], r["output"], judge_items, group=f"{r['artifact_id']}|{r['generator']}")
                     for r in rows]
         for run in range(config.runs):
-            params = {"kind": "audit", "max_tokens": config.max_tokens, "temperature": config.temperature,
-                      "seed": config.seed + run}
-            keys = [r.cache_key(backend.model_id, params, run) for r in requests]
-            found = cache.get_many(keys) if cache is not None else {}
-            todo = [k for k, key in enumerate(keys) if key not in found]
-            answers = {k: JudgeOutput.from_json(found[key]) for k, key in enumerate(keys) if key in found}
-            if todo:
-                fresh = backend.generate([requests[k] for k in todo], max_tokens=config.max_tokens,
-                                         temperature=config.temperature, seed=config.seed + run)
-                answers.update(zip(todo, fresh))
-                if cache is not None:
-                    cache.put_many({keys[k]: o.to_json() for k, o in zip(todo, fresh) if o.error is None})
+            answers = cached_calls(backend, cache, "audit", requests, repeat=run, max_tokens=config.max_tokens,
+                                   temperature=config.temperature, seed=config.seed + run)
             for k, row in enumerate(rows):
                 o = answers[k]
                 parsed = parse_audit_answer(o.text if o.error is None else None, judge_items)

@@ -15,7 +15,7 @@ from ._cache import JudgeCache
 from ._parse import p_yes_from_logprobs, parse_turn_verdicts, parse_yes_no
 from ._prompts import REASON_INSTRUCTION, JudgeRequest, conversation_request, turn_requests
 
-__all__ = ["JudgeConfig", "RoleJudge", "SMOKE_TEST_WARNING"]
+__all__ = ["JudgeConfig", "RoleJudge", "SMOKE_TEST_WARNING", "cached_calls"]
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +74,36 @@ class JudgeConfig:
             raise ValueError(f"`temperature` must be >= 0, got {self.temperature}")
 
 
+def cached_calls(backend: JudgeBackend, cache: Optional[JudgeCache], kind: str, requests: list[JudgeRequest], *,
+                 repeat: int = 0, **params) -> list[JudgeOutput]:
+    """Backend calls through the judge-call cache.
+
+    ``kind="logprobs"`` asks for first-token log-probabilities (``top_k``); any
+    other kind generates text (``max_tokens``, ``temperature``, ``seed``). The key
+    is model id + messages + ``{"kind": kind, **params}`` + ``repeat``. Failed calls
+    are not cached, so a re-run retries them.
+    """
+    if not requests:
+        return []
+    key_params = {"kind": kind, **params}
+    keys = [r.cache_key(backend.model_id, key_params, repeat) for r in requests]
+    found = cache.get_many(keys) if cache is not None else {}
+    outputs = [JudgeOutput.from_json(found[k]) if k in found else None for k in keys]
+    todo = [i for i, k in enumerate(keys) if k not in found]
+    if todo:
+        batch = [requests[i] for i in todo]
+        if kind == "logprobs":
+            fresh = backend.first_token_logprobs(batch, top_k=params["top_k"])
+        else:
+            fresh = backend.generate(batch, max_tokens=params["max_tokens"], temperature=params["temperature"],
+                                     seed=params.get("seed"))
+        for i, out in zip(todo, fresh):
+            outputs[i] = out
+        if cache is not None:
+            cache.put_many({keys[i]: o.to_json() for i, o in zip(todo, fresh) if o.error is None})
+    return outputs
+
+
 class RoleJudge:
     """Score turns with an LLM judge; every row gets a status."""
 
@@ -91,29 +121,7 @@ class RoleJudge:
     # ----------------------------------------------------------------- cached calls
 
     def _call(self, kind: str, requests: list[JudgeRequest], **params) -> list[JudgeOutput]:
-        if not requests:
-            return []
-        key_params = {"kind": kind, **params}
-        keys = [r.cache_key(self.backend.model_id, key_params, self.config.repeat) for r in requests]
-        found = self.cache.get_many(keys) if self.cache is not None else {}
-        todo = [i for i, k in enumerate(keys) if k not in found]
-        outputs: list = [None] * len(requests)
-        for i, k in enumerate(keys):
-            if k in found:
-                outputs[i] = JudgeOutput.from_json(found[k])
-        if todo:
-            batch = [requests[i] for i in todo]
-            if kind == "logprobs":
-                fresh = self.backend.first_token_logprobs(batch, top_k=params["top_k"])
-            else:
-                fresh = self.backend.generate(batch, max_tokens=params["max_tokens"], temperature=params["temperature"],
-                                              seed=params.get("seed"))
-            for i, out in zip(todo, fresh):
-                outputs[i] = out
-            if self.cache is not None:
-                # Failed calls are not cached, so a re-run retries them.
-                self.cache.put_many({keys[i]: o.to_json() for i, o in zip(todo, fresh) if o.error is None})
-        return outputs
+        return cached_calls(self.backend, self.cache, kind, requests, repeat=self.config.repeat, **params)
 
     # ----------------------------------------------------------------- scoring
 
