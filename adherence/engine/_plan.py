@@ -23,7 +23,6 @@ from typing import Optional
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from ..data import TURNS, iter_batches
 from ..data._readers import _blank_text
@@ -36,7 +35,6 @@ class ShardInfo:
     shard_id: int
     path: str
     rows: int
-    conversations: int
 
 
 @dataclass
@@ -108,7 +106,6 @@ def plan_job(source, work_dir: Path, *, shard_size: int, batch_size: int = 65_53
     paths = [shard_dir / f"input-{i:05d}.arrow" for i in range(n_shards)]
     tmp_paths = [p.with_name(f".{p.name}.tmp") for p in paths]
     rows = np.zeros(n_shards, dtype=np.int64)
-    conv_counts = np.zeros(n_shards, dtype=np.int64)
     writers: dict[int, pa.ipc.RecordBatchStreamWriter] = {}
     references: list[str] = []
     schema: Optional[pa.Schema] = None
@@ -139,12 +136,7 @@ def plan_job(source, work_dir: Path, *, shard_size: int, batch_size: int = 65_53
             w.close()
     for sid in writers:
         os.replace(tmp_paths[sid], paths[sid])
-    # Conversations per shard, for the plan's record (read back from the spilled shards' id column).
-    for sid in writers:
-        with pa.ipc.open_stream(str(paths[sid])) as reader:
-            ids = reader.read_all().column("conversation_id")
-        conv_counts[sid] = len(pc.unique(ids))
-    shards = [ShardInfo(int(i), str(paths[i]), int(rows[i]), int(conv_counts[i])) for i in sorted(writers)]
+    shards = [ShardInfo(int(i), str(paths[i]), int(rows[i])) for i in sorted(writers)]
     for i, sh in enumerate(shards):  # dense ids: empty hash buckets leave no shard
         sh.shard_id = i
     reference_file = None
