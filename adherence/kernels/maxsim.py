@@ -1,0 +1,247 @@
+"""Exact late-interaction MaxSim over token embeddings stored contiguously with offsets.
+
+For a query ``q`` (tokens ``Q[q_off[q]:q_off[q+1]]``) and a document ``d`` (tokens
+``D[d_off[d]:d_off[d+1]]``)::
+
+    maxsim(q, d) = sum_i max_j <Q_i, D_j>
+
+An empty document or query scores 0. Three implementations share that definition:
+
+* :func:`maxsim_reference` — a loop over pairs, the plain definition (tests);
+* :func:`maxsim_torch` — padded batched matmuls in float32, the CPU path, for a list
+  of ``(query, document)`` pairs or (``pairs=None``) the full query x document matrix;
+* :func:`maxsim_triton` — one Triton program per pair: tiles of query tokens x document
+  tokens through ``tl.dot`` with a running max, so a document is read once per pair and
+  no padded copy is ever made. CUDA tensors use it by default.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Optional
+
+import torch
+
+from .._optional import is_available
+
+__all__ = ["maxsim", "maxsim_reference", "maxsim_torch", "maxsim_triton"]
+
+
+def _check(q_emb, q_off, d_emb, d_off, q_idx=None, d_idx=None):
+    if q_emb.dim() != 2 or d_emb.dim() != 2:
+        raise ValueError(f"token embeddings must be [n_tokens, dim]; got {tuple(q_emb.shape)} and {tuple(d_emb.shape)}")
+    if q_emb.shape[1] != d_emb.shape[1]:
+        raise ValueError(f"query dim {q_emb.shape[1]} != document dim {d_emb.shape[1]}")
+    for name, off, emb in (("q_off", q_off, q_emb), ("d_off", d_off, d_emb)):
+        if off.dim() != 1 or off.numel() < 1:
+            raise ValueError(f"`{name}` must be 1-D with n+1 entries")
+        if int(off[0]) != 0 or int(off[-1]) != emb.shape[0] or bool((off[1:] < off[:-1]).any()):
+            raise ValueError(f"`{name}` must rise from 0 to the number of tokens ({emb.shape[0]})")
+    if (q_idx is None) != (d_idx is None):
+        raise ValueError("pass both `q_idx` and `d_idx`, or neither")
+    if q_idx is not None:
+        if q_idx.shape != d_idx.shape or q_idx.dim() != 1:
+            raise ValueError("`q_idx` and `d_idx` must be 1-D of the same length")
+        nq, nd = q_off.numel() - 1, d_off.numel() - 1
+        if q_idx.numel() and (int(q_idx.min()) < 0 or int(q_idx.max()) >= nq):
+            raise ValueError(f"`q_idx` out of range [0, {nq})")
+        if d_idx.numel() and (int(d_idx.min()) < 0 or int(d_idx.max()) >= nd):
+            raise ValueError(f"`d_idx` out of range [0, {nd})")
+
+
+def maxsim_reference(q_emb, q_off, d_emb, d_off, q_idx, d_idx) -> torch.Tensor:
+    """The definition, one pair at a time (float32). Returns ``[n_pairs]``."""
+    _check(q_emb, q_off, d_emb, d_off, q_idx, d_idx)
+    out = torch.zeros(q_idx.numel(), dtype=torch.float32)
+    for p, (qi, di) in enumerate(zip(q_idx.tolist(), d_idx.tolist())):
+        q = q_emb[int(q_off[qi]) : int(q_off[qi + 1])].float()
+        d = d_emb[int(d_off[di]) : int(d_off[di + 1])].float()
+        if len(q) and len(d):
+            out[p] = (q @ d.T).max(dim=1).values.sum()
+    return out
+
+
+def _padded(emb, off, idx, length):
+    """Gather items ``idx`` into ``[len(idx), length, dim]`` float32 with a validity mask."""
+    starts, ends = off[idx], off[idx + 1]
+    lens = ends - starts
+    pos = torch.arange(length, device=emb.device)
+    valid = pos[None, :] < lens[:, None]
+    rows = (starts[:, None] + pos[None, :]).clamp(max=max(emb.shape[0] - 1, 0))
+    if emb.shape[0] == 0:
+        return torch.zeros(len(idx), length, emb.shape[1], device=emb.device), valid
+    x = emb[rows].float()
+    return x * valid[..., None], valid
+
+
+def maxsim_torch(q_emb, q_off, d_emb, d_off, q_idx=None, d_idx=None, *, budget: int = 1 << 26) -> torch.Tensor:
+    """MaxSim with padded float32 matmuls.
+
+    Args:
+        q_emb, q_off: query token embeddings ``[Nq_tokens, dim]`` and offsets ``[nq + 1]``.
+        d_emb, d_off: document token embeddings ``[Nd_tokens, dim]`` and offsets ``[nd + 1]``.
+        q_idx, d_idx: pairs to score (``[P]`` each); ``None`` scores every query against every document.
+        budget: float32 elements of the largest similarity block held at once (memory bound).
+
+    Returns:
+        ``[P]`` for pairs, ``[nq, nd]`` for the full matrix.
+    """
+    _check(q_emb, q_off, d_emb, d_off, q_idx, d_idx)
+    dev = q_emb.device
+    q_off, d_off = q_off.to(dev, torch.int64), d_off.to(dev, torch.int64)
+    q_len, d_len = q_off[1:] - q_off[:-1], d_off[1:] - d_off[:-1]
+    if q_idx is not None:
+        q_idx, d_idx = q_idx.to(dev, torch.int64), d_idx.to(dev, torch.int64)
+        out = torch.zeros(q_idx.numel(), dtype=torch.float32, device=dev)
+        # Pairs sorted by document length so each chunk pads to similar lengths.
+        # Pairs sorted by document length so each chunk pads to similar lengths.
+        order = torch.argsort(d_len[d_idx], stable=True)
+        lq = max(int(q_len[q_idx].max()), 1) if q_idx.numel() else 1
+        sorted_ld = d_len[d_idx[order]]
+        s = 0
+        while s < order.numel():
+            step = max(1, budget // (lq * max(int(sorted_ld[s]), 1)))
+            while step > 1 and lq * max(int(sorted_ld[min(s + step, order.numel()) - 1]), 1) * step > budget:
+                step //= 2
+            sel = order[s : s + step]
+            qi, di = q_idx[sel], d_idx[sel]
+            ld = max(int(sorted_ld[min(s + step, order.numel()) - 1]), 1)
+            q, qm = _padded(q_emb, q_off, qi, max(int(q_len[qi].max()), 1))
+            d, dm = _padded(d_emb, d_off, di, ld)
+            sim = torch.bmm(q, d.transpose(1, 2)).masked_fill(~dm[:, None, :], float("-inf"))
+            best = sim.max(dim=2).values
+            best = torch.where(qm & dm.any(dim=1, keepdim=True), best, torch.zeros_like(best))
+            out[sel] = best.sum(dim=1)
+            s += step
+        return out
+    nq, nd = q_len.numel(), d_len.numel()
+    out = torch.zeros(nq, nd, dtype=torch.float32, device=dev)
+    if nq == 0 or nd == 0:
+        return out
+    q_order = torch.argsort(q_len, stable=True)
+    d_order = torch.argsort(d_len, stable=True)
+    q_step = max(1, min(nq, 64))
+    for qs in range(0, nq, q_step):
+        qi = q_order[qs : qs + q_step]
+        lq = max(int(q_len[qi].max()), 1)
+        q, qm = _padded(q_emb, q_off, qi, lq)
+        qflat = q.reshape(-1, q.shape[-1])
+        ds = 0
+        while ds < nd:
+            ld_guess = max(int(d_len[d_order[min(nd - 1, ds + 1)]]), 1)
+            d_step = max(1, budget // max(1, len(qi) * lq * ld_guess))
+            # The longest document of this chunk sets the padding; shrink until it fits.
+            while True:
+                di = d_order[ds : ds + d_step]
+                ld = max(int(d_len[di].max()), 1)
+                if d_step == 1 or len(qi) * lq * len(di) * ld <= budget:
+                    break
+                d_step = max(1, d_step // 2)
+            d, dm = _padded(d_emb, d_off, di, ld)
+            sim = (qflat @ d.reshape(-1, d.shape[-1]).T).view(len(qi), lq, len(di), ld)
+            sim = sim.masked_fill(~dm[None, None, :, :], float("-inf"))
+            best = sim.max(dim=3).values  # [q, lq, d]
+            best = torch.where(qm[:, :, None] & dm.any(dim=1)[None, None, :], best, torch.zeros_like(best))
+            out[qi[:, None], di[None, :]] = best.sum(dim=1)
+            ds += len(di)
+    return out
+
+
+_KERNEL = None
+
+
+def _build_kernel():
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def _maxsim_kernel(
+        Q, stride_q, D, stride_d, q_off, d_off, q_idx, d_idx, out, dim,
+        BLOCK_Q: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, UPCAST: tl.constexpr,
+    ):
+        p = tl.program_id(0)
+        qi = tl.load(q_idx + p)
+        di = tl.load(d_idx + p)
+        qa = tl.load(q_off + qi)
+        qb = tl.load(q_off + qi + 1)
+        da = tl.load(d_off + di)
+        db = tl.load(d_off + di + 1)
+        total = tl.zeros([BLOCK_Q], dtype=tl.float32)
+        for q0 in range(qa, qb, BLOCK_Q):
+            rq = q0 + tl.arange(0, BLOCK_Q)
+            mq = rq < qb
+            best = tl.full([BLOCK_Q], float("-inf"), dtype=tl.float32)
+            for t0 in range(da, db, BLOCK_T):
+                rt = t0 + tl.arange(0, BLOCK_T)
+                mt = rt < db
+                acc = tl.zeros([BLOCK_Q, BLOCK_T], dtype=tl.float32)
+                for k0 in range(0, dim, BLOCK_K):
+                    rk = k0 + tl.arange(0, BLOCK_K)
+                    mk = rk < dim
+                    q = tl.load(Q + rq[:, None] * stride_q + rk[None, :], mask=mq[:, None] & mk[None, :], other=0.0)
+                    d = tl.load(D + rt[None, :] * stride_d + rk[:, None], mask=mt[None, :] & mk[:, None], other=0.0)
+                    if UPCAST:
+                        q = q.to(tl.float32)
+                        d = d.to(tl.float32)
+                    acc += tl.dot(q, d, input_precision="ieee", out_dtype=tl.float32)
+                acc = tl.where(mt[None, :], acc, float("-inf"))
+                best = tl.maximum(best, tl.max(acc, axis=1))
+            total += tl.where(mq & (db > da), best, 0.0)
+        tl.store(out + p, tl.sum(total, axis=0))
+
+    return _maxsim_kernel
+
+
+def maxsim_triton(q_emb, q_off, d_emb, d_off, q_idx=None, d_idx=None, *, block_q: int = 32, block_t: int = 64,
+                  block_k: int = 64) -> torch.Tensor:
+    """The Triton kernel (CUDA tensors, or any device under ``TRITON_INTERPRET=1``).
+
+    Embeddings are read in their own dtype (fp16/bf16 through tensor cores) and
+    accumulated in float32. Returns ``[P]`` for pairs, ``[nq, nd]`` for the full matrix.
+    """
+    global _KERNEL
+    _check(q_emb, q_off, d_emb, d_off, q_idx, d_idx)
+    dev = q_emb.device
+    full = q_idx is None
+    nq, nd = q_off.numel() - 1, d_off.numel() - 1
+    if full:
+        q_idx = torch.arange(nq, device=dev).repeat_interleave(nd)
+        d_idx = torch.arange(nd, device=dev).repeat(nq)
+    if d_emb.dtype != q_emb.dtype:
+        d_emb = d_emb.to(q_emb.dtype)
+    q_emb, d_emb = q_emb.contiguous(), d_emb.contiguous()
+    out = torch.zeros(q_idx.numel(), dtype=torch.float32, device=dev)
+    if out.numel():
+        if _KERNEL is None:
+            _KERNEL = _build_kernel()
+        _KERNEL[(q_idx.numel(),)](
+            q_emb, q_emb.stride(0), d_emb, d_emb.stride(0),
+            q_off.to(dev, torch.int64).contiguous(), d_off.to(dev, torch.int64).contiguous(),
+            q_idx.to(dev, torch.int64).contiguous(), d_idx.to(dev, torch.int64).contiguous(),
+            out, q_emb.shape[1],
+            BLOCK_Q=block_q, BLOCK_T=block_t, BLOCK_K=block_k,
+            # The interpreter's dot (numpy) has no bfloat16: upcast there; GPUs use tensor cores.
+            UPCAST=os.environ.get("TRITON_INTERPRET") == "1" and q_emb.dtype == torch.bfloat16,
+        )
+    return out.view(nq, nd) if full else out
+
+
+def maxsim(q_emb, q_off, d_emb, d_off, q_idx: Optional[torch.Tensor] = None, d_idx: Optional[torch.Tensor] = None,
+           *, backend: str = "auto") -> torch.Tensor:
+    """Exact MaxSim scores (float32) for pairs ``(q_idx[p], d_idx[p])``, or the full matrix.
+
+    Args:
+        backend: ``"auto"`` (Triton for CUDA tensors when installed, torch otherwise),
+            ``"triton"`` or ``"torch"``.
+
+    Example:
+        >>> q = torch.tensor([[1.0, 0.0], [0.0, 1.0]]); q_off = torch.tensor([0, 2])
+        >>> d = torch.tensor([[1.0, 0.0], [0.5, 0.5], [0.0, 0.9]]); d_off = torch.tensor([0, 1, 3])
+        >>> maxsim(q, q_off, d, d_off)  # doc 0: 1 + 0; doc 1: 0.5 + 0.9
+        tensor([[1.0000, 1.4000]])
+    """
+    if backend not in ("auto", "triton", "torch"):
+        raise ValueError(f"`backend` must be 'auto', 'triton' or 'torch', got {backend!r}")
+    use_triton = backend == "triton" or (backend == "auto" and q_emb.is_cuda and is_available("triton"))
+    fn = maxsim_triton if use_triton else maxsim_torch
+    return fn(q_emb, q_off, d_emb, d_off, q_idx, d_idx)
