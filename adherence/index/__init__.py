@@ -1,6 +1,6 @@
 """Late-interaction index: contiguous fp16 token embeddings, exact MaxSim, FAISS candidate generation."""
 
-from ._encoder import LateInteractionEncoder, TokenBatch
+from ._encoder import LateInteractionEncoder, TokenBatch, token_windows
 from ._index import LateInteractionIndex, SearchResult
 
-__all__ = ["LateInteractionEncoder", "LateInteractionIndex", "SearchResult", "TokenBatch"]
+__all__ = ["LateInteractionEncoder", "LateInteractionIndex", "SearchResult", "TokenBatch", "token_windows"]

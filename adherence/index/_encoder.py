@@ -16,7 +16,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-__all__ = ["LateInteractionEncoder", "TokenBatch"]
+__all__ = ["LateInteractionEncoder", "TokenBatch", "token_windows"]
 
 
 class TokenBatch:
@@ -77,6 +77,26 @@ def _prefixes(path: Path) -> tuple[str, str]:
         conf = json.loads(cfg.read_text())
         return str(conf.get("query_prefix") or ""), str(conf.get("document_prefix") or "")
     return "", ""
+
+
+def token_windows(tokenizer, text: str, max_length: int, *, prefix: str = "") -> list[str]:
+    """``text`` cut at token boundaries into consecutive pieces of at most ``max_length`` tokens
+    once the tokenizer's special tokens and ``prefix`` are added."""
+    budget = max_length - tokenizer.num_special_tokens_to_add(pair=False)
+    if prefix:
+        budget -= len(tokenizer(prefix, add_special_tokens=False)["input_ids"])
+    budget = max(budget, 8)
+    spans = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True, verbose=False)["offset_mapping"]
+    if len(spans) <= budget:
+        return [text]
+    out = []
+    for s in range(0, len(spans), budget):
+        start = spans[s][0]
+        end = spans[s + budget][0] if s + budget < len(spans) else len(text)
+        piece = text[start:end].strip()
+        if piece:
+            out.append(piece)
+    return out or [text]
 
 
 class LateInteractionEncoder:
@@ -140,24 +160,7 @@ class LateInteractionEncoder:
 
     def chunks(self, text: str) -> list[str]:
         """``text`` cut into windows that each fit the encoder's limit (special tokens and prefix included)."""
-        tok = self.encoder.tokenizer
-        budget = self.max_length - tok.num_special_tokens_to_add(pair=False)
-        if self.document_prefix:
-            budget -= len(tok(self.document_prefix, add_special_tokens=False)["input_ids"])
-        budget = max(budget, 8)
-        enc = tok(text, add_special_tokens=False, return_offsets_mapping=True)
-        spans = enc["offset_mapping"]
-        if len(spans) <= budget:
-            return [text]
-        out = []
-        for s in range(0, len(spans), budget):
-            window = spans[s : s + budget]
-            start = window[0][0]
-            end = spans[s + budget][0] if s + budget < len(spans) else len(text)
-            piece = text[start:end].strip()
-            if piece:
-                out.append(piece)
-        return out or [text]
+        return token_windows(self.encoder.tokenizer, text, self.max_length, prefix=self.document_prefix)
 
     def _encode(self, texts: list[str], prefix: str) -> list:
         embs, _ = self.encoder.encode_tokens([prefix + t for t in texts])
