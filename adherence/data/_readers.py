@@ -37,11 +37,12 @@ __all__ = [
 ]
 
 _EXAMPLE_DIR = Path(__file__).resolve().parent.parent / "examples"
-EXAMPLES = {"role": "role_turns.jsonl"}
+EXAMPLES = {"role": "role_turns.jsonl", "audit": "audit", "persona": "persona"}
 
 
 def example_path(name: str = "role") -> Path:
-    """Path of a bundled example dataset (``"role"``: labelled role-adherence turns)."""
+    """Path of a bundled example (``"role"``: labelled role-adherence turns; ``"audit"``: the HR-review
+    audit directory; ``"persona"``: the directory of human and simulated persona corpora)."""
     try:
         return _EXAMPLE_DIR / EXAMPLES[name]
     except KeyError:

@@ -47,7 +47,7 @@ def default_pool_sizes(n: int = 13, low: int = 1, high: int = 1000) -> list[int]
         >>> default_pool_sizes()
         [1, 2, 3, 6, 10, 18, 32, 56, 100, 178, 316, 562, 1000]
         >>> default_pool_sizes(high=20)
-        [1, 2, 3, 4, 5, 6, 7, 9, 12, 15, 20]
+        [1, 2, 3, 4, 6, 7, 9, 12, 16, 20]
     """
     if not 1 <= low < high:
         raise ValueError(f"pool sizes need 1 <= low < high, got [{low}, {high}]")
