@@ -14,6 +14,8 @@ COMMANDS = {
     "score": ("adherence.cli.score:ScoreCommand", "score assistant turns for role adherence"),
     "evaluate": ("adherence.cli.evaluate:EvaluateCommand", "how well a score column separates labels"),
     "audit": ("adherence.cli.audit:AuditCommand", "instruction-adherence audits with judge stability"),
+    "persona": ("adherence.cli.persona:PersonaCommand",
+                "EVAL4SIM: persona adherence, consistency and naturalness of simulations vs a human corpus"),
     "bench": ("adherence.cli.bench:BenchCommand", "benchmarks and paper reproductions"),
 }
 

@@ -1,0 +1,133 @@
+"""``adherence persona``: EVAL4SIM — simulated persona corpora against a human reference."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from .main import Command
+
+
+def _ints(text: str, what: str) -> list:
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ValueError(f"{what} must be comma-separated integers, got {text!r}") from None
+
+
+def _v(x, digits=4) -> str:
+    if x is None:
+        return "—"
+    return f"{x:.{digits}f}" if isinstance(x, float) else str(x)
+
+
+def format_persona(results: dict) -> str:
+    """The paper-style table: per dataset and dimension the raw score, similarity, offset and rank."""
+    from ..report import persona_rows
+
+    lines = [f"{'dataset':<24}{'role':<12}{'dimension':<13}{'raw':>9}{'similarity':>12}{'offset':>10}{'rank':>6}"]
+    lines.append("-" * len(lines[0]))
+    prev = None
+    for name, role, dim, raw, sim, off, rank in persona_rows(results):
+        if prev is not None and name != prev:
+            lines.append("")
+        shown = name if name != prev else ""
+        if rank == "skipped":
+            lines.append(f"{shown:<24}{role if shown else '':<12}{dim:<13}{'skipped':>9}")
+        else:
+            off_s = "—" if off is None else f"{off:+.4f}"
+            lines.append(f"{shown:<24}{role if shown else '':<12}{dim:<13}{_v(raw):>9}{_v(sim):>12}{off_s:>10}{_v(rank):>6}")
+        prev = name
+    first = next(iter(results.values()))
+    adh = first.get("adherence")
+    if adh:
+        methods = list(adh["curves"])
+        lines += ["", f"adherence, normalised AUC of the MRR curve per retriever (primary: {adh['method']}; "
+                      f"similarity to the reference in brackets):"]
+        lines.append(f"{'dataset':<24}" + "".join(f"{m:>22}" for m in methods))
+        for name, res in results.items():
+            if not res.get("adherence"):
+                continue
+            cells = []
+            for m in methods:
+                c = res["adherence"]["curves"][m]
+                cells.append(f"{c['nauc']:.4f}" + (f" ({c['similarity']:.3f})" if "similarity" in c else ""))
+            lines.append(f"{name:<24}" + "".join(f"{c:>22}" for c in cells))
+        if adh.get("note"):
+            lines.append(f"note: {adh['note']}")
+    if first.get("consistency"):
+        keys = ("f1", "auc", "c_at_1", "f05u", "brier", "score")
+        lines += ["", "consistency (test split):", f"{'dataset':<24}" + "".join(f"{k:>9}" for k in keys)]
+        for name, res in results.items():
+            c = res.get("consistency")
+            if c:
+                lines.append(f"{name:<24}" + "".join(f"{c[k]:>9.4f}" for k in keys))
+    for name, res in results.items():
+        nat = res.get("naturalness")
+        if isinstance(nat, dict) and "skipped" in nat:
+            lines += ["", f"naturalness skipped: {nat['skipped']}"]
+            break
+    return "\n".join(lines)
+
+
+
+class PersonaCommand(Command):
+    name = "persona"
+    help = "EVAL4SIM: persona adherence, consistency and naturalness of simulations vs a human corpus"
+
+    def add_args(self, p: argparse.ArgumentParser) -> None:
+        p.add_argument("--reference", required=True, help="human corpus: PersonaChat *_self_original.txt, "
+                       "Synthetic-Persona-Chat CSV, or a directory with conversations.<ext> and personas.<ext>")
+        p.add_argument("--simulation", action="append", default=[], metavar="SIM",
+                       help="a simulated corpus in any of those forms (repeat for several)")
+        p.add_argument("--name", action="append", metavar="NAME",
+                       help="display names, reference first (default: file names)")
+        p.add_argument("--dimensions", default="adherence,consistency,naturalness",
+                       help="comma-separated: adherence, consistency, naturalness (default all)")
+        p.add_argument("--methods", default="tfidf,bm25,bi_encoder,late_interaction",
+                       help="adherence retrievers (default tfidf,bm25,bi_encoder,late_interaction)")
+        p.add_argument("--primary", default="late_interaction", help="retriever whose curve gives the adherence score")
+        p.add_argument("--alpha", type=float, default=0.5, help="speaker weight w = sin(alpha*pi/2) (default 0.5)")
+        p.add_argument("--pool-sizes", help="comma-separated distractor counts (default 13 sizes over [1, 1000])")
+        p.add_argument("--repeats", type=int, default=10, help="random pools per query and size (default 10)")
+        p.add_argument("--max-queries", type=int, help="adherence on a seeded subset of persona queries per corpus")
+        p.add_argument("--limit", type=int, help="read only the first N conversations of each corpus")
+        p.add_argument("--seed", type=int, default=0)
+        p.add_argument("--encoder", help="token/sentence encoder: local path or ColBERT checkpoint "
+                       "(default: bundled all-MiniLM-L6-v2)")
+        p.add_argument("--nli-model", help="local NLI model for naturalness (skipped without one)")
+        p.add_argument("--device", help="cuda, cpu, ... (default: CUDA when available)")
+        p.add_argument("--json", action="store_true", help="print JSON instead of the table")
+        p.add_argument("-o", "--output", help="write the results as JSON here and the HTML page beside it "
+                       "(OUT.html); an .html OUT writes the page there and the JSON beside it")
+
+    def run(self, args: argparse.Namespace) -> int:
+        from ..persona import PersonaConfig, evaluate_persona
+
+        cfg = PersonaConfig(
+            dimensions=args.dimensions.split(","), methods=args.methods.split(","), primary=args.primary,
+            alpha=args.alpha, pool_sizes=_ints(args.pool_sizes, "--pool-sizes") if args.pool_sizes else None,
+            repeats=args.repeats, seed=args.seed, max_queries=args.max_queries, encoder=args.encoder,
+            device=args.device, nli_model=args.nli_model, limit=args.limit)
+        results = evaluate_persona(args.reference, args.simulation, names=args.name, config=cfg)
+        if args.output:
+            out = Path(args.output)
+            html_path, json_path = (out, out.with_suffix(".json")) if out.suffix == ".html" else (out.with_suffix(".html"), out)
+            json_path.parent.mkdir(parents=True, exist_ok=True)
+            json_path.write_text(json.dumps(results, indent=2, allow_nan=False))
+            print(f"wrote {json_path}", file=sys.stderr)
+            from .._optional import is_available
+
+            if is_available("matplotlib"):
+                from ..report import write_persona_html
+
+                print(f"wrote {write_persona_html(html_path, results)}", file=sys.stderr)
+            else:
+                print("no HTML page: matplotlib is missing (pip install 'adherence[report]')", file=sys.stderr)
+        if args.json:
+            print(json.dumps(results, indent=2, allow_nan=False))
+        else:
+            print(format_persona(results))
+        return 0
