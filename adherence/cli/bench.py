@@ -36,6 +36,19 @@ class BenchCommand(Command):
         kb.add_argument("--repeats", type=int, default=10)
         kb.add_argument("--device")
         kb.add_argument("-o", "--output", help="also write the JSON here")
+        mb = sub.add_parser("maxsim", help="late-interaction MaxSim over 1000-document pools: queries/s (JSON)")
+        mb.add_argument("--queries", type=int, default=32)
+        mb.add_argument("--pool", type=int, default=1000, help="documents per query's pool (default 1000)")
+        mb.add_argument("--corpus", type=int, default=5000, help="documents pools are drawn from")
+        mb.add_argument("--doc-len", type=int, default=300, help="mean document tokens")
+        mb.add_argument("--query-len", type=int, default=32)
+        mb.add_argument("--dim", type=int, default=384)
+        mb.add_argument("--dtype", default="float16", choices=["float32", "float16", "bfloat16"])
+        mb.add_argument("--repeats", type=int, default=5)
+        mb.add_argument("--no-baseline", action="store_true", help="skip the padded per-query baseline")
+        mb.add_argument("--peak-gbs", type=float, help="the device's peak memory bandwidth in GB/s")
+        mb.add_argument("--device")
+        mb.add_argument("-o", "--output", help="also write the JSON here")
         eb = sub.add_parser("engine", help="engine turns/s, local vs ray, and peak memory (JSON)")
         eb.add_argument("--turns", type=int, default=1_000_000)
         eb.add_argument("--small", type=int, help="the smaller input for the memory comparison (default turns/10)")
@@ -102,6 +115,15 @@ class BenchCommand(Command):
                 raise ValueError("--batch, --dim, --refs, --vocab and --repeats must be >= 1")
             res = bench_kernels(batch=args.batch, dim=args.dim, refs=args.refs, vocab=args.vocab, dtype=args.dtype,
                                 repeats=args.repeats, device=args.device)
+            return self._emit(res, args.output)
+        if args.bench == "maxsim":
+            from ..bench import bench_maxsim
+
+            if min(args.queries, args.pool, args.corpus, args.doc_len, args.query_len, args.dim, args.repeats) < 1:
+                raise ValueError("--queries, --pool, --corpus, --doc-len, --query-len, --dim and --repeats must be >= 1")
+            res = bench_maxsim(queries=args.queries, pool=args.pool, corpus=args.corpus, doc_len=args.doc_len,
+                               query_len=args.query_len, dim=args.dim, dtype=args.dtype, repeats=args.repeats,
+                               device=args.device, peak_gbs=args.peak_gbs, baseline=not args.no_baseline)
             return self._emit(res, args.output)
         raise ValueError(f"unknown benchmark {args.bench!r}")
 

@@ -8,8 +8,9 @@ For a query ``q`` (tokens ``Q[q_off[q]:q_off[q+1]]``) and a document ``d`` (toke
 An empty document or query scores 0. Three implementations share that definition:
 
 * :func:`maxsim_reference` — a loop over pairs, the plain definition (tests);
-* :func:`maxsim_torch` — padded batched matmuls in float32, the CPU path, for a list
-  of ``(query, document)`` pairs or (``pairs=None``) the full query x document matrix;
+* :func:`maxsim_torch` — the CPU path: documents' tokens stay back to back, one float32
+  matmul against a block of queries, then a segmented max per document (no padding),
+  for a list of ``(query, document)`` pairs or (``pairs=None``) the full matrix;
 * :func:`maxsim_triton` — one Triton program per pair: tiles of query tokens x document
   tokens through ``tl.dot`` with a running max, so a document is read once per pair and
   no padded copy is ever made. CUDA tensors use it by default.
@@ -61,21 +62,32 @@ def maxsim_reference(q_emb, q_off, d_emb, d_off, q_idx, d_idx) -> torch.Tensor:
     return out
 
 
-def _padded(emb, off, idx, length):
-    """Gather items ``idx`` into ``[len(idx), length, dim]`` float32 with a validity mask."""
-    starts, ends = off[idx], off[idx + 1]
-    lens = ends - starts
+def _padded_queries(emb, off, idx):
+    """Queries ``idx`` as one ``[len(idx) * L, dim]`` float32 block (zero padding) and a ``[len(idx), L]`` mask."""
+    starts, lens = off[idx], off[idx + 1] - off[idx]
+    length = max(int(lens.max()) if len(idx) else 1, 1)
     pos = torch.arange(length, device=emb.device)
     valid = pos[None, :] < lens[:, None]
-    rows = (starts[:, None] + pos[None, :]).clamp(max=max(emb.shape[0] - 1, 0))
     if emb.shape[0] == 0:
-        return torch.zeros(len(idx), length, emb.shape[1], device=emb.device), valid
-    x = emb[rows].float()
-    return x * valid[..., None], valid
+        return torch.zeros(len(idx) * length, emb.shape[1], device=emb.device), valid
+    rows = (starts[:, None] + pos[None, :]).clamp(max=emb.shape[0] - 1)
+    x = emb[rows].float() * valid[..., None]
+    return x.reshape(-1, emb.shape[1]), valid
 
 
-def maxsim_torch(q_emb, q_off, d_emb, d_off, q_idx=None, d_idx=None, *, budget: int = 1 << 26) -> torch.Tensor:
-    """MaxSim with padded float32 matmuls.
+def _segment_maxsim(tokens, lens, qflat, qmask):
+    """MaxSim of padded queries ``qflat``/``qmask`` against documents stored back to back in ``tokens``
+    (``lens`` tokens each): one matmul, a per-document max over its token rows, a masked sum. ``[nq, nd]``."""
+    nq, lq = qmask.shape
+    sims = tokens.float() @ qflat.T  # [n_tokens, nq * lq]
+    best = torch.segment_reduce(sims, "max", lengths=lens, axis=0, unsafe=True)  # [nd, nq * lq]
+    best = best.view(len(lens), nq, lq)
+    keep = qmask[None, :, :] & (lens > 0)[:, None, None]
+    return torch.where(keep, best, torch.zeros((), device=best.device)).sum(dim=2).T
+
+
+def maxsim_torch(q_emb, q_off, d_emb, d_off, q_idx=None, d_idx=None, *, budget: int = 1 << 25) -> torch.Tensor:
+    """MaxSim with large float32 matmuls and a segmented max over document tokens (no document padding).
 
     Args:
         q_emb, q_off: query token embeddings ``[Nq_tokens, dim]`` and offsets ``[nq + 1]``.
@@ -90,60 +102,52 @@ def maxsim_torch(q_emb, q_off, d_emb, d_off, q_idx=None, d_idx=None, *, budget: 
     dev = q_emb.device
     q_off, d_off = q_off.to(dev, torch.int64), d_off.to(dev, torch.int64)
     q_len, d_len = q_off[1:] - q_off[:-1], d_off[1:] - d_off[:-1]
+    nq, nd = q_len.numel(), d_len.numel()
     if q_idx is not None:
         q_idx, d_idx = q_idx.to(dev, torch.int64), d_idx.to(dev, torch.int64)
         out = torch.zeros(q_idx.numel(), dtype=torch.float32, device=dev)
-        # Pairs sorted by document length so each chunk pads to similar lengths.
-        # Pairs sorted by document length so each chunk pads to similar lengths.
-        order = torch.argsort(d_len[d_idx], stable=True)
-        lq = max(int(q_len[q_idx].max()), 1) if q_idx.numel() else 1
-        sorted_ld = d_len[d_idx[order]]
-        s = 0
-        while s < order.numel():
-            step = max(1, budget // (lq * max(int(sorted_ld[s]), 1)))
-            while step > 1 and lq * max(int(sorted_ld[min(s + step, order.numel()) - 1]), 1) * step > budget:
-                step //= 2
-            sel = order[s : s + step]
-            qi, di = q_idx[sel], d_idx[sel]
-            ld = max(int(sorted_ld[min(s + step, order.numel()) - 1]), 1)
-            q, qm = _padded(q_emb, q_off, qi, max(int(q_len[qi].max()), 1))
-            d, dm = _padded(d_emb, d_off, di, ld)
-            sim = torch.bmm(q, d.transpose(1, 2)).masked_fill(~dm[:, None, :], float("-inf"))
-            best = sim.max(dim=2).values
-            best = torch.where(qm & dm.any(dim=1, keepdim=True), best, torch.zeros_like(best))
-            out[sel] = best.sum(dim=1)
-            s += step
+        # One query at a time: its documents' token ranges copied back to back, then one matmul.
+        order = torch.argsort(q_idx, stable=True)
+        uq, counts = torch.unique_consecutive(q_idx[order], return_counts=True)
+        start = 0
+        for qi, n in zip(uq.tolist(), counts.tolist()):
+            sel = order[start : start + n]
+            start += n
+            qflat, qmask = _padded_queries(q_emb, q_off, torch.tensor([qi], device=dev))
+            docs = d_idx[sel]
+            lens = d_len[docs]
+            per_block = max(1, budget // max(1, qflat.shape[0]))
+            s = 0
+            while s < len(docs):  # blocks of documents whose tokens fit the budget
+                cum = torch.cumsum(lens[s:], 0)
+                e = s + max(1, int(torch.searchsorted(cum, per_block, right=True)))
+                blk = docs[s:e]
+                ln = lens[s:e]
+                # Row indices of the block's token ranges (index_select beats concatenating slices by ~10x).
+                rows = torch.repeat_interleave(d_off[blk] - torch.cumsum(ln, 0) + ln, ln) + \
+                    torch.arange(int(ln.sum()), device=dev)
+                tokens = d_emb.index_select(0, rows)
+                out[sel[s:e]] = _segment_maxsim(tokens, lens[s:e], qflat, qmask)[0]
+                s = e
         return out
-    nq, nd = q_len.numel(), d_len.numel()
     out = torch.zeros(nq, nd, dtype=torch.float32, device=dev)
     if nq == 0 or nd == 0:
         return out
     q_order = torch.argsort(q_len, stable=True)
-    d_order = torch.argsort(d_len, stable=True)
-    q_step = max(1, min(nq, 64))
+    lq_max = max(int(q_len.max()), 1)
+    q_step = max(1, min(nq, 4096 // lq_max))
     for qs in range(0, nq, q_step):
         qi = q_order[qs : qs + q_step]
-        lq = max(int(q_len[qi].max()), 1)
-        q, qm = _padded(q_emb, q_off, qi, lq)
-        qflat = q.reshape(-1, q.shape[-1])
-        ds = 0
-        while ds < nd:
-            ld_guess = max(int(d_len[d_order[min(nd - 1, ds + 1)]]), 1)
-            d_step = max(1, budget // max(1, len(qi) * lq * ld_guess))
-            # The longest document of this chunk sets the padding; shrink until it fits.
-            while True:
-                di = d_order[ds : ds + d_step]
-                ld = max(int(d_len[di].max()), 1)
-                if d_step == 1 or len(qi) * lq * len(di) * ld <= budget:
-                    break
-                d_step = max(1, d_step // 2)
-            d, dm = _padded(d_emb, d_off, di, ld)
-            sim = (qflat @ d.reshape(-1, d.shape[-1]).T).view(len(qi), lq, len(di), ld)
-            sim = sim.masked_fill(~dm[None, None, :, :], float("-inf"))
-            best = sim.max(dim=3).values  # [q, lq, d]
-            best = torch.where(qm[:, :, None] & dm.any(dim=1)[None, None, :], best, torch.zeros_like(best))
-            out[qi[:, None], di[None, :]] = best.sum(dim=1)
-            ds += len(di)
+        qflat, qmask = _padded_queries(q_emb, q_off, qi)
+        per_block = max(1, budget // qflat.shape[0])
+        cum = torch.cumsum(d_len, 0)
+        s = 0
+        while s < nd:  # contiguous runs of documents: a slice of the store, no copy
+            base = int(cum[s - 1]) if s else 0
+            e = max(s + 1, int(torch.searchsorted(cum, base + per_block, right=True)))
+            a, b = int(d_off[s]), int(d_off[e])
+            out[qi[:, None], torch.arange(s, e, device=dev)[None, :]] = _segment_maxsim(d_emb[a:b], d_len[s:e], qflat, qmask)
+            s = e
     return out
 
 
