@@ -34,21 +34,21 @@ def format_persona(results: dict) -> str:
         if prev is not None and name != prev:
             lines.append("")
         shown = name if name != prev else ""
-        if rank == "skipped":
-            lines.append(f"{shown:<24}{role if shown else '':<12}{dim:<13}{'skipped':>9}")
+        if rank in ("skipped", "error"):
+            lines.append(f"{shown:<24}{role if shown else '':<12}{dim:<13}{rank:>9}")
         else:
             off_s = "—" if off is None else f"{off:+.4f}"
             lines.append(f"{shown:<24}{role if shown else '':<12}{dim:<13}{_v(raw):>9}{_v(sim):>12}{off_s:>10}{_v(rank):>6}")
         prev = name
     first = next(iter(results.values()))
-    adh = first.get("adherence")
+    adh = next((r["adherence"] for r in results.values() if "curves" in (r.get("adherence") or {})), None)
     if adh:
         methods = list(adh["curves"])
         lines += ["", f"adherence, normalised AUC of the MRR curve per retriever (primary: {adh['method']}; "
                       f"similarity to the reference in brackets):"]
         lines.append(f"{'dataset':<24}" + "".join(f"{m:>22}" for m in methods))
         for name, res in results.items():
-            if not res.get("adherence"):
+            if "curves" not in res.get("adherence", {}):
                 continue
             cells = []
             for m in methods:
@@ -57,13 +57,17 @@ def format_persona(results: dict) -> str:
             lines.append(f"{name:<24}" + "".join(f"{c:>22}" for c in cells))
         if adh.get("note"):
             lines.append(f"note: {adh['note']}")
-    if first.get("consistency"):
+    if any("score" in (r.get("consistency") or {}) for r in results.values()):
         keys = ("f1", "auc", "c_at_1", "f05u", "brier", "score")
         lines += ["", "consistency (test split):", f"{'dataset':<24}" + "".join(f"{k:>9}" for k in keys)]
         for name, res in results.items():
             c = res.get("consistency")
-            if c:
+            if c and "score" in c:
                 lines.append(f"{name:<24}" + "".join(f"{c[k]:>9.4f}" for k in keys))
+    for name, res in results.items():
+        for dim in ("adherence", "consistency", "naturalness"):
+            if isinstance(res.get(dim), dict) and "error" in res[dim]:
+                lines.append(f"error: {dim}: {res[dim]['error']}")
     for name, res in results.items():
         nat = res.get("naturalness")
         if isinstance(nat, dict) and "skipped" in nat:

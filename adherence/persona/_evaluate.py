@@ -136,11 +136,10 @@ def evaluate_persona(reference, simulations: Sequence = (), *, names: Optional[S
     say = (lambda msg: print(msg, file=sys.stderr, flush=True)) if cfg.progress else (lambda msg: None)
     loaded = [_load(c, cfg.limit) for c in corpora]
     pool_sizes, note = cfg.pool_sizes, None
-    if pool_sizes is None:
+    if pool_sizes is None and "adherence" in cfg.dimensions:
         smallest = min(len(set(c.conversations.column("conversation_id").to_pylist())) for c in loaded)
         high = min(1000, smallest - 1)
-        if high < 2:
-            raise ValueError(f"adherence needs at least 3 conversations per corpus; the smallest has {smallest}")
+        high = max(high, 2)
         pool_sizes = default_pool_sizes(high=high)
         if high < 1000:
             note = (f"pool sizes span D in [1, {high}]: the smallest corpus has {smallest} conversations, "
@@ -158,16 +157,17 @@ def evaluate_persona(reference, simulations: Sequence = (), *, names: Optional[S
             say(f"[{name}] adherence: {', '.join(cfg.methods)}")
             if not retrievers:
                 retrievers = _retrievers(cfg)
-            res["adherence"] = adherence_curves(
+            res["adherence"] = _guard(name, "adherence", say, lambda: adherence_curves(
                 corpus, methods=cfg.methods, primary=cfg.primary, alpha=cfg.alpha, pool_sizes=pool_sizes,
-                repeats=cfg.repeats, seed=cfg.seed, max_queries=cfg.max_queries, retrievers=retrievers)
-            if note:
+                repeats=cfg.repeats, seed=cfg.seed, max_queries=cfg.max_queries, retrievers=retrievers))
+            if note and "error" not in res["adherence"]:
                 res["adherence"]["note"] = note
             res["adherence"]["seconds"] = round(time.perf_counter() - t, 2)
         if "consistency" in cfg.dimensions:
             t = time.perf_counter()
             say(f"[{name}] consistency")
-            res["consistency"] = consistency(corpus, seed=cfg.seed, test_size=cfg.test_size)
+            res["consistency"] = _guard(name, "consistency", say,
+                                        lambda: consistency(corpus, seed=cfg.seed, test_size=cfg.test_size))
             res["consistency"]["seconds"] = round(time.perf_counter() - t, 2)
         if "naturalness" in cfg.dimensions:
             if not cfg.nli_model:
@@ -181,11 +181,22 @@ def evaluate_persona(reference, simulations: Sequence = (), *, names: Optional[S
                     from ..role._nli import NliModel
 
                     nli = NliModel(cfg.nli_model, device=cfg.device, batch_size=cfg.nli_batch_size)
-                res["naturalness"] = naturalness(corpus, nli, k_previous=cfg.k_previous, threshold=cfg.threshold)
+                res["naturalness"] = _guard(name, "naturalness", say, lambda: naturalness(
+                    corpus, nli, k_previous=cfg.k_previous, threshold=cfg.threshold))
                 res["naturalness"]["seconds"] = round(time.perf_counter() - t, 2)
         results[name] = res
     _compare(results, labels[0], cfg)
     return results
+
+
+def _guard(name: str, dim: str, say, fn) -> dict:
+    """A dimension that cannot be computed for one corpus (too small, no personas...) is recorded as
+    ``{"error": reason}`` and the run goes on with the other corpora and dimensions."""
+    try:
+        return fn()
+    except ValueError as exc:
+        say(f"warning: [{name}] {dim}: {exc}")
+        return {"error": f"{name}: {exc}"}
 
 
 def _retrievers(cfg: PersonaConfig) -> dict:
@@ -206,7 +217,10 @@ def _compare(results: dict, ref_name: str, cfg: PersonaConfig) -> None:
         r = ref.get(dim, {})
         for name in results:
             d = results[name].get(dim, {})
-            if "score" not in d or "score" not in r:
+            if "score" not in d:
+                continue
+            if "score" not in r:
+                d["similarity"] = d["offset"] = d["rank"] = None
                 continue
             if name == ref_name:
                 d["similarity"], d["offset"], d["rank"] = 1.0, 0.0, None

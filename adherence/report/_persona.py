@@ -22,8 +22,8 @@ def persona_rows(results: dict) -> list:
             d = res.get(dim)
             if not isinstance(d, dict):
                 continue
-            if "skipped" in d:
-                rows.append([name, res["role"], dim, None, None, None, "skipped"])
+            if "skipped" in d or "error" in d:
+                rows.append([name, res["role"], dim, None, None, None, "skipped" if "skipped" in d else "error"])
             else:
                 rows.append([name, res["role"], dim, d.get("score"), d.get("similarity"), d.get("offset"), d.get("rank")])
         rows.append([name, res["role"], "E4s", None, res.get("e4s"), None, res.get("e4s_rank")])
@@ -93,7 +93,7 @@ def persona_html(results: dict, *, title: str = "adherence persona") -> str:
     sections = ["<h2>Summary</h2>",
                 table_html(["dataset", "role", "dimension", "raw", "similarity", "offset", "rank"], persona_rows(results))]
     first = next(iter(results.values()))
-    adh = first.get("adherence")
+    adh = next((r["adherence"] for r in results.values() if "curves" in (r.get("adherence") or {})), None)
     figs = []
     if adh:
         primary = adh["method"]
@@ -104,7 +104,7 @@ def persona_html(results: dict, *, title: str = "adherence persona") -> str:
     if len(results) > 1:
         figs.append(_similarity_svg(results))
     if adh:
-        figs += [_methods_svg(res, n) for n, res in results.items() if res.get("adherence")]
+        figs += [_methods_svg(res, n) for n, res in results.items() if "curves" in (res.get("adherence") or {})]
     if figs:
         sections.append("<h2>Figures</h2><div class='figs'>" + "".join(figs) + "</div>")
     if adh:
@@ -112,18 +112,19 @@ def persona_html(results: dict, *, title: str = "adherence persona") -> str:
         sections.append("<h2>Adherence: normalised AUC (similarity) per retriever</h2>")
         rows = [[n] + [f"{r['adherence']['curves'][m]['nauc']:.4f}"
                        + (f" ({r['adherence']['curves'][m]['similarity']:.3f})" if "similarity" in r["adherence"]["curves"][m] else "")
-                       for m in methods] for n, r in results.items() if r.get("adherence")]
+                       for m in methods] for n, r in results.items() if "curves" in (r.get("adherence") or {})]
         sections.append(table_html(["dataset", *methods], rows))
         note = adh.get("note")
         sections.append(f"<p class='meta'>alpha {adh['alpha']}, w = sin(alpha·π/2) = {adh['w']:.3f}; "
                         f"{adh['repeats']} random pools per query and size"
                         + (f"; {html.escape(note)}" if note else "") + "</p>")
-    if first.get("consistency"):
+    if any("score" in (r.get("consistency") or {}) for r in results.values()):
         keys = ["f1", "auc", "c_at_1", "f05u", "brier", "score", "similarity", "p1", "p2", "n_authors", "n_test"]
         sections.append("<h2>Consistency (authorship verification, char 4-gram TF-IDF)</h2>")
         sections.append(table_html(["dataset", *keys], [[n] + [r["consistency"].get(k) for k in keys]
-                                                       for n, r in results.items() if r.get("consistency")]))
-    nat = first.get("naturalness")
+                                                       for n, r in results.items() if "score" in (r.get("consistency") or {})]))
+    nat = next((r["naturalness"] for r in results.values() if "score" in (r.get("naturalness") or {})),
+               first.get("naturalness"))
     if nat:
         sections.append("<h2>Naturalness (NLI)</h2>")
         if "skipped" in nat:
@@ -131,7 +132,7 @@ def persona_html(results: dict, *, title: str = "adherence persona") -> str:
         else:
             keys = ["cs", "pcr", "scr", "er", "nr", "cr", "score", "similarity", "n_pairs"]
             sections.append(table_html(["dataset", *keys], [[n] + [r["naturalness"].get(k) for k in keys]
-                                                           for n, r in results.items() if r.get("naturalness")]))
+                                                           for n, r in results.items() if "score" in (r.get("naturalness") or {})]))
     ref = next(iter(results))
     return page(title, sections, f"reference: {ref}; simulations: {', '.join(list(results)[1:]) or 'none'}")
 

@@ -1,0 +1,38 @@
+import json
+
+import pytest
+import torch
+
+from adherence.bench import bench_maxsim
+from adherence.cli.main import main
+
+
+def test_bench_checks_correctness_then_times(tmp_path):
+    res = bench_maxsim(queries=2, pool=50, corpus=80, doc_len=40, query_len=8, dim=32, repeats=2)
+    assert res["correctness"]["passed"] and res["correctness"]["max_abs_error"] <= res["correctness"]["tolerance"]
+    assert res["correctness"]["baseline_max_abs_error"] <= res["correctness"]["tolerance"]
+    ours = res["backends"]["adherence_torch"]
+    assert ours["queries_per_s"] == pytest.approx(2 / ours["median_s"])
+    assert ours["min_s"] <= ours["median_s"] <= ours["max_s"]
+    assert any(k.startswith("baseline") for k in res["backends"]) and res["speedup_vs_baseline"] > 0
+    with pytest.raises(ValueError, match="cannot exceed"):
+        bench_maxsim(pool=10, corpus=5)
+
+
+def test_cli_writes_json(tmp_path, capsys):
+    out = tmp_path / "maxsim.json"
+    assert main(["bench", "maxsim", "--queries", "2", "--pool", "20", "--corpus", "30", "--doc-len", "16",
+                 "--dim", "16", "--repeats", "1", "--no-baseline", "-o", str(out)]) == 0
+    res = json.loads(out.read_text())
+    assert res["args"]["pool"] == 20 and list(res["backends"]) == ["adherence_torch"]
+    assert main(["bench", "maxsim", "--queries", "0"]) == 2
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_gpu_bench_reports_bandwidth_fraction():
+    res = bench_maxsim(queries=16, pool=1000, corpus=4000, doc_len=300, dim=128, repeats=3)
+    ours = res["backends"]["adherence_triton"]
+    assert res["correctness"]["passed"] and ours["queries_per_s"] > 0
+    if "peak_gb_per_s" in res:
+        assert 0 < ours["fraction_of_peak_bandwidth"] < 1.5
