@@ -27,7 +27,8 @@ def format_persona(results: dict) -> str:
     """The paper-style table: per dataset and dimension the raw score, similarity, offset and rank."""
     from ..report import persona_rows
 
-    lines = [f"{'dataset':<24}{'role':<12}{'dimension':<13}{'raw':>9}{'similarity':>12}{'offset':>10}{'rank':>6}"]
+    W = max([24] + [len(n) + 2 for n in results])
+    lines = [f"{'dataset':<{W}}{'role':<12}{'dimension':<13}{'raw':>9}{'similarity':>12}{'offset':>10}{'rank':>6}"]
     lines.append("-" * len(lines[0]))
     prev = None
     for name, role, dim, raw, sim, off, rank in persona_rows(results):
@@ -35,10 +36,10 @@ def format_persona(results: dict) -> str:
             lines.append("")
         shown = name if name != prev else ""
         if rank in ("skipped", "error"):
-            lines.append(f"{shown:<24}{role if shown else '':<12}{dim:<13}{rank:>9}")
+            lines.append(f"{shown:<{W}}{role if shown else '':<12}{dim:<13}{rank:>9}")
         else:
             off_s = "—" if off is None else f"{off:+.4f}"
-            lines.append(f"{shown:<24}{role if shown else '':<12}{dim:<13}{_v(raw):>9}{_v(sim):>12}{off_s:>10}{_v(rank):>6}")
+            lines.append(f"{shown:<{W}}{role if shown else '':<12}{dim:<13}{_v(raw):>9}{_v(sim):>12}{off_s:>10}{_v(rank):>6}")
         prev = name
     first = next(iter(results.values()))
     adh = next((r["adherence"] for r in results.values() if "curves" in (r.get("adherence") or {})), None)
@@ -46,7 +47,7 @@ def format_persona(results: dict) -> str:
         methods = list(adh["curves"])
         lines += ["", f"adherence, normalised AUC of the MRR curve per retriever (primary: {adh['method']}; "
                       f"similarity to the reference in brackets):"]
-        lines.append(f"{'dataset':<24}" + "".join(f"{m:>22}" for m in methods))
+        lines.append(f"{'dataset':<{W}}" + "".join(f"{m:>22}" for m in methods))
         for name, res in results.items():
             if "curves" not in res.get("adherence", {}):
                 continue
@@ -54,16 +55,16 @@ def format_persona(results: dict) -> str:
             for m in methods:
                 c = res["adherence"]["curves"][m]
                 cells.append(f"{c['nauc']:.4f}" + (f" ({c['similarity']:.3f})" if "similarity" in c else ""))
-            lines.append(f"{name:<24}" + "".join(f"{c:>22}" for c in cells))
+            lines.append(f"{name:<{W}}" + "".join(f"{c:>22}" for c in cells))
         if adh.get("note"):
             lines.append(f"note: {adh['note']}")
     if any("score" in (r.get("consistency") or {}) for r in results.values()):
         keys = ("f1", "auc", "c_at_1", "f05u", "brier", "score")
-        lines += ["", "consistency (test split):", f"{'dataset':<24}" + "".join(f"{k:>9}" for k in keys)]
+        lines += ["", "consistency (test split):", f"{'dataset':<{W}}" + "".join(f"{k:>9}" for k in keys)]
         for name, res in results.items():
             c = res.get("consistency")
             if c and "score" in c:
-                lines.append(f"{name:<24}" + "".join(f"{c[k]:>9.4f}" for k in keys))
+                lines.append(f"{name:<{W}}" + "".join(f"{c[k]:>9.4f}" for k in keys))
     for name, res in results.items():
         for dim in ("adherence", "consistency", "naturalness"):
             if isinstance(res.get(dim), dict) and "error" in res[dim]:

@@ -84,8 +84,9 @@ def _similarity_svg(results: dict) -> str:
     ax.axhline(1.0, color="black", lw=1, ls="--")
     ax.set_xticks(x + width * (len(sims) - 1) / 2, dims)
     ax.set_ylabel("similarity to the reference")
+    ax.set_ylim(0, 1.25)
     ax.set_title("similarity per dimension (1 = human-like)")
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, ncol=min(len(sims), 3), loc="upper center")
     return figure_svg(fig)
 
 
