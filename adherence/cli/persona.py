@@ -41,7 +41,6 @@ def format_persona(results: dict) -> str:
             off_s = "—" if off is None else f"{off:+.4f}"
             lines.append(f"{shown:<{W}}{role if shown else '':<12}{dim:<13}{_v(raw):>9}{_v(sim):>12}{off_s:>10}{_v(rank):>6}")
         prev = name
-    first = next(iter(results.values()))
     adh = next((r["adherence"] for r in results.values() if "curves" in (r.get("adherence") or {})), None)
     if adh:
         methods = list(adh["curves"])

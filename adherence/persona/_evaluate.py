@@ -12,9 +12,9 @@ from __future__ import annotations
 import math
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Sequence, Union
+from typing import Optional, Sequence
 
 from ..stats import curve_similarity
 from ._adherence import RETRIEVERS, adherence_curves, default_pool_sizes, get_retriever
@@ -60,7 +60,6 @@ class PersonaConfig:
     test_size: float = 0.2
     limit: Optional[int] = None
     progress: bool = True
-    extra: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         dims = [d.strip() for d in self.dimensions if d and d.strip()]
