@@ -181,7 +181,6 @@ class TransformersBackend(JudgeBackend):
         """Split a conversation's (index, plan) list into packs: (trunk_ids, [(index, prefix_len, tail)])."""
         group = sorted(group, key=lambda it: len(it[1].history))
         packs, current, trunk_pieces = [], [], 0
-        prefix_lens: list[int] = []
         longest = group[-1][1]
         cum = [len(longest.head)]
         for h in longest.history:

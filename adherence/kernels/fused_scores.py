@@ -16,7 +16,6 @@ reference otherwise. Arithmetic is float32 whatever the input dtype.
 
 from __future__ import annotations
 
-from typing import Optional
 
 import torch
 

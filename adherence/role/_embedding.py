@@ -6,11 +6,10 @@ All four go through the fused scoring kernel (:mod:`adherence.kernels`).
 from __future__ import annotations
 
 import numpy as np
-import pyarrow as pa
 import torch
 
 from ..kernels import fused_scores
-from ._base import Method, MethodResult, Resources, RoleConfig, _blank, dataset_references, text_column
+from ._base import Method, MethodResult, RoleConfig, _blank, dataset_references, text_column
 
 __all__ = ["CosineMethod", "KnnMethod", "MahalanobisMethod", "PcaMahalanobisMethod"]
 
@@ -79,7 +78,6 @@ class KnnMethod(_EncoderMethod):
                 ref_lists.append(refs)
         ok = _scored_rows(errors)
         score = np.full(n, np.nan)
-        nearest = [None] * n
         if ok.any():
             idx = np.flatnonzero(ok)
             enc = resources.encoder
