@@ -9,6 +9,7 @@ candidates, and exact MaxSim reranks the candidates.
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 from typing import Optional, Sequence, Union
 
@@ -107,14 +108,15 @@ class LateInteractionIndex:
             raise ValueError(f"{len(batch)} documents but {len(ids)} ids")
         if len(self.ids) and batch.embeddings.shape[1] != self.dim:
             raise ValueError(f"document dim {batch.embeddings.shape[1]} != index dim {self.dim}")
-        seen = set(self.ids)
-        dup = next((i for i in ids if i in seen), None) or next((i for i, c in _counts(ids).items() if c > 1), None)
+        seen = Counter(self.ids)
+        seen.update(ids)
+        dup = next((i for i in ids if seen[i] > 1), None)
         if dup is not None:
             raise ValueError(f"document id {dup!r} is already in the index")
         emb = batch.embeddings.detach().to("cpu", torch.float16)
         base = int(self.offsets[-1])
-        self.embeddings = torch.cat([self.embeddings.reshape(-1, emb.shape[1]) if len(self.ids) else
-                                     torch.zeros(0, emb.shape[1], dtype=torch.float16), emb]).contiguous()
+        kept = self.embeddings if len(self.ids) else emb.new_zeros(0, emb.shape[1])
+        self.embeddings = torch.cat([kept, emb]).contiguous()
         self.offsets = torch.cat([self.offsets, batch.offsets[1:].to(torch.int64) + base])
         self.ids += ids
         self.n_chunks = np.concatenate([self.n_chunks, batch.n_chunks])
@@ -283,9 +285,3 @@ def _one(batch: TokenBatch, i: int) -> TokenBatch:
     a, b = int(batch.offsets[i]), int(batch.offsets[i + 1])
     return TokenBatch(batch.embeddings[a:b], torch.tensor([0, b - a], dtype=torch.int64))
 
-
-def _counts(items):
-    out: dict = {}
-    for i in items:
-        out[i] = out.get(i, 0) + 1
-    return out
