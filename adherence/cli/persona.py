@@ -25,7 +25,7 @@ def _v(x, digits=4) -> str:
 
 def format_persona(results: dict) -> str:
     """The paper-style table: per dataset and dimension the raw score, similarity, offset and rank."""
-    from ..report import persona_rows
+    from ..report import adherence_rows, persona_rows
 
     W = max([24] + [len(n) + 2 for n in results])
     lines = [f"{'dataset':<{W}}{'role':<12}{'dimension':<13}{'raw':>9}{'similarity':>12}{'offset':>10}{'rank':>6}"]
@@ -43,17 +43,11 @@ def format_persona(results: dict) -> str:
         prev = name
     adh = next((r["adherence"] for r in results.values() if "curves" in (r.get("adherence") or {})), None)
     if adh:
-        methods = list(adh["curves"])
+        methods, rows = adherence_rows(results)
         lines += ["", f"adherence, normalised AUC of the MRR curve per retriever (primary: {adh['method']}; "
                       f"similarity to the reference in brackets):"]
         lines.append(f"{'dataset':<{W}}" + "".join(f"{m:>22}" for m in methods))
-        for name, res in results.items():
-            if "curves" not in res.get("adherence", {}):
-                continue
-            cells = []
-            for m in methods:
-                c = res["adherence"]["curves"][m]
-                cells.append(f"{c['nauc']:.4f}" + (f" ({c['similarity']:.3f})" if "similarity" in c else ""))
+        for name, *cells in rows:
             lines.append(f"{name:<{W}}" + "".join(f"{c:>22}" for c in cells))
         if adh.get("note"):
             lines.append(f"note: {adh['note']}")

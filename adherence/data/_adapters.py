@@ -53,6 +53,12 @@ class PersonaCorpus(NamedTuple):
     conversations: pa.Table
     personas: pa.Table
 
+    def utterances(self):
+        """``(conversation_id, speaker, text)`` per utterance, in conversation then turn order (text may be None)."""
+        conv = self.conversations.sort_by([("conversation_id", "ascending"), ("turn_index", "ascending")])
+        return zip(conv.column("conversation_id").to_pylist(), conv.column("speaker").to_pylist(),
+                   conv.column("text").to_pylist())
+
 
 def _scalar(value: Any) -> Any:
     """Nested extra fields are kept as JSON text so every row has one column type."""

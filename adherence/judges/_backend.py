@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import difflib
 import importlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
+from .._registry import unknown_name
 from ._prompts import JudgeRequest
 
 __all__ = ["JudgeOutput", "JudgeBackend", "BACKENDS", "get_backend"]
@@ -75,8 +75,6 @@ class JudgeBackend(ABC):
 def get_backend(name: str, **kwargs) -> JudgeBackend:
     """Build the backend registered under ``name`` (imported lazily)."""
     if name not in BACKENDS:
-        close = difflib.get_close_matches(name, list(BACKENDS), n=1)
-        hint = f" Did you mean {close[0]!r}?" if close else ""
-        raise ValueError(f"unknown judge backend {name!r}.{hint} Available: {', '.join(BACKENDS)}")
+        raise ValueError(unknown_name("judge backend", name, BACKENDS))
     module, cls = BACKENDS[name].split(":")
     return getattr(importlib.import_module(module), cls)(**kwargs)

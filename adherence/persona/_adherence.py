@@ -25,6 +25,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from .._registry import unknown_name
 from ..stats import normalized_auc
 from ._text import BM25, TfidfVectorizer, word_tokens
 
@@ -153,11 +154,7 @@ def get_retriever(name: str, *, encoder=None, li_encoder=None, device=None, back
 
         return LateInteractionRetriever(li_encoder or LateInteractionEncoder(device=device), device=device,
                                         backend=backend)
-    import difflib
-
-    close = difflib.get_close_matches(name, RETRIEVERS, n=1)
-    hint = f"; did you mean {close[0]!r}?" if close else ""
-    raise ValueError(f"unknown adherence method {name!r} (available: {', '.join(RETRIEVERS)}){hint}")
+    raise ValueError(unknown_name("adherence method", name, RETRIEVERS))
 
 
 # -- data --------------------------------------------------------------------------------------
@@ -189,14 +186,11 @@ class AdherenceData:
 
 def build_adherence_data(corpus, *, max_queries: Optional[int] = None, seed: int = 0) -> AdherenceData:
     """Queries (speakers with a persona and at least one utterance) and documents from a :class:`PersonaCorpus`."""
-    conv = corpus.conversations.sort_by([("conversation_id", "ascending"), ("turn_index", "ascending")])
-    cids = conv.column("conversation_id").to_pylist()
-    speakers = conv.column("speaker").to_pylist()
-    texts = [t or "" for t in conv.column("text").to_pylist()]
     order: dict = {}
     by_conv: dict = {}
     by_speaker: dict = {}
-    for c, s, t in zip(cids, speakers, texts):
+    for c, s, t in corpus.utterances():
+        t = t or ""
         order.setdefault(c, len(order))
         by_conv.setdefault(c, []).append(t)
         by_speaker.setdefault((c, s), []).append(t)

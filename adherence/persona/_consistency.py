@@ -51,10 +51,8 @@ def fit_thresholds(y_true, scores, *, step: float = 0.01, low: float = 0.01, hig
 
 def author_pairs(corpus, *, seed: int = 0) -> tuple[list, list, np.ndarray, int]:
     """``(first_halves, second_halves, labels, n_authors)``: balanced same/different-author pairs."""
-    conv = corpus.conversations.sort_by([("conversation_id", "ascending"), ("turn_index", "ascending")])
     texts: dict = {}
-    for c, s, t in zip(conv.column("conversation_id").to_pylist(), conv.column("speaker").to_pylist(),
-                       conv.column("text").to_pylist()):
+    for c, s, t in corpus.utterances():
         texts.setdefault((c, s), []).extend(split_sentences(t or ""))
     halves = []
     for sentences in texts.values():

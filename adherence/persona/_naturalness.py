@@ -61,7 +61,6 @@ def naturalness(corpus, nli, *, k_previous: int = 5, threshold: float = 0.7) -> 
         raise ValueError(f"`k_previous` must be >= 1, got {k_previous}")
     if not 0.0 < threshold <= 1.0:
         raise ValueError(f"`threshold` must be in (0, 1], got {threshold}")
-    conv = corpus.conversations.sort_by([("conversation_id", "ascending"), ("turn_index", "ascending")])
     personas = {(r["conversation_id"], r["speaker"]): [p for p in (r.get("persona") or []) if p and p.strip()]
                 for r in corpus.personas.to_pylist()}
     pairs: dict = {}
@@ -71,8 +70,7 @@ def naturalness(corpus, nli, *, k_previous: int = 5, threshold: float = 0.7) -> 
 
     consecutive, persona_groups, self_groups = [], [], []
     prev_conv, prev_text, history = None, None, {}
-    for c, s, t in zip(conv.column("conversation_id").to_pylist(), conv.column("speaker").to_pylist(),
-                       conv.column("text").to_pylist()):
+    for c, s, t in corpus.utterances():
         t = (t or "").strip()
         if c != prev_conv:
             prev_conv, prev_text, history = c, None, {}

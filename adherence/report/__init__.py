@@ -2,9 +2,10 @@
 
 from ._audit import audit_html, audit_question_rows, write_audit_html
 from ._evaluation import evaluation_html, write_evaluation_html
-from ._persona import persona_html, persona_rows, write_persona_html
+from ._persona import adherence_rows, persona_html, persona_rows, write_persona_html
 
 __all__ = [
+    "adherence_rows",
     "audit_html",
     "audit_question_rows",
     "evaluation_html",

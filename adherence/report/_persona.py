@@ -9,7 +9,7 @@ from typing import Union
 
 from ._html import figure_svg, page, pyplot, table_html
 
-__all__ = ["persona_html", "persona_rows", "write_persona_html"]
+__all__ = ["adherence_rows", "persona_html", "persona_rows", "write_persona_html"]
 
 DIMS = ("adherence", "consistency", "naturalness")
 
@@ -28,6 +28,22 @@ def persona_rows(results: dict) -> list:
                 rows.append([name, res["role"], dim, d.get("score"), d.get("similarity"), d.get("offset"), d.get("rank")])
         rows.append([name, res["role"], "E4s", None, res.get("e4s"), None, res.get("e4s_rank")])
     return rows
+
+
+def adherence_rows(results: dict) -> tuple[list, list]:
+    """``(methods, rows)``: per corpus with curves, ``[dataset, "nAUC (similarity)" per method]``."""
+    scored = {n: r["adherence"] for n, r in results.items() if "curves" in (r.get("adherence") or {})}
+    if not scored:
+        return [], []
+    methods = list(next(iter(scored.values()))["curves"])
+    rows = []
+    for name, adh in scored.items():
+        cells = []
+        for m in methods:
+            c = adh["curves"][m]
+            cells.append(f"{c['nauc']:.4f}" + (f" ({c['similarity']:.3f})" if "similarity" in c else ""))
+        rows.append([name, *cells])
+    return methods, rows
 
 
 def _curves_svg(results: dict, method: str, title: str, *, log: bool = True) -> str:
@@ -109,11 +125,8 @@ def persona_html(results: dict, *, title: str = "adherence persona") -> str:
     if figs:
         sections.append("<h2>Figures</h2><div class='figs'>" + "".join(figs) + "</div>")
     if adh:
-        methods = list(adh["curves"])
+        methods, rows = adherence_rows(results)
         sections.append("<h2>Adherence: normalised AUC (similarity) per retriever</h2>")
-        rows = [[n] + [f"{r['adherence']['curves'][m]['nauc']:.4f}"
-                       + (f" ({r['adherence']['curves'][m]['similarity']:.3f})" if "similarity" in r["adherence"]["curves"][m] else "")
-                       for m in methods] for n, r in results.items() if "curves" in (r.get("adherence") or {})]
         sections.append(table_html(["dataset", *methods], rows))
         note = adh.get("note")
         sections.append(f"<p class='meta'>alpha {adh['alpha']}, w = sin(alpha·π/2) = {adh['w']:.3f}; "

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 import importlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
@@ -10,6 +9,8 @@ from typing import Any, Optional, Union
 
 import numpy as np
 import pyarrow as pa
+
+from .._registry import unknown_name
 
 __all__ = ["RoleConfig", "MethodResult", "Method", "METHODS", "get_method", "text_column"]
 
@@ -106,9 +107,7 @@ class MethodResult:
 
 
 def _unknown(name: str) -> str:
-    close = difflib.get_close_matches(name, list(METHODS), n=1)
-    hint = f" Did you mean {close[0]!r}?" if close else ""
-    return f"unknown method {name!r}.{hint} Available: {', '.join(METHODS)}"
+    return unknown_name("method", name, METHODS)
 
 
 def get_method(name: str) -> "Method":

@@ -41,7 +41,7 @@ def test_persona_errors(tmp_path, capsys):
     assert main(["persona", "--reference", str(EX / "human.csv"), "--dimensions", "adherance"]) == 2
     assert "adherance" in capsys.readouterr().err
     assert main(["persona", "--reference", str(EX / "human.csv"), "--methods", "bm52"]) == 2
-    assert "did you mean 'bm25'" in capsys.readouterr().err
+    assert "Did you mean 'bm25'" in capsys.readouterr().err
     bad = tmp_path / "bad.csv"
     bad.write_text("user 1 personas,user 2 personas,Best Generated Conversation\n"
                    "I like tea.,I like cats.,\"User 1: hi\nUser 2: hello\"\n"

@@ -91,7 +91,7 @@ def test_tfidf_and_bm25_retrievers_match_references():
     ref = BM25Okapi([d.lower().split() for d in docs])
     np.testing.assert_allclose(get_retriever("bm25").score(queries, docs),
                                [ref.get_scores(q.lower().split()) for q in queries], atol=1e-12)
-    with pytest.raises(ValueError, match="did you mean 'bm25'"):
+    with pytest.raises(ValueError, match="Did you mean 'bm25'"):
         get_retriever("bm52")
 
 
