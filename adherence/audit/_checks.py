@@ -16,7 +16,8 @@ import json
 import re
 from typing import Any, Callable, Optional
 
-__all__ = ["CHECKS", "run_check", "validate_check", "fill_placeholders", "parse_json_object", "word_count", "CheckError"]
+__all__ = ["CHECKS", "run_check", "validate_check", "fill_placeholders", "placeholders", "parse_json_object", "word_count",
+           "CheckError"]
 
 
 class CheckError(ValueError):
@@ -187,9 +188,28 @@ def validate_check(spec: Any) -> dict:
         raise CheckError(f"check {spec['type']!r} needs {', '.join(missing)}")
     if spec["type"] == "word_count" and spec.get("min") is None and spec.get("max") is None:
         raise CheckError("check 'word_count' needs min and/or max")
+    for bound in ("min", "max"):
+        v = spec.get(bound)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
+            raise CheckError(f"check {spec['type']!r}: {bound} must be a whole number >= 0, got {v!r}")
+    if spec["type"] in ("contains_at_least", "first_sentence_contains", "exact_keys"):
+        key = "keys" if spec["type"] == "exact_keys" else "values"
+        if not isinstance(spec[key], list):
+            raise CheckError(f"check {spec['type']!r}: {key} must be a list, got {spec[key]!r}")
     if spec["type"] == "starts_with" and "phrase" not in spec and "values" not in spec:
         raise CheckError("check 'starts_with' needs phrase or values")
     return spec
+
+
+def placeholders(spec: Any) -> set[str]:
+    """Names of the ``{placeholders}`` a check spec uses (recursively)."""
+    if isinstance(spec, str):
+        return set(_PLACEHOLDER.findall(spec))
+    if isinstance(spec, dict):
+        return set().union(*(placeholders(v) for v in spec.values())) if spec else set()
+    if isinstance(spec, list):
+        return set().union(*(placeholders(v) for v in spec)) if spec else set()
+    return set()
 
 
 def run_check(spec: dict, output: Optional[str], variables: Optional[dict] = None) -> tuple[str, str]:

@@ -9,7 +9,7 @@ from typing import Optional
 import pyarrow as pa
 
 from ..data import ARTIFACTS, JUDGMENTS, read_table
-from ._checks import run_check
+from ._checks import placeholders, run_check
 from ._judge import audit_request, parse_audit_answer
 from ._rubric import Rubric
 
@@ -64,6 +64,21 @@ def artifact_variables(row: dict) -> dict:
     return out
 
 
+def _check_placeholders(code_items, rows: list[dict], artifacts) -> None:
+    """A ``{placeholder}`` no artifact provides would silently answer "No" everywhere: refuse it up front."""
+    from ..data import DataError
+
+    file = str(artifacts) if not isinstance(artifacts, pa.Table) else "<table>"
+    for n, row in enumerate(rows, start=1):
+        variables = artifact_variables(row)
+        for item in code_items:
+            unknown = sorted(placeholders(item.check) - set(variables))
+            if unknown:
+                raise DataError(f"question {item.question_id!r} uses placeholder {{{unknown[0]}}}, which artifact "
+                                f"{row['artifact_id']!r} does not provide (its variables: "
+                                f"{', '.join(sorted(variables)) or 'none'})", file=file, row=n, column=unknown[0])
+
+
 def run_audit(rubric: Rubric, artifacts, backend, *, config: Optional[AuditConfig] = None,
               judge_name: Optional[str] = None) -> pa.Table:
     """Judgments for every (artifact, run, question): code checks answered by code, the rest by the judge.
@@ -80,6 +95,7 @@ def run_audit(rubric: Rubric, artifacts, backend, *, config: Optional[AuditConfi
     code_items = [i for i in rubric.items if i.by_code]
     judge_items = [i for i in rubric.items if not i.by_code]
     cache = JudgeCache(config.cache) if config.cache else None
+    _check_placeholders(code_items, rows, artifacts)
     out = []
     for row in rows:
         variables = artifact_variables(row)

@@ -93,6 +93,10 @@ class AuditCommand(Command):
             kinds = [i.kind for i in rubric.items]
             print(f"drafted {len(rubric.items)} questions ({kinds.count('objective')} objective, "
                   f"{kinds.count('subjective')} subjective), {len(rubric.ignored)} ignored instructions -> {path}")
+            if not rubric.items:
+                print(f"adherence audit rubric: failed: the judge drafted no question (raw answers in {path}.raw.json); "
+                      "use a stronger --judge-model or write the rubric by hand", file=sys.stderr)
+                return 1
             print("review and edit it (add code checks to objective questions) before running the audit")
             return 0
         if args.audit == "run":
@@ -121,9 +125,16 @@ class AuditCommand(Command):
         write_table(judgments, out / "judgments.parquet", metadata=meta)
         metrics = stability_tables(judgments, Encoder(args.encoder, progress=False), ks=ks, eps=args.eps)
         (out / "metrics.json").write_text(json.dumps(metrics, indent=2), encoding="utf-8")
-        answered = [a for a in judgments.column("answer").to_pylist()]
-        print(f"{judgments.num_rows} judgments ({answered.count(None)} unscored) -> {out}")
+        answers = judgments.column("answer").to_pylist()
+        sources = judgments.column("source").to_pylist()
+        judged = [a for a, src in zip(answers, sources) if src == "judge"]
         print(format_metrics(metrics))
+        print(f"{judgments.num_rows} judgments: code {sources.count('code')}, judge {len(judged)} "
+              f"({judged.count(None)} unscored) -> {out}")
+        if judged and judged.count(None) == len(judged):
+            print("adherence audit run: failed: every judged answer is unscored (the judge's output could not be "
+                  f"parsed; see the justifications in {out / 'judgments.parquet'})", file=sys.stderr)
+            return 1
         return 0
 
     def _report(self, args) -> int:

@@ -63,7 +63,28 @@ def _user_errors() -> tuple:
     return (DataError, MissingDependencyError, FileNotFoundError, ValueError)
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised like Ctrl-C so every ``finally`` removes its temporaries before the exit."""
+
+
+def _on_sigterm(signum, frame):  # pragma: no cover - exercised by subprocess tests
+    raise Terminated()
+
+
+def _job_errors() -> tuple:
+    """Failures of the job itself (not of its input): one line, exit 1."""
+    import sqlite3
+
+    from ..engine import EngineError
+    from ..judges._openai import JudgeUnavailable
+
+    return (EngineError, JudgeUnavailable, OSError, sqlite3.Error, MemoryError)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Exit codes: 0 done; 1 the job failed (a shard failed, nothing scored, error rate above
+    ``--max-error-rate``, disk full, ...); 2 bad input, options or configuration; 130 / 143
+    interrupted by SIGINT / SIGTERM (no partial output is published)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     selected = next((a for a in argv if a in COMMANDS), None)
     parser = _parser(selected)
@@ -71,14 +92,30 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if getattr(args, "_command", None) is None:
         parser.print_help()
         return 0 if not argv else 2
+    import signal
+    import threading
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         return int(args._command.run(args) or 0)
     except _user_errors() as exc:
         print(f"adherence {args.command}: error: {exc}", file=sys.stderr)
         return 2
+    except Terminated:
+        print("adherence: terminated; nothing partial was published", file=sys.stderr)
+        return 143
     except KeyboardInterrupt:
-        print("adherence: interrupted", file=sys.stderr)
+        print("adherence: interrupted; nothing partial was published", file=sys.stderr)
         return 130
+    except RecursionError:
+        print(f"adherence {args.command}: error: input nested too deeply to process", file=sys.stderr)
+        return 2
+    except Exception as exc:  # noqa: BLE001 - an orchestrator reads one line and the exit code
+        if not isinstance(exc, _job_errors()):
+            raise
+        print(f"adherence {args.command}: error: {exc}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":  # pragma: no cover

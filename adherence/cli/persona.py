@@ -128,4 +128,11 @@ class PersonaCommand(Command):
             print(json.dumps(results, indent=2, allow_nan=False))
         else:
             print(format_persona(results))
+        failed = [f"{name}: {dim}" for name, res in results.items() if isinstance(res, dict)
+                  for dim in ("adherence", "consistency", "naturalness")
+                  if isinstance(res.get(dim), dict) and "error" in res[dim]]
+        if failed:
+            print(f"adherence persona: failed: {len(failed)} dimension(s) could not be computed ({failed[0]}, ...)",
+                  file=sys.stderr)
+            return 1
         return 0

@@ -18,6 +18,20 @@ def _summary(summary: dict) -> str:
     return "\n".join(lines)
 
 
+def job_failure(summary: dict, max_error_rate: float = 1.0) -> str:
+    """Why a finished job must exit non-zero ('' when it succeeded)."""
+    s = summary
+    if s.get("failed_shards"):
+        return (f"{len(s['failed_shards'])} shard(s) failed as a whole ({s.get('failure', '')}); "
+                "their rows are status=error; --resume scores them again")
+    if s["turns"] and not s["ok"]:
+        return "no turn was scored (every row is error or unscored)"
+    rate = s["error"] / s["turns"] if s["turns"] else 0.0
+    if rate > max_error_rate:
+        return f"error rate {rate:.4f} is above --max-error-rate {max_error_rate}"
+    return ""
+
+
 class ScoreCommand(Command):
     name = "score"
     help = "score assistant turns for role adherence"
@@ -50,6 +64,10 @@ class ScoreCommand(Command):
         j.add_argument("--base-url", help="openai backend: server URL, e.g. http://127.0.0.1:8000/v1")
         j.add_argument("--api-key", help="openai backend: API key (default: $OPENAI_API_KEY)")
         j.add_argument("--concurrency", type=int, default=16, help="openai backend: requests in flight")
+        j.add_argument("--request-timeout", type=float, default=60.0, metavar="S",
+                       help="openai backend: seconds per request before it is retried (default 60)")
+        j.add_argument("--max-retries", type=int, default=4,
+                       help="openai backend: retries per request after the first try (default 4)")
         j.add_argument("--binary-fallback", action="store_true",
                        help="continuous mode on a provider without logprobs: fall back to binary verdicts")
         j.add_argument("--no-prefix-sharing", action="store_true", help="transformers backend: one forward pass per turn")
@@ -61,7 +79,11 @@ class ScoreCommand(Command):
         e.add_argument("--gpus-per-worker", type=float, default=0.0, help="GPUs per Ray actor (1: one actor per GPU)")
         e.add_argument("--shard-size", type=int, default=100_000, help="turns per shard; conversations never split")
         e.add_argument("--resume", action="store_true", help="reuse the finished shards of an interrupted run")
-        e.add_argument("--work-dir", help="shards and checkpoints (default: OUTPUT.work)")
+        e.add_argument("--work-dir", help="shards and checkpoints (default: OUTPUT.work; removed after success)")
+        e.add_argument("--keep-work-dir", action="store_true", help="keep the work directory after success")
+        e.add_argument("--max-error-rate", type=float, default=1.0, metavar="R",
+                       help="exit 1 when more than this fraction of rows is status=error (default 1.0: only when "
+                       "nothing was scored or a shard failed)")
         p.add_argument("--device", help="cuda, cpu, ... (default: cuda when available)")
         p.add_argument("--batch-size", type=int, default=64)
         p.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples for session CIs (0: none)")
@@ -71,6 +93,9 @@ class ScoreCommand(Command):
     def run(self, args: argparse.Namespace) -> int:
         from ..role import RoleConfig
 
+        if not 0.0 <= args.max_error_rate <= 1.0:
+            raise ValueError(f"--max-error-rate must be in [0, 1], got {args.max_error_rate}")
+
         judge = None
         if args.method == "llm_judge":
             from ..judges import JudgeConfig
@@ -79,7 +104,8 @@ class ScoreCommand(Command):
             if args.backend == "transformers":
                 opts = {"device": args.device, "prefix_sharing": not args.no_prefix_sharing, "progress": not args.no_progress}
             elif args.backend == "openai":
-                opts = {"base_url": args.base_url, "api_key": args.api_key, "concurrency": args.concurrency}
+                opts = {"base_url": args.base_url, "api_key": args.api_key, "concurrency": args.concurrency,
+                        "timeout": args.request_timeout, "max_retries": args.max_retries}
             judge = JudgeConfig(
                 model=args.judge_model, backend=args.backend, output_mode=args.output_mode, granularity=args.granularity,
                 include_reason=args.include_reason, cache=args.judge_cache, binary_fallback=args.binary_fallback,
@@ -96,8 +122,12 @@ class ScoreCommand(Command):
         engine = Engine(config=config, executor=args.executor, num_workers=args.num_workers,
                         gpus_per_worker=args.gpus_per_worker, ray_address=args.ray_address, shard_size=args.shard_size,
                         work_dir=args.work_dir, resume=args.resume, progress=not args.no_progress,
-                        n_bootstrap=args.bootstrap, seed=args.seed)
+                        n_bootstrap=args.bootstrap, seed=args.seed, keep_work_dir=args.keep_work_dir)
         result = engine.run(args.input, args.output, sessions_output=args.sessions_output)
         print(_summary(result.summary))
         print(f"wrote {result.output} and {result.sessions_output}", file=sys.stderr)
+        failure = job_failure(result.summary, args.max_error_rate)
+        if failure:
+            print(f"adherence score: failed: {failure}", file=sys.stderr)
+            return 1
         return 0

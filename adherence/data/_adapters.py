@@ -74,6 +74,8 @@ def _load_json(path: PathLike) -> Any:
             return json.load(fh)
     except json.JSONDecodeError as exc:
         raise DataError(f"invalid JSON ({exc.msg}, character {exc.colno})", file=path, line=exc.lineno) from None
+    except RecursionError:
+        raise DataError("JSON nested too deeply to read", file=path) from None
 
 
 def _finish(records: list[dict], contract, file: str) -> pa.Table:

@@ -12,6 +12,7 @@ import codecs
 import json
 import math
 import os
+import re
 from pathlib import Path
 from typing import Any, Iterator, Optional, Union
 
@@ -66,9 +67,45 @@ def _check_file(path: PathLike) -> Path:
     p = Path(path)
     if not p.exists():
         raise DataError("no such file or directory", file=path)
+    if not (p.is_file() or p.is_dir()):
+        # A FIFO or device would block or stream forever; only regular files and directories are read.
+        raise DataError("not a regular file or directory (a pipe, socket or device cannot be read as input)", file=path)
+    if not os.access(p, os.R_OK | (os.X_OK if p.is_dir() else 0)):
+        raise DataError("permission denied: the input is not readable", file=path)
     if p.is_file() and p.stat().st_size == 0:
         raise DataError("file is empty", file=path)
+    if p.is_dir() and not any(_parquet_files(p)):
+        raise DataError("the directory holds no .parquet files", file=path)
     return p
+
+
+def _parquet_files(directory: Path) -> list[Path]:
+    """Data files of a Parquet dataset directory (hidden and ``_``-prefixed entries are not data)."""
+    return sorted(q for q in directory.rglob("*") if q.is_file() and not any(
+        part.startswith((".", "_")) for part in q.relative_to(directory).parts))
+
+
+_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+
+
+def _check_surrogates(record: dict, *, file, row: int, line: int) -> None:
+    """A lone UTF-16 surrogate (``"\\ud800"``) decodes into Python but cannot be stored as UTF-8 text."""
+    def walk(value, column):
+        if isinstance(value, str):
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:
+                raise DataError("text holds a lone UTF-16 surrogate escape (e.g. \\ud800), which is not valid "
+                                "Unicode text", file=file, row=row, line=line, column=column) from None
+        elif isinstance(value, dict):
+            for v in value.values():
+                walk(v, column)
+        elif isinstance(value, list):
+            for v in value:
+                walk(v, column)
+
+    for key, value in record.items():
+        walk(value, key)
 
 
 def check_utf8(path: PathLike, chunk_size: int = 1 << 24) -> None:
@@ -124,6 +161,9 @@ def _jsonl_batches(path: Path, contract: Optional[Contract], batch_size: int) ->
                     row=row_offset + len(records) + 1,
                     line=line_no,
                 ) from None
+            except RecursionError:
+                raise DataError("JSON nested too deeply to read", file=path, row=row_offset + len(records) + 1,
+                                line=line_no) from None
             if not isinstance(record, dict):
                 raise DataError(
                     f"expected a JSON object per line, got {type(record).__name__}",
@@ -131,6 +171,8 @@ def _jsonl_batches(path: Path, contract: Optional[Contract], batch_size: int) ->
                     row=row_offset + len(records) + 1,
                     line=line_no,
                 )
+            if _SURROGATE.search(raw):
+                _check_surrogates(record, file=path, row=row_offset + len(records) + 1, line=line_no)
             records.append(record)
             if len(records) >= batch_size:
                 yield records_to_table(records, contract, file=str(path), row_offset=row_offset)
@@ -210,13 +252,18 @@ def _csv_batches(path: Path, contract: Optional[Contract], batch_size: int) -> I
     # with its row; other columns are inferred by Arrow.
     column_types = {c.name: pa.string() for c in contract.columns} if contract else {}
     read_options = pacsv.ReadOptions(block_size=1 << 24)
+    # Only an empty unquoted cell is null: "NA", "N/A", "null", "NaN", "None" are text people write.
     convert = pacsv.ConvertOptions(
-        column_types=column_types, strings_can_be_null=True, quoted_strings_can_be_null=False
+        column_types=column_types, strings_can_be_null=True, quoted_strings_can_be_null=False, null_values=[""]
     )
     try:
         reader = pacsv.open_csv(path, read_options=read_options, parse_options=CSV_PARSE, convert_options=convert)
     except pa.ArrowInvalid as exc:
         raise DataError(f"cannot parse CSV: {exc}", file=path) from None
+    names = reader.schema.names
+    dup = next((n for i, n in enumerate(names) if n in names[:i]), None)
+    if dup is not None:
+        raise DataError(f"the header names column {dup!r} twice", file=path, line=1, column=dup)
     while True:
         try:
             batch = reader.read_next_batch()
@@ -234,7 +281,22 @@ def _parquet_batches(path: Path, batch_size: int) -> Iterator[pa.Table]:
         if path.is_dir():
             import pyarrow.dataset as ds
 
-            batches = ds.dataset(str(path), format="parquet").to_batches(batch_size=batch_size)
+            files = _parquet_files(path)
+            schemas = []
+            for f in files:
+                try:
+                    schemas.append(pq.read_schema(f))
+                except (pa.ArrowInvalid, OSError) as exc:
+                    raise DataError(f"not a readable Parquet file ({exc})", file=f) from None
+            try:
+                # Files with different columns are read with the union of them (missing values null),
+                # never with the first file's columns only.
+                schema = pa.unify_schemas(schemas, promote_options="permissive")
+            except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+                raise DataError(f"the Parquet files of this directory have incompatible columns ({exc})",
+                                file=path) from None
+            batches = ds.dataset([str(f) for f in files], format="parquet", schema=schema).to_batches(
+                batch_size=batch_size)
         else:
             batches = pq.ParquetFile(path).iter_batches(batch_size=batch_size)
         for batch in batches:

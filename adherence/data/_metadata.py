@@ -103,6 +103,7 @@ def run_metadata(
                 entry["digest"] = file_digest(p)
         listed.append(entry)
     return {
+        "producer": "adherence",
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "versions": _versions(),
         "platform": platform.platform(),

@@ -17,10 +17,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..data import detect_format, run_metadata, write_run_metadata
+from ..data import DataError, metadata_path, run_metadata
+from ..data._io import _check_file
 from ..role import RoleConfig, aggregate_sessions, get_method
-from ._executors import get_executor
-from ._plan import _write_json_atomic, plan_job
+from ._executors import EngineError, get_executor
+from ._plan import _write_json_atomic, content_digest, plan_job, temp_path
+from ._safety import PathLock, WorkDir, check_outputs, output_format, reserved_columns
 
 __all__ = ["Engine", "JobResult", "score"]
 
@@ -56,7 +58,9 @@ class Engine:
         shard_size: turns per shard (conversations are never split).
         work_dir: where shards, their outputs and the job manifest live
             (default: ``<output>.work``).
-        resume: reuse finished shards of an earlier run of the same job.
+        resume: reuse finished shards of an earlier run of the same job (checked by content:
+            the input's hash, each shard output's hash; failed shards are scored again).
+        keep_work_dir: keep the work directory after success (default: removed).
         n_bootstrap, seed: session confidence intervals.
 
     Example::
@@ -70,7 +74,7 @@ class Engine:
                  num_workers: int = 1, gpus_per_worker: float = 0.0, ray_address: Optional[str] = None,
                  shard_size: int = 100_000, work_dir: Optional[Union[str, os.PathLike]] = None, resume: bool = False,
                  progress: bool = True, n_bootstrap: int = 1000, seed: int = 42, max_retries: int = 2,
-                 batch_size: int = 65_536, **method_options: Any) -> None:
+                 batch_size: int = 65_536, keep_work_dir: bool = False, **method_options: Any) -> None:
         if config is None:
             config = RoleConfig(method=method or "llm_judge", **method_options)
         elif method_options or (method and method != config.method):
@@ -83,7 +87,7 @@ class Engine:
         self.executor_name = executor
         self.executor_kwargs = {"num_workers": num_workers, "address": ray_address,
                                 "gpus_per_worker": gpus_per_worker, "max_retries": max_retries} if executor == "ray" else {}
-        self.shard_size, self.work_dir, self.resume = shard_size, work_dir, resume
+        self.shard_size, self.work_dir, self.resume, self.keep_work_dir = shard_size, work_dir, resume, keep_work_dir
         self.progress, self.n_bootstrap, self.seed, self.batch_size = progress, n_bootstrap, seed, batch_size
         self._executor = None
 
@@ -94,42 +98,34 @@ class Engine:
         """Score ``source`` (a path or an Arrow table) into ``output`` (Parquet file or directory, JSONL, CSV).
 
         With no ``output`` the result is returned in memory (``JobResult.table``).
+
+        Nothing the job did not create is deleted or overwritten: every output path is checked
+        before any work (:func:`check_outputs`), and the output, the sessions file and their
+        metadata are published together, only once complete and verified (every input row
+        exactly once). A failure or an interrupt leaves earlier files untouched.
         """
         start = time.perf_counter()
         tmp_ctx = tempfile.TemporaryDirectory(prefix="adherence-") if output is None else None
         try:
-            if output is None:
-                out_path = Path(tmp_ctx.name) / "scores.parquet"
-            else:
-                out_path = Path(output)
+            out_path = Path(tmp_ctx.name) / "scores.parquet" if output is None else Path(output)
+            if sessions_output is None:
+                suffix = out_path.suffix or ".parquet"
+                sessions_output = out_path.with_name(f"{out_path.stem}.sessions{suffix}")
+            sessions_path = Path(sessions_output)
             work = Path(self.work_dir) if self.work_dir else out_path.with_name(out_path.name + ".work")
-            if not self.resume and work.exists():
-                shutil.rmtree(work)
-            work.mkdir(parents=True, exist_ok=True)
-            if isinstance(source, (pa.Table, pa.RecordBatch)):
-                table = source if isinstance(source, pa.Table) else pa.Table.from_batches([source])
-                src_path = work / "input.parquet"
-                if not src_path.exists():
-                    pq.write_table(table, src_path)
-                source = src_path
-            method = get_method(self.config.method)
-            config = dataclasses.replace(self.config, progress=False)
-            needs_references = method.uses_dataset_references(self.config)
-            if not needs_references and self.executor_name == "ray":
-                # Workers start (and load their models) while the input is being planned.
-                self._executor = get_executor(self.executor_name, **self.executor_kwargs)
-                self._executor.start(config)
-            plan = plan_job(source, work, shard_size=self.shard_size, batch_size=self.batch_size,
-                            collect_references=needs_references)
-            if plan.reference_file:
-                config = dataclasses.replace(config, reference_file=plan.reference_file)
-            self._check_job_manifest(work, plan)
-            results = self._execute(plan, work, config)
-            summary = self._finalize(plan, work, out_path, sessions_output, results, start, source)
-            result = JobResult(out_path if output is not None else None, summary.pop("_sessions_path"), summary)
+            if isinstance(source, (str, os.PathLike)):
+                _check_file(source)  # a missing file, a FIFO, an unreadable or empty input: one line, before anything
+            check_outputs(source, out_path, sessions_path, work)
+            out_path.parent.mkdir(parents=True, exist_ok=True)
+            with PathLock(out_path.with_name(f".{out_path.name}.lock"), "the output") as _, \
+                    WorkDir(work, resume=self.resume) as workdir:
+                summary = self._run_locked(source, out_path, sessions_path, work, start)
+                if not self.keep_work_dir:
+                    workdir.remove()
+            result = JobResult(out_path if output is not None else None, sessions_path, summary)
             if output is None:
                 result.table = pq.read_table(out_path)
-                result.sessions = pq.read_table(result.sessions_output)
+                result.sessions = pq.read_table(sessions_path)
                 result.sessions_output = None
             return result
         finally:
@@ -141,15 +137,67 @@ class Engine:
 
     # ------------------------------------------------------------------ steps
 
+    def _run_locked(self, source, out_path: Path, sessions_path: Path, work: Path, start: float) -> dict:
+        if isinstance(source, (pa.Table, pa.RecordBatch)):
+            table = source if isinstance(source, pa.Table) else pa.Table.from_batches([source])
+            src_path = work / "input.parquet"
+            if not src_path.exists():
+                tmp = temp_path(src_path)
+                pq.write_table(table, tmp)
+                os.replace(tmp, src_path)
+            source = src_path
+        method = get_method(self.config.method)
+        config = dataclasses.replace(self.config, progress=False)
+        needs_references = method.uses_dataset_references(self.config)
+        if not needs_references and self.executor_name == "ray":
+            # Workers start (and load their models) while the input is being planned.
+            self._executor = get_executor(self.executor_name, **self.executor_kwargs)
+            self._executor.start(config)
+        plan = plan_job(source, work, shard_size=self.shard_size, batch_size=self.batch_size,
+                        collect_references=needs_references, check_columns=self._check_columns(source))
+        if plan.reference_file:
+            config = dataclasses.replace(config, reference_file=plan.reference_file)
+        self._check_job_manifest(work, plan)
+        results = self._execute(plan, work, config)
+        return self._finalize(plan, work, out_path, sessions_path, results, start, source)
+
+    def _check_columns(self, source):
+        name = str(source) if isinstance(source, (str, os.PathLike)) else "<table>"
+
+        def check(columns: list) -> None:
+            clash = reserved_columns(self.config.method, columns)
+            if clash:
+                raise DataError(f"input column {clash[0]!r} would be replaced by the scores (reserved: method, score, "
+                                f"prediction, status, error, reason, p_yes_source, truncated, {self.config.method}_*); "
+                                "rename or drop it", file=name, column=clash[0])
+
+        return check
+
     def _check_job_manifest(self, work: Path, plan) -> None:
         manifest = work / "job.json"
         job = {"config": _config_hash(self.config), "fingerprint": plan.fingerprint, "shard_size": plan.shard_size}
         if manifest.exists():
-            old = json.loads(manifest.read_text())
+            try:
+                old = json.loads(manifest.read_text())
+            except ValueError:
+                old = None
             if old != job:
                 # Different job in the same place: its shard outputs must not be mixed with ours.
                 shutil.rmtree(work / "out", ignore_errors=True)
         _write_json_atomic(manifest, job)
+
+    @staticmethod
+    def _finished(done: Path, output: Path) -> Optional[dict]:
+        """A shard's earlier result, if its output is complete, not failed, and hashes to what was recorded."""
+        if not (done.exists() and output.exists()):
+            return None
+        try:
+            res = json.loads(done.read_text())
+        except ValueError:
+            return None
+        if res.get("failed") or not res.get("digest") or content_digest(output) != res["digest"]:
+            return None
+        return dict(res, resumed=True)
 
     def _execute(self, plan, work: Path, config: RoleConfig) -> dict:
         from tqdm.auto import tqdm
@@ -161,12 +209,12 @@ class Engine:
         results: dict[int, dict] = {}
         tasks = []
         for s in plan.shards:
-            done = out_dir / f"shard-{s.shard_id:05d}.done.json"
-            if done.exists() and (out_dir / f"shard-{s.shard_id:05d}.parquet").exists():
-                results[s.shard_id] = dict(json.loads(done.read_text()), resumed=True)
+            output = out_dir / f"shard-{s.shard_id:05d}.parquet"
+            earlier = self._finished(out_dir / f"shard-{s.shard_id:05d}.done.json", output)
+            if earlier is not None:
+                results[s.shard_id] = earlier
             else:
-                tasks.append({"shard_id": s.shard_id, "input": s.path,
-                              "output": str(out_dir / f"shard-{s.shard_id:05d}.parquet")})
+                tasks.append({"shard_id": s.shard_id, "input": s.path, "output": str(output)})
         done_rows = sum(r["rows"] for r in results.values())
         bar = tqdm(total=plan.total_rows, initial=done_rows, unit="turn", desc=f"scoring ({self.config.method})",
                    disable=not self.progress, dynamic_ncols=True)
@@ -208,53 +256,83 @@ class Engine:
 
         return apply
 
-    def _finalize(self, plan, work: Path, out_path: Path, sessions_output, results: dict, start: float, source) -> dict:
+    @staticmethod
+    def _verify_rows(shard_files: list[Path], total: int) -> None:
+        """Every input row exactly once across the shard outputs, or an :class:`EngineError` (nothing is published)."""
+        seen = np.zeros(total, dtype=bool)
+        count = 0
+        for f in shard_files:
+            try:
+                rows = pq.read_table(f, columns=["_row"]).column("_row").to_numpy()
+            except (OSError, pa.ArrowInvalid, KeyError) as exc:
+                raise EngineError(f"shard output {f} is unreadable ({exc}); rerun with --resume to score it again") from None
+            if len(rows) and (rows.min() < 0 or rows.max() >= total or seen[rows].any()
+                              or len(np.unique(rows)) != len(rows)):
+                raise EngineError(f"shard output {f} holds rows outside its shard or twice; nothing was published")
+            seen[rows] = True
+            count += len(rows)
+        if count != total or not seen.all():
+            raise EngineError(f"the shard outputs hold {count} of the {total} input rows; nothing was published "
+                              "(rerun with --resume)")
+
+    def _finalize(self, plan, work: Path, out_path: Path, sessions_path: Path, results: dict, start: float,
+                  source) -> dict:
         shard_files = [work / "out" / f"shard-{s.shard_id:05d}.parquet" for s in plan.shards]
+        self._verify_rows(shard_files, plan.total_rows)
         rescale = self._rescaler(shard_files)
-        schemas = [pq.read_schema(f) for f in shard_files]
-        schema = pa.unify_schemas(schemas, promote_options="permissive")
+        schema = pa.unify_schemas([pq.read_schema(f) for f in shard_files], promote_options="permissive")
         schema = pa.schema([f for f in schema if f.name != "_row"])
-        if sessions_output is None:
-            suffix = out_path.suffix or ".parquet"
-            sessions_output = out_path.with_name(f"{out_path.stem}.sessions{suffix}")
-        sessions_output = Path(sessions_output)
-        fmt = detect_format(out_path) if out_path.suffix else "directory"
-        out_path.parent.mkdir(parents=True, exist_ok=True)
-        writer = _TableSink(out_path, fmt, schema)
-        session_tables = []
+        publisher = Publisher()
         try:
+            sink = _TableSink(publisher.temp(out_path), output_format(out_path), schema)
+            publisher.add(sink.path, out_path)
+            sessions_sink = None
+            n_sessions = 0
             for f in shard_files:
                 t = pq.read_table(f)
                 if rescale is not None:
                     t = rescale(t)
-                t = t.drop_columns(["_row"]) if "_row" in t.column_names else t
-                t = _conform_schema(t, schema)
-                writer.write(t)
-                session_tables.append(aggregate_sessions(t, threshold=self.config.threshold,
-                                                         strict_mode=self.config.strict_mode,
-                                                         n_bootstrap=self.n_bootstrap, seed=self.seed))
+                t = _conform_schema(t.drop_columns(["_row"]), schema)
+                sink.write(t)
+                sessions = aggregate_sessions(t, threshold=self.config.threshold, strict_mode=self.config.strict_mode,
+                                              n_bootstrap=self.n_bootstrap, seed=self.seed)
+                if sessions_sink is None:
+                    sessions_sink = _TableSink(publisher.temp(sessions_path), output_format(sessions_path),
+                                               sessions.schema)
+                    publisher.add(sessions_sink.path, sessions_path)
+                sessions_sink.write(sessions)
+                n_sessions += sessions.num_rows
+            sink.close()
+            sessions_sink.close()
+            written = sink.count_rows()
+            if written != plan.total_rows:
+                raise EngineError(f"the output holds {written} rows, the input {plan.total_rows}; nothing was published")
+            elapsed = time.perf_counter() - start
+            totals = {k: sum(r[k] for r in results.values()) for k in ("rows", "ok", "error", "unscored")}
+            models = next((r.get("models") for r in results.values() if r.get("models")), {})
+            failed = sorted(r["shard_id"] for r in results.values() if r.get("failed"))
+            summary = {
+                "method": self.config.method, "turns": totals["rows"], "ok": totals["ok"], "error": totals["error"],
+                "unscored": totals["unscored"], "sessions": n_sessions, "shards": len(plan.shards),
+                "shards_resumed": sum(1 for r in results.values() if r.get("resumed")), "failed_shards": failed,
+                "elapsed_s": elapsed, "turns_per_s": totals["rows"] / elapsed if elapsed > 0 else None,
+                "executor": self.executor_name,
+            }
+            if failed:
+                summary["failure"] = next(r["failed"] for r in results.values() if r.get("failed"))
+            meta = run_metadata(config=dataclasses.asdict(self.config), seed=self.seed, inputs=[source], models=models)
+            meta["engine"] = {"executor": self.executor_name,
+                              **{k: v for k, v in self.executor_kwargs.items() if v is not None},
+                              "shard_size": self.shard_size, "shards": len(plan.shards), "work_dir": str(work),
+                              "input_fingerprint": plan.fingerprint}
+            meta["summary"] = summary
+            meta["outputs"] = {"turns": str(out_path), "sessions": str(sessions_path), "rows": written}
+            for target in (out_path, sessions_path):
+                publisher.add_text(metadata_path(target), json.dumps(meta, indent=2, ensure_ascii=False,
+                                                                     default=repr) + "\n")
+            publisher.publish()
         finally:
-            writer.close()
-        from ..data import write_table
-
-        sessions = pa.concat_tables(session_tables, promote_options="permissive")
-        write_table(sessions, sessions_output)
-        elapsed = time.perf_counter() - start
-        totals = {k: sum(r[k] for r in results.values()) for k in ("rows", "ok", "error", "unscored")}
-        models = next((r.get("models") for r in results.values() if r.get("models")), {})
-        summary = {
-            "method": self.config.method, "turns": totals["rows"], "ok": totals["ok"], "error": totals["error"],
-            "unscored": totals["unscored"], "sessions": sessions.num_rows, "shards": len(plan.shards),
-            "shards_resumed": sum(1 for r in results.values() if r.get("resumed")), "elapsed_s": elapsed,
-            "turns_per_s": totals["rows"] / elapsed if elapsed > 0 else None, "executor": self.executor_name,
-        }
-        meta = run_metadata(config=dataclasses.asdict(self.config), seed=self.seed, inputs=[source], models=models)
-        meta["engine"] = {"executor": self.executor_name, **{k: v for k, v in self.executor_kwargs.items() if v is not None},
-                          "shard_size": self.shard_size, "shards": len(plan.shards), "work_dir": str(work)}
-        meta["summary"] = summary
-        write_run_metadata(out_path, meta)
-        write_run_metadata(sessions_output, meta)
-        summary["_sessions_path"] = sessions_output
+            publisher.discard()
         return summary
 
 
@@ -268,49 +346,131 @@ def _conform_schema(t: pa.Table, schema: pa.Schema) -> pa.Table:
     return pa.Table.from_arrays(cols, schema=schema)
 
 
+class Publisher:
+    """Files written under temporary names, renamed into place together once all are complete.
+
+    ``publish`` renames with SIGINT and SIGTERM held back (delivered right after), so an
+    interrupt lands before the first rename or after the last; ``discard`` removes whatever
+    temporary is left (after a failure, every one of them).
+    """
+
+    def __init__(self) -> None:
+        self.moves: list[tuple[Path, Path]] = []
+
+    @staticmethod
+    def temp(path: Path) -> Path:
+        return temp_path(path)
+
+    def add(self, tmp: Path, final: Path) -> None:
+        self.moves.append((tmp, final))
+
+    def add_text(self, final: Path, text: str) -> None:
+        tmp = temp_path(final)
+        self.moves.append((tmp, final))
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+
+    def publish(self) -> None:
+        import signal
+        import threading
+
+        main = threading.current_thread() is threading.main_thread()
+        held = {signal.SIGINT, signal.SIGTERM}
+        if main:
+            signal.pthread_sigmask(signal.SIG_BLOCK, held)
+        try:
+            for tmp, final in self.moves:
+                if final.is_dir() and not final.is_symlink():
+                    # An earlier directory output (checked to be ours): swap it out, then remove it.
+                    old = temp_path(final)
+                    os.replace(final, old)
+                    os.replace(tmp, final)
+                    shutil.rmtree(old)
+                else:
+                    os.replace(tmp, final)
+            self.moves = []
+        finally:
+            if main:
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, held)
+
+    def discard(self) -> None:
+        for tmp, _ in self.moves:
+            if tmp.is_dir() and not tmp.is_symlink():
+                shutil.rmtree(tmp, ignore_errors=True)
+            elif tmp.exists():
+                tmp.unlink()
+        self.moves = []
+
+
 class _TableSink:
-    """Streams shard tables into one Parquet file, a Parquet directory, JSONL or CSV, atomically."""
+    """Streams tables into one Parquet file, a Parquet directory, JSONL or CSV at ``path`` (a temporary)."""
 
     def __init__(self, path: Path, fmt: str, schema: pa.Schema) -> None:
         self.path, self.fmt, self.schema = path, fmt, schema
-        self.tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         self.count = 0
+        self.rows = 0
         if fmt == "parquet":
-            self.writer = pq.ParquetWriter(self.tmp, schema)
+            self.writer = pq.ParquetWriter(path, schema)
         elif fmt == "directory":
-            self.tmp.mkdir(parents=True, exist_ok=True)
+            path.mkdir(parents=True)
         elif fmt == "jsonl":
-            self.fh = open(self.tmp, "w", encoding="utf-8")
+            self.fh = open(path, "w", encoding="utf-8")
         elif fmt == "csv":
-            self.parts: list = []
-        else:
-            raise ValueError(f"cannot write scores as {fmt!r}; use .parquet, .jsonl, .csv or a directory")
+            import pyarrow.csv as pacsv
+
+            from ..data._io import _csv_ready
+
+            self._csv_ready = _csv_ready
+            self.csv_schema = _csv_ready(schema.empty_table()).schema
+            self.writer = pacsv.CSVWriter(str(path), self.csv_schema)
+        else:  # pragma: no cover - output_format guards this
+            raise ValueError(f"cannot write scores as {fmt!r}")
 
     def write(self, t: pa.Table) -> None:
         if self.fmt == "parquet":
             self.writer.write_table(t)
         elif self.fmt == "directory":
-            pq.write_table(t, self.tmp / f"part-{self.count:05d}.parquet")
+            pq.write_table(t, self.path / f"part-{self.count:05d}.parquet")
         elif self.fmt == "jsonl":
             from ..data._io import _write_jsonl
 
             _write_jsonl(t, self.fh)
         else:
-            self.parts.append(t)
+            self.writer.write_table(self._csv_ready(t).cast(self.csv_schema))
         self.count += 1
+        self.rows += t.num_rows
 
     def close(self) -> None:
-        if self.fmt == "parquet":
+        if self.fmt in ("parquet", "csv"):
             self.writer.close()
         elif self.fmt == "jsonl":
+            self.fh.flush()
+            os.fsync(self.fh.fileno())
             self.fh.close()
-        elif self.fmt == "csv":
-            from ..data import write_table
 
-            write_table(pa.concat_tables(self.parts) if self.parts else self.schema.empty_table(), self.tmp, format="csv")
-        if self.path.exists() and self.path.is_dir():
-            shutil.rmtree(self.path)
-        os.replace(self.tmp, self.path)
+    def count_rows(self) -> int:
+        """Rows in the written file, read back from it (not from what was handed to ``write``)."""
+        if self.fmt == "parquet":
+            return pq.ParquetFile(self.path).metadata.num_rows
+        if self.fmt == "directory":
+            return sum(pq.ParquetFile(p).metadata.num_rows for p in self.path.glob("part-*.parquet"))
+        if self.fmt == "jsonl":
+            n = 0
+            with open(self.path, "rb") as fh:
+                for chunk in iter(lambda: fh.read(1 << 22), b""):
+                    n += chunk.count(b"\n")
+            return n
+        import pyarrow.csv as pacsv
+
+        from ..data._io import CSV_PARSE
+
+        first = self.csv_schema.names[0]
+        reader = pacsv.open_csv(self.path, parse_options=CSV_PARSE,
+                                convert_options=pacsv.ConvertOptions(include_columns=[first],
+                                                                     column_types={first: pa.string()}))
+        return sum(b.num_rows for b in reader)
 
 
 def score(source, output: Optional[Union[str, os.PathLike]] = None, **options: Any) -> Union[pa.Table, JobResult]:

@@ -9,17 +9,20 @@ input size (no per-conversation table is kept; the duplicate-key check keeps 8
 bytes per row), and the assignment is stable across processes and resumes.
 Ground truths are collected on the way when the method needs the whole job's
 reference pool. The plan is written atomically and reused by a resumed job
-whose input and shard size are unchanged.
+whose input content (a streamed hash, not size and mtime) and shard size are
+unchanged and whose shard files still hash to what was written.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import uuid
 import zlib
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 import numpy as np
 import pyarrow as pa
@@ -27,7 +30,7 @@ import pyarrow as pa
 from ..data import TURNS, iter_batches
 from ..data._readers import _blank_text
 
-__all__ = ["Plan", "ShardInfo", "plan_job", "input_fingerprint"]
+__all__ = ["Plan", "ShardInfo", "plan_job", "input_fingerprint", "content_digest", "temp_path"]
 
 
 @dataclass
@@ -35,6 +38,7 @@ class ShardInfo:
     shard_id: int
     path: str
     rows: int
+    digest: Optional[str] = None
 
 
 @dataclass
@@ -58,60 +62,110 @@ class Plan:
         return cls(**d)
 
 
+def content_digest(path, chunk_size: int = 1 << 22) -> str:
+    """blake2b of a file's bytes, streamed in 4 MiB chunks (about 1 GB/s on one core)."""
+    h = hashlib.blake2b(digest_size=20)
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(chunk_size), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
 def input_fingerprint(source) -> dict:
-    """Cheap identity of an input: path, size and modification time of its files."""
+    """Identity of an input by content: a streamed hash of its files (names and bytes), with their count and size.
+
+    Resuming trusts this, never size and modification time: an in-place edit that keeps both
+    still changes the hash, so no stale shard is reused.
+    """
     p = Path(source)
     files = sorted(q for q in p.rglob("*") if q.is_file()) if p.is_dir() else [p]
-    return {"path": str(p.resolve()), "bytes": sum(f.stat().st_size for f in files),
-            "mtime_ns": max(f.stat().st_mtime_ns for f in files), "files": len(files)}
+    h = hashlib.blake2b(digest_size=20)
+    for f in files:
+        if p.is_dir():
+            h.update(str(f.relative_to(p)).encode("utf-8", "surrogateescape") + b"\0")
+        h.update(content_digest(f).encode())
+    return {"path": str(p.resolve()), "bytes": sum(f.stat().st_size for f in files), "files": len(files),
+            "content": h.hexdigest()}
+
+
+def temp_path(path: Path) -> Path:
+    """A temporary sibling of ``path``, unique per process and call (two jobs never share one)."""
+    return path.with_name(f".{path.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp")
 
 
 def _write_json_atomic(path: Path, obj) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(obj, ensure_ascii=False), encoding="utf-8")
-    os.replace(tmp, path)
+    tmp = temp_path(path)
+    try:
+        tmp.write_text(json.dumps(obj, ensure_ascii=False), encoding="utf-8")
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
 
 
 def _count_rows(source, batch_size: int) -> int:
     """Rows in the input: from Parquet metadata, else a raw (unvalidated) streaming count."""
-    from ..data import detect_format
-    from ..data._io import _check_file, _raw_batches
+    import pyarrow.parquet as pq
+
+    from ..data import DataError, detect_format
+    from ..data._io import _check_file, _parquet_files, _raw_batches
 
     path = _check_file(source)
     if detect_format(path) == "parquet":
-        import pyarrow.dataset as ds
-
-        return int(ds.dataset(str(path), format="parquet").count_rows())
+        try:
+            return sum(pq.ParquetFile(f).metadata.num_rows for f in (_parquet_files(path) if path.is_dir() else [path]))
+        except (pa.ArrowInvalid, OSError) as exc:
+            raise DataError(f"not a readable Parquet file ({exc})", file=path) from None
     return sum(b.num_rows for b in _raw_batches(path, detect_format(path), None, batch_size))
 
 
+def _reusable(plan_path: Path, fingerprint: dict, shard_size: int, collect_references: bool) -> Optional[Plan]:
+    try:
+        old = Plan.from_json(json.loads(plan_path.read_text()))
+    except (OSError, ValueError, TypeError, KeyError):
+        return None  # unreadable plan: plan again
+    if (old.fingerprint != fingerprint or old.shard_size != shard_size
+            or (old.reference_file is None and collect_references)
+            or (old.reference_file is not None and not Path(old.reference_file).exists())):
+        return None
+    for s in old.shards:
+        if not Path(s.path).exists() or s.digest is None or content_digest(s.path) != s.digest:
+            return None
+    return old
+
+
 def plan_job(source, work_dir: Path, *, shard_size: int, batch_size: int = 65_536,
-             collect_references: bool = False) -> Plan:
-    """Shard ``source`` into ``work_dir/shards/*.arrow`` (or reuse a matching earlier plan)."""
+             collect_references: bool = False, check_columns: Optional[Callable[[list], None]] = None) -> Plan:
+    """Shard ``source`` into ``work_dir/shards/*.arrow`` (or reuse a matching earlier plan).
+
+    ``check_columns`` sees the input's column names with the first batch (before anything is
+    written) and raises to refuse them.
+    """
     if shard_size < 1:
         raise ValueError(f"`shard_size` must be >= 1, got {shard_size}")
     work_dir.mkdir(parents=True, exist_ok=True)
     plan_path = work_dir / "plan.json"
     fingerprint = input_fingerprint(source)
     if plan_path.exists():
-        old = Plan.from_json(json.loads(plan_path.read_text()))
-        if (old.fingerprint == fingerprint and old.shard_size == shard_size
-                and all(Path(s.path).exists() for s in old.shards)
-                and (old.reference_file is not None or not collect_references)):
+        old = _reusable(plan_path, fingerprint, shard_size, collect_references)
+        if old is not None:
             return old
     n_rows = _count_rows(source, batch_size)
     n_shards = max(1, -(-n_rows // shard_size))
     shard_dir = work_dir / "shards"
     shard_dir.mkdir(exist_ok=True)
     paths = [shard_dir / f"input-{i:05d}.arrow" for i in range(n_shards)]
-    tmp_paths = [p.with_name(f".{p.name}.tmp") for p in paths]
+    tmp_paths = [temp_path(p) for p in paths]
     rows = np.zeros(n_shards, dtype=np.int64)
     writers: dict[int, pa.ipc.RecordBatchStreamWriter] = {}
     references: list[str] = []
     schema: Optional[pa.Schema] = None
     offset = 0
+    done = False
     try:
         for batch in iter_batches(source, TURNS, batch_size=batch_size):
+            if schema is None and check_columns is not None:
+                check_columns(batch.column_names)
             batch = batch.append_column("_row", pa.array(np.arange(offset, offset + batch.num_rows), pa.int64()))
             offset += batch.num_rows
             if schema is None:
@@ -131,12 +185,17 @@ def plan_job(source, work_dir: Path, *, shard_size: int, batch_size: int = 65_53
                 rows[sid] += part.num_rows
             if collect_references and "ground_truth_assistant" in batch.column_names:
                 references.extend(g for g in batch.column("ground_truth_assistant").to_pylist() if not _blank_text(g))
+        done = True
     finally:
         for w in writers.values():
             w.close()
+        if not done:
+            for t in tmp_paths:
+                if t.exists():
+                    t.unlink()
     for sid in writers:
         os.replace(tmp_paths[sid], paths[sid])
-    shards = [ShardInfo(int(i), str(paths[i]), int(rows[i])) for i in sorted(writers)]
+    shards = [ShardInfo(int(i), str(paths[i]), int(rows[i]), content_digest(paths[i])) for i in sorted(writers)]
     for i, sh in enumerate(shards):  # dense ids: empty hash buckets leave no shard
         sh.shard_id = i
     reference_file = None

@@ -10,6 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..role import Resources, RoleConfig, get_method, score_turns
+from ._plan import content_digest, temp_path
 
 __all__ = ["ShardWorker", "error_rows"]
 
@@ -38,20 +39,36 @@ class ShardWorker:
         return self.pid
 
     def run(self, task: dict) -> dict:
+        """Score one shard into its Parquet output (written atomically) and return its summary.
+
+        A shard whose scoring raised is kept as ``status=error`` rows and flagged ``failed``,
+        so the job exits non-zero and ``--resume`` scores it again. The summary carries the
+        output's content digest, which a resumed job checks before trusting the file.
+        """
         start = time.perf_counter()
-        with pa.ipc.open_stream(task["input"]) as reader:
-            table = reader.read_all()
+        try:
+            with pa.ipc.open_stream(task["input"]) as reader:
+                table = reader.read_all()
+        except (OSError, pa.ArrowInvalid) as exc:
+            raise RuntimeError(f"shard {task['shard_id']}: cannot read its input {task['input']}: {exc}") from None
+        failed = None
         try:
             scores = score_turns(table, self.config.method, config=self.config, resources=self.resources)
         except Exception as exc:  # noqa: BLE001 - a failing shard must not take the job down or lose rows
-            scores = error_rows(table, self.config.method, f"shard {task['shard_id']} failed: {type(exc).__name__}: {exc}")
+            failed = f"shard {task['shard_id']} failed: {type(exc).__name__}: {exc}"
+            scores = error_rows(table, self.config.method, failed)
         out = Path(task["output"])
-        tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-        pq.write_table(scores, tmp)
-        os.replace(tmp, out)
+        tmp = temp_path(out)
+        try:
+            pq.write_table(scores, tmp)
+            os.replace(tmp, out)
+        finally:
+            if tmp.exists():
+                tmp.unlink()
         status = scores.column("status").to_pylist()
         return {
             "shard_id": task["shard_id"], "rows": table.num_rows, "ok": status.count("ok"),
-            "error": status.count("error"), "unscored": status.count("unscored"),
-            "seconds": time.perf_counter() - start, "pid": self.pid, "models": self.resources.describe(),
+            "error": status.count("error"), "unscored": status.count("unscored"), "failed": failed,
+            "digest": content_digest(out), "seconds": time.perf_counter() - start, "pid": self.pid,
+            "models": self.resources.describe(),
         }

@@ -68,6 +68,9 @@ class JudgeBackend(ABC):
     def describe(self) -> dict:
         return {"backend": self.name, "model": self.model_id}
 
+    def preflight(self, *, logprobs: bool) -> None:
+        """Check, before any row, that the backend can serve the job (servers override this)."""
+
     def close(self) -> None:
         """Release resources (servers, engines)."""
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import math
 import warnings
 from dataclasses import dataclass, field
 from typing import Literal, Optional
@@ -74,14 +75,20 @@ class JudgeConfig:
             raise ValueError(f"`temperature` must be >= 0, got {self.temperature}")
 
 
+#: Judge calls between two cache commits: a killed run loses at most this many answers.
+COMMIT_EVERY = 256
+
+
 def cached_calls(backend: JudgeBackend, cache: Optional[JudgeCache], kind: str, requests: list[JudgeRequest], *,
-                 repeat: int = 0, **params) -> list[JudgeOutput]:
+                 repeat: int = 0, commit_every: int = COMMIT_EVERY, **params) -> list[JudgeOutput]:
     """Backend calls through the judge-call cache.
 
     ``kind="logprobs"`` asks for first-token log-probabilities (``top_k``); any
     other kind generates text (``max_tokens``, ``temperature``, ``seed``). The key
-    is model id + messages + ``{"kind": kind, **params}`` + ``repeat``. Failed calls
-    are not cached, so a re-run retries them.
+    is model id + messages + ``{"kind": kind, **params}`` + ``repeat``. Calls go to
+    the backend ``commit_every`` at a time and each group is committed as it returns,
+    so a killed run resumes from the cache. Failed calls are not cached, so a re-run
+    retries them.
     """
     if not requests:
         return []
@@ -90,17 +97,19 @@ def cached_calls(backend: JudgeBackend, cache: Optional[JudgeCache], kind: str, 
     found = cache.get_many(keys) if cache is not None else {}
     outputs = [JudgeOutput.from_json(found[k]) if k in found else None for k in keys]
     todo = [i for i, k in enumerate(keys) if k not in found]
-    if todo:
-        batch = [requests[i] for i in todo]
+    step = commit_every if cache is not None else max(1, len(todo))
+    for a in range(0, len(todo), step):
+        part = todo[a:a + step]
+        batch = [requests[i] for i in part]
         if kind == "logprobs":
             fresh = backend.first_token_logprobs(batch, top_k=params["top_k"])
         else:
             fresh = backend.generate(batch, max_tokens=params["max_tokens"], temperature=params["temperature"],
                                      seed=params.get("seed"))
-        for i, out in zip(todo, fresh):
+        for i, out in zip(part, fresh):
             outputs[i] = out
         if cache is not None:
-            cache.put_many({keys[i]: o.to_json() for i, o in zip(todo, fresh) if o.error is None})
+            cache.put_many({keys[i]: o.to_json() for i, o in zip(part, fresh) if o.error is None})
     return outputs
 
 
@@ -117,6 +126,21 @@ class RoleJudge:
             backend = get_backend(config.backend, **opts)
         self.backend = backend
         self.cache = JudgeCache(config.cache) if config.cache else None
+        self._preflight()
+
+    def _preflight(self) -> None:
+        """Stop the job before any row when the backend cannot serve it (servers: reachable, model, log-probs)."""
+        from ._openai import LogprobsUnsupported
+
+        c = self.config
+        wants_logprobs = c.output_mode == "continuous" and c.granularity == "turn"
+        try:
+            self.backend.preflight(logprobs=wants_logprobs)
+        except LogprobsUnsupported as exc:
+            self.backend.supports_logprobs = False
+            if not c.binary_fallback:
+                raise ValueError(f"{exc}: use output_mode='binary' (--output-mode binary), or allow the fallback "
+                                 "with binary_fallback=True (--binary-fallback)") from None
 
     # ----------------------------------------------------------------- cached calls
 
@@ -195,7 +219,17 @@ class RoleJudge:
                 if o.error:
                     cols["error"][i] = o.error
                     continue
-                p, source = p_yes_from_logprobs(o.top_logprobs or [])
+                if not o.top_logprobs:
+                    cols["error"][i] = "the judge returned no top log-probabilities for the first token"
+                    cols["status"][i] = "unscored"
+                    continue
+                try:
+                    p, source = p_yes_from_logprobs(o.top_logprobs)
+                    if not math.isfinite(p):
+                        raise ValueError(f"P(yes) is {p}")
+                except (ValueError, TypeError) as exc:
+                    cols["error"][i], cols["status"][i] = f"unusable log-probabilities: {exc}", "unscored"
+                    continue
                 cols["score"][i], cols["p_yes_source"][i] = p, source
         else:
             outs = self._call("generate", reqs, max_tokens=4, temperature=c.temperature, seed=c.seed)

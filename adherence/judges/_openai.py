@@ -1,10 +1,12 @@
 """Any OpenAI-compatible chat server (vLLM serve, TGI, Ollama, llama.cpp) over async HTTP.
 
 Bounded concurrency, retries with exponential backoff on connection errors,
-timeouts, 429 and 5xx, then the request's row gets ``status=error`` while the
-others are kept. A server that returns no log-probabilities is detected on the
-first call (:class:`LogprobsUnsupported`), so the judge can fall back to binary
-verdicts when allowed.
+timeouts, 429 and 5xx (a ``Retry-After`` header sets the wait), then the
+request's row gets ``status=error`` while the others are kept; a malformed
+response is an error of its row only. Before any row, :meth:`OpenAIBackend.preflight`
+checks that the server is reachable, accepts the credentials, serves the model
+and returns log-probabilities when they are needed (:class:`JudgeUnavailable`
+otherwise), so a misconfigured job stops at once instead of failing every row.
 """
 
 from __future__ import annotations
@@ -12,17 +14,42 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import time
 from typing import Optional, Sequence
 
 from .._optional import require
 from ._backend import JudgeBackend, JudgeOutput
 from ._prompts import JudgeRequest
 
-__all__ = ["OpenAIBackend", "LogprobsUnsupported"]
+__all__ = ["OpenAIBackend", "LogprobsUnsupported", "JudgeUnavailable"]
+
+_MAX_RETRY_AFTER = 120.0
 
 
 class LogprobsUnsupported(RuntimeError):
     """The server answered without log-probabilities."""
+
+
+class JudgeUnavailable(RuntimeError):
+    """The judge server cannot serve this job (unreachable, unauthorised, model missing)."""
+
+
+def _retry_after(headers) -> Optional[float]:
+    """Seconds from a ``Retry-After`` header (delta-seconds or an HTTP date), capped; None when absent."""
+    value = headers.get("retry-after") if headers is not None else None
+    if not value:
+        return None
+    try:
+        return min(_MAX_RETRY_AFTER, max(0.0, float(value)))
+    except ValueError:
+        pass
+    try:
+        import email.utils
+
+        when = email.utils.parsedate_to_datetime(value).timestamp()
+        return min(_MAX_RETRY_AFTER, max(0.0, when - time.time()))
+    except (TypeError, ValueError, OverflowError):
+        return None
 
 
 class OpenAIBackend(JudgeBackend):
@@ -71,18 +98,91 @@ class OpenAIBackend(JudgeBackend):
 
     @staticmethod
     def parse_logprobs(response: dict) -> list:
-        """First token's top log-probs from a chat-completions response; raises if absent."""
+        """First token's top log-probs from a chat-completions response; raises if absent.
+
+        An empty ``top_logprobs`` gives an empty list (the row is then unscored): the sampled
+        token alone says nothing about the other answer's probability.
+        """
         try:
             content = response["choices"][0]["logprobs"]["content"]
             first = content[0]
         except (KeyError, IndexError, TypeError):
             raise LogprobsUnsupported("the response carries no token log-probabilities") from None
-        top = first.get("top_logprobs") or [{"token": first["token"], "logprob": first["logprob"]}]
-        return [(t["token"], float(t["logprob"])) for t in top]
+        top = first.get("top_logprobs") or []
+        return [(str(t["token"]), float(t["logprob"])) for t in top]
 
     @staticmethod
     def parse_text(response: dict) -> str:
-        return response["choices"][0]["message"].get("content") or ""
+        content = response["choices"][0]["message"].get("content")
+        if content is not None and not isinstance(content, str):
+            raise TypeError(f"message content is {type(content).__name__}, not text")
+        return content or ""
+
+    # ----------------------------------------------------------------- preflight
+
+    def preflight(self, *, logprobs: bool) -> None:
+        """One cheap round trip before any row: reachable, authorised, model served, log-probs when needed.
+
+        Raises:
+            JudgeUnavailable: what is wrong, in one line.
+            LogprobsUnsupported: ``logprobs`` is needed and the server returns none.
+        """
+        import httpx
+
+        where = self.base_url
+        try:
+            with httpx.Client(timeout=self.timeout, headers=self._headers()) as client:
+                r = client.get(f"{where}/models")
+                if r.status_code in (401, 403):
+                    raise JudgeUnavailable(f"judge server {where} refused the credentials (HTTP {r.status_code}); "
+                                           "set --api-key or $OPENAI_API_KEY")
+                if r.status_code == 200:
+                    try:
+                        served = [m.get("id") for m in r.json().get("data", [])]
+                    except (ValueError, AttributeError):
+                        served = None
+                    if served and self.model not in served:
+                        raise JudgeUnavailable(f"judge server {where} does not serve model {self.model!r}; it serves: "
+                                               f"{', '.join(map(str, served[:10]))}")
+                body = {"model": self.model, "messages": [{"role": "user", "content": "Answer YES or NO: is 2 > 1?"}],
+                        "max_tokens": 1, "temperature": 0.0}
+                if logprobs:
+                    body.update(logprobs=True, top_logprobs=5)
+                delay = self.backoff
+                for attempt in range(self.max_retries + 1):  # a busy server is not a broken one
+                    r = client.post(f"{where}/chat/completions", json=body)
+                    if not (r.status_code in (408, 409, 429) or r.status_code >= 500) or attempt == self.max_retries:
+                        break
+                    wait = _retry_after(r.headers)
+                    time.sleep(wait if wait is not None else delay)
+                    delay *= 2
+        except httpx.HTTPError as exc:
+            raise JudgeUnavailable(f"cannot reach judge server {where} ({type(exc).__name__}: {exc}); "
+                                   "check --base-url and that the server is running") from None
+        if r.status_code in (401, 403):
+            raise JudgeUnavailable(f"judge server {where} refused the credentials (HTTP {r.status_code})")
+        if r.status_code == 404:
+            raise JudgeUnavailable(f"judge server {where} has no /chat/completions (HTTP 404): is --base-url the "
+                                   "OpenAI-compatible root, e.g. http://HOST:PORT/v1?")
+        if logprobs and r.status_code == 400 and "logprob" in r.text.lower():
+            self.supports_logprobs = False
+            raise LogprobsUnsupported(f"judge server {where} rejects logprobs: {r.text[:200]}")
+        if r.status_code >= 400:
+            raise JudgeUnavailable(f"judge server {where} failed a test request (HTTP {r.status_code}: {r.text[:200]})")
+        try:
+            data = r.json()
+            self.parse_text(data)
+        except (ValueError, KeyError, IndexError, TypeError) as exc:
+            raise JudgeUnavailable(f"judge server {where} answered a test request with a malformed response ({exc})") from None
+        if logprobs:
+            try:
+                self.parse_logprobs(data)
+            except LogprobsUnsupported:
+                self.supports_logprobs = False
+                raise LogprobsUnsupported(f"judge server {where} returns no log-probabilities") from None
+
+    def _headers(self) -> dict:
+        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
 
     async def _post(self, client, body: dict) -> dict:
         import httpx
@@ -95,17 +195,23 @@ class OpenAIBackend(JudgeBackend):
                 self.calls += 1
                 if r.status_code == 400 and "logprob" in r.text.lower() and body.get("logprobs"):
                     raise LogprobsUnsupported(f"the server rejected logprobs: {r.text[:200]}")
+                wait = None
                 if r.status_code in (408, 409, 429) or r.status_code >= 500:
                     last = f"HTTP {r.status_code}: {r.text[:200]}"
+                    wait = _retry_after(r.headers)
                 else:
                     r.raise_for_status()
-                    return r.json()
+                    try:
+                        return r.json()
+                    except ValueError as exc:
+                        raise RuntimeError(f"malformed response (not JSON: {exc}): {r.text[:80]!r}") from None
             except (httpx.TransportError, httpx.TimeoutException) as exc:
                 last = f"{type(exc).__name__}: {exc}"
+                wait = None
             except httpx.HTTPStatusError as exc:
                 raise RuntimeError(f"HTTP {exc.response.status_code}: {exc.response.text[:200]}") from None
             if attempt < self.max_retries:
-                await asyncio.sleep(delay * (1 + random.random() * 0.25))
+                await asyncio.sleep(wait if wait is not None else delay * (1 + random.random() * 0.25))
                 delay *= 2
         raise RuntimeError(f"failed after {self.max_retries + 1} tries: {last}")
 
@@ -113,7 +219,7 @@ class OpenAIBackend(JudgeBackend):
         import httpx
 
         sem = asyncio.Semaphore(self.concurrency)
-        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        headers = self._headers()
         logprobs = kw.get("top_k") is not None
         async with httpx.AsyncClient(timeout=self.timeout, headers=headers) as client:
 
@@ -126,9 +232,14 @@ class OpenAIBackend(JudgeBackend):
                         raise
                     except RuntimeError as exc:
                         return JudgeOutput(error=f"judge server: {exc}")
-                    if logprobs:
-                        return JudgeOutput(top_logprobs=self.parse_logprobs(resp))
-                    return JudgeOutput(text=self.parse_text(resp))
+                    try:
+                        if logprobs:
+                            return JudgeOutput(top_logprobs=self.parse_logprobs(resp))
+                        return JudgeOutput(text=self.parse_text(resp))
+                    except LogprobsUnsupported:
+                        raise
+                    except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
+                        return JudgeOutput(error=f"judge server: malformed response ({type(exc).__name__}: {exc})")
 
             return list(await asyncio.gather(*(one(r) for r in requests)))
 

@@ -46,6 +46,8 @@ def _lse(values: list[float]) -> float:
     if not values:
         return -math.inf
     m = max(values)
+    if m == -math.inf:  # every probability is 0
+        return -math.inf
     return m + math.log(sum(math.exp(v - m) for v in values))
 
 
@@ -57,6 +59,10 @@ def p_yes_from_logprobs(top_logprobs: Mapping[str, float] | list) -> tuple[float
     ``(p_yes, source)``: source ``"logprobs"``, or ``"fallback_0.5"`` when
     neither a yes nor a no variant is among them.
 
+    Raises:
+        ValueError: a log-probability is NaN or positive, or every yes/no variant has
+            log-probability -inf (no P(yes) is defined); the judge marks the row unscored.
+
     Example:
         >>> round(p_yes_from_logprobs({"Yes": -0.1, " yes": -3.0, "No": -2.5})[0], 4)
         0.9208
@@ -64,6 +70,8 @@ def p_yes_from_logprobs(top_logprobs: Mapping[str, float] | list) -> tuple[float
     items = top_logprobs.items() if isinstance(top_logprobs, Mapping) else top_logprobs
     yes, no = [], []
     for token, lp in items:
+        if math.isnan(float(lp)) or float(lp) > 0:
+            raise ValueError(f"invalid log-probability {lp!r} for token {token!r}")
         t = normalize_token(token)
         if t in YES_VARIANTS:
             yes.append(float(lp))
@@ -71,6 +79,8 @@ def p_yes_from_logprobs(top_logprobs: Mapping[str, float] | list) -> tuple[float
             no.append(float(lp))
     if not yes and not no:
         return 0.5, "fallback_0.5"
+    if _lse(yes) == -math.inf and _lse(no) == -math.inf:
+        raise ValueError("both the yes and the no tokens have probability 0 (log-probability -inf)")
     diff = _lse(yes) - _lse(no)
     if diff == math.inf:
         return 1.0, "logprobs"

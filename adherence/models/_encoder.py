@@ -8,6 +8,7 @@ cache so a text shared by many turns is encoded once.
 from __future__ import annotations
 
 import json
+from collections import OrderedDict
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -48,6 +49,8 @@ class Encoder:
         batch_size: texts per forward pass.
         max_length: token limit (default: the checkpoint's ``max_seq_length``).
         progress: show a progress bar for long encodes.
+        cache_bytes: memory of the text -> embedding cache (least recently used texts are
+            dropped beyond it; 0 disables it). Default 256 MiB, about 120k texts at 384-d.
 
     Example::
 
@@ -64,6 +67,7 @@ class Encoder:
         batch_size: int = 64,
         max_length: Optional[int] = None,
         progress: bool = True,
+        cache_bytes: int = 256 << 20,
     ) -> None:
         import torch
         from transformers import AutoModel, AutoTokenizer
@@ -87,7 +91,11 @@ class Encoder:
         self.progress = progress
         self.dim = int(self.model.config.hidden_size)
         self.num_layers = int(getattr(self.model.config, "num_hidden_layers", 0))
-        self._cache: dict[str, "torch.Tensor"] = {}
+        # Text -> embedding, least recently used first; bounded by bytes so a job over millions of
+        # unique turns keeps flat memory (a text shared by many turns is still encoded once).
+        self.cache_bytes = int(cache_bytes)
+        self._cache: "OrderedDict[str, torch.Tensor]" = OrderedDict()
+        self._cache_used = 0
 
     @property
     def name(self) -> str:
@@ -126,7 +134,13 @@ class Encoder:
         import torch
 
         texts = [t if isinstance(t, str) else "" for t in texts]
-        todo = list(dict.fromkeys(t for t in texts if t not in self._cache))
+        found: dict = {}
+        for t in dict.fromkeys(texts):
+            v = self._cache.get(t)
+            if v is not None:
+                self._cache.move_to_end(t)
+                found[t] = v
+        todo = [t for t in dict.fromkeys(texts) if t not in found]
         if todo:
             with torch.inference_mode():
                 for idx, batch in self._batches(todo, "encoding"):
@@ -134,10 +148,29 @@ class Encoder:
                     pooled = self._pool(out.last_hidden_state, batch["attention_mask"]).float()
                     pooled = torch.nn.functional.normalize(pooled, dim=-1)
                     for j, i in enumerate(idx):
-                        self._cache[todo[i]] = pooled[j]
+                        found[todo[i]] = vec = pooled[j].clone()  # a clone: a view would pin the whole batch
+                        self._remember(todo[i], vec)
         if not texts:
             return torch.empty(0, self.dim, device=self.device)
-        return torch.stack([self._cache[t] for t in texts])
+        return torch.stack([found[t] for t in texts])
+
+    def _remember(self, text: str, vec) -> None:
+        if self.cache_bytes <= 0:
+            return
+        self._cache[text] = vec
+        self._cache_used += self._entry_bytes(text, vec)
+        while self._cache_used > self.cache_bytes and self._cache:
+            old_text, old = self._cache.popitem(last=False)
+            self._cache_used -= self._entry_bytes(old_text, old)
+
+    @staticmethod
+    def _entry_bytes(text: str, vec) -> int:
+        return vec.numel() * vec.element_size() + len(text) + 200  # + key and dict-entry overhead
+
+    @property
+    def cache_size_bytes(self) -> int:
+        """Bytes the text cache holds now (at most ``cache_bytes``)."""
+        return self._cache_used
 
     def encode_tokens(self, texts: Sequence[str], *, layer: Optional[int] = None, strip: bool = True):
         """Per-token embeddings of ``layer`` (0 = embeddings, default the last layer).

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import os
 from pathlib import Path
 from typing import Sequence, Union
@@ -94,7 +95,7 @@ def evaluation_html(result: dict, labels: Sequence, scores: Sequence, *, title: 
         table_html(["metric", "value", f"{level}% CI low", f"{level}% CI high", "undefined because"], rows),
     ]
     if result.get("note"):
-        sections.append(f'<p class="warn">{result["note"]}</p>')
+        sections.append(f'<p class="warn">{html.escape(str(result["note"]))}</p>')
     figs = [_roc_svg(y, s, result.get("auc")), _hist_svg(y, s, positive)]
     if len(set(labels.tolist())) > 2:
         figs.append(_by_label_svg(labels, s, positive))

@@ -9,10 +9,9 @@ import numpy as np
 import pyarrow as pa
 
 from ..data import TURN_SCORES, TURNS, read_table
-from ..stats import bootstrap_ci
 from ._base import Resources, RoleConfig, get_method
 
-__all__ = ["score_turns", "aggregate_sessions"]
+__all__ = ["score_turns", "aggregate_sessions", "bad_weight_rows"]
 
 
 def score_turns(
@@ -53,6 +52,9 @@ def score_turns(
         ok = np.array([e is None for e in result.error]) & ~np.isnan(score)
         status = ["ok" if k else ("error" if e is not None else "unscored") for k, e in zip(ok, result.error)]
         errors = [e if e is not None else (None if k else "method returned no score") for k, e in zip(ok, result.error)]
+    for i, why in bad_weight_rows(table):  # a bad weight would poison its session: the row is an error instead
+        ok[i] = False
+        status[i], errors[i] = "error", why
     pred = [int(s >= config.threshold) if k else None for s, k in zip(score, ok)]
     out = table
     cols = {
@@ -73,6 +75,50 @@ def score_turns(
     return out
 
 
+def _weights(scores: pa.Table) -> np.ndarray:
+    if "weight" not in scores.column_names:
+        return np.ones(scores.num_rows)
+    return scores.column("weight").cast(pa.float64()).fill_null(1.0).to_numpy(zero_copy_only=False)
+
+
+def bad_weight_rows(scores: pa.Table) -> list[tuple[int, str]]:
+    """Rows whose ``weight`` is NaN, infinite or negative, with the reason (null means 1)."""
+    if "weight" not in scores.column_names:
+        return []
+    w = _weights(scores)
+    bad = np.flatnonzero(~np.isfinite(w) | (w < 0))
+    return [(int(i), f"weight must be a finite number >= 0, got {w[i]!r}") for i in bad]
+
+
+def _session_bootstrap(vals: np.ndarray, wts: np.ndarray, *, n_bootstrap: int, seed: int, level: float,
+                       max_elements: int = 1 << 24) -> tuple[np.ndarray, np.ndarray]:
+    """Percentile bootstrap of the weighted mean for G sessions of the same length n at once.
+
+    ``vals``/``wts`` are (G, n). Each session is resampled exactly as :func:`bootstrap_ci`
+    with ``seed`` would resample it alone (the same index matrix, drawn once per length), so
+    the bounds equal the per-session computation; resamples whose weights sum to 0 are skipped.
+    """
+    g, n = vals.shape
+    idx = np.random.default_rng(seed).integers(0, n, size=(n_bootstrap, n))
+    # Resample b's weighted mean is (c_b . v*w) / (c_b . w) with c_b the draw counts of each turn:
+    # one (B, n) count matrix per length, and two matmuls for every session of that length.
+    counts = np.zeros((n_bootstrap, n))
+    np.add.at(counts, (np.repeat(np.arange(n_bootstrap), n), idx.ravel()), 1.0)
+    alpha = (1.0 - level) / 2.0
+    low, high = np.full(g, np.nan), np.full(g, np.nan)
+    step = max(1, max_elements // max(1, n_bootstrap))
+    for a in range(0, g, step):
+        v, w = vals[a:a + step], wts[a:a + step]
+        den = counts @ w.T  # (B, chunk)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            stat = (counts @ (v * w).T) / den
+        stat[den <= 0] = np.nan
+        pct = [100 * alpha, 100 * (1 - alpha)]
+        q = np.nanpercentile(stat, pct, axis=0) if np.isnan(stat).any() else np.percentile(stat, pct, axis=0)
+        low[a:a + step], high[a:a + step] = q[0], q[1]
+    return low, high
+
+
 def aggregate_sessions(
     scores: pa.Table,
     *,
@@ -86,37 +132,59 @@ def aggregate_sessions(
 
     ``weight`` (when present, null = 1) weights the mean; ``strict_mode`` makes
     a session 1.0 only if every scored turn reaches ``threshold`` (else 0.0);
-    ``ci_low``/``ci_high`` is a percentile bootstrap over the session's turns.
-    A session with no scored turn has a null score and ``adherent``.
+    ``ci_low``/``ci_high`` is a percentile bootstrap over the session's scored turns
+    (the same resamples as :func:`adherence.stats.bootstrap_ci` with ``seed``, computed
+    for all sessions of one length at once). A session with no scored turn, or whose
+    scored turns all weigh 0, has a null score and ``adherent``.
     """
-    cid = scores.column("conversation_id").to_pylist()
-    s = np.array([np.nan if v is None else v for v in scores.column("score").to_pylist()], dtype=np.float64)
-    w = np.ones(len(s))
-    if "weight" in scores.column_names:
-        w = np.array([1.0 if v is None else v for v in scores.column("weight").to_pylist()], dtype=np.float64)
-    method = scores.column("method").to_pylist() if "method" in scores.column_names else [None] * len(s)
-    groups: dict = {}
-    for i, key in enumerate(zip(cid, method)):
-        groups.setdefault(key, []).append(i)
-    rows = []
-    for (conv, m), idx in groups.items():
-        idx = np.array(idx)
-        ok = idx[~np.isnan(s[idx])]
-        row = {"conversation_id": conv, "method": m, "n_turns": len(idx), "score": None, "ci_low": None,
-               "ci_high": None, "adherent": None}
-        if len(ok):
-            vals, wts = s[ok], w[ok]
-            if strict_mode:
-                value = float(np.all(vals >= threshold))
-            else:
-                value = float(np.sum(vals * wts) / np.sum(wts))
-            row["score"] = value
-            row["adherent"] = bool(value >= threshold)
-            if n_bootstrap > 0 and not strict_mode:
-                ci = bootstrap_ci(lambda v, ww: np.sum(v * ww) / np.sum(ww), vals, wts, n_resamples=n_bootstrap,
-                                  seed=seed, level=level)
-                row["ci_low"], row["ci_high"] = ci.low, ci.high
-        rows.append(row)
+    s = scores.column("score").cast(pa.float64()).fill_null(np.nan).to_numpy(zero_copy_only=False)
+    w = _weights(scores)
+    cid = scores.column("conversation_id").combine_chunks().dictionary_encode()
+    if "method" in scores.column_names:
+        meth = scores.column("method").combine_chunks().dictionary_encode()
+        m_idx, m_names = meth.indices.to_numpy(zero_copy_only=False), meth.dictionary.to_pylist()
+    else:
+        m_idx, m_names = np.zeros(len(s), dtype=np.int64), [None]
+    c_idx, c_names = cid.indices.to_numpy(zero_copy_only=False), cid.dictionary.to_pylist()
+    code = c_idx.astype(np.int64) * len(m_names) + m_idx
+    uniq, first, inverse = np.unique(code, return_index=True, return_inverse=True)
+    order = np.argsort(first, kind="stable")  # sessions in order of first appearance
+    n = len(uniq)
+    n_turns = np.bincount(inverse, minlength=n)
+    ok = np.isfinite(s) & np.isfinite(w) & (w >= 0)
+    sw = np.bincount(inverse[ok], weights=(s * w)[ok], minlength=n)
+    wsum = np.bincount(inverse[ok], weights=w[ok], minlength=n)
+    n_ok = np.bincount(inverse[ok], minlength=n)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        score = np.where((n_ok > 0) & (wsum > 0), sw / wsum, np.nan)
+    if strict_mode:
+        below = np.bincount(inverse[ok], weights=(s[ok] < threshold).astype(float), minlength=n)
+        score = np.where(n_ok > 0, (below == 0).astype(float), np.nan)
+    low, high = np.full(n, np.nan), np.full(n, np.nan)
+    if n_bootstrap > 0 and not strict_mode:
+        rows_ok = np.flatnonzero(ok)
+        grp = inverse[rows_ok]
+        by_group = np.argsort(grp, kind="stable")
+        rows_sorted, grp_sorted = rows_ok[by_group], grp[by_group]
+        starts = np.searchsorted(grp_sorted, np.arange(n))
+        for length in np.unique(n_ok[np.isfinite(score)]):
+            members = np.flatnonzero((n_ok == length) & np.isfinite(score))
+            take = rows_sorted[starts[members][:, None] + np.arange(length)[None, :]]
+            low[members], high[members] = _session_bootstrap(s[take], w[take], n_bootstrap=n_bootstrap,
+                                                             seed=seed, level=level)
+
+    def col(a):
+        return pa.array(a[order], pa.float64(), mask=np.isnan(a[order]))
+
+    key_c, key_m = uniq // len(m_names), uniq % len(m_names)
+    fin = np.isfinite(score[order])
+    adherent = pa.array((score[order] >= threshold), pa.bool_(), mask=~fin)
+    table = pa.table({
+        "conversation_id": pa.array([c_names[i] for i in key_c[order]], pa.string()),
+        "method": pa.array([m_names[i] for i in key_m[order]], pa.string()),
+        "n_turns": pa.array(n_turns[order], pa.int32()),
+        "score": col(score), "ci_low": col(low), "ci_high": col(high), "adherent": adherent,
+    })
     from ..data import SESSION_SCORES
 
-    return read_table(pa.Table.from_pylist(rows), SESSION_SCORES)
+    return read_table(table, SESSION_SCORES, allow_empty=True)

@@ -120,6 +120,8 @@ def _binary_prediction(arr: pa.ChunkedArray, column: str, file: Optional[str]) -
             out[i] = 1
         elif v in (0, False, "0", "0.0", "false", "False"):
             out[i] = 0
+        elif v is None:
+            out[i] = -1  # no prediction: allowed only where the row has no score (error / unscored rows)
         else:
             raise DataError(f"expected a 0/1 prediction, got {v!r}", file=file, row=i + 1, column=column)
     return out
@@ -176,6 +178,10 @@ def evaluate_table(
     p = None
     if prediction is not None:
         p_all = _binary_prediction(table.column(prediction), prediction, file)
+        missing = np.flatnonzero(keep & (p_all < 0))
+        if len(missing):
+            raise DataError("the prediction is missing (null) on a row that has a score", file=file,
+                            row=int(missing[0]) + 1, column=prediction)
         p = p_all[keep]
     out = {
         "score_column": score,

@@ -73,9 +73,12 @@ def test_cli_audit_run_and_report(tmp_path, tiny_llama_dir, capsys):
     out = tmp_path / "audit"
     assert main(["audit", "run", "--rubric", str(AUDIT / "rubric.yaml"), "--artifacts", str(AUDIT / "artifacts.jsonl"),
                  "--judge-model", str(tiny_llama_dir), "--device", "cpu", "--runs", "3", "--ks", "2,3",
-                 "--max-tokens", "8", "-o", str(out)]) == 0
-    text = capsys.readouterr().out
+                 "--max-tokens", "8", "-o", str(out)]) == 1
+    captured = capsys.readouterr()
+    text = captured.out
     assert "pooled stability" in text and "fmt_json" in text
+    # The random-weight judge writes no parseable answer: the run is kept for debugging, but it failed.
+    assert "every judged answer is unscored" in captured.err and "judge 108 (108 unscored)" in text
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["ks"] == [2, 3] and metrics["questions"]["fmt_json"]["k=3"]["r_stab"] == 1.0
     assert metrics["questions"]["fmt_json"]["source"] == "code"

@@ -46,10 +46,12 @@ def test_persona_errors(tmp_path, capsys):
     bad.write_text("user 1 personas,user 2 personas,Best Generated Conversation\n"
                    "I like tea.,I like cats.,\"User 1: hi\nUser 2: hello\"\n"
                    "I like tea.,,\"User 1: hi\nUser 2: hello\"\n")
-    # Too small for consistency: recorded as an error for that corpus, the others still scored.
+    # Too small for consistency: recorded as an error for that corpus, the others still scored, and the
+    # job exits 1 so an orchestrator sees that a dimension is missing.
     assert main(["persona", "--reference", str(EX / "human.csv"), "--simulation", str(bad), "--dimensions",
-                 "consistency,adherence", *FAST, "--json"]) == 0
+                 "consistency,adherence", *FAST, "--json"]) == 1
     captured = capsys.readouterr()
+    assert "adherence persona: failed: 2 dimension(s)" in captured.err
     res = json.loads(captured.out)
     assert "at least 3 speakers" in res["bad"]["consistency"]["error"] and "warning: [bad]" in captured.err
     assert "score" in res["human"]["consistency"] and "no eligible distractor" in res["bad"]["adherence"]["error"]

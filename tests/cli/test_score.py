@@ -42,7 +42,11 @@ def test_llm_judge_is_the_default_method_and_uses_the_cache(tmp_path, capsys, ti
     meta = json.loads(metadata_path(out).read_text())
     assert meta["config"]["judge"]["model"] == str(tiny_llama_dir) and meta["models"]["judge"]["backend"] == "transformers"
     capsys.readouterr()
-    assert main(args + ["--output-mode", "binary"]) == 0
-    assert "turns" in capsys.readouterr().out
+    # A random-weight judge writes no YES/NO: every turn is unscored, the output is still published
+    # (every row with its status), and the job exits 1 so an orchestrator sees that nothing was scored.
+    assert main(args + ["--output-mode", "binary"]) == 1
+    captured = capsys.readouterr()
+    assert "unscored 28" in captured.out and "no turn was scored" in captured.err
+    assert set(read_turn_scores(out).column("status").to_pylist()) == {"unscored"}
     assert main(["score", str(example_path("role")), "-o", str(out), "--backend", "openai", "--judge-model", "m"]) == 2
     assert "--base-url" in capsys.readouterr().err

@@ -61,11 +61,11 @@ def test_in_memory_score_and_deterministic_order(synthetic):
 
 def test_resume_skips_finished_shards_and_changed_jobs_start_over(tmp_path, synthetic):
     src = write_table(synthetic(10), tmp_path / "in.parquet")
-    first = Engine(method="kl", shard_size=8, progress=False, n_bootstrap=0).run(src, tmp_path / "o.parquet")
+    first = Engine(method="kl", shard_size=8, progress=False, n_bootstrap=0, keep_work_dir=True).run(src, tmp_path / "o.parquet")
     first_table = pq.read_table(tmp_path / "o.parquet")
     out_dir = tmp_path / "o.parquet.work" / "out"
     (out_dir / "shard-00001.done.json").unlink()
-    again = Engine(method="kl", shard_size=8, progress=False, n_bootstrap=0, resume=True).run(src, tmp_path / "o.parquet")
+    again = Engine(method="kl", shard_size=8, progress=False, n_bootstrap=0, resume=True, keep_work_dir=True).run(src, tmp_path / "o.parquet")
     assert again.summary["shards_resumed"] == first.summary["shards"] - 1
     assert pq.read_table(tmp_path / "o.parquet").equals(first_table)
     other = Engine(method="kl", kl_beta=2.0, shard_size=8, progress=False, n_bootstrap=0, resume=True).run(src, tmp_path / "o.parquet")
@@ -95,6 +95,7 @@ def test_a_failing_shard_does_not_take_the_job_down(tmp_path, synthetic, monkeyp
     assert any("disk on fire" in e for e in errors) and any(e == "empty assistant turn" for e in errors)
     assert res.summary["ok"] > 0 and res.summary["error"] == len(errors)
     assert all(v == "error" for k, v in status.items() if k.endswith("-3"))
+    assert len(res.summary["failed_shards"]) == 1 and "disk on fire" in res.summary["failure"]
 
 
 def test_configuration_errors_stop_the_job(tmp_path):

@@ -59,10 +59,12 @@ def test_provider_without_logprobs(tiny_judge, turns):
     assert set(cols["status"]) <= {"ok", "unscored"}
 
 
-def test_unreachable_server_is_an_error_per_row(turns):
+def test_unreachable_server_stops_before_any_row(turns):
+    from adherence.judges._openai import JudgeUnavailable
+
     backend = get_backend("openai", model="m", base_url="http://127.0.0.1:9/v1", max_retries=1, backoff=0.01, timeout=2)
-    cols = RoleJudge(JudgeConfig(model="m", backend="openai"), backend=backend).score(turns.slice(0, 2))
-    assert cols["status"] == ["error", "error"] and "failed after 2 tries" in cols["error"][0]
+    with pytest.raises(JudgeUnavailable, match=r"cannot reach judge server http://127.0.0.1:9/v1"):
+        RoleJudge(JudgeConfig(model="m", backend="openai"), backend=backend)
 
 
 def test_payload_and_arguments():

@@ -1,0 +1,250 @@
+"""What a job may touch: output checks before any work, ownership of existing files, locks, work-dir hygiene.
+
+The rule is simple: a job never deletes or overwrites anything it did not
+create. An existing output is replaced only when the run metadata beside it
+(``<output>.meta.json``) says adherence wrote it; a work directory is reused
+or cleared only when it holds nothing but the engine's own entries; two jobs
+never share an output or a work directory (an exclusive ``flock`` on each).
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import Optional
+
+from ..data import DataError, metadata_path
+from ._executors import EngineError
+
+__all__ = ["OUTPUT_FORMATS", "output_format", "check_outputs", "WorkDir", "PathLock", "reserved_columns",
+           "is_adherence_output", "PRODUCER"]
+
+PRODUCER = "adherence"
+OUTPUT_FORMATS = {".parquet": "parquet", ".pq": "parquet", ".jsonl": "jsonl", ".ndjson": "jsonl", ".csv": "csv"}
+# Columns every scored row gets; an input column of the same name would be silently replaced.
+_OUTPUT_COLUMNS = ("method", "score", "prediction", "status", "error", "reason", "p_yes_source", "truncated", "_row")
+
+# Entries of a work directory, and what may live inside its folders.
+_WORK_FILES = {"job.json", "plan.json", "references.json", "input.parquet", "lock", "failed.json"}
+_WORK_DIRS = {"shards": re.compile(r"^(input-\d{5}\.arrow|\..*\.tmp)$"),
+              "out": re.compile(r"^(shard-\d{5}\.(parquet|done\.json)|\..*\.tmp)$")}
+_TMP = re.compile(r"^\..*\.tmp$")
+
+
+def output_format(path: Path) -> str:
+    """``parquet`` | ``jsonl`` | ``csv`` | ``directory`` (no suffix), or a one-line error."""
+    if not path.suffix:
+        return "directory"
+    fmt = OUTPUT_FORMATS.get(path.suffix.lower())
+    if fmt is None:
+        raise DataError(f"cannot write scores as {path.suffix!r}; use .parquet, .jsonl, .csv or a directory "
+                        "(no extension) for a Parquet dataset", file=path)
+    return fmt
+
+
+def reserved_columns(method: str, columns) -> list[str]:
+    """Input columns that the scores would replace (``score``, ``status``, ``<method>_*`` ...)."""
+    return [c for c in columns if c in _OUTPUT_COLUMNS or c.startswith(f"{method}_")]
+
+
+def _read_meta(path: Path) -> Optional[dict]:
+    try:
+        meta = json.loads(metadata_path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return meta if isinstance(meta, dict) else None
+
+
+def is_adherence_output(path: Path) -> bool:
+    """True when ``path``'s run metadata says adherence wrote it (so a new run may replace it)."""
+    meta = _read_meta(path)
+    return bool(meta) and (meta.get("producer") == PRODUCER or "adherence" in (meta.get("versions") or {}))
+
+
+def _same(a: Path, b: Path) -> bool:
+    try:
+        if a.exists() and b.exists():
+            return os.path.samefile(a, b)
+    except OSError:
+        pass
+    return a.resolve() == b.resolve()
+
+
+def _inside(child: Path, parent: Path) -> bool:
+    c, p = child.resolve(), parent.resolve()
+    return c == p or p in c.parents
+
+
+def _check_replaceable(path: Path, what: str) -> None:
+    meta = metadata_path(path)
+    if path.exists() or path.is_symlink():
+        if not (path.is_file() or path.is_dir()) or path.is_symlink():
+            raise DataError(f"{what} exists and is not a regular file or directory; refusing to replace it", file=path)
+        if not is_adherence_output(path):
+            raise DataError(f"{what} exists and was not written by adherence (no {meta.name} of ours beside it); "
+                            "refusing to overwrite it: remove it or choose another path", file=path)
+        if path.is_dir():
+            foreign = [p.name for p in path.iterdir() if not re.match(r"^part-\d{5}\.parquet$", p.name)]
+            if foreign:
+                raise DataError(f"{what} is a directory holding files adherence did not write ({foreign[0]!r}, ...); "
+                                "refusing to replace it", file=path)
+    elif meta.exists() and not is_adherence_output(path):
+        raise DataError(f"{meta.name} exists and was not written by adherence; refusing to overwrite it", file=meta)
+
+
+def check_outputs(source, output: Path, sessions: Path, work: Path) -> None:
+    """Refuse, before any work, every output that would destroy data or collide with another.
+
+    Raises:
+        DataError: one line naming the path and what is wrong.
+    """
+    output_format(output)
+    output_format(sessions)
+    if _same(output, sessions):
+        raise DataError("the sessions output is the same path as the turn output; give --sessions-output another path",
+                        file=sessions)
+    written = {"output": output, "sessions output": sessions, "output metadata": metadata_path(output),
+               "sessions metadata": metadata_path(sessions)}
+    if isinstance(source, (str, os.PathLike)):
+        src = Path(source)
+        for what, p in written.items():
+            if _same(p, src) or (src.is_dir() and _inside(p, src)):
+                raise DataError(f"the {what} would overwrite the input {src}; choose another path", file=p)
+        if _inside(work, src) if src.is_dir() else _same(work, src):
+            raise DataError(f"the work directory lies in the input {src}; pass another --work-dir", file=work)
+    for what, p in written.items():
+        if _inside(p, work):
+            raise DataError(f"the {what} lies inside the work directory {work}, which is cleared after the job; "
+                            "choose another path", file=p)
+        if not p.parent.exists():
+            continue
+        if not os.access(p.parent, os.W_OK | os.X_OK):
+            raise DataError(f"cannot write the {what}: directory {p.parent} is not writable", file=p)
+    _check_replaceable(output, "the output")
+    _check_replaceable(sessions, "the sessions output")
+
+
+class PathLock:
+    """An exclusive, non-blocking ``flock`` on a lock file; a second job gets a one-line error."""
+
+    def __init__(self, path: Path, what: str) -> None:
+        self.path, self.what = path, what
+        self.fd: Optional[int] = None
+
+    def acquire(self) -> "PathLock":
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            os.close(fd)
+            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                try:
+                    holder = self.path.read_text().strip() or "?"
+                except OSError:
+                    holder = "?"
+                raise EngineError(f"{self.what} {self.path.parent} is in use by another adherence job (pid {holder}); "
+                                  "wait for it or choose another path") from None
+            raise
+        os.ftruncate(fd, 0)
+        os.write(fd, str(os.getpid()).encode())
+        self.fd = fd
+        return self
+
+    def __enter__(self) -> "PathLock":
+        return self.acquire()
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+    def release(self, remove: bool = True) -> None:
+        if self.fd is None:
+            return
+        if remove:
+            try:
+                self.path.unlink()
+            except OSError:
+                pass
+        os.close(self.fd)  # closing drops the flock
+        self.fd = None
+
+
+class WorkDir:
+    """The job's work directory: locked while in use, holding only the engine's entries.
+
+    Args:
+        path: the directory.
+        resume: keep earlier entries (finished shards) instead of clearing them.
+    """
+
+    def __init__(self, path: Path, *, resume: bool) -> None:
+        self.path, self.resume = path, resume
+        self.created = False
+        self.lock = PathLock(path / "lock", "the work directory")
+
+    def __enter__(self) -> "WorkDir":
+        p = self.path
+        if p.exists() and not p.is_dir():
+            raise DataError("the work directory path exists and is not a directory", file=p)
+        if not p.exists():
+            p.mkdir(parents=True)
+            self.created = True
+        foreign = self.foreign_entries()
+        if foreign:
+            raise DataError(f"the work directory holds files adherence did not write ({foreign[0]}, ...); "
+                            "refusing to use or clear it: pass another --work-dir", file=p)
+        self.lock.acquire()
+        if not self.resume:
+            self.clear(keep_lock=True)
+        else:
+            for stale in [q for q in p.iterdir() if _TMP.match(q.name)]:
+                stale.unlink()
+        return self
+
+    def __exit__(self, exc_type, *_) -> None:
+        if exc_type is not None and self.created and not any((self.path / "out").glob("*.done.json")):
+            self.clear(keep_lock=True)  # nothing worth resuming: leave no trace of a job that failed early
+            self.lock.release()
+            try:
+                self.path.rmdir()
+            except OSError:
+                pass
+            return
+        self.lock.release()
+
+    def foreign_entries(self) -> list[str]:
+        out = []
+        for q in self.path.iterdir():
+            if q.name in _WORK_FILES or _TMP.match(q.name):
+                continue
+            pattern = _WORK_DIRS.get(q.name)
+            if pattern is None or not q.is_dir():
+                out.append(q.name)
+                continue
+            out.extend(f"{q.name}/{r.name}" for r in q.iterdir() if not pattern.match(r.name))
+        return out
+
+    def clear(self, keep_lock: bool = False) -> None:
+        """Remove the engine's own entries (never anything else: foreign entries were refused on entry)."""
+        for q in list(self.path.iterdir()):
+            if keep_lock and q.name == "lock":
+                continue
+            if q.name in _WORK_DIRS and q.is_dir():
+                shutil.rmtree(q)
+            elif q.name in _WORK_FILES or _TMP.match(q.name):
+                q.unlink()
+
+    def remove(self) -> None:
+        """After success: clear, unlock, and remove the directory itself if this job created it."""
+        self.clear(keep_lock=True)
+        self.lock.release(remove=True)
+        if self.created:
+            try:
+                self.path.rmdir()
+            except OSError:
+                pass
