@@ -63,8 +63,8 @@ class Plan:
 
 
 def content_digest(path, chunk_size: int = 1 << 22) -> str:
-    """blake2b of a file's bytes, streamed in 4 MiB chunks (about 1 GB/s on one core)."""
-    h = hashlib.blake2b(digest_size=20)
+    """SHA-256 of a file's bytes, streamed in 4 MiB chunks (about 1.2 GB/s on one core with SHA extensions)."""
+    h = hashlib.sha256()
     with open(path, "rb") as fh:
         for chunk in iter(lambda: fh.read(chunk_size), b""):
             h.update(chunk)
@@ -79,7 +79,7 @@ def input_fingerprint(source) -> dict:
     """
     p = Path(source)
     files = sorted(q for q in p.rglob("*") if q.is_file()) if p.is_dir() else [p]
-    h = hashlib.blake2b(digest_size=20)
+    h = hashlib.sha256()
     for f in files:
         if p.is_dir():
             h.update(str(f.relative_to(p)).encode("utf-8", "surrogateescape") + b"\0")

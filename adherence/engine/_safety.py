@@ -185,6 +185,7 @@ class WorkDir:
     def __init__(self, path: Path, *, resume: bool) -> None:
         self.path, self.resume = path, resume
         self.created = False
+        self.ours = False  # created by this job, or holding an earlier adherence job's entries
         self.lock = PathLock(path / "lock", "the work directory")
 
     def __enter__(self) -> "WorkDir":
@@ -194,6 +195,7 @@ class WorkDir:
         if not p.exists():
             p.mkdir(parents=True)
             self.created = True
+        self.ours = self.created or any(q.name in _WORK_FILES or q.name in _WORK_DIRS for q in p.iterdir())
         foreign = self.foreign_entries()
         if foreign:
             raise DataError(f"the work directory holds files adherence did not write ({foreign[0]}, ...); "
@@ -240,10 +242,11 @@ class WorkDir:
                 q.unlink()
 
     def remove(self) -> None:
-        """After success: clear, unlock, and remove the directory itself if this job created it."""
+        """After success: clear, unlock, and remove the directory itself if an adherence job made it
+        (an empty directory someone else made for the job stays)."""
         self.clear(keep_lock=True)
         self.lock.release(remove=True)
-        if self.created:
+        if self.ours:
             try:
                 self.path.rmdir()
             except OSError:

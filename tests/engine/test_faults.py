@@ -528,7 +528,7 @@ def test_evaluate_page_escapes_every_value(tmp_path):
      + "]" * 100000 + "}\n", "nested too deeply"),
     ("surrogate.jsonl", '{"conversation_id":"c","turn_index":0,"role":"r","assistant":"a \\ud800 b"}\n',
      "lone UTF-16 surrogate"),
-])
+], ids=["duplicate-header", "deep-json", "lone-surrogate"])
 def test_bad_files_give_one_line_naming_file_row_and_column(tmp_path, capsys, name, content, expect):
     src = tmp_path / name
     src.write_text(content, encoding="utf-8")
@@ -587,6 +587,12 @@ def test_work_dir_is_removed_after_success_unless_kept(tmp_path):
     assert read_table(out).num_rows == 28
     assert _score(EXAMPLE, tmp_path / "k.parquet", "--keep-work-dir") == 0
     assert (tmp_path / "k.parquet.work" / "plan.json").exists()
+    assert _score(EXAMPLE, tmp_path / "k.parquet", "--resume") == 0  # a resumed job cleans up after itself too
+    assert not (tmp_path / "k.parquet.work").exists() and _leftovers(tmp_path) == []
+    mine = tmp_path / "scratch"
+    mine.mkdir()  # an empty directory the user made for the job is used, emptied, and left in place
+    assert _score(EXAMPLE, tmp_path / "m.parquet", "--work-dir", str(mine)) == 0
+    assert mine.is_dir() and list(mine.iterdir()) == []
 
 
 def test_encoder_cache_is_bounded_by_bytes():

@@ -209,3 +209,37 @@ def test_session_aggregation():
     assert strict[0]["score"] == 1.0 and strict[1]["score"] == 1.0
     strict = aggregate_sessions(t, strict_mode=True, threshold=0.5).to_pylist()
     assert strict[0]["score"] == 0.0
+
+
+def test_vectorised_session_intervals_equal_the_per_session_bootstrap(rng):
+    """Sessions of many lengths at once: scores equal pandas' weighted group means, intervals equal
+    :func:`bootstrap_ci` run on each session alone (same seed: the same resamples)."""
+    import pandas as pd
+
+    from adherence.stats import bootstrap_ci
+
+    n = 3000
+    conv = rng.integers(0, 400, n)
+    score = rng.random(n)
+    score[rng.random(n) < 0.1] = np.nan  # unscored turns
+    weight = rng.random(n) * 3
+    weight[:40] = 0.0  # zero weights: a session whose turns all weigh 0 has no score
+    t = pa.table({"conversation_id": [f"c{c}" for c in conv], "method": ["m"] * n,
+                  "score": pa.array(score, mask=np.isnan(score)), "weight": weight})
+    got = {r["conversation_id"]: r for r in aggregate_sessions(t, n_bootstrap=300, seed=5).to_pylist()}
+    df = pd.DataFrame({"c": [f"c{c}" for c in conv], "s": score, "w": weight}).dropna()
+    ref = df.assign(sw=df.s * df.w).groupby("c")[["sw", "w"]].sum()
+    for cid, row in ref.iterrows():
+        r = got[cid]
+        if row.w == 0:
+            assert r["score"] is None and r["adherent"] is None
+            continue
+        assert r["score"] == pytest.approx(row.sw / row.w, rel=1e-12)
+        part = df[df.c == cid]
+        ci = bootstrap_ci(lambda v, w: np.sum(v * w) / np.sum(w), part.s.to_numpy(), part.w.to_numpy(),
+                          n_resamples=300, seed=5)
+        if math.isnan(ci.low):
+            assert r["ci_low"] is None
+        else:
+            assert r["ci_low"] == pytest.approx(ci.low, rel=1e-9) and r["ci_high"] == pytest.approx(ci.high, rel=1e-9)
+    assert list(got) == list(dict.fromkeys(f"c{c}" for c in conv))  # sessions in order of first appearance
