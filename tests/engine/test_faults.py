@@ -262,7 +262,10 @@ class FaultServer:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 self._send(*server.answer(body))
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        class Server(ThreadingHTTPServer):
+            request_queue_size = 256  # the judge opens up to --concurrency connections at once
+
+        self.httpd = Server(("127.0.0.1", 0), Handler)
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
 
     @property
@@ -324,7 +327,8 @@ def test_malformed_responses_fail_their_row_only(tmp_path, capsys):
     faults = {_assistant(0): "not-json", _assistant(5): "no-token"}
     out = tmp_path / "o.parquet"
     with FaultServer(faults) as server:
-        assert main(["score", str(EXAMPLE), "-o", str(out), *_judge_args(server.url, "--max-retries", "0")]) == 0
+        assert main(["score", str(EXAMPLE), "-o", str(out), *_judge_args(server.url)]) == 0
+    assert sum(_assistant(0) in c for _, c in server.calls) == 1  # a malformed answer is not retried
     t = pq.read_table(out).to_pylist()
     bad = {r["assistant"]: r for r in t if r["status"] != "ok"}
     assert set(bad) == {_assistant(0), _assistant(5)}
