@@ -120,8 +120,8 @@ class Engine:
             with PathLock(out_path.with_name(f".{out_path.name}.lock"), "the output") as _, \
                     WorkDir(work, resume=self.resume) as workdir:
                 summary = self._run_locked(source, out_path, sessions_path, work, start)
-                if not self.keep_work_dir:
-                    workdir.remove()
+                if not self.keep_work_dir and not summary["failed_shards"]:
+                    workdir.remove()  # kept after a failed shard: --resume rescores only that shard
             result = JobResult(out_path if output is not None else None, sessions_path, summary)
             if output is None:
                 result.table = pq.read_table(out_path)

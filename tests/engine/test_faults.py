@@ -12,6 +12,7 @@ import hashlib
 import json
 import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -254,12 +255,16 @@ class FaultServer:
                 self.wfile.write(body)
 
             def do_GET(self):
+                if not self.path.startswith("/v1/"):
+                    return self._send(404, b'{"error": "not found"}')
                 if server.status:
                     return self._send(server.status, b'{"error": "no"}')
                 self._send(200, json.dumps({"data": [{"id": m} for m in server.models]}).encode())
 
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                if not self.path.startswith("/v1/"):
+                    return self._send(404, b'{"error": "not found"}')
                 self._send(*server.answer(body))
 
         class Server(ThreadingHTTPServer):
@@ -353,6 +358,7 @@ def test_unusable_logprobs_are_unscored_with_a_reason(tmp_path, fault):
     ("unreachable", "cannot reach judge server"),
     ("401", "refused the credentials"),
     ("model", "does not serve model 'judge'"),
+    ("bad-url", "has no /chat/completions (HTTP 404)"),
 ])
 def test_a_judge_server_that_cannot_serve_stops_the_job_before_any_row(tmp_path, capsys, case, expect):
     out = tmp_path / "o.parquet"
@@ -361,9 +367,10 @@ def test_a_judge_server_that_cannot_serve_stops_the_job_before_any_row(tmp_path,
         rc = main(["score", str(EXAMPLE), "-o", str(out), *_judge_args("http://127.0.0.1:9/v1")])
         calls = []
     else:
-        kw = {"status": 401} if case == "401" else {"models": ["other-model"]}
+        kw = {"status": 401} if case == "401" else {"models": ["other-model"]} if case == "model" else {}
         with FaultServer(**kw) as server:
-            rc = main(["score", str(EXAMPLE), "-o", str(out), *_judge_args(server.url)])
+            url = server.url.removesuffix("/v1") if case == "bad-url" else server.url
+            rc = main(["score", str(EXAMPLE), "-o", str(out), *_judge_args(url)])
         calls = server.calls
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 1 and len(err) == 1 and expect in err[0]
@@ -440,9 +447,15 @@ def test_a_failed_shard_exits_1_with_the_summary(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(worker, "score_turns", broken)
     out = tmp_path / "o.parquet"
     assert _score(EXAMPLE, out) == 1
+    assert (tmp_path / "o.parquet.work").is_dir()  # kept for --resume
     cap = capsys.readouterr()
     assert "ok 0  error 28  unscored 0" in cap.out and "shard(s) failed as a whole" in cap.err
     assert set(pq.read_table(out).column("status").to_pylist()) == {"error"}  # every row, with its status
+    monkeypatch.undo()  # the fault is gone: --resume scores the failed shard again instead of reusing it
+    assert _score(EXAMPLE, out, "--resume") == 0
+    assert "ok 28  error 0" in capsys.readouterr().out
+    assert set(pq.read_table(out).column("status").to_pylist()) == {"ok"}
+    assert not (tmp_path / "o.parquet.work").exists()
 
 
 def test_max_error_rate(tmp_path, capsys):
@@ -609,3 +622,35 @@ def test_encoder_cache_is_bounded_by_bytes():
     b = Encoder(progress=False, cache_bytes=0).encode(texts)
     np.testing.assert_allclose(a.numpy(), b.numpy(), atol=1e-6)
     np.testing.assert_allclose(bounded.encode(texts[::-1]).numpy(), a.numpy()[::-1], atol=1e-6)
+
+
+def _unprivileged(cmd: list[str]) -> list[str]:
+    """Run ``cmd`` subject to file permissions: as root, without the capabilities that bypass them."""
+    if os.geteuid() != 0:
+        return cmd
+    caps = "-dac_override,-dac_read_search"
+    return ["setpriv", f"--bounding-set={caps}", f"--inh-caps={caps}", *cmd]
+
+
+@pytest.mark.skipif(os.geteuid() == 0 and not shutil.which("setpriv"),
+                    reason="root without setpriv: file permissions cannot be enforced")
+def test_unreadable_input_and_read_only_output_dir_give_one_line(tmp_path):
+    src = tmp_path / "in.jsonl"
+    src.write_bytes(Path(EXAMPLE).read_bytes())
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    base = [sys.executable, "-m", "adherence", "score", "--method", "kl", "--no-progress"]
+    try:
+        src.chmod(0)
+        res = subprocess.run(_unprivileged(base + [str(src), "-o", str(tmp_path / "o.parquet")]),
+                             capture_output=True, text=True)
+        assert res.returncode == 2 and res.stderr.strip().splitlines() == [
+            f"adherence score: error: {src}: permission denied: the input is not readable"]
+        src.chmod(0o644)
+        ro.chmod(0o555)
+        res = subprocess.run(_unprivileged(base + [str(src), "-o", str(ro / "o.parquet")]), capture_output=True, text=True)
+        assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1
+        assert "directory" in res.stderr and "is not writable" in res.stderr and list(ro.iterdir()) == []
+    finally:
+        src.chmod(0o644)
+        ro.chmod(0o755)
