@@ -63,6 +63,11 @@ def format_persona(results: dict) -> str:
             if isinstance(res.get(dim), dict) and "error" in res[dim]:
                 lines.append(f"error: {dim}: {res[dim]['error']}")
     for name, res in results.items():
+        sk = res.get("skipped_records")
+        if sk:
+            lines.append(f"warning: {name}: {sk['count']} malformed record(s) skipped ({', '.join(sk['first'])}"
+                         f"{', ...' if sk['count'] > len(sk['first']) else ''})")
+    for name, res in results.items():
         nat = res.get("naturalness")
         if isinstance(nat, dict) and "skipped" in nat:
             lines += ["", f"naturalness skipped: {nat['skipped']}"]
@@ -92,6 +97,8 @@ class PersonaCommand(Command):
         p.add_argument("--repeats", type=int, default=10, help="random pools per query and size (default 10)")
         p.add_argument("--max-queries", type=int, help="adherence on a seeded subset of persona queries per corpus")
         p.add_argument("--limit", type=int, help="read only the first N conversations of each corpus")
+        p.add_argument("--strict-input", action="store_true",
+                       help="a malformed conversation is an error (default: skipped with a warning and counted)")
         p.add_argument("--seed", type=int, default=0)
         p.add_argument("--encoder", help="token/sentence encoder: local path or ColBERT checkpoint "
                        "(default: bundled all-MiniLM-L6-v2)")
@@ -108,7 +115,7 @@ class PersonaCommand(Command):
             dimensions=args.dimensions.split(","), methods=args.methods.split(","), primary=args.primary,
             alpha=args.alpha, pool_sizes=_ints(args.pool_sizes, "--pool-sizes") if args.pool_sizes else None,
             repeats=args.repeats, seed=args.seed, max_queries=args.max_queries, encoder=args.encoder,
-            device=args.device, nli_model=args.nli_model, limit=args.limit)
+            device=args.device, nli_model=args.nli_model, limit=args.limit, strict_input=args.strict_input)
         results = evaluate_persona(args.reference, args.simulation, names=args.name, config=cfg)
         if args.output:
             out = Path(args.output)

@@ -48,16 +48,46 @@ SPEAKER_2 = "User 2"
 
 
 class PersonaCorpus(NamedTuple):
-    """A persona corpus: utterances (``conversations``) and persona sentences (``personas``)."""
+    """A persona corpus: utterances (``conversations``) and persona sentences (``personas``).
+
+    ``skipped`` lists the malformed records a reader left out, as ``(where, reason)`` pairs
+    (e.g. ``("row 17", "no 'User 1:' / 'User 2:' utterance")``).
+    """
 
     conversations: pa.Table
     personas: pa.Table
+    skipped: tuple = ()
 
     def utterances(self):
         """``(conversation_id, speaker, text)`` per utterance, in conversation then turn order (text may be None)."""
         conv = self.conversations.sort_by([("conversation_id", "ascending"), ("turn_index", "ascending")])
         return zip(conv.column("conversation_id").to_pylist(), conv.column("speaker").to_pylist(),
                    conv.column("text").to_pylist())
+
+
+def _skip_or_raise(skipped: list, strict: bool, error: DataError, where: str) -> None:
+    """``--strict-input``: the first malformed record is an error; otherwise it is recorded and skipped."""
+    if strict:
+        raise error
+    skipped.append((where, error.reason))
+
+
+def _warn_skipped(file: str, skipped: list, unit: str) -> None:
+    if not skipped:
+        return
+    import warnings
+
+    first = ", ".join(w for w, _ in skipped[:10]) + (", ..." if len(skipped) > 10 else "")
+    warnings.warn(f"{file}: skipped {len(skipped)} malformed {unit}(s) ({first}): {skipped[0][1]}; "
+                  "the rest is evaluated (--strict-input makes this an error)", stacklevel=3)
+
+
+def skipped_summary(corpus: "PersonaCorpus") -> Optional[dict]:
+    """``{"count", "first", "reasons"}`` of the records a reader skipped, or None when none was."""
+    if not corpus.skipped:
+        return None
+    return {"count": len(corpus.skipped), "first": [w for w, _ in corpus.skipped[:10]],
+            "reasons": sorted({r for _, r in corpus.skipped})}
 
 
 def _scalar(value: Any) -> Any:
@@ -174,8 +204,12 @@ def read_json_turns(path: PathLike) -> pa.Table:
 _PC_LINE = re.compile(r"^(\d+) (.*)$")
 
 
-def read_personachat(path: PathLike) -> PersonaCorpus:
-    """Read PersonaChat ``*_original.txt``: ``your persona`` belongs to ``User 2``, the responder."""
+def read_personachat(path: PathLike, *, strict: bool = False) -> PersonaCorpus:
+    """Read PersonaChat ``*_original.txt``: ``your persona`` belongs to ``User 2``, the responder.
+
+    A dialog holding a malformed line is skipped whole with a warning and listed in ``skipped``
+    (with ``strict=True`` the first malformed line is an error).
+    """
     check_utf8(path)
     file = str(path)
     stem = Path(path).stem
@@ -184,8 +218,14 @@ def read_personachat(path: PathLike) -> PersonaCorpus:
     dialog = -1
     personas: dict[str, list[str]] = {}
     turn = 0
+    skipped: list = []
+    bad = False  # the current dialog holds a malformed line: it is left out whole
+    dialog_rows: list[dict] = []
 
     def flush():
+        if bad:
+            return
+        conv_rows.extend(dialog_rows)
         for speaker, sentences in personas.items():
             persona_rows.append({"conversation_id": f"{stem}-{dialog}", "speaker": speaker, "persona": sentences})
 
@@ -196,13 +236,19 @@ def read_personachat(path: PathLike) -> PersonaCorpus:
                 continue
             m = _PC_LINE.match(line)
             if m is None:
-                raise DataError("expected a line starting with its number ('1 your persona: ...')", file=file, line=line_no)
+                _skip_or_raise(skipped, strict, DataError(
+                    "expected a line starting with its number ('1 your persona: ...')", file=file, line=line_no),
+                    f"dialog {dialog + 1} (line {line_no})")
+                bad = True
+                continue
             number, body = int(m.group(1)), m.group(2)
             if number == 1:
                 if dialog >= 0:
                     flush()
                 dialog += 1
                 personas = {}
+                dialog_rows = []
+                bad = False
                 turn = 0
             cid = f"{stem}-{dialog}"
             if body.startswith("your persona:"):
@@ -213,14 +259,19 @@ def read_personachat(path: PathLike) -> PersonaCorpus:
                 continue
             parts = body.split("\t")
             if len(parts) < 2:
-                raise DataError("expected 'partner utterance<TAB>own utterance'", file=file, line=line_no)
+                _skip_or_raise(skipped, strict, DataError("expected 'partner utterance<TAB>own utterance'", file=file,
+                                                          line=line_no), f"dialog {dialog + 1} (line {line_no})")
+                bad = True
+                continue
             for speaker, text in ((SPEAKER_1, parts[0]), (SPEAKER_2, parts[1])):
                 if text.strip() and text.strip() != "__SILENCE__":
-                    conv_rows.append({"conversation_id": cid, "turn_index": turn, "speaker": speaker, "text": text.strip()})
+                    dialog_rows.append({"conversation_id": cid, "turn_index": turn, "speaker": speaker, "text": text.strip()})
                     turn += 1
     if dialog >= 0:
         flush()
-    return PersonaCorpus(_finish(conv_rows, PERSONA_CONVERSATIONS, file), _finish(persona_rows, PERSONAS, file))
+    _warn_skipped(file, skipped, "dialog")
+    return PersonaCorpus(_finish(conv_rows, PERSONA_CONVERSATIONS, file), _finish(persona_rows, PERSONAS, file),
+                         tuple(skipped))
 
 
 _SPC_COLUMNS = ("user 1 personas", "user 2 personas", "best generated conversation")
@@ -229,14 +280,16 @@ _SPEAKER_PREFIX = re.compile(r"^[\s*_#>-]*user\s*([12])[\s*_]*:[\s*_]*(.*)$", re
 _PUNCTUATION_ONLY = re.compile(r"^[\W_]*$")
 
 
-def read_synthetic_persona_chat(path: PathLike, *, limit: Optional[int] = None) -> PersonaCorpus:
+def read_synthetic_persona_chat(path: PathLike, *, limit: Optional[int] = None, strict: bool = False) -> PersonaCorpus:
     """Read a Synthetic-Persona-Chat CSV (Jandaghi et al. 2023) into a persona corpus.
 
     Conversation ``i`` (0-based CSV data row) is ``<stem>-<i>``; utterance lines
     start with ``User 1:`` or ``User 2:`` (markdown emphasis around the prefix is
     tolerated); a line without a prefix continues the previous utterance; lines
     before the first utterance (stage directions) and separator lines such as
-    ``* * *`` are not utterances and are left out.
+    ``* * *`` are not utterances and are left out. A conversation with no prefixed
+    utterance at all is skipped with a warning and listed in ``skipped`` (with
+    ``strict=True`` it is an error).
     """
     check_utf8(path)
     file = str(path)
@@ -261,12 +314,9 @@ def read_synthetic_persona_chat(path: PathLike, *, limit: Optional[int] = None) 
     p2 = table.column(by_lower[_SPC_COLUMNS[1]]).to_pylist()
     convs = table.column(by_lower[_SPC_COLUMNS[2]]).to_pylist()
     n = len(convs) if limit is None else min(limit, len(convs))
-    conv_rows, persona_rows = [], []
+    conv_rows, persona_rows, skipped = [], [], []
     for i in range(n):
         cid = f"{stem}-{i}"
-        for speaker, text in ((SPEAKER_1, p1[i]), (SPEAKER_2, p2[i])):
-            sentences = [s.strip() for s in str(text or "").splitlines() if s.strip()]
-            persona_rows.append({"conversation_id": cid, "speaker": speaker, "persona": sentences})
         utterances: list[list[str]] = []
         for line in str(convs[i] or "").splitlines():
             if _PUNCTUATION_ONLY.match(line):
@@ -277,7 +327,15 @@ def read_synthetic_persona_chat(path: PathLike, *, limit: Optional[int] = None) 
             elif utterances:
                 utterances[-1][1] += " " + line.strip()
         if not utterances:
-            raise DataError("no 'User 1:' / 'User 2:' utterance in the conversation", file=file, row=i + 1, column=by_lower[_SPC_COLUMNS[2]])
+            _skip_or_raise(skipped, strict, DataError("no 'User 1:' / 'User 2:' utterance in the conversation",
+                                                      file=file, row=i + 1, column=by_lower[_SPC_COLUMNS[2]]),
+                           f"row {i + 1}")
+            continue
+        for speaker, text in ((SPEAKER_1, p1[i]), (SPEAKER_2, p2[i])):
+            sentences = [s.strip() for s in str(text or "").splitlines() if s.strip()]
+            persona_rows.append({"conversation_id": cid, "speaker": speaker, "persona": sentences})
         for t, (speaker, text) in enumerate(utterances):
             conv_rows.append({"conversation_id": cid, "turn_index": t, "speaker": speaker, "text": text})
-    return PersonaCorpus(_finish(conv_rows, PERSONA_CONVERSATIONS, file), _finish(persona_rows, PERSONAS, file))
+    _warn_skipped(file, skipped, "conversation")
+    return PersonaCorpus(_finish(conv_rows, PERSONA_CONVERSATIONS, file), _finish(persona_rows, PERSONAS, file),
+                         tuple(skipped))

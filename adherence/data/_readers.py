@@ -90,6 +90,7 @@ def read_persona_corpus(
     personas: Optional[PathLike] = None,
     *,
     limit: Optional[int] = None,
+    strict: bool = False,
 ) -> PersonaCorpus:
     """Read a persona corpus from PersonaChat txt, Synthetic-Persona-Chat CSV or the contract tables.
 
@@ -99,6 +100,8 @@ def read_persona_corpus(
 
     Args:
         limit: keep only the first ``limit`` conversations (in file order).
+        strict: a malformed conversation (PersonaChat txt, Synthetic-Persona-Chat CSV) is an
+            error instead of being skipped with a warning (``corpus.skipped`` lists those).
     """
     path = Path(conversations)
     if path.is_dir() and personas is None:
@@ -110,9 +113,9 @@ def read_persona_corpus(
         raise DataError("no such file or directory", file=path)
     fmt = detect_format(path)
     if fmt == "personachat":
-        corpus = read_personachat(path)
+        corpus = read_personachat(path, strict=strict)
     elif fmt == "csv" and personas is None and _is_synthetic_persona_chat(path):
-        return read_synthetic_persona_chat(path, limit=limit)
+        return read_synthetic_persona_chat(path, limit=limit, strict=strict)
     else:
         if personas is None:
             raise DataError(
@@ -126,5 +129,6 @@ def read_persona_corpus(
         corpus = PersonaCorpus(
             corpus.conversations.filter(pc.is_in(corpus.conversations.column("conversation_id"), value_set=ids)),
             corpus.personas.filter(pc.is_in(corpus.personas.column("conversation_id"), value_set=ids)),
+            corpus.skipped,
         )
     return corpus

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
 
+from ..data._adapters import skipped_summary
 from ..stats import curve_similarity
 from ._adherence import RETRIEVERS, adherence_curves, default_pool_sizes, get_retriever
 from ._consistency import consistency, human_similarity
@@ -41,6 +42,8 @@ class PersonaConfig:
         encoder: token/sentence encoder for ``bi_encoder`` and ``late_interaction`` (default bundled MiniLM).
         nli_model: local NLI model path; without it naturalness is skipped with a note.
         limit: read only the first ``limit`` conversations of each corpus.
+        strict_input: a malformed conversation is an error instead of being skipped with a
+            warning (skipped records are counted under ``skipped_records`` in the results).
     """
 
     dimensions: Sequence[str] = DIMENSIONS
@@ -59,6 +62,7 @@ class PersonaConfig:
     threshold: float = 0.7
     test_size: float = 0.2
     limit: Optional[int] = None
+    strict_input: bool = False
     progress: bool = True
 
     def __post_init__(self) -> None:
@@ -84,12 +88,12 @@ class PersonaConfig:
             raise ValueError(f"`max_queries` must be >= 2, got {self.max_queries}")
 
 
-def _load(corpus, limit):
+def _load(corpus, limit, strict=False):
     from ..data import PersonaCorpus, read_persona_corpus
 
     if isinstance(corpus, PersonaCorpus):
         return corpus
-    return read_persona_corpus(corpus, limit=limit)
+    return read_persona_corpus(corpus, limit=limit, strict=strict)
 
 
 def _names(items: Sequence, given: Optional[Sequence[str]]) -> list[str]:
@@ -133,7 +137,7 @@ def evaluate_persona(reference, simulations: Sequence = (), *, names: Optional[S
     corpora = [reference, *simulations]
     labels = _names(corpora, names)
     say = (lambda msg: print(msg, file=sys.stderr, flush=True)) if cfg.progress else (lambda msg: None)
-    loaded = [_load(c, cfg.limit) for c in corpora]
+    loaded = [_load(c, cfg.limit, cfg.strict_input) for c in corpora]
     pool_sizes, note = cfg.pool_sizes, None
     if pool_sizes is None and "adherence" in cfg.dimensions:
         smallest = min(len(set(c.conversations.column("conversation_id").to_pylist())) for c in loaded)
@@ -183,6 +187,9 @@ def evaluate_persona(reference, simulations: Sequence = (), *, names: Optional[S
                 res["naturalness"] = _guard(name, "naturalness", say, lambda: naturalness(
                     corpus, nli, k_previous=cfg.k_previous, threshold=cfg.threshold))
                 res["naturalness"]["seconds"] = round(time.perf_counter() - t, 2)
+        skipped = skipped_summary(corpus)
+        if skipped is not None:
+            res["skipped_records"] = skipped
         results[name] = res
     _compare(results, labels[0], cfg)
     return results

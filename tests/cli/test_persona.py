@@ -60,3 +60,22 @@ def test_persona_errors(tmp_path, capsys):
     broken.write_text("user 1 personas,Best Generated Conversation\nI like tea.,User 1: hi\n")
     assert main(["persona", "--reference", str(broken)]) == 2
     assert "broken.csv" in capsys.readouterr().err
+
+
+def test_persona_on_a_dirty_synthetic_persona_chat_file(tmp_path, capsys):
+    """A real split with one unprefixed conversation: the job finishes, warns, and counts it."""
+    src = (EX / "human.csv").read_text(encoding="utf-8")
+    dirty = tmp_path / "dirty.csv"
+    header, body = src.split("\n", 1)
+    dirty.write_text(header + '\n"I like tea.","I like cats.","[They sit in silence.]"\n' + body, encoding="utf-8")
+    out = tmp_path / "p.json"
+    with pytest.warns(UserWarning, match="dirty.csv: skipped 1 malformed conversation"):
+        rc = main(["persona", "--reference", str(dirty), "--dimensions", "adherence", *FAST, "-o", str(out)])
+    assert rc == 0
+    res = json.loads(out.read_text())
+    assert res["dirty"]["skipped_records"] == {"count": 1, "first": ["row 1"],
+                                               "reasons": ["no 'User 1:' / 'User 2:' utterance in the conversation"]}
+    assert res["dirty"]["n_conversations"] == 19  # --limit 20 rows, one of them skipped
+    assert "1 malformed record(s) skipped (row 1)" in capsys.readouterr().out
+    assert main(["persona", "--reference", str(dirty), "--dimensions", "adherence", *FAST, "--strict-input"]) == 2
+    assert "no 'User 1:' / 'User 2:' utterance" in capsys.readouterr().err

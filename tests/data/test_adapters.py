@@ -93,11 +93,17 @@ def test_personachat(fixtures):
                            "persona": ["i like to ski.", "my wife does not like me anymore."]}
 
 
-def test_personachat_bad_line(tmp_path):
+def test_personachat_bad_line_skips_its_dialog(tmp_path):
     path = tmp_path / "p.txt"
-    path.write_text("1 your persona: x.\nno number here\n")
+    path.write_text("1 your persona: x.\nno number here\n2 hi\thello\n"
+                    "1 your persona: y.\n2 how are you\tfine\n")
+    with pytest.warns(UserWarning, match=r"p.txt: skipped 1 malformed dialog\(s\) \(dialog 1 \(line 2\)\)"):
+        corpus = read_personachat(path)
+    assert set(corpus.conversations.column("conversation_id").to_pylist()) == {"p-1"}
+    assert corpus.personas.column("conversation_id").to_pylist() == ["p-1"]
+    assert corpus.skipped == (("dialog 1 (line 2)", "expected a line starting with its number ('1 your persona: ...')"),)
     with pytest.raises(DataError) as err:
-        read_personachat(path)
+        read_personachat(path, strict=True)
     assert err.value.line == 2
 
 
@@ -120,10 +126,18 @@ def test_synthetic_persona_chat_markdown_speakers_and_preamble(tmp_path):
     rows = read_synthetic_persona_chat(path).conversations.to_pylist()
     assert [(r["speaker"], r["text"]) for r in rows] == [
         (SPEAKER_1, "Hi there!"), (SPEAKER_2, "Hello. How are you?"), (SPEAKER_1, "Fine.")]
-    path.write_text('user 1 personas,user 2 personas,Best Generated Conversation\n"I ski.","I cook.","no speakers"\n')
+    # Real splits hold conversations without speaker prefixes: each is skipped with a warning naming
+    # the file and the first 10 rows, and counted; strict=True makes the first one an error.
+    good = '"I ski.","I cook.","User 1: hi\nUser 2: hello"\n'
+    path.write_text("user 1 personas,user 2 personas,Best Generated Conversation\n" + good
+                    + '"I ski.","I cook.","no speakers"\n' * 12 + good)
+    with pytest.warns(UserWarning, match=r"spc.csv: skipped 12 malformed conversation\(s\) \(row 2, row 3, .*row 11, \.\.\.\)"):
+        corpus = read_synthetic_persona_chat(path)
+    assert sorted(set(corpus.conversations.column("conversation_id").to_pylist())) == ["spc-0", "spc-13"]
+    assert corpus.personas.num_rows == 4 and len(corpus.skipped) == 12 and corpus.skipped[0][0] == "row 2"
     with pytest.raises(DataError) as err:
-        read_synthetic_persona_chat(path)
-    assert err.value.row == 1 and err.value.column == "Best Generated Conversation"
+        read_synthetic_persona_chat(path, strict=True)
+    assert err.value.row == 2 and err.value.column == "Best Generated Conversation"
 
 
 def test_synthetic_persona_chat_missing_columns(tmp_path):
