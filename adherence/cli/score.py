@@ -15,6 +15,10 @@ def _summary(summary: dict) -> str:
         f"{s['shards']} shard(s) on {s['executor']}" + (f", {s['shards_resumed']} resumed" if s["shards_resumed"] else ""),
         f"  ok {s['ok']}  error {s['error']}  unscored {s['unscored']}  sessions {s['sessions']}",
     ]
+    sk = s.get("skipped_records")
+    if sk:
+        lines.append(f"  skipped {sk['count']} malformed input record(s) ({', '.join(sk['first'])}"
+                     f"{', ...' if sk['count'] > len(sk['first']) else ''}): {sk['reason']}")
     return "\n".join(lines)
 
 
@@ -39,7 +43,16 @@ class ScoreCommand(Command):
     def add_args(self, p: argparse.ArgumentParser) -> None:
         from ..role import METHODS
 
-        p.add_argument("input", help="turns: .parquet, .jsonl, .csv, or an adapter .json")
+        p.add_argument("input", help="turns or chat transcripts: .parquet (file or directory), .jsonl, .csv, .json, "
+                       ".arrow, or a Hugging Face dataset directory (save_to_disk)")
+        p.add_argument("--input-format", default="auto", choices=["auto", "turns", "openai", "sharegpt"],
+                       help="auto (default): flat turns, or OpenAI {messages} / ShareGPT {conversations} transcripts "
+                       "detected from the first record")
+        p.add_argument("--role", dest="role_text", metavar="TEXT",
+                       help="role definition for transcripts without a system message")
+        p.add_argument("--role-file", metavar="FILE", help="like --role, read from a file")
+        p.add_argument("--strict-input", action="store_true",
+                       help="a malformed transcript is an error (default: skipped with a warning and counted)")
         p.add_argument("-o", "--output", required=True, help="turn scores: .parquet, .jsonl or .csv")
         p.add_argument("--method", default="llm_judge", choices=list(METHODS), help="scoring method (default llm_judge)")
         p.add_argument("--references", dest="reference_pool", default="per_turn", choices=["per_turn", "dataset"],
@@ -95,6 +108,18 @@ class ScoreCommand(Command):
 
         if not 0.0 <= args.max_error_rate <= 1.0:
             raise ValueError(f"--max-error-rate must be in [0, 1], got {args.max_error_rate}")
+        role_text = args.role_text
+        if args.role_file:
+            if role_text:
+                raise ValueError("give --role or --role-file, not both")
+            from pathlib import Path
+
+            from ..data import DataError
+
+            try:
+                role_text = Path(args.role_file).read_text(encoding="utf-8").strip()
+            except (OSError, UnicodeDecodeError) as exc:
+                raise DataError(f"cannot read the role file ({exc})", file=args.role_file) from None
 
         judge = None
         if args.method == "llm_judge":
@@ -122,7 +147,8 @@ class ScoreCommand(Command):
         engine = Engine(config=config, executor=args.executor, num_workers=args.num_workers,
                         gpus_per_worker=args.gpus_per_worker, ray_address=args.ray_address, shard_size=args.shard_size,
                         work_dir=args.work_dir, resume=args.resume, progress=not args.no_progress,
-                        n_bootstrap=args.bootstrap, seed=args.seed, keep_work_dir=args.keep_work_dir)
+                        n_bootstrap=args.bootstrap, seed=args.seed, keep_work_dir=args.keep_work_dir,
+                        input_format=args.input_format, role=role_text, strict_input=args.strict_input)
         result = engine.run(args.input, args.output, sessions_output=args.sessions_output)
         print(_summary(result.summary))
         print(f"wrote {result.output} and {result.sessions_output}", file=sys.stderr)

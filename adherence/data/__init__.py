@@ -44,6 +44,7 @@ from ._readers import (
     read_turn_scores,
     read_turns,
 )
+from ._transcripts import TRANSCRIPT_FORMATS, TranscriptOptions, transcript_turns
 from ._validate import conform
 
 __all__ = [
@@ -63,7 +64,9 @@ __all__ = [
     "SESSION_SCORES",
     "SPEAKER_1",
     "SPEAKER_2",
+    "TRANSCRIPT_FORMATS",
     "TURNS",
+    "TranscriptOptions",
     "TURN_SCORES",
     "TURN_STATUS",
     "conform",
@@ -83,6 +86,7 @@ __all__ = [
     "read_table",
     "read_turn_scores",
     "read_turns",
+    "transcript_turns",
     "records_to_table",
     "run_metadata",
     "turns_from_flat_benchmark",

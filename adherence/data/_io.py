@@ -29,8 +29,11 @@ Source = Union[PathLike, pa.Table, pa.RecordBatch]
 
 __all__ = ["detect_format", "iter_batches", "read_table", "write_table", "FORMATS"]
 
-FORMATS = ("parquet", "jsonl", "csv", "json", "personachat")
+FORMATS = ("parquet", "jsonl", "csv", "json", "personachat", "arrow", "hf_dataset")
 _EXTENSIONS = {
+    ".arrow": "arrow",
+    ".feather": "arrow",
+    ".ipc": "arrow",
     ".parquet": "parquet",
     ".pq": "parquet",
     ".jsonl": "jsonl",
@@ -52,7 +55,8 @@ def detect_format(path: PathLike, format: Optional[str] = None) -> str:
         return format
     p = Path(path)
     if p.is_dir():
-        return "parquet"
+        # A Hugging Face `Dataset.save_to_disk` directory: Arrow stream files + state.json.
+        return "hf_dataset" if (p / "state.json").is_file() else "parquet"
     fmt = _EXTENSIONS.get(p.suffix.lower())
     if fmt is None:
         raise DataError(
@@ -74,8 +78,9 @@ def _check_file(path: PathLike) -> Path:
         raise DataError("permission denied: the input is not readable", file=path)
     if p.is_file() and p.stat().st_size == 0:
         raise DataError("file is empty", file=path)
-    if p.is_dir() and not any(_parquet_files(p)):
-        raise DataError("the directory holds no .parquet files", file=path)
+    if p.is_dir() and not (p / "state.json").is_file() and not any(_parquet_files(p)):
+        raise DataError("the directory holds no .parquet files (nor a Hugging Face dataset saved with "
+                        "save_to_disk)", file=path)
     return p
 
 
@@ -136,9 +141,9 @@ def check_utf8(path: PathLike, chunk_size: int = 1 << 24) -> None:
 # --------------------------------------------------------------------------- raw readers
 
 
-def _jsonl_batches(path: Path, contract: Optional[Contract], batch_size: int) -> Iterator[pa.Table]:
-    records: list[dict] = []
-    row_offset = 0
+def _jsonl_records(path: Path) -> Iterator[tuple[int, int, Any]]:
+    """``(row, line, record)`` per non-blank line (1-based), with errors naming both."""
+    row = 0
     with open(path, "rb") as fh:
         for line_no, raw in enumerate(fh, start=1):
             try:
@@ -147,37 +152,37 @@ def _jsonl_batches(path: Path, contract: Optional[Contract], batch_size: int) ->
                 raise DataError(
                     f"not valid UTF-8 text (byte 0x{raw[exc.start]:02x}); re-encode the file as UTF-8",
                     file=path,
-                    row=row_offset + len(records) + 1,
+                    row=row + 1,
                     line=line_no,
                 ) from None
             if not text.strip():
                 continue
+            row += 1
             try:
                 record = json.loads(text)
             except json.JSONDecodeError as exc:
                 raise DataError(
-                    f"invalid JSON ({exc.msg} at character {exc.colno})",
-                    file=path,
-                    row=row_offset + len(records) + 1,
-                    line=line_no,
+                    f"invalid JSON ({exc.msg} at character {exc.colno})", file=path, row=row, line=line_no
                 ) from None
             except RecursionError:
-                raise DataError("JSON nested too deeply to read", file=path, row=row_offset + len(records) + 1,
-                                line=line_no) from None
-            if not isinstance(record, dict):
-                raise DataError(
-                    f"expected a JSON object per line, got {type(record).__name__}",
-                    file=path,
-                    row=row_offset + len(records) + 1,
-                    line=line_no,
-                )
+                raise DataError("JSON nested too deeply to read", file=path, row=row, line=line_no) from None
             if _SURROGATE.search(raw):
-                _check_surrogates(record, file=path, row=row_offset + len(records) + 1, line=line_no)
-            records.append(record)
-            if len(records) >= batch_size:
-                yield records_to_table(records, contract, file=str(path), row_offset=row_offset)
-                row_offset += len(records)
-                records = []
+                _check_surrogates(record, file=path, row=row, line=line_no)
+            yield row, line_no, record
+
+
+def _jsonl_batches(path: Path, contract: Optional[Contract], batch_size: int) -> Iterator[pa.Table]:
+    records: list[dict] = []
+    row_offset = 0
+    for row, line_no, record in _jsonl_records(path):
+        if not isinstance(record, dict):
+            raise DataError(f"expected a JSON object per line, got {type(record).__name__}", file=path, row=row,
+                            line=line_no)
+        records.append(record)
+        if len(records) >= batch_size:
+            yield records_to_table(records, contract, file=str(path), row_offset=row_offset)
+            row_offset += len(records)
+            records = []
     if records:
         yield records_to_table(records, contract, file=str(path), row_offset=row_offset)
 
@@ -305,9 +310,92 @@ def _parquet_batches(path: Path, batch_size: int) -> Iterator[pa.Table]:
         raise DataError(f"not a readable Parquet file ({exc})", file=path) from None
 
 
-def _raw_batches(path: Path, fmt: str, contract: Optional[Contract], batch_size: int) -> Iterator[pa.Table]:
+def _arrow_files(path: Path) -> list[Path]:
+    if path.is_file():
+        return [path]
+    try:  # save_to_disk lists its shards in order in state.json
+        names = [f["filename"] for f in json.loads((path / "state.json").read_text())["_data_files"]]
+        return [path / n for n in names]
+    except (OSError, ValueError, KeyError, TypeError):
+        return sorted(path.glob("*.arrow"))
+
+
+def _arrow_batches(path: Path, batch_size: int) -> Iterator[pa.Table]:
+    """Arrow IPC files, stream or file format (Hugging Face datasets write streams)."""
+    for f in _arrow_files(path):
+        try:
+            try:
+                reader = pa.ipc.open_stream(f)
+                batches = iter(reader)
+            except pa.ArrowInvalid:
+                reader = pa.ipc.open_file(f)
+                batches = (reader.get_batch(i) for i in range(reader.num_record_batches))
+            for batch in batches:
+                t = pa.Table.from_batches([batch])
+                for start in range(0, t.num_rows, batch_size):
+                    yield t.slice(start, batch_size)
+        except (pa.ArrowInvalid, OSError) as exc:
+            raise DataError(f"not a readable Arrow IPC file ({exc})", file=f) from None
+
+
+def _table_transcript_kind(schema: pa.Schema) -> Optional[str]:
+    names = set(schema.names)
+    if "assistant" in names:
+        return None
+    return "openai" if "messages" in names else "sharegpt" if "conversations" in names else None
+
+
+def _transcript_source(path: Path, fmt: str, opts) -> Optional[tuple[str, Iterator]]:
+    """``(kind, records)`` when ``path`` holds transcripts (forced or detected), else None."""
+    from ._transcripts import detect_transcript
+
+    forced = None if opts.input_format == "auto" else opts.input_format
+    if forced == "turns":
+        return None
+    if fmt == "jsonl":
+        first = next((r for _, _, r in _jsonl_records(path)), None)
+        kind = forced or detect_transcript(first)
+        return (kind, _jsonl_records(path)) if kind else None
+    if fmt == "json":
+        from ._adapters import _load_json
+
+        obj = _load_json(path)
+        items = obj if isinstance(obj, list) else [obj]
+        kind = forced or (detect_transcript(items[0]) if items else None)
+        return (kind, ((i, None, r) for i, r in enumerate(items, start=1))) if kind else None
+    if fmt in ("parquet", "arrow", "hf_dataset"):
+        batches = _parquet_batches(path, 4096) if fmt == "parquet" else _arrow_batches(path, 4096)
+        first = next(batches, None)
+        if first is None:
+            return None
+        kind = forced or _table_transcript_kind(first.schema)
+        if not kind:
+            return None
+
+        def records():
+            n = 0
+            for b in _parquet_batches(path, 4096) if fmt == "parquet" else _arrow_batches(path, 4096):
+                for r in b.to_pylist():
+                    n += 1
+                    yield n, None, r
+
+        return kind, records()
+    return None
+
+
+def _raw_batches(path: Path, fmt: str, contract: Optional[Contract], batch_size: int,
+                 transcripts=None) -> Iterator[pa.Table]:
+    if transcripts is not None:
+        found = _transcript_source(path, fmt, transcripts)
+        if found is not None:
+            from ._transcripts import explode_transcripts
+
+            yield from explode_transcripts(found[1], found[0], transcripts, file=str(path), batch_size=batch_size)
+            return
     if fmt == "parquet":
         yield from _parquet_batches(path, batch_size)
+    elif fmt in ("arrow", "hf_dataset"):
+        yield from _arrow_batches(path, batch_size)
     elif fmt == "jsonl":
         yield from _jsonl_batches(path, contract, batch_size)
     elif fmt == "csv":
@@ -331,6 +419,22 @@ def _raw_batches(path: Path, fmt: str, contract: Optional[Contract], batch_size:
 # --------------------------------------------------------------------------- public readers
 
 
+def _as_table(source) -> pa.Table:
+    """An in-memory source as an Arrow table: a Table or RecordBatch, a pandas DataFrame, or a Hugging
+    Face ``datasets.Dataset`` (its select/shuffle/filter index mapping honoured)."""
+    if isinstance(source, pa.Table):
+        return source
+    if isinstance(source, pa.RecordBatch):
+        return pa.Table.from_batches([source])
+    kind = f"{type(source).__module__}.{type(source).__name__}"
+    if kind.startswith("datasets.") and hasattr(source, "with_format"):
+        return source.with_format("arrow")[:]
+    if kind.startswith("pandas.") and hasattr(source, "to_records"):
+        return pa.Table.from_pandas(source, preserve_index=False)
+    raise TypeError(f"cannot read a {kind}: pass a path, a pyarrow Table / RecordBatchReader, a pandas DataFrame "
+                    "or a datasets.Dataset")
+
+
 def iter_batches(
     source: Source,
     contract: Optional[Contract] = None,
@@ -338,6 +442,7 @@ def iter_batches(
     format: Optional[str] = None,
     batch_size: int = DEFAULT_BATCH_SIZE,
     allow_empty: bool = False,
+    transcripts=None,
 ) -> Iterator[pa.Table]:
     """Stream ``source`` as Arrow tables of at most ``batch_size`` rows.
 
@@ -349,6 +454,9 @@ def iter_batches(
         format: override the format detected from the extension.
         batch_size: rows per yielded table.
         allow_empty: yield nothing instead of raising for a source with no rows.
+        transcripts: a :class:`adherence.data.TranscriptOptions`: chat transcripts (OpenAI
+            ``messages``, ShareGPT ``conversations``) are exploded into turns. Reading turns
+            (``contract`` is ``TURNS``) detects them by default.
 
     Raises:
         DataError: for any problem, naming file, row and column.
@@ -360,11 +468,25 @@ def iter_batches(
     """
     if batch_size <= 0:
         raise ValueError(f"`batch_size` must be positive, got {batch_size}")
-    if isinstance(source, (pa.Table, pa.RecordBatch)):
+    if transcripts is None and contract is not None and contract.name == "turns":
+        from ._transcripts import TranscriptOptions
+
+        transcripts = TranscriptOptions()
+    if isinstance(source, pa.RecordBatchReader):
+        source = source.read_all()
+    if not isinstance(source, (str, os.PathLike)):
         file = "<table>"
-        table = source if isinstance(source, pa.Table) else pa.Table.from_batches([source])
+        table = _as_table(source)
+        forced = getattr(transcripts, "input_format", "turns")
+        kind = (forced if forced not in ("auto", "turns") else _table_transcript_kind(table.schema)
+                if forced == "auto" else None) if transcripts is not None else None
 
         def open_raw():
+            if kind:
+                from ._transcripts import explode_transcripts
+
+                records = ((i, None, r) for i, r in enumerate(table.to_pylist(), start=1))
+                return explode_transcripts(records, kind, transcripts, file=file, batch_size=batch_size)
             return (table.slice(s, batch_size) for s in range(0, table.num_rows, batch_size))
     else:
         path = _check_file(source)
@@ -372,7 +494,7 @@ def iter_batches(
         fmt = detect_format(path, format)
 
         def open_raw():
-            return _raw_batches(path, fmt, contract, batch_size)
+            return _raw_batches(path, fmt, contract, batch_size, transcripts)
 
     def fetch(rows: list[int], key: list[str]) -> dict:
         """Key values of the given 0-based rows, re-read from the source (only to confirm a duplicate)."""
@@ -399,6 +521,13 @@ def iter_batches(
         yield batch
     if tracker is not None:
         tracker.finish()
+    if transcripts is not None and transcripts.skipped:
+        import warnings
+
+        sk = transcripts.skipped
+        first = ", ".join(w for w, _ in sk[:10]) + (", ..." if len(sk) > 10 else "")
+        warnings.warn(f"{file}: skipped {len(sk)} malformed transcript(s) ({first}): {sk[0][1]}; the rest is scored "
+                      "(--strict-input makes this an error)", stacklevel=2)
     if offset == 0 and not allow_empty:
         raise DataError("no rows (the input has no data records)", file=file)
 

@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..data import DataError, metadata_path, run_metadata
-from ..data._io import _check_file
+from ..data._io import _as_table, _check_file
 from ..role import RoleConfig, aggregate_sessions, get_method
 from ._executors import EngineError, get_executor
 from ._plan import _write_json_atomic, content_digest, plan_job, temp_path
@@ -61,6 +61,11 @@ class Engine:
         resume: reuse finished shards of an earlier run of the same job (checked by content:
             the input's hash, each shard output's hash; failed shards are scored again).
         keep_work_dir: keep the work directory after success (default: removed).
+        input_format: ``auto`` (turns, or chat transcripts detected from the first record),
+            ``turns``, ``openai`` or ``sharegpt``.
+        role: the role definition for transcripts without a system message.
+        strict_input: a malformed transcript is an error (default: skipped with a warning, counted
+            in the summary and the run metadata).
         n_bootstrap, seed: session confidence intervals.
 
     Example::
@@ -74,7 +79,8 @@ class Engine:
                  num_workers: int = 1, gpus_per_worker: float = 0.0, ray_address: Optional[str] = None,
                  shard_size: int = 100_000, work_dir: Optional[Union[str, os.PathLike]] = None, resume: bool = False,
                  progress: bool = True, n_bootstrap: int = 1000, seed: int = 42, max_retries: int = 2,
-                 batch_size: int = 65_536, keep_work_dir: bool = False, **method_options: Any) -> None:
+                 batch_size: int = 65_536, keep_work_dir: bool = False, input_format: str = "auto",
+                 role: Optional[str] = None, strict_input: bool = False, **method_options: Any) -> None:
         if config is None:
             config = RoleConfig(method=method or "llm_judge", **method_options)
         elif method_options or (method and method != config.method):
@@ -90,6 +96,10 @@ class Engine:
         self.shard_size, self.work_dir, self.resume, self.keep_work_dir = shard_size, work_dir, resume, keep_work_dir
         self.progress, self.n_bootstrap, self.seed, self.batch_size = progress, n_bootstrap, seed, batch_size
         self._executor = None
+        from ..data import TranscriptOptions
+
+        TranscriptOptions(input_format)  # validates the choice now, not after planning
+        self.input_format, self.role, self.strict_input = input_format, role, strict_input
 
     # ------------------------------------------------------------------ public
 
@@ -138,13 +148,10 @@ class Engine:
     # ------------------------------------------------------------------ steps
 
     def _run_locked(self, source, out_path: Path, sessions_path: Path, work: Path, start: float) -> dict:
-        if isinstance(source, (pa.Table, pa.RecordBatch)):
-            table = source if isinstance(source, pa.Table) else pa.Table.from_batches([source])
+        if not isinstance(source, (str, os.PathLike)):
             src_path = work / "input.parquet"
             if not src_path.exists():
-                tmp = temp_path(src_path)
-                pq.write_table(table, tmp)
-                os.replace(tmp, src_path)
+                _spill(source, src_path)
             source = src_path
         method = get_method(self.config.method)
         config = dataclasses.replace(self.config, progress=False)
@@ -153,8 +160,12 @@ class Engine:
             # Workers start (and load their models) while the input is being planned.
             self._executor = get_executor(self.executor_name, **self.executor_kwargs)
             self._executor.start(config)
+        from ..data import TranscriptOptions
+
+        transcripts = TranscriptOptions(self.input_format, self.role, self.strict_input)
         plan = plan_job(source, work, shard_size=self.shard_size, batch_size=self.batch_size,
-                        collect_references=needs_references, check_columns=self._check_columns(source))
+                        collect_references=needs_references, check_columns=self._check_columns(source),
+                        transcripts=transcripts)
         if plan.reference_file:
             config = dataclasses.replace(config, reference_file=plan.reference_file)
         self._check_job_manifest(work, plan)
@@ -318,6 +329,9 @@ class Engine:
                 "elapsed_s": elapsed, "turns_per_s": totals["rows"] / elapsed if elapsed > 0 else None,
                 "executor": self.executor_name,
             }
+            if plan.skipped:
+                summary["skipped_records"] = {"count": len(plan.skipped), "first": [w for w, _ in plan.skipped[:10]],
+                                              "reason": plan.skipped[0][1]}
             if failed:
                 summary["failure"] = next(r["failed"] for r in results.values() if r.get("failed"))
             meta = run_metadata(config=dataclasses.asdict(self.config), seed=self.seed, inputs=[source], models=models)
@@ -334,6 +348,23 @@ class Engine:
         finally:
             publisher.discard()
         return summary
+
+
+def _spill(source, path: Path) -> None:
+    """Write an in-memory source to ``path`` (Parquet, atomically): an Arrow table or batch, a
+    RecordBatchReader (streamed), a pandas DataFrame, or a Hugging Face ``datasets.Dataset``."""
+    tmp = temp_path(path)
+    try:
+        if isinstance(source, pa.RecordBatchReader):
+            with pq.ParquetWriter(tmp, source.schema) as w:
+                for batch in source:
+                    w.write_batch(batch)
+        else:
+            pq.write_table(_as_table(source), tmp)
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
 
 
 def _conform_schema(t: pa.Table, schema: pa.Schema) -> pa.Table:

@@ -20,7 +20,7 @@ import json
 import os
 import uuid
 import zlib
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -49,6 +49,7 @@ class Plan:
     total_rows: int
     shards: list
     reference_file: Optional[str] = None
+    skipped: list = field(default_factory=list)
 
     def to_json(self) -> dict:
         d = asdict(self)
@@ -103,7 +104,7 @@ def _write_json_atomic(path: Path, obj) -> None:
             tmp.unlink()
 
 
-def _count_rows(source, batch_size: int) -> int:
+def _count_rows(source, batch_size: int, transcripts=None) -> int:
     """Rows in the input: from Parquet metadata, else a raw (unvalidated) streaming count."""
     import pyarrow.parquet as pq
 
@@ -111,12 +112,25 @@ def _count_rows(source, batch_size: int) -> int:
     from ..data._io import _check_file, _parquet_files, _raw_batches
 
     path = _check_file(source)
-    if detect_format(path) == "parquet":
+    fmt = detect_format(path)
+    if transcripts is not None:
+        from ..data._transcripts import TranscriptOptions
+
+        probe = TranscriptOptions(transcripts.input_format, transcripts.role, transcripts.strict)
+        if fmt != "parquet" or _transcript_probe(path, fmt, probe):
+            return sum(b.num_rows for b in _raw_batches(path, fmt, None, batch_size, probe))
+    if fmt == "parquet":
         try:
             return sum(pq.ParquetFile(f).metadata.num_rows for f in (_parquet_files(path) if path.is_dir() else [path]))
         except (pa.ArrowInvalid, OSError) as exc:
             raise DataError(f"not a readable Parquet file ({exc})", file=path) from None
-    return sum(b.num_rows for b in _raw_batches(path, detect_format(path), None, batch_size))
+    return sum(b.num_rows for b in _raw_batches(path, fmt, None, batch_size))
+
+
+def _transcript_probe(path, fmt, opts) -> bool:
+    from ..data._io import _transcript_source
+
+    return _transcript_source(path, fmt, opts) is not None
 
 
 def _reusable(plan_path: Path, fingerprint: dict, shard_size: int, collect_references: bool) -> Optional[Plan]:
@@ -135,7 +149,8 @@ def _reusable(plan_path: Path, fingerprint: dict, shard_size: int, collect_refer
 
 
 def plan_job(source, work_dir: Path, *, shard_size: int, batch_size: int = 65_536,
-             collect_references: bool = False, check_columns: Optional[Callable[[list], None]] = None) -> Plan:
+             collect_references: bool = False, check_columns: Optional[Callable[[list], None]] = None,
+             transcripts=None) -> Plan:
     """Shard ``source`` into ``work_dir/shards/*.arrow`` (or reuse a matching earlier plan).
 
     ``check_columns`` sees the input's column names with the first batch (before anything is
@@ -146,11 +161,14 @@ def plan_job(source, work_dir: Path, *, shard_size: int, batch_size: int = 65_53
     work_dir.mkdir(parents=True, exist_ok=True)
     plan_path = work_dir / "plan.json"
     fingerprint = input_fingerprint(source)
+    if transcripts is not None:  # how the input is read is part of what was planned
+        fingerprint["read"] = {"input_format": transcripts.input_format, "role": transcripts.role,
+                               "strict": transcripts.strict}
     if plan_path.exists():
         old = _reusable(plan_path, fingerprint, shard_size, collect_references)
         if old is not None:
             return old
-    n_rows = _count_rows(source, batch_size)
+    n_rows = _count_rows(source, batch_size, transcripts)
     n_shards = max(1, -(-n_rows // shard_size))
     shard_dir = work_dir / "shards"
     shard_dir.mkdir(exist_ok=True)
@@ -163,7 +181,7 @@ def plan_job(source, work_dir: Path, *, shard_size: int, batch_size: int = 65_53
     offset = 0
     done = False
     try:
-        for batch in iter_batches(source, TURNS, batch_size=batch_size):
+        for batch in iter_batches(source, TURNS, batch_size=batch_size, transcripts=transcripts):
             if schema is None and check_columns is not None:
                 check_columns(batch.column_names)
             batch = batch.append_column("_row", pa.array(np.arange(offset, offset + batch.num_rows), pa.int64()))
@@ -202,6 +220,7 @@ def plan_job(source, work_dir: Path, *, shard_size: int, batch_size: int = 65_53
     if collect_references:
         reference_file = str(work_dir / "references.json")
         _write_json_atomic(Path(reference_file), references)
-    plan = Plan(str(source), fingerprint, shard_size, offset, shards, reference_file)
+    skipped = [list(x) for x in transcripts.skipped] if transcripts is not None else []
+    plan = Plan(str(source), fingerprint, shard_size, offset, shards, reference_file, skipped)
     _write_json_atomic(plan_path, plan.to_json())
     return plan

@@ -1,0 +1,182 @@
+"""Chat transcripts as turns: OpenAI ``{"messages": [...]}`` and ShareGPT ``{"conversations": [...]}``.
+
+One transcript (a JSONL line, a Parquet row, a JSON array item) becomes one conversation; every
+assistant message with text becomes one turn, in order. The system (or developer) messages are the
+role definition (several are joined; ``role`` is used for logs without one). ``user`` holds what
+the assistant answers: the user messages since the previous assistant turn, with the tool calls and
+tool results of that window kept in place and marked (``[tool call] name(arguments)``,
+``[tool result name] ...``); earlier exchanges reach the judge as the history of earlier turns. An
+assistant message with only tool calls is history, never a judged turn. Content given as parts
+(``[{"type": "text", "text": ...}, ...]``) is joined as text; non-text parts appear as ``[image_url]``.
+
+Transcripts are exploded batch by batch: memory follows the batch, not the file.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Iterator, Optional
+
+import pyarrow as pa
+
+from ._errors import DataError
+
+__all__ = ["TranscriptOptions", "TRANSCRIPT_FORMATS", "detect_transcript", "transcript_turns", "explode_transcripts"]
+
+TRANSCRIPT_FORMATS = ("openai", "sharegpt")
+INPUT_FORMATS = ("auto", "turns", *TRANSCRIPT_FORMATS)
+
+_SHAREGPT_ROLES = {"system": "system", "human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant",
+                   "chatgpt": "assistant", "bing": "assistant", "bard": "assistant", "tool": "tool",
+                   "observation": "tool", "function": "tool", "function_call": "tool_call"}
+_OPENAI_ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool",
+                 "function": "tool"}
+
+
+@dataclass
+class TranscriptOptions:
+    """How transcripts are read.
+
+    Attributes:
+        input_format: ``auto`` (detected from the first record), ``turns``, ``openai`` or ``sharegpt``.
+        role: the role definition for transcripts without a system message.
+        strict: a malformed transcript is an error instead of being skipped with a warning.
+        skipped: filled while reading: ``(where, reason)`` of each skipped transcript.
+    """
+
+    input_format: str = "auto"
+    role: Optional[str] = None
+    strict: bool = False
+    skipped: list = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.input_format not in INPUT_FORMATS:
+            raise ValueError(f"`input_format` must be one of {', '.join(INPUT_FORMATS)}, got {self.input_format!r}")
+
+
+def detect_transcript(record: Any) -> Optional[str]:
+    """``openai`` / ``sharegpt`` for a transcript record, None for anything else (a flat turn)."""
+    if not isinstance(record, dict):
+        return None
+    if "messages" in record and "assistant" not in record:
+        return "openai"
+    if "conversations" in record and "assistant" not in record:
+        return "sharegpt"
+    return None
+
+
+def _text(content: Any) -> Optional[str]:
+    if content is None:
+        return None
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for p in content:
+            if isinstance(p, str):
+                parts.append(p)
+            elif isinstance(p, dict) and isinstance(p.get("text"), str):
+                parts.append(p["text"])
+            elif isinstance(p, dict):
+                parts.append(f"[{p.get('type', 'part')}]")
+            else:
+                raise ValueError(f"a content part must be text or an object, got {type(p).__name__}")
+        return "\n".join(parts)
+    raise ValueError(f"message content must be text or a list of parts, got {type(content).__name__}")
+
+
+def _call_text(call: Any) -> str:
+    fn = call.get("function", call) if isinstance(call, dict) else {}
+    name = fn.get("name", "?") if isinstance(fn, dict) else "?"
+    args = fn.get("arguments", "") if isinstance(fn, dict) else ""
+    if not isinstance(args, str):
+        args = json.dumps(args, ensure_ascii=False)
+    return f"[tool call] {name}({args})"
+
+
+def _messages(record: dict, fmt: str) -> list[tuple[str, Optional[str], dict]]:
+    """``(kind, text, message)`` with kind in system | user | assistant | tool | tool_call."""
+    key, roles = ("messages", _OPENAI_ROLES) if fmt == "openai" else ("conversations", _SHAREGPT_ROLES)
+    msgs = record.get(key)
+    if not isinstance(msgs, list):
+        raise ValueError(f"{key!r} must be a list of messages")
+    out = []
+    for k, m in enumerate(msgs, start=1):
+        if not isinstance(m, dict):
+            raise ValueError(f"message {k} is not an object")
+        who = m.get("role") if fmt == "openai" else m.get("from")
+        kind = roles.get(str(who).lower()) if who is not None else None
+        if kind is None:
+            raise ValueError(f"message {k} has an unknown {'role' if fmt == 'openai' else 'from'} {who!r}")
+        out.append((kind, _text(m.get("content") if fmt == "openai" else m.get("value")), m))
+    return out
+
+
+def transcript_turns(record: dict, fmt: str, *, conversation_id: str, role: Optional[str] = None) -> list[dict]:
+    """The turns of one transcript (see the module docstring); raises ValueError when malformed."""
+    system, turns, pending = [], [], []
+    for kind, text, m in _messages(record, fmt):
+        if kind == "system":
+            if text and text.strip():
+                system.append(text.strip())
+        elif kind == "user":
+            if text is not None:
+                pending.append(text)
+        elif kind == "tool":
+            name = m.get("name") or m.get("tool_call_id") or ""
+            pending.append(f"[tool result{' ' + str(name) if name else ''}] {text or ''}".rstrip())
+        elif kind == "tool_call":
+            pending.append(f"[tool call] {text or ''}".rstrip())
+        else:  # assistant
+            calls = [_call_text(c) for c in (m.get("tool_calls") or [])]
+            if m.get("function_call"):
+                calls.append(_call_text(m["function_call"]))
+            if text is not None and text.strip():
+                turns.append({"user": "\n\n".join(pending) if pending else None, "assistant": text,
+                              "label": m.get("label"), "weight": m.get("weight")})
+                pending = list(calls)
+            else:
+                pending.extend(calls)  # tool calls alone are history, not a judged turn
+    role_text = "\n\n".join(system) if system else role
+    cid = record.get("conversation_id", record.get("id"))
+    cid = conversation_id if cid is None else str(cid)
+    metadata = record.get("metadata")
+    out = []
+    for i, t in enumerate(turns):
+        row = {"conversation_id": cid, "turn_index": i, "role": role_text, **t}
+        if metadata is not None:
+            row["metadata"] = json.dumps(metadata, ensure_ascii=False, default=str)
+        out.append(row)
+    return out
+
+
+def explode_transcripts(records: Iterable[tuple[int, Optional[int], Any]], fmt: str, opts: TranscriptOptions, *,
+                        file: str, batch_size: int) -> Iterator[pa.Table]:
+    """Turn tables of at most ``batch_size`` rows from ``(record_no, line_no, record)`` triples.
+
+    A malformed transcript is skipped and listed in ``opts.skipped`` (or, with ``opts.strict``,
+    raises :class:`DataError` naming the file, record and line).
+    """
+    from ._contracts import TURNS
+    from ._io import records_to_table
+
+    rows: list[dict] = []
+    for record_no, line_no, record in records:
+        try:
+            if not isinstance(record, dict):
+                raise ValueError(f"expected a JSON object, got {type(record).__name__}")
+            if detect_transcript(record) != fmt:
+                raise ValueError(f"not an {fmt} transcript (no {'messages' if fmt == 'openai' else 'conversations'} list)")
+            rows.extend(transcript_turns(record, fmt, conversation_id=str(record_no), role=opts.role))
+        except ValueError as exc:
+            if opts.strict:
+                raise DataError(f"malformed {fmt} transcript: {exc}", file=file, row=record_no, line=line_no) from None
+            where = f"record {record_no}" + (f" (line {line_no})" if line_no is not None and line_no != record_no else "")
+            opts.skipped.append((where, str(exc)))
+            continue
+        while len(rows) >= batch_size:
+            yield records_to_table(rows[:batch_size], TURNS, file=file)
+            rows = rows[batch_size:]
+    if rows:
+        yield records_to_table(rows, TURNS, file=file)

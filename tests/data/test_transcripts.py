@@ -1,0 +1,175 @@
+"""Chat transcripts (OpenAI messages, ShareGPT) and Hugging Face datasets as turns, row by row."""
+
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import adherence
+from adherence.cli.main import main
+from adherence.data import DataError, TranscriptOptions, example_path, iter_batches, read_turns, TURNS
+
+ROLE = "You are a bank assistant. Only discuss banking."
+
+OPENAI = [
+    {"id": "conv-a", "metadata": {"app": "web"}, "messages": [
+        {"role": "system", "content": ROLE},
+        {"role": "developer", "content": "Answer in one sentence."},
+        {"role": "user", "content": "Hi, what is my balance?"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "t1", "type": "function", "function": {"name": "get_balance", "arguments": "{\"account\": \"main\"}"}}]},
+        {"role": "tool", "tool_call_id": "t1", "content": "1,204.50 EUR"},
+        {"role": "assistant", "content": [{"type": "text", "text": "Your main account holds"},
+                                          {"type": "text", "text": "1,204.50 EUR."}], "label": "adherent"},
+        {"role": "user", "content": [{"type": "text", "text": "Look at this:"}, {"type": "image_url", "image_url": {"url": "x"}}]},
+        {"role": "user", "content": "Should I buy Tesla stock?"},
+        {"role": "assistant", "content": "Buy it now, it will double!", "label": "scope_violation", "weight": 2.0},
+    ]},
+    {"messages": [{"role": "user", "content": "hello"}, {"role": "assistant", "content": "Hello! How can I help?"},
+                  {"role": "assistant", "content": "   "}]},
+]
+
+EXPECTED = [
+    {"conversation_id": "conv-a", "turn_index": 0, "role": ROLE + "\n\nAnswer in one sentence.",
+     "user": 'Hi, what is my balance?\n\n[tool call] get_balance({"account": "main"})\n\n[tool result t1] 1,204.50 EUR',
+     "assistant": "Your main account holds\n1,204.50 EUR.", "label": "adherent", "weight": None},
+    {"conversation_id": "conv-a", "turn_index": 1, "role": ROLE + "\n\nAnswer in one sentence.",
+     "user": "Look at this:\n[image_url]\n\nShould I buy Tesla stock?", "assistant": "Buy it now, it will double!",
+     "label": "scope_violation", "weight": 2.0},
+    {"conversation_id": "2", "turn_index": 0, "role": "Fallback role.", "user": "hello",
+     "assistant": "Hello! How can I help?", "label": None, "weight": None},
+]
+
+SHAREGPT = [
+    {"id": "s1", "conversations": [{"from": "system", "value": ROLE}, {"from": "human", "value": "hi"},
+                                   {"from": "gpt", "value": "Hello, how can I help with your account?"},
+                                   {"from": "human", "value": "weather?"},
+                                   {"from": "function_call", "value": "{\"name\": \"weather\"}"},
+                                   {"from": "observation", "value": "sunny"},
+                                   {"from": "gpt", "value": "I can only help with banking."}]},
+]
+
+
+def _rows(table):
+    keys = ["conversation_id", "turn_index", "role", "user", "assistant", "label", "weight"]
+    return [{k: r.get(k) for k in keys} for r in table.to_pylist()]
+
+
+def _jsonl(path, records):
+    path.write_text("\n".join(json.dumps(r) for r in records) + "\n", encoding="utf-8")
+    return path
+
+
+def test_openai_jsonl_row_by_row(tmp_path):
+    src = _jsonl(tmp_path / "chats.jsonl", OPENAI)
+    t = pa.concat_tables(iter_batches(src, TURNS, transcripts=TranscriptOptions(role="Fallback role.")))
+    assert _rows(t) == EXPECTED
+    assert json.loads(t.column("metadata")[0].as_py()) == {"app": "web"} and t.column("metadata")[2].as_py() is None
+
+
+def test_sharegpt_json_and_jsonl(tmp_path):
+    want = [{"conversation_id": "s1", "turn_index": 0, "role": ROLE, "user": "hi",
+             "assistant": "Hello, how can I help with your account?", "label": None, "weight": None},
+            {"conversation_id": "s1", "turn_index": 1, "role": ROLE,
+             "user": 'weather?\n\n[tool call] {"name": "weather"}\n\n[tool result] sunny',
+             "assistant": "I can only help with banking.", "label": None, "weight": None}]
+    (tmp_path / "s.json").write_text(json.dumps(SHAREGPT))
+    assert _rows(read_turns(tmp_path / "s.json")) == want
+    assert _rows(read_turns(_jsonl(tmp_path / "s.jsonl", SHAREGPT))) == want
+
+
+def test_transcripts_stream_batch_by_batch(tmp_path):
+    many = [{"id": f"c{i}", "messages": OPENAI[0]["messages"]} for i in range(50)]
+    src = _jsonl(tmp_path / "many.jsonl", many)
+    batches = list(iter_batches(src, TURNS, batch_size=7))
+    assert [b.num_rows for b in batches] == [7] * 14 + [2]  # 100 turns, never more than one batch in memory
+
+
+def test_malformed_transcripts_are_skipped_with_a_warning_or_refused(tmp_path):
+    src = _jsonl(tmp_path / "dirty.jsonl", [OPENAI[0], {"messages": "oops"}, {"messages": [{"role": "robot"}]}])
+    with pytest.warns(UserWarning, match=r"dirty.jsonl: skipped 2 malformed transcript\(s\) \(record 2, record 3\)"):
+        assert read_turns(src).num_rows == 2
+    with pytest.raises(DataError, match=r"dirty.jsonl: row 2, line 2: malformed openai transcript"):
+        list(iter_batches(src, TURNS, transcripts=TranscriptOptions(strict=True)))
+
+
+def test_forced_format_and_flat_turns_untouched(tmp_path):
+    flat = read_turns(example_path("role"))
+    assert read_turns(example_path("role")).equals(flat)  # flat turns are not mistaken for transcripts
+    src = _jsonl(tmp_path / "chats.jsonl", OPENAI)
+    with pytest.warns(UserWarning, match="not an sharegpt transcript"):
+        with pytest.raises(DataError, match="no rows"):
+            list(iter_batches(src, TURNS, transcripts=TranscriptOptions(input_format="sharegpt")))
+
+
+# Arrow columns hold one type: a dataset's messages have text content and the same fields throughout.
+HF_CHATS = [
+    {"id": "h1", "messages": [{"role": "system", "content": ROLE}, {"role": "user", "content": "hi"},
+                              {"role": "assistant", "content": "Hello! How can I help?"},
+                              {"role": "user", "content": "Should I buy Tesla?"},
+                              {"role": "assistant", "content": "I can only help with banking."}]},
+    {"id": None, "messages": [{"role": "user", "content": "limit?"},
+                              {"role": "assistant", "content": "Your daily limit is 2,000 EUR."}]},
+]
+HF_EXPECTED = [
+    {"conversation_id": "h1", "turn_index": 0, "role": ROLE, "user": "hi", "assistant": "Hello! How can I help?",
+     "label": None, "weight": None},
+    {"conversation_id": "h1", "turn_index": 1, "role": ROLE, "user": "Should I buy Tesla?",
+     "assistant": "I can only help with banking.", "label": None, "weight": None},
+    {"conversation_id": "2", "turn_index": 0, "role": "Fallback role.", "user": "limit?",
+     "assistant": "Your daily limit is 2,000 EUR.", "label": None, "weight": None},
+]
+
+
+def test_hugging_face_datasets(tmp_path):
+    datasets = pytest.importorskip("datasets")
+    ds = datasets.Dataset.from_list(HF_CHATS)
+    # save_to_disk directory and a Parquet export, read by the CLI path
+    ds.save_to_disk(str(tmp_path / "hf"))
+    ds.to_parquet(str(tmp_path / "chats.parquet"))
+    opts = lambda: TranscriptOptions(role="Fallback role.")  # noqa: E731
+    for src in (tmp_path / "hf", tmp_path / "chats.parquet"):
+        rows = _rows(pa.concat_tables(iter_batches(src, TURNS, transcripts=opts())))
+        assert rows == HF_EXPECTED, src
+    # Python API: a datasets.Dataset of flat turns, shuffled (index mapping), scores like the file
+    flat = read_turns(example_path("role"))
+    ref = adherence.score(example_path("role"), method="kl", n_bootstrap=0)
+    got = adherence.score(datasets.Dataset.from_list(flat.to_pylist()).shuffle(seed=3), method="kl", n_bootstrap=0)
+    def by_key(t):
+        return dict(zip(zip(t.column("conversation_id").to_pylist(), t.column("turn_index").to_pylist()),
+                        t.column("score").to_pylist()))
+
+    a, b = by_key(got), by_key(ref)
+    assert a.keys() == b.keys() and [a[k] for k in b] == pytest.approx([b[k] for k in b], abs=1e-9)
+    # a transcripts Dataset from Python
+    got = pa.concat_tables(iter_batches(ds, TURNS, transcripts=opts()))
+    assert _rows(got) == HF_EXPECTED
+
+
+def test_arrow_ipc_file_and_dataframe(tmp_path):
+    flat = read_turns(example_path("role"))
+    with pa.ipc.new_file(str(tmp_path / "t.arrow"), flat.schema) as w:
+        w.write_table(flat)
+    assert read_turns(tmp_path / "t.arrow").equals(flat)
+    ref = adherence.score(flat, method="kl", n_bootstrap=0)
+    got = adherence.score(flat.to_pandas(), method="kl", n_bootstrap=0)
+    assert got.column("score").to_pylist() == pytest.approx(ref.column("score").to_pylist(), abs=1e-12)
+
+
+def test_cli_scores_transcripts_end_to_end(tmp_path, tiny_llama_dir, capsys):
+    src = _jsonl(tmp_path / "chats.jsonl", OPENAI + [{"messages": 3}])
+    role = tmp_path / "role.txt"
+    role.write_text("Fallback role.\n")
+    out = tmp_path / "o.parquet"
+    with pytest.warns(UserWarning, match="skipped 1 malformed transcript"):
+        rc = main(["score", str(src), "-o", str(out), "--judge-model", str(tiny_llama_dir), "--device", "cpu",
+                   "--role-file", str(role), "--no-progress", "--bootstrap", "0"])
+    assert rc == 0
+    assert "skipped 1 malformed input record(s) (record 3)" in capsys.readouterr().out
+    t = pq.read_table(out)
+    assert _rows(t) == EXPECTED and set(t.column("status").to_pylist()) == {"ok"}
+    meta = json.loads((tmp_path / "o.parquet.meta.json").read_text())
+    assert meta["summary"]["skipped_records"]["count"] == 1
+    assert main(["score", str(src), "-o", str(tmp_path / "p.parquet"), "--method", "kl", "--strict-input"]) == 2
+    assert "malformed openai transcript" in capsys.readouterr().err
