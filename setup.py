@@ -14,7 +14,8 @@ EXTRAS = {
     "triton": ["triton>=3.7.1", "numpy>=2.4"],
     "vllm": ["vllm>=0.6"],
     "openai": ["httpx>=0.25"],
-    "index": ["faiss-cpu>=1.8"],  # corpus-scale candidate generation (GPU FAISS is used when installed instead)
+    "index": ["faiss-cpu>=1.8"],
+    "spark": ["pyspark>=3.5"],  # adherence.spark (needs Java 17)  # corpus-scale candidate generation (GPU FAISS is used when installed instead)
     # irrCAC (a test reference) pins scipy==1.12, which needs numpy<2; it is installed with
     # --no-deps from requirements-test-nodeps.txt instead (it only needs pandas and scipy).
     "test": [
@@ -30,7 +31,8 @@ EXTRAS = {
         "ray>=2.9",  # the ray executor's tests start a local cluster (ray.init(num_cpus=2))
         "faiss-cpu>=1.8",
         "rank-bm25>=0.2.2",  # BM25 reference
-        "datasets>=3.0",  # imported by PyLate (installed --no-deps, see requirements-test-nodeps.txt)
+        "datasets>=3.0",  # Hugging Face datasets as input; also imported by PyLate (installed --no-deps)
+        "pyspark>=3.5",  # adherence.spark tests run a local[2] Spark (Java 17 is on the machines)
     ],
 }
 

@@ -1,0 +1,104 @@
+"""Throughput of the three ways to score a turns table: the engine, Ray Data and Spark, side by side.
+
+    python tools/platform_throughput.py --turns 100000 --out benchmarks/results/platforms-cpu.json
+
+Correctness first: every path's scores are compared with the engine's on the same rows (max |diff|).
+Then turns/s per path (wall time of the whole call, model loading included) and the ratio to the engine.
+Texts come from a pool of 400 (see tools/soak.py), as repeated logs do; the encoder's cache sees that too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from soak import make_turns  # noqa: E402
+
+
+def _scores(t: pa.Table) -> dict:
+    return dict(zip(zip(t.column("conversation_id").to_pylist(), t.column("turn_index").to_pylist()),
+                    t.column("score").to_pylist()))
+
+
+def _max_diff(got: pa.Table, ref: dict) -> float:
+    a = _scores(got)
+    assert a.keys() == ref.keys(), "different rows"
+    return max(abs(a[k] - ref[k]) for k in ref)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--turns", type=int, default=100_000)
+    ap.add_argument("--method", default="cosine")
+    ap.add_argument("--workers", type=int, default=2, help="Ray actors / Spark local cores")
+    ap.add_argument("--out", default="benchmarks/results/platforms-cpu.json")
+    args = ap.parse_args()
+    import adherence
+
+    tmp = Path(tempfile.mkdtemp(prefix="adherence-platforms-"))
+    src = tmp / "turns.parquet"
+    make_turns(args.turns, src)
+    turns = pq.read_table(src)
+    report = {"bench": "platforms", "turns": args.turns, "method": args.method, "workers": args.workers,
+              "device": "cpu", "cpus": os.cpu_count(), "platform": platform.platform(), "paths": {}}
+
+    t = time.perf_counter()
+    ref_table = adherence.score(src, method=args.method, n_bootstrap=0)
+    engine_s = time.perf_counter() - t
+    ref = _scores(ref_table)
+    report["paths"]["engine"] = {"seconds": engine_s, "turns_per_s": args.turns / engine_s, "max_abs_diff": 0.0}
+    print(json.dumps(report["paths"]["engine"]), flush=True)
+
+    import ray
+    import ray.data
+
+    from adherence.ray_data import score_dataset
+
+    ray.init(num_cpus=args.workers, include_dashboard=False, log_to_driver=False)
+    t = time.perf_counter()
+    ds = score_dataset(ray.data.read_parquet(str(src)), method=args.method, concurrency=args.workers)
+    got = pa.concat_tables(ray.get(ds.to_arrow_refs()), promote_options="permissive")
+    ray_s = time.perf_counter() - t
+    report["paths"]["ray_data"] = {"seconds": ray_s, "turns_per_s": args.turns / ray_s,
+                                   "max_abs_diff": _max_diff(got, ref)}
+    print(json.dumps(report["paths"]["ray_data"]), flush=True)
+    ray.shutdown()
+
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    from pyspark.sql import SparkSession
+
+    from adherence.spark import score_dataframe
+
+    spark = (SparkSession.builder.master(f"local[{args.workers}]").config("spark.ui.enabled", "false")
+             .config("spark.driver.memory", "4g").getOrCreate())
+    t = time.perf_counter()
+    out = score_dataframe(spark.read.parquet(str(src)), method=args.method, num_partitions=args.workers)
+    out.write.mode("overwrite").parquet(str(tmp / "spark-out"))
+    spark_s = time.perf_counter() - t
+    got = pq.read_table(tmp / "spark-out")
+    report["paths"]["spark"] = {"seconds": spark_s, "turns_per_s": args.turns / spark_s,
+                                "max_abs_diff": _max_diff(got, ref)}
+    print(json.dumps(report["paths"]["spark"]), flush=True)
+    spark.stop()
+
+    for name, p in report["paths"].items():
+        p["ratio_to_engine"] = p["turns_per_s"] / report["paths"]["engine"]["turns_per_s"]
+    report["correct"] = all(p["max_abs_diff"] <= 1e-6 for p in report["paths"].values())
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
+    print(json.dumps(report, indent=2))
+    return 0 if report["correct"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
