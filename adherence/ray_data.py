@@ -70,6 +70,15 @@ def score_dataset(ds, *, concurrency: int = 1, num_gpus: Optional[float] = None,
     if concurrency < 1:
         raise ValueError(f"`concurrency` must be >= 1, got {concurrency}")
     platform_config(options, "a Ray Data map")  # refuse bad options on the driver, before any actor starts
+    import ray
+
+    if ray.is_initialized():
+        total = ray.cluster_resources().get("CPU", 0.0)
+        need = concurrency * (1.0 if num_cpus is None else num_cpus)
+        if total and need >= total:
+            # Actors hold their CPUs for the whole run; the grouping shuffle would wait forever.
+            raise ValueError(f"{concurrency} actor(s) x {need / concurrency:g} CPU would take all {total:g} CPUs of the "
+                             "Ray cluster and leave none for the grouping shuffle: lower `concurrency` or `num_cpus`")
     kwargs: dict = {"fn_constructor_kwargs": options, "batch_format": "pyarrow",
                     "compute": ActorPoolStrategy(size=concurrency)}
     if num_gpus is not None:

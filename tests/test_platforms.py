@@ -78,6 +78,8 @@ def test_ray_data_refuses_job_wide_methods(ray_local, turns):
         score_dataset(ray.data.from_arrow(turns), method="kl")
     with pytest.raises(ValueError, match="needs the whole job's ground truths"):
         RoleScorer(method="knn", reference_pool="dataset")
+    with pytest.raises(ValueError, match="leave none for the grouping shuffle"):  # instead of waiting forever
+        score_dataset(ray.data.from_arrow(turns), method="cosine", concurrency=2)
 
 
 # --------------------------------------------------------------------------- Spark
