@@ -15,7 +15,18 @@ from ._errors import DataError
 
 TableLike = Union[pa.Table, pa.RecordBatch]
 
-__all__ = ["conform", "KeyTracker", "cast_column"]
+__all__ = ["conform", "KeyTracker", "cast_column", "conform_schema"]
+
+
+def conform_schema(t: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``t`` with exactly ``schema``'s columns, in order: present ones cast, missing ones null."""
+    cols = []
+    for f in schema:
+        if f.name in t.column_names:
+            cols.append(t.column(f.name).cast(f.type))
+        else:
+            cols.append(pa.nulls(t.num_rows, f.type))
+    return pa.Table.from_arrays(cols, schema=schema)
 
 
 def _short(value: Any, limit: int = 60) -> str:

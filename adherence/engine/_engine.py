@@ -19,6 +19,7 @@ import pyarrow.parquet as pq
 
 from ..data import DataError, metadata_path, run_metadata
 from ..data._io import _as_table, _check_file
+from ..data._validate import conform_schema as _conform_schema
 from ..role import RoleConfig, aggregate_sessions, get_method
 from ._executors import EngineError, get_executor
 from ._plan import _write_json_atomic, content_digest, plan_job, temp_path
@@ -365,16 +366,6 @@ def _spill(source, path: Path) -> None:
     finally:
         if tmp.exists():
             tmp.unlink()
-
-
-def _conform_schema(t: pa.Table, schema: pa.Schema) -> pa.Table:
-    cols = []
-    for f in schema:
-        if f.name in t.column_names:
-            cols.append(t.column(f.name).cast(f.type))
-        else:
-            cols.append(pa.nulls(t.num_rows, f.type))
-    return pa.Table.from_arrays(cols, schema=schema)
 
 
 class Publisher:

@@ -7,6 +7,7 @@ from typing import Any, Optional
 
 import pyarrow as pa
 
+from ..data._validate import conform_schema
 from ._base import Resources, RoleConfig, get_method
 from ._score import score_turns
 
@@ -58,13 +59,7 @@ class ConversationScorer:
         if table.num_rows == 0:
             return schema.empty_table()
         scored = score_turns(table, self.config.method, config=self.config, resources=self.resources)
-        cols = []
-        for f in schema:
-            if f.name in scored.column_names:
-                cols.append(scored.column(f.name).cast(f.type))
-            else:
-                cols.append(pa.nulls(scored.num_rows, f.type))
-        return pa.Table.from_arrays(cols, schema=schema)
+        return conform_schema(scored, schema)
 
 
 _SCORERS: dict[Any, ConversationScorer] = {}
