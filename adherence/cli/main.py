@@ -94,9 +94,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 0 if not argv else 2
     import signal
     import threading
+    import warnings
 
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _on_sigterm)
+    # One line per warning, without the source path and line that mean nothing to a user.
+    warnings.formatwarning = lambda message, category, *_a, **_k: f"warning: {message}\n"
     try:
         return int(args._command.run(args) or 0)
     except _user_errors() as exc:

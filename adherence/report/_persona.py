@@ -109,6 +109,12 @@ def _similarity_svg(results: dict) -> str:
 def persona_html(results: dict, *, title: str = "adherence persona") -> str:
     sections = ["<h2>Summary</h2>",
                 table_html(["dataset", "role", "dimension", "raw", "similarity", "offset", "rank"], persona_rows(results))]
+    for name, res in results.items():
+        sk = res.get("skipped_records")
+        if sk:
+            more = ", ..." if sk["count"] > len(sk["first"]) else ""
+            sections.append(f"<p class='warn'>{html.escape(name)}: {sk['count']} malformed record(s) skipped "
+                            f"({html.escape(', '.join(sk['first']) + more)}): {html.escape('; '.join(sk['reasons']))}</p>")
     first = next(iter(results.values()))
     adh = next((r["adherence"] for r in results.values() if "curves" in (r.get("adherence") or {})), None)
     figs = []

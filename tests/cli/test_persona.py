@@ -77,5 +77,6 @@ def test_persona_on_a_dirty_synthetic_persona_chat_file(tmp_path, capsys):
                                                "reasons": ["no 'User 1:' / 'User 2:' utterance in the conversation"]}
     assert res["dirty"]["n_conversations"] == 19  # --limit 20 rows, one of them skipped
     assert "1 malformed record(s) skipped (row 1)" in capsys.readouterr().out
+    assert "dirty: 1 malformed record(s) skipped (row 1)" in (tmp_path / "p.html").read_text()
     assert main(["persona", "--reference", str(dirty), "--dimensions", "adherence", *FAST, "--strict-input"]) == 2
     assert "no 'User 1:' / 'User 2:' utterance" in capsys.readouterr().err
