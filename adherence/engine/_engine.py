@@ -335,7 +335,10 @@ class Engine:
                                               "reason": plan.skipped[0][1]}
             if failed:
                 summary["failure"] = next(r["failed"] for r in results.values() if r.get("failed"))
-            meta = run_metadata(config=dataclasses.asdict(self.config), seed=self.seed, inputs=[source], models=models)
+            # The plan hashed the input already (resume by content): record that digest, do not hash it again.
+            meta = run_metadata(config=dataclasses.asdict(self.config), seed=self.seed, inputs=[source], models=models,
+                                hash_inputs=False)
+            meta["inputs"][0]["digest"] = plan.fingerprint["content"]
             meta["engine"] = {"executor": self.executor_name,
                               **{k: v for k, v in self.executor_kwargs.items() if v is not None},
                               "shard_size": self.shard_size, "shards": len(plan.shards), "work_dir": str(work),

@@ -109,3 +109,8 @@ def test_run_metadata_names_the_engine(tmp_path):
     assert meta["engine"]["executor"] == "local" and meta["engine"]["shards"] == res.summary["shards"]
     assert 1 < res.summary["shards"] <= 3  # ceil(28 / 10) hash buckets, empty ones dropped
     assert meta["summary"]["turns"] == 28 and meta["seed"] == 42
+    # the input is hashed once, by the plan, and that digest is what the metadata records
+    from adherence.data import file_digest
+
+    assert meta["inputs"][0]["digest"] == file_digest(example_path("role"), "sha256")
+    assert meta["engine"]["input_fingerprint"]["content"] == meta["inputs"][0]["digest"]
