@@ -18,7 +18,7 @@ def _summary(summary: dict) -> str:
     sk = s.get("skipped_records")
     if sk:
         lines.append(f"  skipped {sk['count']} malformed input record(s) ({', '.join(sk['first'])}"
-                     f"{', ...' if sk['count'] > len(sk['first']) else ''}): {sk['reason']}")
+                     f"{', ...' if sk['count'] > len(sk['first']) else ''}): {'; '.join(sk['reasons'])}")
     return "\n".join(lines)
 
 

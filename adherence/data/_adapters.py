@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 
 from ._contracts import PERSONA_CONVERSATIONS, PERSONAS, TURNS
-from ._errors import DataError
+from ._errors import DataError, warn_skipped
 from ._io import CSV_PARSE, check_utf8, records_to_table
 from ._validate import KeyTracker, conform
 
@@ -70,24 +70,6 @@ def _skip_or_raise(skipped: list, strict: bool, error: DataError, where: str) ->
     if strict:
         raise error
     skipped.append((where, error.reason))
-
-
-def _warn_skipped(file: str, skipped: list, unit: str) -> None:
-    if not skipped:
-        return
-    import warnings
-
-    first = ", ".join(w for w, _ in skipped[:10]) + (", ..." if len(skipped) > 10 else "")
-    warnings.warn(f"{file}: skipped {len(skipped)} malformed {unit}(s) ({first}): {skipped[0][1]}; "
-                  "the rest is evaluated (--strict-input makes this an error)", stacklevel=3)
-
-
-def skipped_summary(corpus: "PersonaCorpus") -> Optional[dict]:
-    """``{"count", "first", "reasons"}`` of the records a reader skipped, or None when none was."""
-    if not corpus.skipped:
-        return None
-    return {"count": len(corpus.skipped), "first": [w for w, _ in corpus.skipped[:10]],
-            "reasons": sorted({r for _, r in corpus.skipped})}
 
 
 def _scalar(value: Any) -> Any:
@@ -269,7 +251,7 @@ def read_personachat(path: PathLike, *, strict: bool = False) -> PersonaCorpus:
                     turn += 1
     if dialog >= 0:
         flush()
-    _warn_skipped(file, skipped, "dialog")
+    warn_skipped(file, skipped, "dialog")
     return PersonaCorpus(_finish(conv_rows, PERSONA_CONVERSATIONS, file), _finish(persona_rows, PERSONAS, file),
                          tuple(skipped))
 
@@ -336,6 +318,6 @@ def read_synthetic_persona_chat(path: PathLike, *, limit: Optional[int] = None, 
             persona_rows.append({"conversation_id": cid, "speaker": speaker, "persona": sentences})
         for t, (speaker, text) in enumerate(utterances):
             conv_rows.append({"conversation_id": cid, "turn_index": t, "speaker": speaker, "text": text})
-    _warn_skipped(file, skipped, "conversation")
+    warn_skipped(file, skipped, "conversation")
     return PersonaCorpus(_finish(conv_rows, PERSONA_CONVERSATIONS, file), _finish(persona_rows, PERSONAS, file),
                          tuple(skipped))

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import os
-from typing import Optional
+import warnings
+from typing import Optional, Sequence
 
 
 class DataError(ValueError):
@@ -56,3 +57,20 @@ class DataError(ValueError):
             column=self.column,
             line=self.line,
         )
+
+
+def skipped_summary(skipped: Sequence[tuple[str, str]]) -> Optional[dict]:
+    """``{"count", "first", "reasons"}`` of the malformed records a reader skipped (``(where, reason)``
+    pairs), or None when none was: the first 10 places and every distinct reason."""
+    if not skipped:
+        return None
+    return {"count": len(skipped), "first": [w for w, _ in skipped[:10]], "reasons": sorted({r for _, r in skipped})}
+
+
+def warn_skipped(file: str, skipped: Sequence[tuple[str, str]], unit: str, rest: str = "evaluated") -> None:
+    """One warning naming the file, how many ``unit``\ s were skipped, the first 10 and the first reason."""
+    if not skipped:
+        return
+    first = ", ".join(w for w, _ in skipped[:10]) + (", ..." if len(skipped) > 10 else "")
+    warnings.warn(f"{file}: skipped {len(skipped)} malformed {unit}(s) ({first}): {skipped[0][1]}; the rest is {rest} "
+                  "(--strict-input makes this an error)", stacklevel=3)

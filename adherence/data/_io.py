@@ -21,7 +21,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from ._contracts import Contract
-from ._errors import DataError
+from ._errors import DataError, warn_skipped
 from ._validate import KeyTracker, _cast_one, cast_column, conform
 
 PathLike = Union[str, os.PathLike]
@@ -521,13 +521,8 @@ def iter_batches(
         yield batch
     if tracker is not None:
         tracker.finish()
-    if transcripts is not None and transcripts.skipped:
-        import warnings
-
-        sk = transcripts.skipped
-        first = ", ".join(w for w, _ in sk[:10]) + (", ..." if len(sk) > 10 else "")
-        warnings.warn(f"{file}: skipped {len(sk)} malformed transcript(s) ({first}): {sk[0][1]}; the rest is scored "
-                      "(--strict-input makes this an error)", stacklevel=2)
+    if transcripts is not None:
+        warn_skipped(file, transcripts.skipped, "transcript", rest="scored")
     if offset == 0 and not allow_empty:
         raise DataError("no rows (the input has no data records)", file=file)
 

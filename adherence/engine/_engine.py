@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..data import DataError, metadata_path, run_metadata
+from ..data._errors import skipped_summary
 from ..data._io import _as_table, _check_file
 from ..data._validate import conform_schema as _conform_schema
 from ..role import RoleConfig, aggregate_sessions, get_method
@@ -331,8 +332,7 @@ class Engine:
                 "executor": self.executor_name,
             }
             if plan.skipped:
-                summary["skipped_records"] = {"count": len(plan.skipped), "first": [w for w, _ in plan.skipped[:10]],
-                                              "reason": plan.skipped[0][1]}
+                summary["skipped_records"] = skipped_summary(plan.skipped)
             if failed:
                 summary["failure"] = next(r["failed"] for r in results.values() if r.get("failed"))
             # The plan hashed the input already (resume by content): record that digest, do not hash it again.

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
 
-from ..data._adapters import skipped_summary
+from ..data._errors import skipped_summary
 from ..stats import curve_similarity
 from ._adherence import RETRIEVERS, adherence_curves, default_pool_sizes, get_retriever
 from ._consistency import consistency, human_similarity
@@ -187,7 +187,7 @@ def evaluate_persona(reference, simulations: Sequence = (), *, names: Optional[S
                 res["naturalness"] = _guard(name, "naturalness", say, lambda: naturalness(
                     corpus, nli, k_previous=cfg.k_previous, threshold=cfg.threshold))
                 res["naturalness"]["seconds"] = round(time.perf_counter() - t, 2)
-        skipped = skipped_summary(corpus)
+        skipped = skipped_summary(corpus.skipped)
         if skipped is not None:
             res["skipped_records"] = skipped
         results[name] = res
