@@ -345,30 +345,36 @@ def _table_transcript_kind(schema: pa.Schema) -> Optional[str]:
     return "openai" if "messages" in names else "sharegpt" if "conversations" in names else None
 
 
+def _transcript_kind(opts, detect) -> Optional[str]:
+    """The transcript format to read, or None for flat turns: forced by ``opts.input_format``, else
+    ``detect()`` (called only when auto-detecting)."""
+    if opts is None or opts.input_format == "turns":
+        return None
+    return detect() if opts.input_format == "auto" else opts.input_format
+
+
 def _transcript_source(path: Path, fmt: str, opts) -> Optional[tuple[str, Iterator]]:
     """``(kind, records)`` when ``path`` holds transcripts (forced or detected), else None."""
     from ._transcripts import detect_transcript
 
-    forced = None if opts.input_format == "auto" else opts.input_format
-    if forced == "turns":
+    if opts.input_format == "turns":
         return None
     if fmt == "jsonl":
-        first = next((r for _, _, r in _jsonl_records(path)), None)
-        kind = forced or detect_transcript(first)
+        kind = _transcript_kind(opts, lambda: detect_transcript(next((r for _, _, r in _jsonl_records(path)), None)))
         return (kind, _jsonl_records(path)) if kind else None
     if fmt == "json":
         from ._adapters import _load_json
 
         obj = _load_json(path)
         items = obj if isinstance(obj, list) else [obj]
-        kind = forced or (detect_transcript(items[0]) if items else None)
+        kind = _transcript_kind(opts, lambda: detect_transcript(items[0]) if items else None)
         return (kind, ((i, None, r) for i, r in enumerate(items, start=1))) if kind else None
     if fmt in ("parquet", "arrow", "hf_dataset"):
-        batches = _parquet_batches(path, 4096) if fmt == "parquet" else _arrow_batches(path, 4096)
-        first = next(batches, None)
-        if first is None:
-            return None
-        kind = forced or _table_transcript_kind(first.schema)
+        def first_schema():
+            first = next(_parquet_batches(path, 4096) if fmt == "parquet" else _arrow_batches(path, 4096), None)
+            return None if first is None else _table_transcript_kind(first.schema)
+
+        kind = _transcript_kind(opts, first_schema)
         if not kind:
             return None
 
@@ -477,9 +483,7 @@ def iter_batches(
     if not isinstance(source, (str, os.PathLike)):
         file = "<table>"
         table = _as_table(source)
-        forced = getattr(transcripts, "input_format", "turns")
-        kind = (forced if forced not in ("auto", "turns") else _table_transcript_kind(table.schema)
-                if forced == "auto" else None) if transcripts is not None else None
+        kind = _transcript_kind(transcripts, lambda: _table_transcript_kind(table.schema))
 
         def open_raw():
             if kind:

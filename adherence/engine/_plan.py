@@ -99,29 +99,20 @@ def _count_rows(source, batch_size: int, transcripts=None) -> int:
     """Rows in the input: from Parquet metadata, else a raw (unvalidated) streaming count."""
     import pyarrow.parquet as pq
 
-    from ..data import DataError, detect_format
-    from ..data._io import _check_file, _parquet_files, _raw_batches
+    from ..data import DataError, TranscriptOptions, detect_format
+    from ..data._io import _check_file, _parquet_files, _raw_batches, _transcript_source
 
     path = _check_file(source)
     fmt = detect_format(path)
-    if transcripts is not None:
-        from ..data._transcripts import TranscriptOptions
-
-        probe = TranscriptOptions(transcripts.input_format, transcripts.role, transcripts.strict)
-        if fmt != "parquet" or _transcript_probe(path, fmt, probe):
-            return sum(b.num_rows for b in _raw_batches(path, fmt, None, batch_size, probe))
-    if fmt == "parquet":
+    # A fresh options object: counting must not record skipped transcripts a second time.
+    probe = None if transcripts is None else TranscriptOptions(transcripts.input_format, transcripts.role,
+                                                                transcripts.strict)
+    if fmt == "parquet" and (probe is None or _transcript_source(path, fmt, probe) is None):
         try:
             return sum(pq.ParquetFile(f).metadata.num_rows for f in (_parquet_files(path) if path.is_dir() else [path]))
         except (pa.ArrowInvalid, OSError) as exc:
             raise DataError(f"not a readable Parquet file ({exc})", file=path) from None
-    return sum(b.num_rows for b in _raw_batches(path, fmt, None, batch_size))
-
-
-def _transcript_probe(path, fmt, opts) -> bool:
-    from ..data._io import _transcript_source
-
-    return _transcript_source(path, fmt, opts) is not None
+    return sum(b.num_rows for b in _raw_batches(path, fmt, None, batch_size, probe))
 
 
 def _reusable(plan_path: Path, fingerprint: dict, shard_size: int, collect_references: bool) -> Optional[Plan]:
