@@ -18,7 +18,7 @@ import subprocess
 import sys
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +29,7 @@ import pytest
 from adherence.cli.main import main
 from adherence.data import example_path, metadata_path, read_table, read_turns, write_table
 from adherence.engine import Engine
+from tests.judges._server import LocalHTTPServer
 
 EXAMPLE = example_path("role")
 FAST = ["--method", "kl", "--no-progress", "--bootstrap", "0"]
@@ -227,7 +228,7 @@ def test_a_second_job_on_the_same_output_is_refused(tmp_path, capsys):
 # --------------------------------------------------------------------------- judge faults
 
 
-class FaultServer:
+class FaultServer(LocalHTTPServer):
     """An OpenAI-compatible server answering canned first-token log-probs, with faults by prompt content.
 
     ``faults`` maps a text found in the prompt to what to answer instead: ``"not-json"``, ``"no-token"``,
@@ -267,15 +268,7 @@ class FaultServer:
                     return self._send(404, b'{"error": "not found"}')
                 self._send(*server.answer(body))
 
-        class Server(ThreadingHTTPServer):
-            request_queue_size = 256  # the judge opens up to --concurrency connections at once
-
-        self.httpd = Server(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-
-    @property
-    def url(self):
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+        self._listen(Handler)
 
     def answer(self, body):
         content = body["messages"][-1]["content"]
@@ -303,14 +296,6 @@ class FaultServer:
         choice = {"index": 0, "message": {"role": "assistant", "content": "Yes"}, "finish_reason": "stop",
                   "logprobs": {"content": [first]} if body.get("logprobs") and self.logprobs else None}
         return 200, json.dumps({"choices": [choice]}).encode()
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.httpd.shutdown()
-        self.httpd.server_close()
 
 
 def _judge_args(url, *extra):

@@ -10,7 +10,30 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from adherence.judges import JudgeRequest
 
 
-class ChatServer:
+class LocalHTTPServer:
+    """A threaded HTTP server on 127.0.0.1 (a free port), serving from a background thread while in a ``with``."""
+
+    def _listen(self, handler) -> None:
+        class Server(ThreadingHTTPServer):
+            request_queue_size = 256  # the judge opens up to `concurrency` connections at once
+
+        self.httpd = Server(("127.0.0.1", 0), handler)
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+class ChatServer(LocalHTTPServer):
     """``POST /v1/chat/completions`` backed by a TransformersBackend.
 
     ``fail_first``: the first N calls for each prompt answer HTTP 500;
@@ -38,15 +61,7 @@ class ChatServer:
                 self.end_headers()
                 self.wfile.write(data)
 
-        class Server(ThreadingHTTPServer):
-            request_queue_size = 256  # the backend opens up to `concurrency` connections at once
-
-        self.httpd = Server(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+        self._listen(Handler)
 
     def answer(self, path, body):
         if path != "/v1/chat/completions":
@@ -69,11 +84,3 @@ class ChatServer:
                 text = self.backend.generate([req], max_tokens=body["max_tokens"])[0].text
                 choice = {"message": {"role": "assistant", "content": text}, "logprobs": None}
         return 200, {"id": "x", "object": "chat.completion", "choices": [dict(index=0, finish_reason="stop", **choice)]}
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.httpd.shutdown()
-        self.httpd.server_close()
