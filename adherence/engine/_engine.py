@@ -297,7 +297,7 @@ class Engine:
         schema = pa.schema([f for f in schema if f.name != "_row"])
         publisher = Publisher()
         try:
-            sink = _TableSink(publisher.temp(out_path), output_format(out_path), schema)
+            sink = _TableSink(temp_path(out_path), output_format(out_path), schema)
             publisher.add(sink.path, out_path)
             sessions_sink = None
             n_sessions = 0
@@ -310,7 +310,7 @@ class Engine:
                 sessions = aggregate_sessions(t, threshold=self.config.threshold, strict_mode=self.config.strict_mode,
                                               n_bootstrap=self.n_bootstrap, seed=self.seed)
                 if sessions_sink is None:
-                    sessions_sink = _TableSink(publisher.temp(sessions_path), output_format(sessions_path),
+                    sessions_sink = _TableSink(temp_path(sessions_path), output_format(sessions_path),
                                                sessions.schema)
                     publisher.add(sessions_sink.path, sessions_path)
                 sessions_sink.write(sessions)
@@ -382,10 +382,6 @@ class Publisher:
     def __init__(self) -> None:
         self.moves: list[tuple[Path, Path]] = []
 
-    @staticmethod
-    def temp(path: Path) -> Path:
-        return temp_path(path)
-
     def add(self, tmp: Path, final: Path) -> None:
         self.moves.append((tmp, final))
 
@@ -435,7 +431,6 @@ class _TableSink:
     def __init__(self, path: Path, fmt: str, schema: pa.Schema) -> None:
         self.path, self.fmt, self.schema = path, fmt, schema
         self.count = 0
-        self.rows = 0
         if fmt == "parquet":
             self.writer = pq.ParquetWriter(path, schema)
         elif fmt == "directory":
@@ -465,7 +460,6 @@ class _TableSink:
         else:
             self.writer.write_table(self._csv_ready(t).cast(self.csv_schema))
         self.count += 1
-        self.rows += t.num_rows
 
     def close(self) -> None:
         if self.fmt in ("parquet", "csv"):
