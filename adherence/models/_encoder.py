@@ -101,18 +101,33 @@ class Encoder:
     def name(self) -> str:
         return self.resolved.name
 
-    def _batches(self, texts: Sequence[str], desc: str):
+    @property
+    def token_limit(self) -> int:
+        """The model's own token limit (position embeddings, capped by the tokenizer's ``model_max_length``).
+
+        Sentence embeddings truncate at the checkpoint's ``max_seq_length`` (what it was trained
+        with, 256 for all-MiniLM-L6-v2); token-level methods such as BERTScore use this longer
+        limit, as the ``bert-score`` package does.
+        """
+        limit = int(getattr(self.model.config, "max_position_embeddings", 0) or 512)
+        tok = getattr(self.tokenizer, "model_max_length", None)
+        if tok and tok < 1_000_000:
+            limit = min(limit, int(tok))
+        return limit
+
+    def _batches(self, texts: Sequence[str], desc: str, max_length: Optional[int] = None):
         """Yield (indices, tokenizer batch) with texts sorted by token length."""
         from tqdm.auto import tqdm
 
-        lengths = [len(ids) for ids in self.tokenizer(list(texts), truncation=True, max_length=self.max_length)["input_ids"]]
+        max_length = max_length or self.max_length
+        lengths = [len(ids) for ids in self.tokenizer(list(texts), truncation=True, max_length=max_length)["input_ids"]]
         order = sorted(range(len(texts)), key=lambda i: -lengths[i])
         starts = range(0, len(order), self.batch_size)
         bar = tqdm(starts, desc=desc, unit="batch", disable=not self.progress or len(starts) < 4, leave=False)
         for s in bar:
             idx = order[s : s + self.batch_size]
             batch = self.tokenizer(
-                [texts[i] for i in idx], padding=True, truncation=True, max_length=self.max_length, return_tensors="pt"
+                [texts[i] for i in idx], padding=True, truncation=True, max_length=max_length, return_tensors="pt"
             )
             yield idx, {k: v.to(self.device) for k, v in batch.items()}
 
@@ -172,11 +187,14 @@ class Encoder:
         """Bytes the text cache holds now (at most ``cache_bytes``)."""
         return self._cache_used
 
-    def encode_tokens(self, texts: Sequence[str], *, layer: Optional[int] = None, strip: bool = True):
+    def encode_tokens(self, texts: Sequence[str], *, layer: Optional[int] = None, strip: bool = True,
+                      max_length: Optional[int] = None):
         """Per-token embeddings of ``layer`` (0 = embeddings, default the last layer).
 
         Tokenisation matches BERTScore's: the stripped text with the model's
-        special tokens. Returns ``(embeddings, token_ids)``: lists of float32
+        special tokens, truncated at ``max_length`` (default: the sentence limit;
+        BERTScore passes the model's own :attr:`token_limit`, 512 for all-MiniLM-L6-v2,
+        as the ``bert-score`` package does). Returns ``(embeddings, token_ids)``: lists of float32
         tensors ``[n_tokens_i, dim]`` and of token-id lists.
         """
         import torch
@@ -189,7 +207,7 @@ class Encoder:
         embs: list = [None] * len(texts)
         ids: list = [None] * len(texts)
         with torch.inference_mode():
-            for idx, batch in self._batches(texts, "encoding tokens"):
+            for idx, batch in self._batches(texts, "encoding tokens", max_length):
                 out = self.model(**batch, output_hidden_states=True)
                 hidden = out.hidden_states[layer].float()
                 mask = batch["attention_mask"].bool()

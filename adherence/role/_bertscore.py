@@ -4,7 +4,8 @@ Matches the ``bert-score`` package's definition: token embeddings of one
 hidden layer (tokenised with the model's special tokens), cosine similarity,
 each candidate token matched to its most similar reference token (precision)
 and vice versa (recall), averaged with idf weights (uniform without idf) in
-which the CLS and SEP tokens weigh 0; F1 = 2PR / (P + R). With idf, the
+which the CLS and SEP tokens weigh 0; F1 = 2PR / (P + R). Texts are truncated at
+the model's token limit (512 for all-MiniLM-L6-v2), as ``bert-score`` does. With idf, the
 weights are log((M + 1) / (df + 1)) over the M ground truths of the scored set.
 A baseline b rescales F1 to (F1 - b) / (1 - b). The score is F1 clipped to [0, 1].
 """
@@ -64,14 +65,15 @@ class BertScoreMethod(Method):
             a = text_column(turns, "assistant")
             g = text_column(turns, "ground_truth_assistant")
             enc = resources.encoder
-            ce, ci = enc.encode_tokens([a[i] for i in idx], layer=config.bertscore_layer)
-            re_, ri = enc.encode_tokens([g[i] for i in idx], layer=config.bertscore_layer)
+            limit = enc.token_limit  # the model's limit, like bert-score (not the 256 sentence-embedding limit)
+            ce, ci = enc.encode_tokens([a[i] for i in idx], layer=config.bertscore_layer, max_length=limit)
+            re_, ri = enc.encode_tokens([g[i] for i in idx], layer=config.bertscore_layer, max_length=limit)
             tok = enc.tokenizer
             special = {t for t in (tok.cls_token_id, tok.sep_token_id) if t is not None}
             idf, default = None, 1.0
             if config.bertscore_idf:
                 refs = dataset_references(turns, config)
-                _, ids = enc.encode_tokens(refs, layer=0)
+                _, ids = enc.encode_tokens(refs, layer=0, max_length=limit)
                 df = Counter(t for seq in ids for t in set(seq))
                 m = len(refs)
                 idf = {t: math.log((m + 1) / (c + 1)) for t, c in df.items()}

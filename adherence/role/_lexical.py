@@ -18,9 +18,14 @@ def _tokens(text: str) -> list[str]:
 
 
 def kl_vocabulary(corpus: list[str], size: int) -> list[str]:
-    """The ``size`` most frequent lowercase whitespace tokens (ties broken alphabetically)."""
+    """The ``size`` most frequent lowercase whitespace tokens.
+
+    Words tied at the cut-off keep their order of first occurrence in the corpus
+    (``collections.Counter.most_common``), as in the role-adherence paper's own
+    procedure; an alphabetical tie-break would pick different words at the boundary.
+    """
     counts = Counter(t for text in corpus for t in _tokens(text))
-    return [w for w, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:size]]
+    return [w for w, _ in counts.most_common(size)]
 
 
 def word_distribution(texts: list[str], vocab: list[str]) -> np.ndarray:

@@ -4,7 +4,9 @@ In an audit the subjects are (question, artifact) pairs and the raters are the
 k repeated judge runs. Missing answers (None, NaN or "") are allowed; a subject
 with no answer at all is dropped, and percent agreement uses the subjects with
 at least two answers (Gwet's handling of missing ratings, as irrCAC does).
-Categories are the distinct answers present anywhere in the matrix.
+Categories are the distinct answers present anywhere in the matrix; string answers
+that differ only in case or surrounding white space (``"Yes"``, ``"yes "``) are one
+category unless ``normalize=False``.
 """
 
 from __future__ import annotations
@@ -24,14 +26,21 @@ def _is_missing(v: Any) -> bool:
     return v is None or (isinstance(v, float) and math.isnan(v)) or (isinstance(v, str) and v == "")
 
 
-def category_counts(ratings: Any) -> tuple[np.ndarray, list]:
+def category_counts(ratings: Any, *, normalize: bool = True) -> tuple[np.ndarray, list]:
     """(counts, categories): counts[i, k] = raters who put subject i in category k.
 
-    Subjects without any answer are dropped.
+    Subjects without any answer are dropped. With ``normalize`` (default), string
+    answers that are equal after strip + casefold are one category (``"Yes"`` and
+    ``"yes "``), labelled by the first spelling seen; a blank string is a missing answer.
     """
     arr = np.asarray(ratings, dtype=object)
     if arr.ndim != 2:
         raise ValueError(f"`ratings` must be a subjects x raters matrix, got shape {arr.shape}")
+    if normalize:  # each spelling maps to the first one seen (stripped), so labels stay readable
+        first: dict = {}
+        flat = [first.setdefault(v.strip().casefold(), v.strip()) if isinstance(v, str) else v
+                for v in arr.ravel().tolist()]
+        arr = np.array(flat + [None], dtype=object)[:-1].reshape(arr.shape)
     present = [v for v in arr.ravel().tolist() if not _is_missing(v)]
     categories = sorted(set(present), key=lambda v: (str(type(v)), v))
     index = {c: k for k, c in enumerate(categories)}
@@ -74,7 +83,7 @@ class Agreement:
     categories: tuple
 
 
-def agreement(ratings: Any) -> Agreement:
+def agreement(ratings: Any, *, normalize: bool = True) -> Agreement:
     """Percent agreement, Gwet's AC1 and Fleiss' kappa of ``ratings`` in one pass.
 
     Example:
@@ -82,7 +91,7 @@ def agreement(ratings: Any) -> Agreement:
         >>> round(a.percent_agreement, 4), round(a.gwet_ac1, 4)
         (0.7778, 0.6604)
     """
-    counts, categories = category_counts(ratings)
+    counts, categories = category_counts(ratings, normalize=normalize)
     pa, pi = _pa_pi(counts)
     q = len(categories)
     if q < 2:
@@ -95,24 +104,24 @@ def agreement(ratings: Any) -> Agreement:
     return Agreement(pa, float(ac1), float(kappa), False, False, counts.shape[0], tuple(categories))
 
 
-def percent_agreement(ratings: Any) -> float:
+def percent_agreement(ratings: Any, *, normalize: bool = True) -> float:
     """Mean over subjects (with >= 2 answers) of the share of agreeing rater pairs."""
-    return agreement(ratings).percent_agreement
+    return agreement(ratings, normalize=normalize).percent_agreement
 
 
-def gwet_ac1(ratings: Any) -> float:
+def gwet_ac1(ratings: Any, *, normalize: bool = True) -> float:
     """Gwet's AC1: (p_a - p_e) / (1 - p_e) with p_e = sum_k pi_k (1 - pi_k) / (q - 1).
 
     Returns 1.0 when a single category is used (see :func:`agreement` for the flag).
     """
-    return agreement(ratings).gwet_ac1
+    return agreement(ratings, normalize=normalize).gwet_ac1
 
 
-def fleiss_kappa(ratings: Any, *, return_imputed: bool = False):
+def fleiss_kappa(ratings: Any, *, return_imputed: bool = False, normalize: bool = True):
     """Fleiss' kappa: (p_a - p_e) / (1 - p_e) with p_e = sum_k pi_k^2.
 
     Undefined when a single category is used (p_e = 1); then 1.0 is returned
     and, with ``return_imputed=True``, the result is ``(1.0, True)``.
     """
-    a = agreement(ratings)
+    a = agreement(ratings, normalize=normalize)
     return (a.fleiss_kappa, a.fleiss_imputed) if return_imputed else a.fleiss_kappa

