@@ -60,7 +60,7 @@ def score_dataset(ds, *, concurrency: int = 1, num_gpus: Optional[float] = None,
 
     Returns:
         a ``ray.data.Dataset`` with the input columns plus ``method, score, prediction, status,
-        error, reason, p_yes_source, truncated``.
+        error, reason, p_yes_source, truncated, yes_no_mass``.
     """
     require("ray", "ray", "adherence.ray_data")
     from ray.data import ActorPoolStrategy

@@ -67,7 +67,7 @@ def score_dataframe(df, *, chunk_rows: int = 4096, num_partitions: Optional[int]
 
     Returns:
         a DataFrame with the input columns plus ``method, score, prediction, status, error, reason,
-        p_yes_source, truncated``.
+        p_yes_source, truncated, yes_no_mass``.
     """
     require("pyspark", "spark", "adherence.spark")
     from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema

@@ -30,7 +30,7 @@ __all__ = [
 ]
 
 TURN_STATUS = ("ok", "unscored", "error")
-P_YES_SOURCES = ("logprobs", "fallback_0.5", "binary_fallback")
+P_YES_SOURCES = ("full_vocab", "logprobs", "fallback_0.5", "binary_fallback")
 
 
 @dataclass(frozen=True)
@@ -119,6 +119,7 @@ TURN_SCORES = Contract(
         Column("reason", _S, required=False),
         Column("p_yes_source", _S, required=False, choices=P_YES_SOURCES),
         Column("truncated", pa.bool_(), required=False),
+        Column("yes_no_mass", pa.float64(), required=False),
     ),
     key=("conversation_id", "turn_index", "method"),
 )

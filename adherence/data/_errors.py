@@ -68,7 +68,7 @@ def skipped_summary(skipped: Sequence[tuple[str, str]]) -> Optional[dict]:
 
 
 def warn_skipped(file: str, skipped: Sequence[tuple[str, str]], unit: str, rest: str = "evaluated") -> None:
-    """One warning naming the file, how many ``unit``\ s were skipped, the first 10 and the first reason."""
+    r"""One warning naming the file, how many ``unit``\ s were skipped, the first 10 and the first reason."""
     if not skipped:
         return
     first = ", ".join(w for w, _ in skipped[:10]) + (", ..." if len(skipped) > 10 else "")

@@ -181,7 +181,7 @@ class Engine:
             clash = reserved_columns(self.config.method, columns)
             if clash:
                 raise DataError(f"input column {clash[0]!r} would be replaced by the scores (reserved: method, score, "
-                                f"prediction, status, error, reason, p_yes_source, truncated, {self.config.method}_*); "
+                                f"prediction, status, error, reason, p_yes_source, truncated, yes_no_mass, {self.config.method}_*); "
                                 "rename or drop it", file=name, column=clash[0])
 
         return check

@@ -27,7 +27,7 @@ __all__ = ["OUTPUT_FORMATS", "output_format", "check_outputs", "WorkDir", "PathL
 PRODUCER = "adherence"
 OUTPUT_FORMATS = {".parquet": "parquet", ".pq": "parquet", ".jsonl": "jsonl", ".ndjson": "jsonl", ".csv": "csv"}
 # Columns every scored row gets; an input column of the same name would be silently replaced.
-_OUTPUT_COLUMNS = ("method", "score", "prediction", "status", "error", "reason", "p_yes_source", "truncated", "_row")
+_OUTPUT_COLUMNS = ("method", "score", "prediction", "status", "error", "reason", "p_yes_source", "truncated", "yes_no_mass", "_row")
 
 # Entries of a work directory, and what may live inside its folders.
 _WORK_FILES = {"job.json", "plan.json", "references.json", "input.parquet", "lock", "failed.json"}

@@ -25,6 +25,8 @@ class JudgeOutput:
 
     Attributes:
         top_logprobs: the first generated token's top-k ``(token, logprob)`` pairs (continuous mode).
+        yes_no: ``(log P(yes variants), log P(no variants))`` summed over the whole vocabulary at
+            the first generated position, from backends that hold the full distribution.
         text: generated text (binary mode, reasons).
         truncated: the prompt's history was left-truncated to fit the context.
         error: why the call failed (the row becomes ``status=error``).
@@ -34,14 +36,20 @@ class JudgeOutput:
     text: Optional[str] = None
     truncated: bool = False
     error: Optional[str] = None
+    yes_no: Optional[tuple] = None
 
     def to_json(self) -> dict:
-        return {"top_logprobs": self.top_logprobs, "text": self.text, "truncated": self.truncated, "error": self.error}
+        out = {"top_logprobs": self.top_logprobs, "text": self.text, "truncated": self.truncated, "error": self.error}
+        if self.yes_no is not None:  # -inf is not JSON: stored as None
+            out["yes_no"] = [None if v == float("-inf") else v for v in self.yes_no]
+        return out
 
     @classmethod
     def from_json(cls, d: dict) -> "JudgeOutput":
         lp = d.get("top_logprobs")
-        return cls([tuple(x) for x in lp] if lp is not None else None, d.get("text"), bool(d.get("truncated")), d.get("error"))
+        yn = d.get("yes_no")
+        return cls([tuple(x) for x in lp] if lp is not None else None, d.get("text"), bool(d.get("truncated")),
+                   d.get("error"), tuple(float("-inf") if v is None else float(v) for v in yn) if yn else None)
 
 
 class JudgeBackend(ABC):
@@ -50,6 +58,8 @@ class JudgeBackend(ABC):
     name: str = ""
     #: False for providers that return no log-probabilities (continuous mode then falls back to binary).
     supports_logprobs: bool = True
+    #: True when ``first_token_logprobs(..., variants=...)`` returns exact whole-vocabulary ``yes_no`` sums.
+    full_vocab: bool = False
 
     @property
     @abstractmethod
@@ -57,8 +67,13 @@ class JudgeBackend(ABC):
         """Identity of the model for caching and metadata."""
 
     @abstractmethod
-    def first_token_logprobs(self, requests: Sequence[JudgeRequest], *, top_k: int = 20) -> list[JudgeOutput]:
-        """Top-k log-probabilities of the first generated token of each request."""
+    def first_token_logprobs(self, requests: Sequence[JudgeRequest], *, top_k: int = 20,
+                             variants: Optional[tuple] = None) -> list[JudgeOutput]:
+        """Top-k log-probabilities of the first generated token of each request.
+
+        ``variants`` = ``(yes_texts, no_texts)`` (normalised token texts): backends with
+        :attr:`full_vocab` also return ``yes_no``, the log of each set's total probability.
+        """
 
     @abstractmethod
     def generate(self, requests: Sequence[JudgeRequest], *, max_tokens: int, temperature: float = 0.0,

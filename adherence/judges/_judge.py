@@ -13,8 +13,9 @@ import pyarrow as pa
 
 from ._backend import JudgeBackend, JudgeOutput, get_backend
 from ._cache import JudgeCache
-from ._parse import p_yes_from_logprobs, parse_turn_verdicts, parse_yes_no
-from ._prompts import REASON_INSTRUCTION, JudgeRequest, conversation_request, turn_requests
+from ._parse import p_yes_from_logprobs, p_yes_from_sums, parse_turn_verdicts, parse_yes_no, variant_sets
+from ._prompts import (JudgeRequest, check_template, conversation_request, parse_turn_reasons, reason_request,
+                       turn_requests)
 
 __all__ = ["JudgeConfig", "RoleJudge", "SMOKE_TEST_WARNING", "cached_calls"]
 
@@ -33,16 +34,29 @@ class JudgeConfig:
     Attributes:
         model: judge model (path, ``bundled:SmolLM2-135M-Instruct``, hub id / server model name).
         backend: ``transformers`` | ``vllm`` | ``openai``.
-        output_mode: ``continuous`` (P(yes) from the first token's top log-probs) or
+        output_mode: ``continuous`` (P(yes) at the first generated token) or
             ``binary`` (temperature-0 YES/NO).
         granularity: ``turn`` (one call per turn with its history) or ``conversation``
-            (one call per conversation returning per-turn verdicts; binary only).
+            (one call per conversation returning per-turn verdicts, and a per-turn reason
+            with ``include_reason``; binary only).
         include_reason: also generate a short justification per turn.
-        top_k: log-probs read from the first token.
+        top_k: log-probs read from the first token (servers, and the ``top_logprobs`` path).
+        yes_tokens, no_tokens: the token texts that count as a yes / a no (matched after
+            strip + casefold, space markers removed); default ``("yes",)`` / ``("no",)``.
+        full_vocab: in-process backends (transformers) compute P(yes) exactly over the whole
+            vocabulary (``p_yes_source="full_vocab"``); False reads the top-k like a server.
+        max_history: keep only the last N earlier exchanges in each turn's prompt (None: all).
         temperature, seed: sampling for generated text (0 = greedy).
+        samples: self-consistency: k >= 2 judge calls per turn (binary mode needs
+            ``temperature > 0``); the majority verdict (binary) or the mean P(yes) (continuous,
+            servers only: in-process log-probs are exact and deterministic), with the share of
+            samples agreeing with it in ``agreement``. Sample s uses seed ``seed + s``.
         repeat: repeat index, part of the cache key (independent repeated runs).
         cache: SQLite path of the judge-call cache (None: no cache).
         template: replaces the default per-turn prompt (``{role} {history} {user} {assistant}``).
+        system: a system message sent with every per-turn prompt.
+        layout: ``user`` (the prompt is the user message) or ``system`` (pygaussia's layout: the
+            filled prompt is the system message and the user message only asks for the verdict).
         binary_fallback: with a provider that returns no log-probs, fall back to binary in
             continuous mode (``p_yes_source="binary_fallback"``) instead of failing.
         backend_options: passed to the backend's constructor.
@@ -54,11 +68,18 @@ class JudgeConfig:
     granularity: Literal["turn", "conversation"] = "turn"
     include_reason: bool = False
     top_k: int = 20
+    yes_tokens: Optional[tuple] = None
+    no_tokens: Optional[tuple] = None
+    full_vocab: bool = True
+    max_history: Optional[int] = None
     temperature: float = 0.0
     seed: Optional[int] = 0
+    samples: int = 1
     repeat: int = 0
     cache: Optional[str] = None
     template: Optional[str] = None
+    system: Optional[str] = None
+    layout: Literal["user", "system"] = "user"
     binary_fallback: bool = False
     backend_options: dict = field(default_factory=dict)
 
@@ -73,14 +94,37 @@ class JudgeConfig:
             raise ValueError(f"`top_k` must be in [1, 100], got {self.top_k}")
         if self.temperature < 0:
             raise ValueError(f"`temperature` must be >= 0, got {self.temperature}")
+        self.yes_tokens = None if self.yes_tokens is None else tuple(self.yes_tokens)
+        self.no_tokens = None if self.no_tokens is None else tuple(self.no_tokens)
+        variant_sets(self.yes_tokens, self.no_tokens)  # raises on empty or overlapping sets
+        if self.max_history is not None and self.max_history < 0:
+            raise ValueError(f"`max_history` must be >= 0, got {self.max_history}")
+        if self.samples < 1:
+            raise ValueError(f"`samples` must be >= 1, got {self.samples}")
+        if self.samples > 1 and self.temperature <= 0 and (self.output_mode == "binary" or self.include_reason):
+            raise ValueError(f"samples={self.samples} needs temperature > 0: greedy decoding returns the same "
+                             "verdict every time (e.g. --temperature 0.7)")
+        if self.samples > 1 and self.granularity == "conversation":
+            raise ValueError("`samples` applies to granularity='turn'")
+        if self.layout not in ("user", "system"):
+            raise ValueError(f"`layout` must be 'user' or 'system', got {self.layout!r}")
+        if self.layout == "system" and self.system:
+            raise ValueError("layout='system' sends the filled prompt as the system message: drop `system`")
+        if self.template is not None:
+            check_template(self.template)
 
+    @property
+    def variants(self) -> tuple:
+        """Normalised (yes, no) token-text sets."""
+        return variant_sets(self.yes_tokens, self.no_tokens)
 
 #: Judge calls between two cache commits: a killed run loses at most this many answers.
 COMMIT_EVERY = 256
 
 
 def cached_calls(backend: JudgeBackend, cache: Optional[JudgeCache], kind: str, requests: list[JudgeRequest], *,
-                 repeat: int = 0, commit_every: int = COMMIT_EVERY, **params) -> list[JudgeOutput]:
+                 repeat: int = 0, commit_every: int = COMMIT_EVERY, stats: Optional[dict] = None,
+                 **params) -> list[JudgeOutput]:
     """Backend calls through the judge-call cache.
 
     ``kind="logprobs"`` asks for first-token log-probabilities (``top_k``); any
@@ -88,7 +132,9 @@ def cached_calls(backend: JudgeBackend, cache: Optional[JudgeCache], kind: str, 
     is model id + messages + ``{"kind": kind, **params}`` + ``repeat``. Calls go to
     the backend ``commit_every`` at a time and each group is committed as it returns,
     so a killed run resumes from the cache. Failed calls are not cached, so a re-run
-    retries them.
+    retries them. ``variants`` (log-probs only) asks in-process backends for exact
+    whole-vocabulary yes/no sums; ``sample`` is a self-consistency sample index. Both
+    are part of the key. ``stats`` (a dict) counts ``calls`` and ``cache_hits``.
     """
     if not requests:
         return []
@@ -97,12 +143,17 @@ def cached_calls(backend: JudgeBackend, cache: Optional[JudgeCache], kind: str, 
     found = cache.get_many(keys) if cache is not None else {}
     outputs = [JudgeOutput.from_json(found[k]) if k in found else None for k in keys]
     todo = [i for i, k in enumerate(keys) if k not in found]
+    if stats is not None:
+        stats["cache_hits"] = stats.get("cache_hits", 0) + len(requests) - len(todo)
+        stats["calls"] = stats.get("calls", 0) + len(todo)
     step = commit_every if cache is not None else max(1, len(todo))
     for a in range(0, len(todo), step):
         part = todo[a:a + step]
         batch = [requests[i] for i in part]
         if kind == "logprobs":
-            fresh = backend.first_token_logprobs(batch, top_k=params["top_k"])
+            variants = params.get("variants")
+            fresh = backend.first_token_logprobs(batch, top_k=params["top_k"],
+                                                 variants=tuple(map(frozenset, variants)) if variants else None)
         else:
             fresh = backend.generate(batch, max_tokens=params["max_tokens"], temperature=params["temperature"],
                                      seed=params.get("seed"))
@@ -114,7 +165,12 @@ def cached_calls(backend: JudgeBackend, cache: Optional[JudgeCache], kind: str, 
 
 
 class RoleJudge:
-    """Score turns with an LLM judge; every row gets a status."""
+    """Score turns with an LLM judge; every row gets a status.
+
+    ``stats`` counts, over the judge's life: ``calls`` made to the backend, ``cache_hits``,
+    and from the backend ``prompt_tokens`` (the prompts' lengths), ``forward_tokens``
+    (tokens actually run after prefix sharing) and ``generated_tokens``.
+    """
 
     def __init__(self, config: JudgeConfig, backend: Optional[JudgeBackend] = None) -> None:
         self.config = config
@@ -125,8 +181,22 @@ class RoleJudge:
             opts.setdefault("model", config.model)
             backend = get_backend(config.backend, **opts)
         self.backend = backend
+        if (config.samples > 1 and config.output_mode == "continuous" and self.backend.full_vocab
+                and not config.include_reason):
+            raise ValueError(f"samples={config.samples} in continuous mode: the {self.backend.name} backend's "
+                             "P(yes) is exact and deterministic, so every sample is the same; use "
+                             "output_mode='binary' with temperature > 0 for self-consistency")
         self.cache = JudgeCache(config.cache) if config.cache else None
+        self._stats = {"calls": 0, "cache_hits": 0}
         self._preflight()
+
+    @property
+    def stats(self) -> dict:
+        out = dict(self._stats)
+        for k in ("prompt_tokens", "forward_tokens", "generated_tokens"):
+            if k in getattr(self.backend, "stats", {}):
+                out[k] = int(self.backend.stats[k])
+        return out
 
     def _preflight(self) -> None:
         """Stop the job before any row when the backend cannot serve it (servers: reachable, model, log-probs)."""
@@ -145,20 +215,21 @@ class RoleJudge:
     # ----------------------------------------------------------------- cached calls
 
     def _call(self, kind: str, requests: list[JudgeRequest], **params) -> list[JudgeOutput]:
-        return cached_calls(self.backend, self.cache, kind, requests, repeat=self.config.repeat, **params)
+        return cached_calls(self.backend, self.cache, kind, requests, repeat=self.config.repeat, stats=self._stats,
+                            **params)
+
+    def _sample_seed(self, s: int) -> Optional[int]:
+        return None if self.config.seed is None else self.config.seed + s
 
     # ----------------------------------------------------------------- scoring
 
-    def score(self, turns: pa.Table) -> dict:
-        """Columns ``score, status, error, reason, p_yes_source, truncated`` (lists aligned with ``turns``).
-
-        An unparseable answer is ``unscored`` (never 0); a failed call or bad row is ``error``.
-        """
+    def requests(self, turns: pa.Table) -> tuple[list, list, dict]:
+        """``(per_turn, per_conversation, row errors)``: the judge requests of ``turns`` (no model call)."""
+        c = self.config
         n = turns.num_rows
-        cols = {"score": [None] * n, "status": [None] * n, "error": [None] * n, "reason": [None] * n,
-                "p_yes_source": [None] * n, "truncated": [False] * n}
-        rows = turns.select([c for c in ("conversation_id", "turn_index", "role", "user", "assistant")
-                             if c in turns.column_names]).to_pylist()
+        errors: dict[int, str] = {}
+        rows = turns.select([k for k in ("conversation_id", "turn_index", "role", "user", "assistant")
+                             if k in turns.column_names]).to_pylist()
         order = sorted(range(n), key=lambda i: (rows[i]["conversation_id"], rows[i]["turn_index"]))
         per_turn: list[tuple[int, JudgeRequest]] = []
         per_conv: list[tuple[list[int], JudgeRequest]] = []
@@ -167,19 +238,36 @@ class RoleJudge:
             role = rows[members[0]]["role"]
             if not role or not str(role).strip():
                 for i in members:
-                    cols["error"][i] = "empty role definition"
+                    errors[i] = "empty role definition"
                 continue
             users = [rows[i].get("user") for i in members]
             assistants = [rows[i]["assistant"] or "" for i in members]
             for i, a in zip(members, assistants):
                 if not a.strip():
-                    cols["error"][i] = "empty assistant turn"
-            if self.config.granularity == "conversation":
-                per_conv.append((members, conversation_request(cid, role, users, assistants)))
+                    errors[i] = "empty assistant turn"
+            if c.granularity == "conversation":
+                per_conv.append((members, conversation_request(cid, role, users, assistants,
+                                                               include_reason=c.include_reason, system=c.system)))
                 continue
-            for i, req in zip(members, turn_requests(cid, role, users, assistants, template=self.config.template)):
-                if cols["error"][i] is None:
-                    per_turn.append((i, req))
+            reqs = turn_requests(cid, role, users, assistants, template=c.template, max_history=c.max_history,
+                                 system=c.system, layout=c.layout)
+            per_turn.extend((i, r) for i, r in zip(members, reqs) if i not in errors)
+        return per_turn, per_conv, errors
+
+    def score(self, turns: pa.Table) -> dict:
+        """Columns ``score, status, error, reason, p_yes_source, truncated, yes_no_mass`` (and
+        ``agreement``, ``samples`` with ``samples > 1``), lists aligned with ``turns``.
+
+        An unparseable answer is ``unscored`` (never 0); a failed call or bad row is ``error``.
+        """
+        n = turns.num_rows
+        cols = {"score": [None] * n, "status": [None] * n, "error": [None] * n, "reason": [None] * n,
+                "p_yes_source": [None] * n, "truncated": [False] * n, "yes_no_mass": [None] * n}
+        if self.config.samples > 1:
+            cols["agreement"], cols["samples"] = [None] * n, [None] * n
+        per_turn, per_conv, errors = self.requests(turns)
+        for i, e in errors.items():
+            cols["error"][i] = e
         if per_conv:
             self._score_conversations(per_conv, cols)
         if per_turn:
@@ -191,19 +279,77 @@ class RoleJudge:
                     cols["error"][i] = "the judge returned nothing for this turn"
         return cols
 
+    def _continuous(self, reqs: list, sample: int) -> Optional[list]:
+        """Per request ``(p, source, mass)`` or an error tuple ``(None, message, status)``; None: no log-probs."""
+        c = self.config
+        params = {"top_k": c.top_k}
+        exact = c.full_vocab and self.backend.full_vocab
+        if exact:
+            params["variants"] = [sorted(v) for v in c.variants]
+        if c.samples > 1:
+            params["sample"] = sample
+        try:
+            outs = self._call("logprobs", reqs, **params)
+        except RuntimeError as exc:
+            if self.backend.supports_logprobs:  # not a missing-logprobs failure
+                raise
+            log.info("logprobs unsupported: %s", exc)
+            return None
+        yes, no = c.variants
+        got = []
+        for o in outs:
+            if o.error:
+                got.append((None, o.error, "error", o.truncated))
+                continue
+            try:
+                if o.yes_no is not None:
+                    p, mass = p_yes_from_sums(*o.yes_no)
+                    source = "full_vocab"
+                elif not o.top_logprobs:
+                    got.append((None, "the judge returned no top log-probabilities for the first token",
+                                "unscored", o.truncated))
+                    continue
+                else:
+                    p, source, mass = p_yes_from_logprobs(o.top_logprobs, yes=yes, no=no, with_mass=True)
+                if not math.isfinite(p):
+                    raise ValueError(f"P(yes) is {p}")
+            except (ValueError, TypeError) as exc:
+                got.append((None, f"unusable log-probabilities: {exc}", "unscored", o.truncated))
+                continue
+            got.append((p, source, mass, o.truncated))
+        return got
+
+    def _binary(self, reqs: list, sample: int) -> list:
+        """Per request ``(verdict or None, error or None, truncated)``."""
+        c = self.config
+        params = {"max_tokens": 4, "temperature": c.temperature, "seed": self._sample_seed(sample)}
+        if c.samples > 1:
+            params["sample"] = sample
+        got = []
+        for o in self._call("generate", reqs, **params):
+            if o.error:
+                got.append((None, o.error, o.truncated))
+                continue
+            v = parse_yes_no(o.text)
+            got.append((v, None if v is not None else f"unparseable judge answer: {(o.text or '')[:80]!r}",
+                        o.truncated))
+        return got
+
     def _score_turns(self, items: list, cols: dict) -> None:
         c = self.config
         idx = [i for i, _ in items]
         reqs = [r for _, r in items]
+        k = c.samples
         continuous = c.output_mode == "continuous"
-        outs = None
+        runs = None
         if continuous and self.backend.supports_logprobs:
-            try:
-                outs = self._call("logprobs", reqs, top_k=c.top_k)
-            except RuntimeError as exc:
-                if self.backend.supports_logprobs:  # not a missing-logprobs failure
-                    raise
-                log.info("logprobs unsupported: %s", exc)
+            runs = []
+            for s in range(k):
+                got = self._continuous(reqs, s)
+                if got is None:
+                    runs = None
+                    break
+                runs.append(got)
         if continuous and not self.backend.supports_logprobs:
             if not c.binary_fallback:
                 raise ValueError(
@@ -214,56 +360,65 @@ class RoleJudge:
                           "binary verdicts (p_yes_source=binary_fallback)", stacklevel=3)
             continuous = False
         if continuous:
-            for i, o in zip(idx, outs):
-                cols["truncated"][i] = o.truncated
-                if o.error:
-                    cols["error"][i] = o.error
+            for j, i in enumerate(idx):
+                results = [run[j] for run in runs]
+                cols["truncated"][i] = any(r[-1] for r in results)
+                good = [r for r in results if r[0] is not None]
+                if not good:
+                    _, msg, status, _ = results[0]
+                    cols["error"][i] = msg
+                    if status == "unscored":
+                        cols["status"][i] = "unscored"
                     continue
-                if not o.top_logprobs:
-                    cols["error"][i] = "the judge returned no top log-probabilities for the first token"
-                    cols["status"][i] = "unscored"
-                    continue
-                try:
-                    p, source = p_yes_from_logprobs(o.top_logprobs)
-                    if not math.isfinite(p):
-                        raise ValueError(f"P(yes) is {p}")
-                except (ValueError, TypeError) as exc:
-                    cols["error"][i], cols["status"][i] = f"unusable log-probabilities: {exc}", "unscored"
-                    continue
-                cols["score"][i], cols["p_yes_source"][i] = p, source
+                ps = [r[0] for r in good]
+                cols["score"][i] = sum(ps) / len(ps)
+                cols["p_yes_source"][i] = good[0][1]
+                cols["yes_no_mass"][i] = sum(r[2] for r in good) / len(good)
+                if k > 1:
+                    votes = [p >= 0.5 for p in ps]
+                    cols["agreement"][i] = max(votes.count(True), votes.count(False)) / len(votes)
+                    cols["samples"][i] = len(good)
         else:
-            outs = self._call("generate", reqs, max_tokens=4, temperature=c.temperature, seed=c.seed)
+            runs = [self._binary(reqs, s) for s in range(k)]
             fallback = c.output_mode == "continuous"
-            for i, o in zip(idx, outs):
-                cols["truncated"][i] = o.truncated
-                if o.error:
-                    cols["error"][i] = o.error
+            for j, i in enumerate(idx):
+                results = [run[j] for run in runs]
+                cols["truncated"][i] = any(r[2] for r in results)
+                verdicts = [r[0] for r in results if r[0] is not None]
+                if not verdicts:
+                    msg = next(r[1] for r in results)
+                    cols["error"][i] = msg
+                    if msg.startswith("unparseable"):
+                        cols["status"][i] = "unscored"
                     continue
-                verdict = parse_yes_no(o.text)
-                if verdict is None:
-                    cols["error"][i] = f"unparseable judge answer: {(o.text or '')[:80]!r}"
-                    cols["p_yes_source"][i] = None
-                    cols["score"][i] = None
+                yes = sum(verdicts)
+                no = len(verdicts) - yes
+                if k > 1:
+                    cols["agreement"][i] = max(yes, no) / len(verdicts)
+                    cols["samples"][i] = len(verdicts)
+                if yes == no:
+                    cols["error"][i] = f"tied vote: {yes} YES and {no} NO over {len(verdicts)} parsed samples"
                     cols["status"][i] = "unscored"
-                else:
-                    cols["score"][i] = float(verdict)
-                    if fallback:
-                        cols["p_yes_source"][i] = "binary_fallback"
+                    continue
+                cols["score"][i] = float(yes > no)
+                if fallback:
+                    cols["p_yes_source"][i] = "binary_fallback"
         if c.include_reason:
-            reason_reqs = [JudgeRequest(r.pieces[:-1] + (r.pieces[-1].rsplit("\n", 1)[0] + "\n" + REASON_INSTRUCTION,),
-                                        group=r.group, system=r.system, index=r.index) for r in reqs]
-            outs = self._call("generate", reason_reqs, max_tokens=96, temperature=c.temperature, seed=c.seed)
+            params = {"max_tokens": 96, "temperature": c.temperature, "seed": c.seed}
+            outs = self._call("generate", [reason_request(r) for r in reqs], **params)
             for i, o in zip(idx, outs):
                 cols["reason"][i] = (o.text or "").strip() or None
 
     def _score_conversations(self, items: list, cols: dict) -> None:
         c = self.config
         reqs = [r for _, r in items]
-        budget = [16 + 8 * len(m) for m, _ in items]
+        per_turn = 40 if c.include_reason else 8
+        budget = [16 + per_turn * len(m) for m, _ in items]
         outs = []
         for size in sorted(set(budget)):
             chosen = [k for k, b in enumerate(budget) if b == size]
-            got = self._call("generate", [reqs[k] for k in chosen], max_tokens=size, temperature=c.temperature, seed=c.seed)
+            got = self._call("generate", [reqs[k] for k in chosen], max_tokens=size, temperature=c.temperature,
+                             seed=c.seed)
             outs.extend(zip(chosen, got))
         for k, o in outs:
             members, _ = items[k]
@@ -272,8 +427,10 @@ class RoleJudge:
                     cols["error"][i] = cols["error"][i] or o.error
                 continue
             verdicts = parse_turn_verdicts(o.text, len(members))
-            for i, v in zip(members, verdicts):
+            reasons = parse_turn_reasons(o.text, len(members)) if c.include_reason else [None] * len(members)
+            for i, v, why in zip(members, verdicts, reasons):
                 cols["truncated"][i] = o.truncated
+                cols["reason"][i] = why
                 if cols["error"][i]:
                     continue
                 if v is None:
@@ -281,6 +438,3 @@ class RoleJudge:
                     cols["status"][i] = "unscored"
                 else:
                     cols["score"][i] = float(v)
-            if c.include_reason:
-                for i in members:
-                    cols["reason"][i] = (o.text or "").strip() or None

@@ -250,7 +250,8 @@ class OpenAIBackend(JudgeBackend):
             self.supports_logprobs = False
             raise
 
-    def first_token_logprobs(self, requests: Sequence[JudgeRequest], *, top_k: int = 20) -> list[JudgeOutput]:
+    def first_token_logprobs(self, requests: Sequence[JudgeRequest], *, top_k: int = 20,
+                             variants: Optional[tuple] = None) -> list[JudgeOutput]:
         return self._sync(requests, max_tokens=1, temperature=0.0, top_k=top_k, seed=None)
 
     def generate(self, requests: Sequence[JudgeRequest], *, max_tokens: int, temperature: float = 0.0,

@@ -7,7 +7,8 @@ import re
 import string
 from typing import Mapping, Optional
 
-__all__ = ["parse_yes_no", "p_yes_from_logprobs", "parse_turn_verdicts", "normalize_token"]
+__all__ = ["parse_yes_no", "p_yes_from_logprobs", "p_yes_from_sums", "parse_turn_verdicts", "normalize_token",
+           "YES_VARIANTS", "NO_VARIANTS", "variant_sets"]
 
 _PUNCT = string.punctuation + "“”‘’«»"
 YES_VARIANTS = frozenset({"yes"})
@@ -17,6 +18,21 @@ NO_VARIANTS = frozenset({"no"})
 def normalize_token(token: str) -> str:
     """Strip whitespace (incl. SentencePiece/BPE space markers) and casefold."""
     return token.replace("▁", " ").replace("Ġ", " ").strip().casefold()
+
+
+def variant_sets(yes=None, no=None) -> tuple[frozenset, frozenset]:
+    """Normalised (yes, no) token-text sets; defaults ``{"yes"}`` and ``{"no"}``.
+
+    Raises:
+        ValueError: a set is empty after normalisation, or the two sets overlap.
+    """
+    ys = frozenset(normalize_token(t) for t in (YES_VARIANTS if yes is None else yes)) - {""}
+    ns = frozenset(normalize_token(t) for t in (NO_VARIANTS if no is None else no)) - {""}
+    if not ys or not ns:
+        raise ValueError("the yes and no token sets must each hold at least one non-blank token")
+    if ys & ns:
+        raise ValueError(f"a token cannot be both a yes and a no variant: {sorted(ys & ns)}")
+    return ys, ns
 
 
 def parse_yes_no(text: Optional[str]) -> Optional[int]:
@@ -51,13 +67,40 @@ def _lse(values: list[float]) -> float:
     return m + math.log(sum(math.exp(v - m) for v in values))
 
 
-def p_yes_from_logprobs(top_logprobs: Mapping[str, float] | list) -> tuple[float, str]:
+def _sigmoid_diff(ly: float, ln: float) -> float:
+    diff = ly - ln
+    if diff == math.inf:
+        return 1.0
+    if diff == -math.inf:
+        return 0.0
+    return 1.0 / (1.0 + math.exp(-diff)) if diff > -700 else 0.0
+
+
+def p_yes_from_sums(log_yes: float, log_no: float) -> tuple[float, float]:
+    """``(P(yes), yes+no mass)`` from the logs of the yes and no variants' total probabilities.
+
+    Raises:
+        ValueError: a value is NaN or positive, or both are -inf (the judge put no mass on an answer).
+    """
+    for v in (log_yes, log_no):
+        if math.isnan(v) or v > 1e-6:
+            raise ValueError(f"invalid log-probability sum {v!r}")
+    if log_yes == -math.inf and log_no == -math.inf:
+        raise ValueError("the yes and no tokens have probability 0 over the whole vocabulary")
+    return _sigmoid_diff(log_yes, log_no), min(1.0, math.exp(log_yes) + math.exp(log_no))
+
+
+def p_yes_from_logprobs(top_logprobs: Mapping[str, float] | list, *, yes=YES_VARIANTS, no=NO_VARIANTS,
+                        with_mass: bool = False):
     """P(yes) = sigmoid(LSE(yes variants) - LSE(no variants)) over the first token's top log-probs.
 
     ``top_logprobs`` maps token text to log-probability (or is a list of
     ``(token, logprob)``). Tokens match after strip + casefold. Returns
     ``(p_yes, source)``: source ``"logprobs"``, or ``"fallback_0.5"`` when
-    neither a yes nor a no variant is among them.
+    neither a yes nor a no variant is among them; with ``with_mass``,
+    ``(p_yes, source, mass)`` where mass is the yes+no probability found among
+    the top-k (a lower bound of the whole-vocabulary mass). ``yes``/``no``: the
+    normalised variant sets (:func:`variant_sets`).
 
     Raises:
         ValueError: a log-probability is NaN or positive, or every yes/no variant has
@@ -68,25 +111,22 @@ def p_yes_from_logprobs(top_logprobs: Mapping[str, float] | list) -> tuple[float
         0.9208
     """
     items = top_logprobs.items() if isinstance(top_logprobs, Mapping) else top_logprobs
-    yes, no = [], []
+    ys, ns = [], []
     for token, lp in items:
         if math.isnan(float(lp)) or float(lp) > 0:
             raise ValueError(f"invalid log-probability {lp!r} for token {token!r}")
         t = normalize_token(token)
-        if t in YES_VARIANTS:
-            yes.append(float(lp))
-        elif t in NO_VARIANTS:
-            no.append(float(lp))
-    if not yes and not no:
-        return 0.5, "fallback_0.5"
-    if _lse(yes) == -math.inf and _lse(no) == -math.inf:
+        if t in yes:
+            ys.append(float(lp))
+        elif t in no:
+            ns.append(float(lp))
+    if not ys and not ns:
+        return (0.5, "fallback_0.5", 0.0) if with_mass else (0.5, "fallback_0.5")
+    ly, ln = _lse(ys), _lse(ns)
+    if ly == -math.inf and ln == -math.inf:
         raise ValueError("both the yes and the no tokens have probability 0 (log-probability -inf)")
-    diff = _lse(yes) - _lse(no)
-    if diff == math.inf:
-        return 1.0, "logprobs"
-    if diff == -math.inf:
-        return 0.0, "logprobs"
-    return 1.0 / (1.0 + math.exp(-diff)), "logprobs"
+    p = _sigmoid_diff(ly, ln)
+    return (p, "logprobs", min(1.0, math.exp(ly) + math.exp(ln))) if with_mass else (p, "logprobs")
 
 
 _TURN_LINE = re.compile(r"turn\s*#?\s*(\d+)\s*[:.)\-–—]*\s*\**\s*(yes|no)\b", re.IGNORECASE)

@@ -54,6 +54,7 @@ class TransformersBackend(JudgeBackend):
     """
 
     name = "transformers"
+    full_vocab = True
 
     def __init__(
         self,
@@ -100,6 +101,7 @@ class TransformersBackend(JudgeBackend):
         self.progress = progress
         self._templates: dict = {}
         self._piece_cache: dict[str, list[int]] = {}
+        self._variant_ids: dict = {}
         self._torch = torch
         self.stats = {"forward_tokens": 0, "prompt_tokens": 0}
 
@@ -145,9 +147,29 @@ class TransformersBackend(JudgeBackend):
             return _Plan(head, history, tail, truncated, f"prompt of {total} tokens exceeds the judge's context of {self.max_context} even without history")
         return _Plan(head, history, tail, truncated)
 
+    def variant_ids(self, variants: tuple) -> tuple:
+        """Token ids (tensors on the model's device) whose normalised text is a yes / a no variant.
+
+        Every vocabulary entry is decoded once per tokenizer and variant pair: ``"Yes"``,
+        ``" yes"``, ``"YES"``, ``"▁yes"`` all count as yes.
+        """
+        key = (tuple(sorted(variants[0])), tuple(sorted(variants[1])))
+        if key not in self._variant_ids:
+            from ._parse import normalize_token
+
+            n = max(len(self.tokenizer), int(getattr(self.model.config, "vocab_size", 0) or 0))
+            texts = self.tokenizer.batch_decode([[i] for i in range(len(self.tokenizer))])
+            yes = [i for i, t in enumerate(texts) if normalize_token(t) in variants[0]]
+            no = [i for i, t in enumerate(texts) if normalize_token(t) in variants[1]]
+            yes, no = [i for i in yes if i < n], [i for i in no if i < n]
+            self._variant_ids[key] = tuple(self._torch.tensor(v, dtype=self._torch.long, device=self.device)
+                                           for v in (yes, no))
+        return self._variant_ids[key]
+
     # ------------------------------------------------------------------ forward passes
 
-    def _last_logprobs(self, hidden, rows, cols, top_k: int):
+    def _last_logprobs(self, hidden, rows, cols, top_k: int, variants: Optional[tuple] = None):
+        """Top-k ``(token, logprob)`` lists at the read positions, with the exact yes/no log-sums when asked."""
         torch = self._torch
         h = hidden[rows, cols]
         logits = self.model.get_output_embeddings()(h).float()
@@ -157,9 +179,18 @@ class TransformersBackend(JudgeBackend):
         lp = torch.log_softmax(logits, dim=-1)
         top = torch.topk(lp, k=min(top_k, lp.shape[-1]), dim=-1)
         values, indices = top.values.cpu().tolist(), top.indices.cpu().tolist()
-        return [[(self.tokenizer.decode([i]), v) for v, i in zip(vs, ids)] for vs, ids in zip(values, indices)]
+        tops = [[(self.tokenizer.decode([i]), v) for v, i in zip(vs, ids)] for vs, ids in zip(values, indices)]
+        if variants is None:
+            return [(t, None) for t in tops]
+        sums = []
+        for ids in self.variant_ids(variants):
+            if ids.numel():
+                sums.append(torch.logsumexp(lp[:, ids], dim=-1).cpu().tolist())
+            else:
+                sums.append([float("-inf")] * lp.shape[0])
+        return [(t, (y, n)) for t, y, n in zip(tops, *sums)]
 
-    def _plain_batches(self, items: list, top_k: int, results: list) -> None:
+    def _plain_batches(self, items: list, top_k: int, results: list, variants=None) -> None:
         """Each prompt on its own row: right padding, a plain causal mask."""
         torch = self._torch
         items = sorted(items, key=lambda it: -len(it[1]))
@@ -174,7 +205,7 @@ class TransformersBackend(JudgeBackend):
             self.stats["forward_tokens"] += int(mask.sum())
             rows = torch.arange(len(batch), device=self.device)
             cols = torch.tensor([len(ids) - 1 for _, ids in batch], device=self.device)
-            for (i, _), lp in zip(batch, self._last_logprobs(out.last_hidden_state, rows, cols, top_k)):
+            for (i, _), lp in zip(batch, self._last_logprobs(out.last_hidden_state, rows, cols, top_k, variants)):
                 results[i] = lp
 
     def _packs(self, group: list) -> list:
@@ -204,7 +235,7 @@ class TransformersBackend(JudgeBackend):
             out.append((trunk, [(i, cum[len(p.history)], p.tail) for i, p in members]))
         return out
 
-    def _packed_batches(self, packs: list, top_k: int, results: list) -> None:
+    def _packed_batches(self, packs: list, top_k: int, results: list, variants=None) -> None:
         torch = self._torch
         seqs = []
         for trunk, branches in packs:
@@ -252,7 +283,7 @@ class TransformersBackend(JudgeBackend):
                     cols.append(c)
                     targets.append(i)
             lps = self._last_logprobs(out.last_hidden_state, torch.tensor(rows, device=self.device),
-                                      torch.tensor(cols, device=self.device), top_k)
+                                      torch.tensor(cols, device=self.device), top_k, variants)
             for i, lp in zip(targets, lps):
                 results[i] = lp
 
@@ -270,7 +301,8 @@ class TransformersBackend(JudgeBackend):
             batches.append(current)
         yield from tqdm(batches, desc="judging", unit="batch", disable=not self.progress or len(batches) < 3, leave=False)
 
-    def first_token_logprobs(self, requests: Sequence[JudgeRequest], *, top_k: int = 20) -> list[JudgeOutput]:
+    def first_token_logprobs(self, requests: Sequence[JudgeRequest], *, top_k: int = 20,
+                             variants: Optional[tuple] = None) -> list[JudgeOutput]:
         torch = self._torch
         plans = [self._plan(r) for r in requests]
         results: list = [None] * len(requests)
@@ -291,12 +323,13 @@ class TransformersBackend(JudgeBackend):
             packs.extend(self._packs(nested))
         with torch.inference_mode():
             if packs:
-                self._packed_batches(packs, top_k, results)
+                self._packed_batches(packs, top_k, results, variants)
             if plain:
-                self._plain_batches(plain, top_k, results)
+                self._plain_batches(plain, top_k, results, variants)
         return [
-            JudgeOutput(error=p.error, truncated=p.truncated) if p.error else JudgeOutput(top_logprobs=lp, truncated=p.truncated)
-            for p, lp in zip(plans, results)
+            JudgeOutput(error=p.error, truncated=p.truncated) if p.error
+            else JudgeOutput(top_logprobs=r[0], yes_no=r[1], truncated=p.truncated)
+            for p, r in zip(plans, results)
         ]
 
     def generate(self, requests: Sequence[JudgeRequest], *, max_tokens: int, temperature: float = 0.0,

@@ -102,7 +102,8 @@ class VLLMBackend(JudgeBackend):
                 outputs[i] = parse(res, truncated)
         return outputs
 
-    def first_token_logprobs(self, requests: Sequence[JudgeRequest], *, top_k: int = 20) -> list[JudgeOutput]:
+    def first_token_logprobs(self, requests: Sequence[JudgeRequest], *, top_k: int = 20,
+                             variants: Optional[tuple] = None) -> list[JudgeOutput]:
         kw = self.sampling_kwargs(max_tokens=1, temperature=0.0, top_k=top_k, seed=None)
         return self._run(requests, 1, kw, lambda res, tr: JudgeOutput(top_logprobs=self.parse_first_token(res), truncated=tr))
 

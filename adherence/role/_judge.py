@@ -20,6 +20,11 @@ class LlmJudgeMethod(Method):
         cols = resources.judge.score(turns)
         score = np.array([np.nan if v is None else v for v in cols["score"]], dtype=np.float64)
         extra = {"p_yes_source": cols["p_yes_source"], "truncated": cols["truncated"]}
-        if resources.judge.config.include_reason:
+        c = resources.judge.config
+        if c.output_mode == "continuous":
+            extra["yes_no_mass"] = cols["yes_no_mass"]
+        if c.include_reason:
             extra["reason"] = cols["reason"]
+        if c.samples > 1:  # -> llm_judge_agreement, llm_judge_samples
+            extra["agreement"], extra["samples"] = cols["agreement"], cols["samples"]
         return MethodResult(score, cols["error"], extra, status=cols["status"])

@@ -16,7 +16,8 @@ __all__ = ["platform_config", "SCORE_FIELDS", "output_schema", "ConversationScor
 #: Columns every scored row gets on the platform paths (a method's other diagnostics are left out).
 SCORE_FIELDS = (pa.field("method", pa.string()), pa.field("score", pa.float64()), pa.field("prediction", pa.int8()),
                 pa.field("status", pa.string()), pa.field("error", pa.string()), pa.field("reason", pa.string()),
-                pa.field("p_yes_source", pa.string()), pa.field("truncated", pa.bool_()))
+                pa.field("p_yes_source", pa.string()), pa.field("truncated", pa.bool_()),
+                pa.field("yes_no_mass", pa.float64()))
 
 
 def platform_config(options: dict, where: str) -> RoleConfig:

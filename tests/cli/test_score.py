@@ -38,7 +38,7 @@ def test_llm_judge_is_the_default_method_and_uses_the_cache(tmp_path, capsys, ti
     scores = read_turn_scores(out)
     assert set(scores.column("method").to_pylist()) == {"llm_judge"}
     assert set(scores.column("status").to_pylist()) == {"ok"}
-    assert set(scores.column("p_yes_source").to_pylist()) <= {"logprobs", "fallback_0.5"}
+    assert set(scores.column("p_yes_source").to_pylist()) == {"full_vocab"}
     meta = json.loads(metadata_path(out).read_text())
     assert meta["config"]["judge"]["model"] == str(tiny_llama_dir) and meta["models"]["judge"]["backend"] == "transformers"
     capsys.readouterr()

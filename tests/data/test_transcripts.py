@@ -141,7 +141,9 @@ def test_hugging_face_datasets(tmp_path):
                         t.column("score").to_pylist()))
 
     a, b = by_key(got), by_key(ref)
-    assert a.keys() == b.keys() and [a[k] for k in b] == pytest.approx([b[k] for k in b], abs=1e-9)
+    # KL's vocabulary is ordered by first occurrence (the paper's tie-break), so a shuffled input sums in
+    # another order: equal up to float32 rounding (no tie at this corpus's cut-off).
+    assert a.keys() == b.keys() and [a[k] for k in b] == pytest.approx([b[k] for k in b], abs=1e-6)
     # a transcripts Dataset from Python
     got = pa.concat_tables(iter_batches(ds, TURNS, transcripts=opts()))
     assert _rows(got) == HF_EXPECTED

@@ -21,7 +21,10 @@ def test_continuous_scores_every_turn(tiny_judge, turns):
     cols = _judge(tiny_judge).score(turns)
     assert set(cols["status"]) == {"ok"}
     assert all(0.0 <= s <= 1.0 for s in cols["score"])
-    assert set(cols["p_yes_source"]) <= {"logprobs", "fallback_0.5"}
+    assert set(cols["p_yes_source"]) == {"full_vocab"}  # in-process: exact over the whole vocabulary
+    assert all(0.0 < m <= 1.0 for m in cols["yes_no_mass"])
+    top = _judge(tiny_judge, full_vocab=False).score(turns)
+    assert set(top["p_yes_source"]) <= {"logprobs", "fallback_0.5"}
 
 
 def test_rows_are_scored_in_conversation_order_whatever_the_input_order(tiny_judge, turns):

@@ -94,3 +94,54 @@ def test_generate_returns_text_per_request(tiny_judge):
     assert len(out) == len(reqs) and all(isinstance(o.text, str) for o in out)
     again = tiny_judge.generate(list(reversed(reqs)), max_tokens=3)
     assert [o.text for o in again][::-1] == [o.text for o in out]  # greedy and order-independent
+
+
+def _independent_p_yes(judge, requests):
+    """P(yes) from a plain forward pass of each chat-templated prompt over the full softmax (no packing, no
+    top-k), with the yes/no token ids found from the tokenizer's own token strings."""
+    import torch
+
+    tok, model = judge.tokenizer, judge.model
+    vocab = tok.convert_ids_to_tokens(list(range(len(tok))))
+    text = [tok.convert_tokens_to_string([t]) for t in vocab]
+    yes = [i for i, t in enumerate(text) if t.strip().lower() == "yes"]
+    no = [i for i, t in enumerate(text) if t.strip().lower() == "no"]
+    assert yes and no
+    out = []
+    with torch.inference_mode():
+        for r in requests:
+            ids = tok.apply_chat_template(r.messages(), add_generation_prompt=True, return_dict=True)["input_ids"]
+            probs = torch.softmax(model(torch.tensor([ids])).logits[0, -1].double(), dim=-1)
+            py, pn = float(probs[yes].sum()), float(probs[no].sum())
+            out.append((py / (py + pn), py + pn))
+    return np.array(out)
+
+
+def test_exact_p_yes_matches_an_independent_full_softmax(smollm_judge):
+    from adherence.judges._parse import p_yes_from_sums, variant_sets
+
+    reqs = _requests()  # the bundled example: 28 turns, packed per conversation
+    outs = smollm_judge.first_token_logprobs(reqs, variants=variant_sets())
+    exact = np.array([p_yes_from_sums(*o.yes_no) for o in outs])
+    ref = _independent_p_yes(smollm_judge, reqs)
+    np.testing.assert_allclose(exact[:, 0], ref[:, 0], atol=1e-5)
+    np.testing.assert_allclose(exact[:, 1], ref[:, 1], atol=1e-5)
+    top20 = _p_yes(outs)
+    gap = np.abs(top20 - ref[:, 0]).max()
+    assert 0 < gap < 0.05  # the top-20 estimate is close but not exact
+
+
+def test_yes_and_no_variant_sets(tiny_judge):
+    from adherence.judges._parse import variant_sets
+
+    yes_ids, no_ids = tiny_judge.variant_ids(variant_sets())
+    words = tiny_judge.tokenizer.convert_ids_to_tokens(yes_ids.tolist() + no_ids.tolist())
+    assert {w.lower() for w in words} == {"yes", "no"}
+    more_yes, _ = tiny_judge.variant_ids(variant_sets(["yes", "true", "correct"], ["no"]))
+    assert len(more_yes) == 3
+    reqs = _requests(1)
+    base = tiny_judge.first_token_logprobs(reqs, variants=variant_sets())
+    wider = tiny_judge.first_token_logprobs(reqs, variants=variant_sets(["yes", "true", "correct"], ["no"]))
+    assert all(w.yes_no[0] > b.yes_no[0] and w.yes_no[1] == pytest.approx(b.yes_no[1]) for w, b in zip(wider, base))
+    with pytest.raises(ValueError, match="both a yes and a no"):
+        variant_sets(["yes", "No "], ["no"])
