@@ -8,6 +8,7 @@ import sys
 from typing import Optional, Sequence
 
 from .._version import __version__
+from ._jobfile import apply_job_file, job_file_argument
 
 # name -> ("module:Class", one-line help). Modules load lazily so `adherence --help` is instant.
 COMMANDS = {
@@ -53,6 +54,7 @@ def _parser(selected: Optional[str]) -> argparse.ArgumentParser:
             cmd = _load(name)
             cmd.add_args(p)
             p.set_defaults(_command=cmd)
+            parser.selected_parser = p
     return parser
 
 
@@ -88,7 +90,20 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     selected = next((a for a in argv if a in COMMANDS), None)
     parser = _parser(selected)
+    job_values: dict = {}
+    job = job_file_argument(argv) if selected else None
+    sub = getattr(parser, "selected_parser", None)
+    if job and sub is not None and any(a.dest == "config_file" for a in sub._actions):
+        from ..data import DataError
+
+        try:
+            job_values = apply_job_file(sub, job)
+        except DataError as exc:
+            print(f"adherence {selected}: error: {exc}", file=sys.stderr)
+            return 2
     args = parser.parse_args(argv)
+    if job_values:
+        args._job_file, args._job_values = job, job_values
     if getattr(args, "_command", None) is None:
         parser.print_help()
         return 0 if not argv else 2

@@ -15,6 +15,14 @@ def _summary(summary: dict) -> str:
         f"{s['shards']} shard(s) on {s['executor']}" + (f", {s['shards_resumed']} resumed" if s["shards_resumed"] else ""),
         f"  ok {s['ok']}  error {s['error']}  unscored {s['unscored']}  sessions {s['sessions']}",
     ]
+    u = s.get("judge_usage")
+    if u:
+        parts = [f"{u.get('calls', 0)} judge calls ({u.get('cache_hits', 0)} from the cache)"]
+        for key, label in (("prompt_tokens", "prompt tokens"), ("forward_tokens", "forward tokens after prefix sharing"),
+                           ("generated_tokens", "generated tokens")):
+            if key in u:
+                parts.append(f"{u[key]:,} {label}")
+        lines.append("  " + ", ".join(parts))
     sk = s.get("skipped_records")
     if sk:
         lines.append(f"  skipped {sk['count']} malformed input record(s) ({', '.join(sk['first'])}"
@@ -43,8 +51,14 @@ class ScoreCommand(Command):
     def add_args(self, p: argparse.ArgumentParser) -> None:
         from ..role import METHODS
 
-        p.add_argument("input", help="turns or chat transcripts: .parquet (file or directory), .jsonl, .csv, .json, "
-                       ".arrow, or a Hugging Face dataset directory (save_to_disk)")
+        p.add_argument("input", nargs="?", help="turns or chat transcripts: .parquet (file or directory), .jsonl, .csv, "
+                       ".json, .arrow, or a Hugging Face dataset directory (save_to_disk)")
+        p.add_argument("--config", dest="config_file", metavar="JOB.yaml",
+                       help="a YAML file of options (any flag below, e.g. `judge-model: PATH`, and `input`); flags on "
+                       "the command line override it; the resolved options are written to the run metadata")
+        p.add_argument("--dry-run", action="store_true",
+                       help="llm_judge: print turns, judge calls and token counts (prompt, after prefix sharing, "
+                       "generated) without loading the judge model, then exit")
         p.add_argument("--input-format", default="auto", choices=["auto", "turns", "openai", "sharegpt"],
                        help="auto (default): flat turns, or OpenAI {messages} / ShareGPT {conversations} transcripts "
                        "detected from the first record")
@@ -53,13 +67,18 @@ class ScoreCommand(Command):
         p.add_argument("--role-file", metavar="FILE", help="like --role, read from a file")
         p.add_argument("--strict-input", action="store_true",
                        help="a malformed transcript is an error (default: skipped with a warning and counted)")
-        p.add_argument("-o", "--output", required=True, help="turn scores: .parquet, .jsonl or .csv")
+        p.add_argument("-o", "--output", help="turn scores: .parquet, .jsonl or .csv (required unless --dry-run)")
         p.add_argument("--method", default="llm_judge", choices=list(METHODS), help="scoring method (default llm_judge)")
         p.add_argument("--references", dest="reference_pool", default="per_turn", choices=["per_turn", "dataset"],
                        help="knn reference pool: each turn's references, or every ground truth of the set")
         p.add_argument("--alpha", default="median", help="Mahalanobis scale: a number or 'median' (default)")
         p.add_argument("--threshold", type=float, default=0.5, help="adherence threshold (default 0.5)")
-        p.add_argument("--strict", action="store_true", help="a session is 1 only if every turn reaches the threshold")
+        p.add_argument("--strict", action="store_true",
+                       help="a session is 1 only if every turn was scored and reaches the threshold (an unscored or "
+                       "error turn makes it 0)")
+        p.add_argument("--session-mode", default="mean", choices=["mean", "threshold_mean"],
+                       help="session score: mean turn score (default), or threshold_mean: the share of turns at or "
+                       "above the threshold (pygaussia's binary session score)")
         p.add_argument("--sessions-output", help="session scores file (default: OUTPUT with .sessions before the extension)")
         p.add_argument("--encoder", help="encoder: local path, bundled:all-MiniLM-L6-v2 (default) or a cached hub id")
         p.add_argument("--nli-model", help="local path of an NLI model (method nli)")
@@ -69,9 +88,34 @@ class ScoreCommand(Command):
         j = p.add_argument_group("llm_judge")
         j.add_argument("--judge-model", help="judge: local path, hub id in the local cache, or the server's model name "
                        "(default: the bundled SmolLM2-135M-Instruct, a smoke-test judge)")
-        j.add_argument("--backend", default="transformers", choices=["transformers", "vllm", "openai"])
-        j.add_argument("--output-mode", default="continuous", choices=["binary", "continuous"])
-        j.add_argument("--granularity", default="turn", choices=["turn", "conversation"])
+        j.add_argument("--backend", default="transformers", choices=["transformers", "vllm", "openai"],
+                       help="transformers: in-process (default); vllm: offline vllm.LLM; openai: any OpenAI-compatible "
+                       "server (vLLM, TGI, Ollama, llama.cpp) at --base-url")
+        j.add_argument("--output-mode", default="continuous", choices=["binary", "continuous"],
+                       help="continuous: P(yes) at the first answer token (default; exact over the whole vocabulary "
+                       "in-process); binary: a YES/NO verdict")
+        j.add_argument("--granularity", default="turn", choices=["turn", "conversation"],
+                       help="turn: one judge call per turn with its history (default); conversation: one call per "
+                       "conversation with a verdict per turn (binary)")
+        j.add_argument("--top-logprobs", type=int, default=20, metavar="K",
+                       help="first-token log-probabilities read from servers / with --no-full-vocab (default 20)")
+        j.add_argument("--no-full-vocab", action="store_true",
+                       help="transformers backend: read P(yes) from the top-K like a server instead of the exact "
+                       "whole-vocabulary sum")
+        j.add_argument("--yes-tokens", nargs="+", metavar="TOKEN",
+                       help="token texts that count as a yes (default: yes; case and spaces ignored)")
+        j.add_argument("--no-tokens", nargs="+", metavar="TOKEN", help="token texts that count as a no (default: no)")
+        j.add_argument("--max-history", type=int, metavar="N",
+                       help="keep only the last N earlier exchanges in each turn's prompt (default: all)")
+        j.add_argument("--judge-template", metavar="FILE",
+                       help="per-turn prompt template with {role} {history} {user} {assistant}, ending with the question")
+        j.add_argument("--judge-system", metavar="TEXT", help="a system message sent with every judge prompt")
+        j.add_argument("--judge-layout", default="user", choices=["user", "system"],
+                       help="user: the prompt is the user message (default); system: the filled prompt is the system "
+                       "message and the user message asks for the verdict (pygaussia's layout)")
+        j.add_argument("--samples", type=int, default=1, metavar="K",
+                       help="self-consistency: K judge calls per turn, majority verdict (binary, needs --temperature "
+                       "> 0) with the agreement share in llm_judge_agreement (default 1)")
         j.add_argument("--include-reason", action="store_true", help="store a generated justification in `reason`")
         j.add_argument("--judge-cache", help="SQLite judge-call cache (re-runs cost nothing; interrupted runs resume)")
         j.add_argument("--base-url", help="openai backend: server URL, e.g. http://127.0.0.1:8000/v1")
@@ -84,7 +128,8 @@ class ScoreCommand(Command):
         j.add_argument("--binary-fallback", action="store_true",
                        help="continuous mode on a provider without logprobs: fall back to binary verdicts")
         j.add_argument("--no-prefix-sharing", action="store_true", help="transformers backend: one forward pass per turn")
-        j.add_argument("--temperature", type=float, default=0.0)
+        j.add_argument("--temperature", type=float, default=0.0,
+                       help="sampling temperature of generated verdicts and reasons (default 0: greedy)")
         e = p.add_argument_group("engine")
         e.add_argument("--executor", default="local", choices=["local", "ray"], help="where shards run (default local)")
         e.add_argument("--ray-address", help="an existing Ray cluster (default: start a local one)")
@@ -98,9 +143,9 @@ class ScoreCommand(Command):
                        help="exit 1 when more than this fraction of rows is status=error (default 1.0: only when "
                        "nothing was scored or a shard failed)")
         p.add_argument("--device", help="cuda, cpu, ... (default: cuda when available)")
-        p.add_argument("--batch-size", type=int, default=64)
+        p.add_argument("--batch-size", type=int, default=64, help="encoder texts per forward pass (default 64)")
         p.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples for session CIs (0: none)")
-        p.add_argument("--seed", type=int, default=42)
+        p.add_argument("--seed", type=int, default=42, help="seed of the session bootstrap (default 42)")
         p.add_argument("--no-progress", action="store_true", help="hide progress bars")
 
     def run(self, args: argparse.Namespace) -> int:
@@ -121,10 +166,26 @@ class ScoreCommand(Command):
             except (OSError, UnicodeDecodeError) as exc:
                 raise DataError(f"cannot read the role file ({exc})", file=args.role_file) from None
 
+        if args.input is None:
+            raise ValueError("give the input file (or `input:` in --config)")
+        if args.output is None and not args.dry_run:
+            raise ValueError("give -o/--output (or `output:` in --config)")
+        if args.dry_run and args.method != "llm_judge":
+            raise ValueError("--dry-run counts judge tokens: it applies to --method llm_judge")
         judge = None
         if args.method == "llm_judge":
             from ..judges import JudgeConfig
 
+            template = None
+            if args.judge_template:
+                from pathlib import Path
+
+                from ..data import DataError
+
+                try:
+                    template = Path(args.judge_template).read_text(encoding="utf-8")
+                except (OSError, UnicodeDecodeError) as exc:
+                    raise DataError(f"cannot read the judge template ({exc})", file=args.judge_template) from None
             opts: dict = {}
             if args.backend == "transformers":
                 opts = {"device": args.device, "prefix_sharing": not args.no_prefix_sharing, "progress": not args.no_progress}
@@ -134,21 +195,33 @@ class ScoreCommand(Command):
             judge = JudgeConfig(
                 model=args.judge_model, backend=args.backend, output_mode=args.output_mode, granularity=args.granularity,
                 include_reason=args.include_reason, cache=args.judge_cache, binary_fallback=args.binary_fallback,
-                temperature=args.temperature, backend_options=opts,
+                temperature=args.temperature, backend_options=opts, top_k=args.top_logprobs,
+                full_vocab=not args.no_full_vocab, yes_tokens=args.yes_tokens, no_tokens=args.no_tokens,
+                max_history=args.max_history, template=template, system=args.judge_system, layout=args.judge_layout,
+                samples=args.samples,
             )
         config = RoleConfig(
             method=args.method, encoder=args.encoder, reference_pool=args.reference_pool, alpha=args.alpha,
-            threshold=args.threshold, strict_mode=args.strict, nli_model=args.nli_model,
+            threshold=args.threshold, strict_mode=args.strict, session_mode=args.session_mode, nli_model=args.nli_model,
             bertscore_layer=args.bertscore_layer, bertscore_idf=args.idf, bertscore_baseline=args.baseline,
             device=args.device, batch_size=args.batch_size, progress=not args.no_progress, judge=judge,
         )
+        if args.dry_run:
+            from ..judges._dryrun import dry_run
+
+            print(dry_run(args.input, config, input_format=args.input_format, role=role_text,
+                          strict_input=args.strict_input))
+            return 0
         from ..engine import Engine
 
+        job = {"command": "score", "config_file": getattr(args, "_job_file", None),
+               "from_config_file": sorted(getattr(args, "_job_values", {})),
+               "options": {k: v for k, v in vars(args).items() if not k.startswith("_")}}
         engine = Engine(config=config, executor=args.executor, num_workers=args.num_workers,
                         gpus_per_worker=args.gpus_per_worker, ray_address=args.ray_address, shard_size=args.shard_size,
                         work_dir=args.work_dir, resume=args.resume, progress=not args.no_progress,
                         n_bootstrap=args.bootstrap, seed=args.seed, keep_work_dir=args.keep_work_dir,
-                        input_format=args.input_format, role=role_text, strict_input=args.strict_input)
+                        input_format=args.input_format, role=role_text, strict_input=args.strict_input, job=job)
         result = engine.run(args.input, args.output, sessions_output=args.sessions_output)
         print(_summary(result.summary))
         print(f"wrote {result.output} and {result.sessions_output}", file=sys.stderr)

@@ -82,13 +82,15 @@ class Engine:
                  shard_size: int = 100_000, work_dir: Optional[Union[str, os.PathLike]] = None, resume: bool = False,
                  progress: bool = True, n_bootstrap: int = 1000, seed: int = 42, max_retries: int = 2,
                  batch_size: int = 65_536, keep_work_dir: bool = False, input_format: str = "auto",
-                 role: Optional[str] = None, strict_input: bool = False, **method_options: Any) -> None:
+                 role: Optional[str] = None, strict_input: bool = False, job: Optional[dict] = None,
+                 **method_options: Any) -> None:
         if config is None:
             config = RoleConfig(method=method or "llm_judge", **method_options)
         elif method_options or (method and method != config.method):
             config = dataclasses.replace(config, method=method or config.method, **method_options)
         if executor not in ("local", "ray"):
             raise ValueError(f"`executor` must be 'local' or 'ray', got {executor!r}")
+        self.job = job  # the caller's resolved options (e.g. the CLI's, with its --config file), kept in the metadata
         if shard_size < 1 or num_workers < 1:
             raise ValueError("`shard_size` and `num_workers` must be >= 1")
         self.config = config
@@ -308,7 +310,8 @@ class Engine:
                 t = _conform_schema(t.drop_columns(["_row"]), schema)
                 sink.write(t)
                 sessions = aggregate_sessions(t, threshold=self.config.threshold, strict_mode=self.config.strict_mode,
-                                              n_bootstrap=self.n_bootstrap, seed=self.seed)
+                                              session_mode=self.config.session_mode, n_bootstrap=self.n_bootstrap,
+                                              seed=self.seed)
                 if sessions_sink is None:
                     sessions_sink = _TableSink(temp_path(sessions_path), output_format(sessions_path),
                                                sessions.schema)
@@ -331,6 +334,12 @@ class Engine:
                 "elapsed_s": elapsed, "turns_per_s": totals["rows"] / elapsed if elapsed > 0 else None,
                 "executor": self.executor_name,
             }
+            usage: dict = {}
+            for r in results.values():  # this run's work only: resumed shards were paid for earlier
+                for k, v in ({} if r.get("resumed") else r.get("judge_usage") or {}).items():
+                    usage[k] = usage.get(k, 0) + v
+            if usage:
+                summary["judge_usage"] = usage
             if plan.skipped:
                 summary["skipped_records"] = skipped_summary(plan.skipped)
             if failed:
@@ -344,6 +353,8 @@ class Engine:
                               "shard_size": self.shard_size, "shards": len(plan.shards), "work_dir": str(work),
                               "input_fingerprint": plan.fingerprint}
             meta["summary"] = summary
+            if self.job:
+                meta["job"] = self.job
             meta["outputs"] = {"turns": str(out_path), "sessions": str(sessions_path), "rows": written}
             for target in (out_path, sessions_path):
                 publisher.add_text(metadata_path(target), json.dumps(meta, indent=2, ensure_ascii=False,

@@ -52,6 +52,7 @@ class ShardWorker:
         except (OSError, pa.ArrowInvalid) as exc:
             raise RuntimeError(f"shard {task['shard_id']}: cannot read its input {task['input']}: {exc}") from None
         failed = None
+        before = self.resources.usage()
         try:
             scores = score_turns(table, self.config.method, config=self.config, resources=self.resources)
         except Exception as exc:  # noqa: BLE001 - a failing shard must not take the job down or lose rows
@@ -71,4 +72,5 @@ class ShardWorker:
             "error": status.count("error"), "unscored": status.count("unscored"), "failed": failed,
             "digest": content_digest(out), "seconds": time.perf_counter() - start, "pid": self.pid,
             "models": self.resources.describe(),
+            "judge_usage": {k: v - before.get(k, 0) for k, v in self.resources.usage().items()},
         }

@@ -82,6 +82,7 @@ class OpenAIBackend(JudgeBackend):
         self.concurrency, self.timeout, self.max_retries, self.backoff = concurrency, timeout, max_retries, backoff
         self.supports_logprobs = True
         self.calls = 0
+        self.stats = {"prompt_tokens": 0, "generated_tokens": 0}  # from the servers' `usage`, when they send it
 
     @property
     def model_id(self) -> str:
@@ -232,6 +233,7 @@ class OpenAIBackend(JudgeBackend):
                         raise
                     except RuntimeError as exc:
                         return JudgeOutput(error=f"judge server: {exc}")
+                    self._count_usage(resp)
                     try:
                         if logprobs:
                             return JudgeOutput(top_logprobs=self.parse_logprobs(resp))
@@ -242,6 +244,14 @@ class OpenAIBackend(JudgeBackend):
                         return JudgeOutput(error=f"judge server: malformed response ({type(exc).__name__}: {exc})")
 
             return list(await asyncio.gather(*(one(r) for r in requests)))
+
+    def _count_usage(self, resp) -> None:
+        usage = resp.get("usage") if isinstance(resp, dict) else None
+        if isinstance(usage, dict):
+            for ours, theirs in (("prompt_tokens", "prompt_tokens"), ("generated_tokens", "completion_tokens")):
+                v = usage.get(theirs)
+                if isinstance(v, int) and v >= 0:
+                    self.stats[ours] += v
 
     def _sync(self, requests, **kw) -> list[JudgeOutput]:
         try:

@@ -103,7 +103,7 @@ class TransformersBackend(JudgeBackend):
         self._piece_cache: dict[str, list[int]] = {}
         self._variant_ids: dict = {}
         self._torch = torch
-        self.stats = {"forward_tokens": 0, "prompt_tokens": 0}
+        self.stats = {"forward_tokens": 0, "prompt_tokens": 0, "generated_tokens": 0}
 
     @property
     def model_id(self) -> str:
@@ -301,16 +301,12 @@ class TransformersBackend(JudgeBackend):
             batches.append(current)
         yield from tqdm(batches, desc="judging", unit="batch", disable=not self.progress or len(batches) < 3, leave=False)
 
-    def first_token_logprobs(self, requests: Sequence[JudgeRequest], *, top_k: int = 20,
-                             variants: Optional[tuple] = None) -> list[JudgeOutput]:
-        torch = self._torch
-        plans = [self._plan(r) for r in requests]
-        results: list = [None] * len(requests)
+    def _arrange(self, requests: Sequence[JudgeRequest], plans: list) -> tuple[list, list]:
+        """``(plain, packs)``: prompts run on their own row, and conversations packed with a shared trunk."""
         plain, groups = [], {}
         for i, (req, plan) in enumerate(zip(requests, plans)):
             if plan.error:
                 continue
-            self.stats["prompt_tokens"] += len(plan.ids)
             if self.prefix_sharing and len(req.pieces) > 1 and not plan.truncated:
                 groups.setdefault((req.group, req.system, req.pieces[0]), []).append((i, plan))
             else:
@@ -321,6 +317,46 @@ class TransformersBackend(JudgeBackend):
             nested = [it for it in members if it[1].history == longest.history[: len(it[1].history)]]
             plain.extend((i, p.ids) for i, p in members if all(i != j for j, _ in nested))
             packs.extend(self._packs(nested))
+        return plain, packs
+
+    def count_tokens(self, requests: Sequence[JudgeRequest], *, reserve: int = 1) -> dict:
+        """Token counts of ``requests`` without running the model: ``prompt_tokens`` (each prompt's
+        length), ``forward_tokens`` (what the packed forward passes would run), ``too_long`` (prompts over
+        the context even without history) and ``truncated``."""
+        plans = [self._plan(r, reserve=reserve) for r in requests]
+        plain, packs = self._arrange(requests, plans)
+        forward = sum(len(ids) for _, ids in plain) + sum(len(trunk) + sum(len(t) for _, _, t in branches)
+                                                          for trunk, branches in packs)
+        return {"prompt_tokens": sum(len(p.ids) for p in plans if not p.error), "forward_tokens": forward,
+                "too_long": sum(1 for p in plans if p.error), "truncated": sum(1 for p in plans if p.truncated)}
+
+    @classmethod
+    def tokenizer_only(cls, model: Optional[str] = None, *, max_context: Optional[int] = None,
+                       prefix_sharing: bool = True) -> "TransformersBackend":
+        """A backend that can plan and count tokens (:meth:`count_tokens`) but holds no weights."""
+        from transformers import AutoConfig, AutoTokenizer
+
+        self = cls.__new__(cls)
+        self.resolved = resolve_model(model or DEFAULT_JUDGE)
+        kwargs = {"gguf_file": self.resolved.gguf_file} if self.resolved.gguf_file else {}
+        path = str(self.resolved.path)
+        self.tokenizer = AutoTokenizer.from_pretrained(path, **kwargs)
+        try:
+            limit = getattr(AutoConfig.from_pretrained(path, **kwargs), "max_position_embeddings", None)
+        except (OSError, ValueError):
+            limit = None
+        self.max_context = int(max_context or limit or 4096)
+        self.prefix_sharing, self.pack_tokens = prefix_sharing, 4096
+        self._templates, self._piece_cache = {}, {}
+        return self
+
+    def first_token_logprobs(self, requests: Sequence[JudgeRequest], *, top_k: int = 20,
+                             variants: Optional[tuple] = None) -> list[JudgeOutput]:
+        torch = self._torch
+        plans = [self._plan(r) for r in requests]
+        results: list = [None] * len(requests)
+        plain, packs = self._arrange(requests, plans)
+        self.stats["prompt_tokens"] += sum(len(p.ids) for p in plans if not p.error)
         with torch.inference_mode():
             if packs:
                 self._packed_batches(packs, top_k, results, variants)
@@ -355,8 +391,12 @@ class TransformersBackend(JudgeBackend):
                 else:
                     kwargs.update(temperature=None, top_p=None, top_k=None)
                 out = self.model.generate(input_ids=input_ids.to(self.device), attention_mask=mask.to(self.device), **kwargs)
+                self.stats["prompt_tokens"] += int(mask.sum())
+                self.stats["forward_tokens"] += int(mask.sum())
+                new = out[:, L:]
+                self.stats["generated_tokens"] += int((new != pad).sum())
                 for r, (i, _) in enumerate(batch):
-                    texts[i] = self.tokenizer.decode(out[r, L:], skip_special_tokens=True)
+                    texts[i] = self.tokenizer.decode(new[r], skip_special_tokens=True)
         return [
             JudgeOutput(error=p.error, truncated=p.truncated) if p.error else JudgeOutput(text=t, truncated=p.truncated)
             for p, t in zip(plans, texts)

@@ -51,6 +51,7 @@ class VLLMBackend(JudgeBackend):
             max_model_len = getattr(cfg, "max_model_len", None)
         self.max_model_len = max_model_len
         self.progress = progress
+        self.stats = {"prompt_tokens": 0, "generated_tokens": 0}
 
     @property
     def model_id(self) -> str:
@@ -100,6 +101,8 @@ class VLLMBackend(JudgeBackend):
             results = self.llm.generate(prompts, self._params_cls(**kw), use_tqdm=self.progress)
             for (i, truncated), res in zip(slots, results):
                 outputs[i] = parse(res, truncated)
+                self.stats["prompt_tokens"] += len(getattr(res, "prompt_token_ids", None) or [])
+                self.stats["generated_tokens"] += len(getattr(res.outputs[0], "token_ids", None) or [])
         return outputs
 
     def first_token_logprobs(self, requests: Sequence[JudgeRequest], *, top_k: int = 20,

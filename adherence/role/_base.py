@@ -49,7 +49,9 @@ class RoleConfig:
             every shard of a job sees the whole job's references).
         judge: options of the ``llm_judge`` method (:class:`adherence.judges.JudgeConfig`).
         threshold: turn/session decision threshold; ``strict_mode`` makes a session
-            score 1 only if every turn reaches it.
+            score 1 only if every turn was scored and reaches it.
+        session_mode: ``mean`` (mean turn score) or ``threshold_mean`` (mean of the
+            thresholded turn decisions).
         device, batch_size, progress: execution options.
     """
 
@@ -69,6 +71,7 @@ class RoleConfig:
     reference_file: Optional[str] = None
     threshold: float = 0.5
     strict_mode: bool = False
+    session_mode: str = "mean"
     device: Optional[str] = None
     batch_size: int = 64
     progress: bool = True
@@ -86,6 +89,8 @@ class RoleConfig:
                     raise ValueError(f"`alpha` must be a positive number or 'median', got {self.alpha!r}") from None
         if not isinstance(self.alpha, str) and not self.alpha > 0:
             raise ValueError(f"`alpha` must be a positive number or 'median', got {self.alpha!r}")
+        if self.session_mode not in ("mean", "threshold_mean"):
+            raise ValueError(f"`session_mode` must be 'mean' or 'threshold_mean', got {self.session_mode!r}")
         if not 0.0 <= self.threshold <= 1.0:
             raise ValueError(f"`threshold` must be in [0, 1], got {self.threshold}")
         if self.lam < 0:
@@ -210,6 +215,10 @@ class Resources:
 
             self._judge = RoleJudge(self.config.judge or JudgeConfig())
         return self._judge
+
+    def usage(self) -> dict:
+        """Judge counters so far (calls, cache hits, prompt / forward / generated tokens); {} without a judge."""
+        return dict(self._judge.stats) if self._judge is not None else {}
 
     def describe(self) -> dict:
         out = {"encoder": self._encoder.resolved.describe()} if self._encoder is not None else {}

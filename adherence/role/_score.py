@@ -124,20 +124,30 @@ def aggregate_sessions(
     *,
     threshold: float = 0.5,
     strict_mode: bool = False,
+    session_mode: str = "mean",
     n_bootstrap: int = 1000,
     seed: int = 42,
     level: float = 0.95,
 ) -> pa.Table:
     """Session scores: the weighted mean of a conversation's scored turns.
 
-    ``weight`` (when present, null = 1) weights the mean; ``strict_mode`` makes
-    a session 1.0 only if every scored turn reaches ``threshold`` (else 0.0);
-    ``ci_low``/``ci_high`` is a percentile bootstrap over the session's scored turns
-    (the same resamples as :func:`adherence.stats.bootstrap_ci` with ``seed``, computed
-    for all sessions of one length at once). A session with no scored turn, or whose
-    scored turns all weigh 0, has a null score and ``adherent``.
+    ``weight`` (when present, null = 1) weights the mean. ``session_mode="mean"``
+    averages the turn scores (P(yes) for the continuous judge); ``"threshold_mean"``
+    first turns each score into a decision (score >= ``threshold``: 1, else 0) and
+    averages those (pygaussia's binary session score). ``strict_mode`` makes a session
+    1.0 only if every turn was scored and reaches ``threshold``: a turn left unscored
+    or in error makes it 0.0, since it cannot be shown to adhere. ``ci_low``/``ci_high``
+    is a percentile bootstrap over the session's scored turns (the same resamples as
+    :func:`adherence.stats.bootstrap_ci` with ``seed``, computed for all sessions of one
+    length at once). A session with no scored turn, or whose scored turns all weigh 0,
+    has a null score and ``adherent``.
     """
+    if session_mode not in ("mean", "threshold_mean"):
+        raise ValueError(f"`session_mode` must be 'mean' or 'threshold_mean', got {session_mode!r}")
     s = scores.column("score").cast(pa.float64()).fill_null(np.nan).to_numpy(zero_copy_only=False)
+    if session_mode == "threshold_mean":
+        with np.errstate(invalid="ignore"):
+            s = np.where(np.isnan(s), np.nan, (s >= threshold).astype(np.float64))
     w = _weights(scores)
     cid = scores.column("conversation_id").combine_chunks().dictionary_encode()
     if "method" in scores.column_names:
@@ -159,7 +169,8 @@ def aggregate_sessions(
         score = np.where((n_ok > 0) & (wsum > 0), sw / wsum, np.nan)
     if strict_mode:
         below = np.bincount(inverse[ok], weights=(s[ok] < threshold).astype(float), minlength=n)
-        score = np.where(n_ok > 0, (below == 0).astype(float), np.nan)
+        unscored = n_turns - n_ok  # unscored / error turns (and bad weights) cannot pass a strict session
+        score = np.where(n_ok > 0, ((below == 0) & (unscored == 0)).astype(float), np.nan)
     low, high = np.full(n, np.nan), np.full(n, np.nan)
     if n_bootstrap > 0 and not strict_mode:
         rows_ok = np.flatnonzero(ok)

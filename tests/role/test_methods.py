@@ -233,9 +233,37 @@ def test_session_aggregation():
     assert b["score"] == pytest.approx(0.7) and b["adherent"] is True
     assert c["score"] is None and c["adherent"] is None
     strict = aggregate_sessions(t, strict_mode=True, threshold=0.25).to_pylist()
-    assert strict[0]["score"] == 1.0 and strict[1]["score"] == 1.0
-    strict = aggregate_sessions(t, strict_mode=True, threshold=0.5).to_pylist()
-    assert strict[0]["score"] == 0.0
+    # a's scored turns all pass 0.25, but its third turn was not scored: a strict session cannot pass
+    assert strict[0]["score"] == 0.0 and strict[0]["adherent"] is False and strict[1]["score"] == 1.0
+    assert strict[2]["score"] is None  # nothing scored at all: no verdict
+    strict = aggregate_sessions(t.filter(pa.compute.field("status") == "ok"), strict_mode=True,
+                                threshold=0.25).to_pylist()
+    assert strict[0]["score"] == 1.0
+    one_unscored = pa.table({"conversation_id": ["x", "x"], "method": ["m"] * 2, "score": [1.0, None]})
+    assert aggregate_sessions(one_unscored, strict_mode=True, n_bootstrap=0).to_pylist()[0]["adherent"] is False
+
+
+def test_threshold_mean_sessions_equal_pandas(rng):
+    import pandas as pd
+
+    n = 500
+    conv = rng.integers(0, 60, n)
+    score = rng.random(n)
+    score[rng.random(n) < 0.1] = np.nan
+    weight = rng.random(n) + 0.1
+    t = pa.table({"conversation_id": [f"c{c}" for c in conv], "method": ["m"] * n,
+                  "score": pa.array(score, mask=np.isnan(score)), "weight": weight})
+    got = {r["conversation_id"]: r for r in
+           aggregate_sessions(t, session_mode="threshold_mean", threshold=0.6, n_bootstrap=0).to_pylist()}
+    df = pd.DataFrame({"c": [f"c{c}" for c in conv], "s": score, "w": weight}).dropna()
+    df["d"] = (df.s >= 0.6).astype(float)
+    ref = df.assign(dw=df.d * df.w).groupby("c")[["dw", "w"]].sum()
+    for cid, row in ref.iterrows():
+        assert got[cid]["score"] == pytest.approx(row.dw / row.w, rel=1e-12)
+    mean = {r["conversation_id"]: r["score"] for r in aggregate_sessions(t, n_bootstrap=0).to_pylist()}
+    assert any(abs(mean[c] - got[c]["score"]) > 0.05 for c in ref.index)  # the two modes really differ
+    with pytest.raises(ValueError, match="session_mode"):
+        aggregate_sessions(t, session_mode="median")
 
 
 def test_vectorised_session_intervals_equal_the_per_session_bootstrap(rng):

@@ -1,0 +1,133 @@
+"""The judge's options through the CLI, a job file and the Python API, on a real (tiny, random-weight) judge."""
+
+import json
+
+import numpy as np
+import pytest
+
+from adherence.cli.main import main
+from adherence.data import example_path, metadata_path, read_turn_scores, read_turns
+from adherence.judges import JudgeCache, JudgeConfig, RoleJudge, turn_requests
+
+
+def _score(tmp_path, tiny_llama_dir, name, *extra):
+    out = tmp_path / f"{name}.parquet"
+    args = ["score", str(example_path("role")), "-o", str(out), "--judge-model", str(tiny_llama_dir),
+            "--no-progress", "--bootstrap", "0", "--device", "cpu", *extra]
+    return main(args), out
+
+
+def _scores(path):
+    return np.array(read_turn_scores(path).column("score").to_pylist(), dtype=float)
+
+
+def test_job_file_sets_options_and_flags_override_it(tmp_path, tiny_llama_dir, capsys):
+    out = tmp_path / "job.parquet"
+    job = tmp_path / "job.yaml"
+    job.write_text(f"input: {example_path('role')}\noutput: {out}\njudge-model: {tiny_llama_dir}\n"
+                   "session_mode: threshold_mean\nthreshold: 0.9\nno-progress: true\nbootstrap: 0\ndevice: cpu\n"
+                   "yes-tokens: [yes, true, on]\n")
+    assert main(["score", "--config", str(job), "--threshold", "0.1"]) == 0  # the flag wins over the file
+    meta = json.loads(metadata_path(out).read_text())
+    assert meta["config"]["threshold"] == 0.1 and meta["config"]["session_mode"] == "threshold_mean"
+    assert [t.lower() for t in meta["config"]["judge"]["yes_tokens"]] == ["yes", "true", "on"]  # text, not booleans
+    assert meta["job"]["config_file"] == str(job) and "judge_model" in meta["job"]["from_config_file"]
+    sessions = read_turn_scores(out)
+    assert sessions.num_rows == 28
+    capsys.readouterr()
+    job.write_text("judge_modle: x\n")
+    assert main(["score", "--config", str(job)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and str(job) in err and "did you mean 'judge-model'" in err
+    job.write_text("session-mode: median\n")
+    assert main(["score", "--config", str(job)]) == 2
+    assert "not one of mean, threshold_mean" in capsys.readouterr().err
+    job.write_text("- a list\n")
+    assert main(["score", "--config", str(job)]) == 2
+
+
+def test_dry_run_counts_what_the_run_uses(tmp_path, tiny_llama_dir, capsys):
+    from adherence.judges._dryrun import judge_plan
+    from adherence.judges._transformers import TransformersBackend
+    from adherence.role import RoleConfig
+
+    turns = read_turns(example_path("role"))
+    for jc in (JudgeConfig(model=str(tiny_llama_dir)), JudgeConfig(model=str(tiny_llama_dir), max_history=1)):
+        plan = judge_plan(turns, RoleConfig(judge=jc))
+        backend = TransformersBackend(str(tiny_llama_dir), device="cpu", progress=False)
+        judge = RoleJudge(jc, backend=backend)
+        judge.score(turns)
+        assert plan["judge_calls"] == judge.stats["calls"] == 28
+        assert plan["prompt_tokens"] == judge.stats["prompt_tokens"]
+        assert plan["forward_tokens"] == judge.stats["forward_tokens"] < plan["prompt_tokens"]
+    out = tmp_path / "never.parquet"
+    rc = main(["score", str(example_path("role")), "-o", str(out), "--judge-model", str(tiny_llama_dir),
+               "--dry-run", "--max-history", "1"])
+    text = capsys.readouterr().out
+    assert rc == 0 and "28 judge calls" in text and f"{plan['forward_tokens']:,} forward tokens" in text
+    assert not out.exists()
+
+
+def test_usage_is_in_the_summary_and_the_cache_is_counted(tmp_path, tiny_llama_dir, capsys):
+    cache = str(tmp_path / "c.sqlite")
+    for expect_hits in (0, 28):
+        rc, out = _score(tmp_path, tiny_llama_dir, f"u{expect_hits}", "--judge-cache", cache)
+        assert rc == 0
+        usage = json.loads(metadata_path(out).read_text())["summary"]["judge_usage"]
+        assert usage["cache_hits"] == expect_hits and usage["calls"] == 28 - expect_hits
+        assert f"{28 - expect_hits} judge calls ({expect_hits} from the cache)" in capsys.readouterr().out
+
+
+def test_yes_tokens_template_system_and_layout_change_the_prompts_and_scores(tmp_path, tiny_llama_dir, capsys):
+    rc, base = _score(tmp_path, tiny_llama_dir, "base")
+    assert rc == 0
+    rc, wider = _score(tmp_path, tiny_llama_dir, "wider", "--yes-tokens", "yes", "the", "a")
+    assert rc == 0 and (_scores(wider) > _scores(base)).all()  # more yes mass, the same no mass
+    tpl = tmp_path / "t.txt"
+    tpl.write_text("Role: {role}\nEarlier:\n{history}\nUser: {user}\nReply: {assistant}\nIn role? YES or NO.")
+    rc, templ = _score(tmp_path, tiny_llama_dir, "tpl", "--judge-template", str(tpl))
+    assert rc == 0 and not np.allclose(_scores(templ), _scores(base))
+    rc, system = _score(tmp_path, tiny_llama_dir, "sys", "--judge-layout", "system")
+    assert rc == 0 and not np.allclose(_scores(system), _scores(base))
+    tpl.write_text("Role: {rolee} {assistant}")
+    capsys.readouterr()
+    rc, _ = _score(tmp_path, tiny_llama_dir, "bad", "--judge-template", str(tpl))
+    assert rc == 2 and "unknown field {rolee}" in capsys.readouterr().err
+
+
+def test_request_layouts_and_history_window():
+    users, assistants = ["u1", "u2", "u3"], ["a1", "a2", "a3"]
+    reqs = turn_requests("c", "Be a bank bot.", users, assistants, max_history=1, system="You audit chatbots.")
+    assert [len(r.pieces) for r in reqs] == [2, 3, 3]  # head + at most one earlier exchange + tail
+    assert "a1" not in reqs[2].content and "a2" in reqs[2].content
+    assert all(r.messages()[0] == {"role": "system", "content": "You audit chatbots."} for r in reqs)
+    sys_layout = turn_requests("c", "Be a bank bot.", users, assistants, layout="system")
+    m = sys_layout[2].messages()
+    assert m[0]["role"] == "system" and "a1" in m[0]["content"] and "YES or NO" in m[1]["content"]
+    with pytest.raises(ValueError, match="drop `system`"):
+        JudgeConfig(layout="system", system="x")
+
+
+def test_self_consistency_samples(tmp_path, tiny_llama_dir):
+    from adherence.judges._transformers import TransformersBackend
+
+    turns = read_turns(example_path("role")).slice(0, 6)
+    backend = TransformersBackend(str(tiny_llama_dir), device="cpu", progress=False)
+    with pytest.raises(ValueError, match="temperature > 0"):
+        JudgeConfig(output_mode="binary", samples=3)
+    with pytest.raises(ValueError, match="exact and deterministic"):
+        RoleJudge(JudgeConfig(samples=3, temperature=0.5), backend=backend)
+    cache = tmp_path / "s.sqlite"
+    judge = RoleJudge(JudgeConfig(model="tiny", output_mode="binary", samples=3, temperature=1.0, cache=str(cache)),
+                      backend=backend)
+    cols = judge.score(turns)
+    assert len(JudgeCache(cache)) == 3 * 6  # the sample index is part of the key
+    for s, st, agree, n, err in zip(cols["score"], cols["status"], cols["agreement"], cols["samples"], cols["error"]):
+        if n is None:
+            assert st == "unscored" and err.startswith("unparseable")
+            continue
+        assert 1 <= n <= 3 and agree >= 0.5
+        if st == "ok":
+            assert s in (0.0, 1.0) and agree > 0.5
+        else:
+            assert "tied vote" in err and agree == 0.5
