@@ -41,12 +41,42 @@ def audit_request(filled_prompt: str, output: str, items: list, *, group: str = 
 _FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.DOTALL | re.IGNORECASE)
 
 
+def _closed(text: str) -> Optional[str]:
+    """``text`` from its first ``{`` with the brackets it leaves open closed (a stop string or the token
+    budget cut the answer short); None when there is nothing to close."""
+    start = text.find("{")
+    if start < 0:
+        return None
+    stack, in_str, esc = [], False, False
+    for ch in text[start:]:
+        if in_str:
+            esc, in_str = (not esc and ch == "\\"), (in_str if esc or ch != '"' else False)
+            continue
+        if ch == '"':
+            in_str = True
+        elif ch in "{[":
+            stack.append("}" if ch == "{" else "]")
+        elif ch in "}]" and stack and stack[-1] == ch:
+            stack.pop()
+    if not stack:
+        return None
+    body = text[start:].rstrip()
+    if in_str:
+        body += '"'
+    body = re.sub(r"[,:]\s*$", "", body)
+    return body + "".join(reversed(stack))
+
+
 def repair_json(text: Optional[str]) -> Any:
     """Best-effort JSON from a model answer: fences stripped, the outermost object cut out,
-    trailing commas removed, single quotes and Python literals accepted. None when nothing parses."""
+    trailing commas removed, single quotes and Python literals accepted, brackets left open by a
+    stop string or the token budget closed. None when nothing parses."""
     if not text:
         return None
     candidates = [m.group(1) for m in _FENCE.finditer(text)] + [text]
+    closed = _closed(text)
+    if closed is not None:
+        candidates.append(closed)
     for cand in candidates:
         start, end = cand.find("{"), cand.rfind("}")
         if start < 0 or end <= start:

@@ -144,8 +144,11 @@ def _extract_json(text: str):
     return repair_json(text)
 
 
-def draft_rubric(system_prompt: str, backend, *, max_tokens: int = 768, seed: int = 0) -> tuple[Rubric, list]:
+def draft_rubric(system_prompt: str, backend, *, max_tokens: int = 512, seed: int = 0,
+                 stop: Optional[list] = None) -> tuple[Rubric, list]:
     """Draft objective and subjective questions with an LLM in two passes; returns (rubric, raw answers).
+
+    Generation ends at ``max_tokens`` or at the end of the requested JSON (``stop``, default ``"]}"``).
 
     Answers that are not parseable JSON fall back to one question per line that
     ends with a question mark. The draft is meant to be reviewed and edited.
@@ -154,7 +157,8 @@ def draft_rubric(system_prompt: str, backend, *, max_tokens: int = 768, seed: in
 
     prompts = rubric_prompts(system_prompt)
     kinds = list(prompts)
-    outs = backend.generate([JudgeRequest((prompts[k],)) for k in kinds], max_tokens=max_tokens, temperature=0.0, seed=seed)
+    outs = backend.generate([JudgeRequest((prompts[k],)) for k in kinds], max_tokens=max_tokens, temperature=0.0,
+                            seed=seed, stop=["]}"] if stop is None else stop)
     items, ignored, raw = [], [], []
     for kind, out in zip(kinds, outs):
         text = out.text or ""

@@ -24,21 +24,31 @@ class AuditConfig:
         runs: independent judge runs per artifact (k).
         temperature: sampling temperature of each run (0 = greedy: identical runs).
         seed: run r samples with seed + r.
-        max_tokens: answer budget per artifact.
+        max_tokens: answer budget per artifact (None: 48 + 72 per judge-answered question).
+        stop: the answer ends at the first of these strings (default ``"]}"``, the end of the
+            requested JSON; a cut answer's open brackets are closed before parsing).
         cache: SQLite judge-call cache (keyed by model, prompt, sampling params and run index).
+        progress: a progress bar with ETA over runs x artifacts.
     """
 
     runs: int = 5
     temperature: float = 0.7
     seed: int = 0
-    max_tokens: int = 384
+    max_tokens: Optional[int] = None
     cache: Optional[str] = None
+    stop: tuple = ("]}",)
+    progress: bool = True
 
     def __post_init__(self) -> None:
         if self.runs < 1:
             raise ValueError(f"`runs` must be >= 1, got {self.runs}")
         if self.temperature < 0:
             raise ValueError(f"`temperature` must be >= 0, got {self.temperature}")
+        if self.max_tokens is not None and self.max_tokens < 1:
+            raise ValueError(f"`max_tokens` must be >= 1, got {self.max_tokens}")
+
+    def budget(self, n_questions: int) -> int:
+        return self.max_tokens or 48 + 72 * n_questions
 
 
 def artifact_variables(row: dict) -> dict:
@@ -84,7 +94,11 @@ def run_audit(rubric: Rubric, artifacts, backend, *, config: Optional[AuditConfi
     """Judgments for every (artifact, run, question): code checks answered by code, the rest by the judge.
 
     A question the judge did not answer parseably has ``answer=null`` (unscored), never "No".
+    Code-answered rows carry ``judge="code"``; judge-answered rows keep the judge's raw answer
+    in ``raw`` so an unscored answer can be read.
     """
+    from tqdm.auto import tqdm
+
     from ..judges import JudgeCache
     from ..judges._judge import cached_calls
 
@@ -103,14 +117,23 @@ def run_audit(rubric: Rubric, artifacts, backend, *, config: Optional[AuditConfi
         for run in range(config.runs):
             for i in code_items:
                 answer, evidence = code[i.question_id]
-                out.append(dict(artifact_id=row["artifact_id"], generator=row["generator"], judge=judge, run=run,
-                                question_id=i.question_id, answer=answer, justification=evidence, source="code"))
+                out.append(dict(artifact_id=row["artifact_id"], generator=row["generator"], judge="code", run=run,
+                                question_id=i.question_id, answer=answer, justification=evidence, source="code",
+                                raw=None))
     if judge_items:
         requests = [audit_request(r["filled_prompt"], r["output"], judge_items, group=f"{r['artifact_id']}|{r['generator']}")
                     for r in rows]
+        budget = config.budget(len(judge_items))
+        step = 6  # artifacts per call: batched generation, and a progress bar that moves
+        bar = tqdm(total=config.runs * len(rows), desc=f"judging ({judge})", unit="answer", leave=False,
+                   disable=not config.progress, dynamic_ncols=True)
         for run in range(config.runs):
-            answers = cached_calls(backend, cache, "audit", requests, repeat=run, max_tokens=config.max_tokens,
-                                   temperature=config.temperature, seed=config.seed + run)
+            answers = []
+            for a in range(0, len(requests), step):
+                answers += cached_calls(backend, cache, "audit", requests[a:a + step], repeat=run, max_tokens=budget,
+                                        temperature=config.temperature, seed=config.seed + run,
+                                        stop=list(config.stop) or None)
+                bar.update(len(requests[a:a + step]))
             for k, row in enumerate(rows):
                 o = answers[k]
                 parsed = parse_audit_answer(o.text if o.error is None else None, judge_items)
@@ -119,5 +142,7 @@ def run_audit(rubric: Rubric, artifacts, backend, *, config: Optional[AuditConfi
                     if o.error:
                         why = f"judge call failed: {o.error}"
                     out.append(dict(artifact_id=row["artifact_id"], generator=row["generator"], judge=judge, run=run,
-                                    question_id=i.question_id, answer=answer, justification=why, source="judge"))
+                                    question_id=i.question_id, answer=answer, justification=why, source="judge",
+                                    raw=o.text if o.error is None else None))
+        bar.close()
     return read_table(pa.Table.from_pylist(out), JUDGMENTS)

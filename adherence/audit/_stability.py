@@ -111,27 +111,34 @@ def stability_tables(judgments: pa.Table, encoder, *, ks: Optional[Sequence[int]
                      strategy: Optional[dict] = None) -> dict:
     """Per-question verdict and reasoning stability for each k (first k runs) and pooled, and per-artifact volatility.
 
-    Returns a JSON-ready dict with ``questions`` (question_id -> {k: metrics}),
-    ``pooled`` ({k: means over questions}), ``artifacts`` (per stratum and artifact:
-    S_i per run, mean and std) and ``strata``.
+    Stability is the judge's: it is computed for judge-answered questions only, per judge x
+    generator stratum and macro-averaged. Code-answered questions are deterministic (the same
+    answer every run by construction) and get their answer counts and yes-rate, no stability
+    statistic. Returns a JSON-ready dict with ``questions`` (question_id -> source, answers,
+    unscored, yes_rate, and for judge questions {k: metrics} and unscored per judge),
+    ``pooled`` ({k: means over judge questions}), ``artifacts`` (per judge, generator and
+    artifact: S_i over code + judge answers per run, mean and std), ``judges`` and ``strata``.
     """
     rows = judgments.to_pylist()
     all_runs = sorted({r["run"] for r in rows})
     ks = sorted(set(ks or [len(all_runs)]))
     if max(ks) > len(all_runs):
         raise ValueError(f"k = {max(ks)} exceeds the {len(all_runs)} runs in the judgments")
-    strata = sorted({(r["judge"], r["generator"]) for r in rows})
+    judge_rows = [r for r in rows if r["source"] == "judge"]
+    judges = sorted({r["judge"] for r in judge_rows})
+    strata = sorted({(r["judge"], r["generator"]) for r in judge_rows})
     questions = list(dict.fromkeys(r["question_id"] for r in rows))
+    source = {r["question_id"]: r["source"] for r in rows}
     strategy = dict(strategy or {})
     by = {}
-    for r in rows:
+    for r in judge_rows:
         by.setdefault((r["judge"], r["generator"], r["question_id"]), []).append(
-            {"artifact": r["artifact_id"], "run": r["run"], "answer": r["answer"], "justification": r["justification"],
-             "source": r["source"]})
-    # Fingerprint strategy per question, from all its justifications unless overridden.
-    for q in questions:
+            {"artifact": r["artifact_id"], "run": r["run"], "answer": r["answer"], "justification": r["justification"]})
+    judged_q = [q for q in questions if source[q] == "judge"]
+    # Fingerprint strategy per judge-answered question, from all its justifications unless overridden.
+    for q in judged_q:
         if q not in strategy:
-            strategy[q] = choose_strategy([r["justification"] for r in rows if r["question_id"] == q])
+            strategy[q] = choose_strategy([r["justification"] for r in judge_rows if r["question_id"] == q])
     # Embed every distinct fingerprint once.
     fps = {}
     for (j, g, q), items in by.items():
@@ -145,7 +152,17 @@ def stability_tables(judgments: pa.Table, encoder, *, ks: Optional[Sequence[int]
 
     result_q: dict = {}
     for q in questions:
-        result_q[q] = {"strategy": strategy[q], "source": by[next(k for k in by if k[2] == q)][0]["source"]}
+        answers = [r["answer"] for r in rows if r["question_id"] == q]
+        given = [a for a in answers if a is not None]
+        result_q[q] = {"source": source[q], "answers": len(answers), "unscored": len(answers) - len(given),
+                       "yes_rate": (sum(a == "Yes" for a in given) / len(given)) if given else None}
+        if source[q] == "code":
+            # Deterministic code: the same answer on every run by construction, so no stability statistic.
+            result_q[q]["strategy"] = None
+            continue
+        result_q[q]["strategy"] = strategy[q]
+        result_q[q]["unscored_by_judge"] = {j: sum(1 for r in judge_rows if r["question_id"] == q and r["judge"] == j
+                                                   and r["answer"] is None) for j in judges}
         for k in ks:
             runs = all_runs[:k]
             per_stratum = []
@@ -171,23 +188,24 @@ def stability_tables(judgments: pa.Table, encoder, *, ks: Optional[Sequence[int]
                 per_stratum.append(entry)
             result_q[q][f"k={k}"] = _macro(per_stratum)
     pooled = {}
-    for k in ks:
-        entries = [result_q[q][f"k={k}"] for q in questions]
-        pooled[f"k={k}"] = _macro(entries)
+    for k in ks:  # the judge's stability: judge-answered questions only
+        pooled[f"k={k}"] = _macro([result_q[q][f"k={k}"] for q in judged_q])
     artifacts_out = []
-    for (j, g) in strata:
-        arts = sorted({r["artifact_id"] for r in rows if r["judge"] == j and r["generator"] == g})
-        for art in arts:
-            s = []
-            for run in all_runs:
-                answers = [r["answer"] for r in rows if r["judge"] == j and r["generator"] == g
-                           and r["artifact_id"] == art and r["run"] == run and r["answer"] is not None]
-                s.append(sum(a == "Yes" for a in answers) / len(answers) if answers else None)
-            vals = np.array([v for v in s if v is not None], dtype=float)
-            artifacts_out.append({"judge": j, "generator": g, "artifact_id": art, "s_per_run": s,
-                                  "mean": float(vals.mean()) if len(vals) else None,
-                                  "std": float(vals.std(ddof=1)) if len(vals) > 1 else None})
-    return {"ks": ks, "strata": [list(s) for s in strata], "questions": result_q, "pooled": pooled,
+    generators = sorted({r["generator"] for r in rows})
+    for j in judges or [None]:  # an artifact's score: its code answers and this judge's answers
+        for g in generators:
+            mine = [r for r in rows if r["generator"] == g and (r["source"] == "code" or r["judge"] == j)]
+            for art in sorted({r["artifact_id"] for r in mine}):
+                s = []
+                for run in all_runs:
+                    answers = [r["answer"] for r in mine if r["artifact_id"] == art and r["run"] == run
+                               and r["answer"] is not None]
+                    s.append(sum(a == "Yes" for a in answers) / len(answers) if answers else None)
+                vals = np.array([v for v in s if v is not None], dtype=float)
+                artifacts_out.append({"judge": j or "code", "generator": g, "artifact_id": art, "s_per_run": s,
+                                      "mean": float(vals.mean()) if len(vals) else None,
+                                      "std": float(vals.std(ddof=1)) if len(vals) > 1 else None})
+    return {"ks": ks, "strata": [list(s) for s in strata], "judges": judges, "questions": result_q, "pooled": pooled,
             "artifacts": artifacts_out, "eps": eps}
 
 

@@ -5,29 +5,24 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import warnings
 from pathlib import Path
 
 from .main import Command
 
 
-def _judge_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--judge-model", help="judge model (default: the bundled SmolLM2-135M-Instruct, a smoke-test judge)")
-    p.add_argument("--backend", default="transformers", choices=["transformers", "vllm", "openai"])
-    p.add_argument("--base-url", help="openai backend: server URL")
-    p.add_argument("--device")
+def _judge_args(p: argparse.ArgumentParser, cache: bool = True) -> None:
+    from ._common import add_judge_args
+
+    add_judge_args(p)
+    if cache:
+        p.add_argument("--judge-cache", help="SQLite judge-call cache: a re-run costs nothing, an interrupted one "
+                       "resumes")
 
 
-def _backend(args):
-    from ..judges import SMOKE_TEST_WARNING, get_backend
+def _backend(args, progress: bool = False):
+    from ._common import make_backend
 
-    if args.backend == "transformers":
-        if not args.judge_model:
-            warnings.warn(SMOKE_TEST_WARNING, stacklevel=2)
-        return get_backend("transformers", model=args.judge_model, device=args.device, progress=False)
-    if args.backend == "openai":
-        return get_backend("openai", model=args.judge_model, base_url=args.base_url)
-    return get_backend("vllm", model=args.judge_model)
+    return make_backend(args, progress=progress and not args.no_progress)
 
 
 def _fmt(v) -> str:
@@ -35,20 +30,31 @@ def _fmt(v) -> str:
 
 
 def format_metrics(metrics: dict) -> str:
-    from ..report import audit_question_rows
+    from ..report import audit_question_rows, code_question_rows
 
-    lines = ["pooled stability (macro-averaged over judge x generator)",
+    judges = ", ".join(metrics.get("judges") or []) or "none (every question answered by code)"
+    lines = [f"judge: {judges}", "",
+             "pooled stability of the judge (judge-answered questions, macro-averaged over judge x generator)",
              f"{'k':<6}{'agreement':>11}{'AC1':>8}{'Fleiss':>8}{'R_stab':>8}"]
     for k, m in metrics["pooled"].items():
         lines.append(f"{k:<6}{_fmt(m['percent_agreement']):>11}{_fmt(m['gwet_ac1']):>8}{_fmt(m['fleiss_kappa']):>8}{_fmt(m['r_stab']):>8}")
     last = f"k={metrics['ks'][-1]}"
-    lines += ["", f"per question ({last})",
-              f"{'question':<20}{'source':>7}{'fingerprint':>12}{'agreement':>11}{'AC1':>8}{'Fleiss':>8}{'R_stab':>8}"]
-    for q, src, strat, pa_, ac1, fk, imp, rs in audit_question_rows(metrics, last):
-        lines.append(f"{q:<20}{src:>7}{strat:>12}{_fmt(pa_):>11}{_fmt(ac1):>8}{_fmt(fk) + ('*' if imp else ''):>8}{_fmt(rs):>8}")
-    if any(r[6] for r in audit_question_rows(metrics, last)):
+    rows = audit_question_rows(metrics, last)
+    lines += ["", f"judge-answered questions ({last})",
+              f"{'question':<20}{'fingerprint':>12}{'answers':>9}{'unscored':>10}{'agreement':>11}{'AC1':>8}"
+              f"{'Fleiss':>8}{'R_stab':>8}"]
+    for q, strat, n, un, pa_, ac1, fk, imp, rs in rows:
+        lines.append(f"{q:<20}{_fmt(strat):>12}{_fmt(n):>9}{_fmt(un):>10}{_fmt(pa_):>11}{_fmt(ac1):>8}"
+                     f"{_fmt(fk) + ('*' if imp else ''):>8}{_fmt(rs):>8}")
+    if any(r[7] for r in rows):
         lines.append("* Fleiss' kappa undefined (one category in every answer): 1.0 imputed")
-    lines += ["", "per artifact: adherence score S_i = yes / answered over runs",
+    code = code_question_rows(metrics)
+    if code:
+        lines += ["", "code-answered questions (deterministic: no stability statistic)",
+                  f"{'question':<20}{'answers':>9}{'unscored':>10}{'yes-rate':>10}"]
+        for q, n, un, yr in code:
+            lines.append(f"{q:<20}{_fmt(n):>9}{_fmt(un):>10}{_fmt(yr):>10}")
+    lines += ["", "per artifact: adherence score S_i = yes / answered over runs (code + judge answers)",
               f"{'artifact':<14}{'generator':>10}{'mean':>8}{'std':>8}"]
     for a in metrics["artifacts"]:
         lines.append(f"{a['artifact_id']:<14}{a['generator']:>10}{_fmt(a['mean']):>8}{_fmt(a['std']):>8}")
@@ -64,16 +70,19 @@ class AuditCommand(Command):
         r = sub.add_parser("rubric", help="draft objective and subjective rubric questions from a system prompt")
         r.add_argument("--system-prompt", required=True, help="file holding the application's system prompt")
         r.add_argument("-o", "--output", required=True, help="rubric file to write (.yaml or .json), for a person to review")
-        _judge_args(r)
+        r.add_argument("--max-tokens", type=int, default=512, help="token budget of each drafting pass")
+        _judge_args(r, cache=False)
         run = sub.add_parser("run", help="answer the rubric for every artifact, k times")
-        run.add_argument("--rubric", required=True)
+        run.add_argument("--rubric", required=True, help="reviewed rubric file (.yaml or .json)")
         run.add_argument("--artifacts", required=True, help="artifacts table {artifact_id, generator, filled_prompt, output, ...inputs}")
         run.add_argument("--runs", type=int, default=5, help="independent judge runs k (default 5)")
         run.add_argument("--ks", help="comma-separated k values for the stability tables (default: 1..runs)")
-        run.add_argument("--temperature", type=float, default=0.7)
-        run.add_argument("--seed", type=int, default=0)
-        run.add_argument("--max-tokens", type=int, default=384)
-        run.add_argument("--judge-cache", help="SQLite judge-call cache")
+        run.add_argument("--temperature", type=float, default=0.7,
+                         help="sampling temperature of each run (0: greedy, every run identical)")
+        run.add_argument("--seed", type=int, default=0, help="run r samples with seed + r")
+        run.add_argument("--max-tokens", type=int,
+                         help="answer budget per artifact and run, in tokens (default: 48 + 72 per judge-answered "
+                         "question; answers also end at the close of the requested JSON)")
         run.add_argument("--encoder", help="encoder for reasoning stability (default: bundled all-MiniLM-L6-v2)")
         run.add_argument("--eps", type=float, default=0.05, help="DBSCAN cosine eps (default 0.05)")
         run.add_argument("-o", "--output", required=True, help="output directory")
@@ -87,7 +96,9 @@ class AuditCommand(Command):
             from ..audit import draft_rubric
 
             prompt = Path(args.system_prompt).read_text(encoding="utf-8")
-            rubric, raw = draft_rubric(prompt, _backend(args))
+            if args.max_tokens < 1:
+                raise ValueError(f"--max-tokens must be >= 1, got {args.max_tokens}")
+            rubric, raw = draft_rubric(prompt, _backend(args, progress=True), max_tokens=args.max_tokens)
             path = rubric.save(args.output)
             Path(str(path) + ".raw.json").write_text(json.dumps(raw, indent=2, ensure_ascii=False), encoding="utf-8")
             kinds = [i.kind for i in rubric.items]
@@ -110,7 +121,7 @@ class AuditCommand(Command):
 
         rubric = load_rubric(args.rubric)
         config = AuditConfig(runs=args.runs, temperature=args.temperature, seed=args.seed, max_tokens=args.max_tokens,
-                             cache=args.judge_cache)
+                             cache=args.judge_cache, progress=not args.no_progress)
         ks = [int(k) for k in args.ks.split(",")] if args.ks else list(range(1, args.runs + 1))
         if not all(1 <= k <= args.runs for k in ks):
             raise ValueError(f"--ks values must be in [1, {args.runs}], got {args.ks}")

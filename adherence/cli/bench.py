@@ -23,50 +23,55 @@ class BenchCommand(Command):
         rp.add_argument("--sizes", default="15,50,150", help="comma-separated n (default 15,50,150)")
         rp.add_argument("--encoder", help="encoder path (default: bundled all-MiniLM-L6-v2)")
         rp.add_argument("--bertscore", action="store_true", help="include bertscore (with --encoder's model)")
-        rp.add_argument("--bertscore-layer", type=int)
+        rp.add_argument("--bertscore-layer", type=int, help="hidden layer for bertscore (default: the last)")
         rp.add_argument("--nli-model", help="include nli with this local model")
-        rp.add_argument("--device")
-        rp.add_argument("--json", action="store_true", help="print JSON")
+        rp.add_argument("--device", help="cuda, cpu, ... (default: cuda when available)")
+        rp.add_argument("--json", action="store_true", help="print JSON instead of the table")
+        rp.add_argument("-o", "--output", help="also write the JSON here")
         kb = sub.add_parser("kernels", help="fused scoring kernel vs torch eager: rows/s and GB/s (JSON)")
-        kb.add_argument("--batch", type=int, default=4096)
-        kb.add_argument("--dim", type=int, default=384)
-        kb.add_argument("--refs", type=int, default=64)
-        kb.add_argument("--vocab", type=int, default=500)
-        kb.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"])
-        kb.add_argument("--repeats", type=int, default=10)
-        kb.add_argument("--device")
+        kb.add_argument("--batch", type=int, default=4096, help="candidate rows scored per call")
+        kb.add_argument("--dim", type=int, default=384, help="embedding dimension")
+        kb.add_argument("--refs", type=int, default=64, help="reference embeddings per row (kNN-max)")
+        kb.add_argument("--vocab", type=int, default=500, help="distribution size (KL)")
+        kb.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"], help="embedding dtype")
+        kb.add_argument("--repeats", type=int, default=10, help="timed repetitions (the median is reported)")
+        kb.add_argument("--device", help="cuda, cpu, ... (default: cuda when available)")
         kb.add_argument("-o", "--output", help="also write the JSON here")
         mb = sub.add_parser("maxsim", help="late-interaction MaxSim over 1000-document pools: queries/s (JSON)")
-        mb.add_argument("--queries", type=int, default=32)
+        mb.add_argument("--queries", type=int, default=32, help="persona queries, each against its own pool")
         mb.add_argument("--pool", type=int, default=1000, help="documents per query's pool (default 1000)")
         mb.add_argument("--corpus", type=int, default=5000, help="documents pools are drawn from")
         mb.add_argument("--doc-len", type=int, default=300, help="mean document tokens")
-        mb.add_argument("--query-len", type=int, default=32)
-        mb.add_argument("--dim", type=int, default=384)
-        mb.add_argument("--dtype", default="float16", choices=["float32", "float16", "bfloat16"])
-        mb.add_argument("--repeats", type=int, default=5)
+        mb.add_argument("--query-len", type=int, default=32, help="query tokens")
+        mb.add_argument("--dim", type=int, default=384, help="token embedding dimension")
+        mb.add_argument("--dtype", default="float16", choices=["float32", "float16", "bfloat16"],
+                        help="stored token embedding dtype")
+        mb.add_argument("--repeats", type=int, default=5, help="timed repetitions (the median is reported)")
         mb.add_argument("--no-baseline", action="store_true", help="skip the padded per-query baseline")
         mb.add_argument("--peak-gbs", type=float, help="the device's peak memory bandwidth in GB/s")
-        mb.add_argument("--device")
+        mb.add_argument("--device", help="cuda, cpu, ... (default: cuda when available)")
         mb.add_argument("-o", "--output", help="also write the JSON here")
         eb = sub.add_parser("engine", help="engine turns/s, local vs ray, and peak memory (JSON)")
-        eb.add_argument("--turns", type=int, default=1_000_000)
+        eb.add_argument("--turns", type=int, default=1_000_000, help="synthetic turns in the large input")
         eb.add_argument("--small", type=int, help="the smaller input for the memory comparison (default turns/10)")
-        eb.add_argument("--method", default="cosine")
-        eb.add_argument("--shard-size", type=int, default=100_000)
-        eb.add_argument("--workers", type=int, default=1)
-        eb.add_argument("--executors", default="local,ray")
+        eb.add_argument("--method", default="cosine", help="scoring method")
+        eb.add_argument("--shard-size", type=int, default=100_000, help="turns per shard")
+        eb.add_argument("--workers", type=int, default=1, help="Ray actors")
+        eb.add_argument("--executors", help="comma-separated executors to compare (default: local, and ray when "
+                        "it is installed)")
         eb.add_argument("-o", "--output", help="also write the JSON here")
         jb = sub.add_parser("judge", help="judge turns/s with and without prefix sharing (JSON)")
-        jb.add_argument("--model", help="judge model (default: the bundled SmolLM2-135M-Instruct)")
+        jb.add_argument("--judge-model", "--model", dest="judge_model",
+                        help="judge model (default: the bundled SmolLM2-135M-Instruct)")
         jb.add_argument("--random-config", choices=["llama-tiny", "llama-3-8b"],
                         help="random-weight model of a real architecture instead of --model")
-        jb.add_argument("--conversations", type=int, default=8)
-        jb.add_argument("--turns", type=int, default=8)
-        jb.add_argument("--words-per-turn", type=int, default=40)
-        jb.add_argument("--repeats", type=int, default=3)
-        jb.add_argument("--device")
-        jb.add_argument("--dtype", choices=["float32", "bfloat16", "float16"])
+        jb.add_argument("--conversations", type=int, default=8, help="synthetic conversations")
+        jb.add_argument("--turns", type=int, default=8, help="assistant turns per conversation")
+        jb.add_argument("--words-per-turn", type=int, default=40, help="words per user and assistant message")
+        jb.add_argument("--repeats", type=int, default=3, help="timed repetitions (the best is reported)")
+        jb.add_argument("--device", help="cuda, cpu, ... (default: cuda when available)")
+        jb.add_argument("--dtype", choices=["float32", "bfloat16", "float16"],
+                        help="model dtype (default: bf16 on GPU, fp32 on CPU)")
         jb.add_argument("-o", "--output", help="also write the JSON here")
 
     def run(self, args: argparse.Namespace) -> int:
@@ -81,6 +86,11 @@ class BenchCommand(Command):
                 raise ValueError("--sizes needs integers >= 2")
             res = role_paper(args.benchmark, sizes=sizes, encoder=args.encoder, bertscore=args.bertscore,
                              bertscore_layer=args.bertscore_layer, nli_model=args.nli_model, device=args.device)
+            if args.output:
+                from pathlib import Path
+
+                Path(args.output).parent.mkdir(parents=True, exist_ok=True)
+                Path(args.output).write_text(json.dumps(res, indent=2) + "\n")
             if args.json:
                 print(json.dumps(res, indent=2))
                 return 0
@@ -96,15 +106,25 @@ class BenchCommand(Command):
         if args.bench == "engine":
             from ..bench import bench_engine
 
+            if args.executors:
+                executors = tuple(x.strip() for x in args.executors.split(",") if x.strip())
+                if "ray" in executors:
+                    from .._optional import require
+
+                    require("ray", "ray", "--executors ray")
+            else:
+                import importlib.util
+
+                executors = ("local", "ray") if importlib.util.find_spec("ray") else ("local",)
             res = bench_engine(turns=args.turns, small=args.small, method=args.method, shard_size=args.shard_size,
-                               workers=args.workers, executors=tuple(x for x in args.executors.split(",") if x))
+                               workers=args.workers, executors=executors)
             return self._emit(res, args.output)
         if args.bench == "judge":
             from ..bench import bench_judge
 
             if min(args.conversations, args.turns, args.words_per_turn, args.repeats) < 1:
                 raise ValueError("--conversations, --turns, --words-per-turn and --repeats must be >= 1")
-            res = bench_judge(model=args.model, random_config=args.random_config, conversations=args.conversations,
+            res = bench_judge(model=args.judge_model, random_config=args.random_config, conversations=args.conversations,
                               turns=args.turns, words_per_turn=args.words_per_turn, repeats=args.repeats,
                               device=args.device, dtype=args.dtype)
             return self._emit(res, args.output)

@@ -8,6 +8,7 @@ import sys
 from typing import Optional, Sequence
 
 from .._version import __version__
+from ._common import add_common_flags, quiet_output
 from ._jobfile import apply_job_file, job_file_argument
 
 # name -> ("module:Class", one-line help). Modules load lazily so `adherence --help` is instant.
@@ -53,6 +54,7 @@ def _parser(selected: Optional[str]) -> argparse.ArgumentParser:
         if name == selected:
             cmd = _load(name)
             cmd.add_args(p)
+            add_common_flags(p)
             p.set_defaults(_command=cmd)
             parser.selected_parser = p
     return parser
@@ -63,6 +65,27 @@ def _user_errors() -> tuple:
     from ..data import DataError
 
     return (DataError, MissingDependencyError, FileNotFoundError, ValueError)
+
+
+class _ErrorsOnly:
+    """stderr under ``--quiet``: only the lines adherence prints for errors and failures pass."""
+
+    def __init__(self, stream) -> None:
+        self.stream, self.buf = stream, ""
+
+    def write(self, text: str) -> int:
+        self.buf += text
+        while "\n" in self.buf:
+            line, self.buf = self.buf.split("\n", 1)
+            if line.startswith("adherence"):
+                self.stream.write(line + "\n")
+        return len(text)
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+    def isatty(self) -> bool:
+        return False
 
 
 class Terminated(KeyboardInterrupt):
@@ -115,8 +138,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         signal.signal(signal.SIGTERM, _on_sigterm)
     # One line per warning, without the source path and line that mean nothing to a user.
     warnings.formatwarning = lambda message, category, *_a, **_k: f"warning: {message}\n"
+    quiet = bool(getattr(args, "quiet", False))
     try:
-        return int(args._command.run(args) or 0)
+        real_stderr = sys.stderr
+        try:
+            if quiet:
+                sys.stderr = _ErrorsOnly(real_stderr)
+            with quiet_output(bool(getattr(args, "no_progress", False)), quiet):
+                return int(args._command.run(args) or 0)
+        finally:
+            sys.stderr = real_stderr
     except _user_errors() as exc:
         print(f"adherence {args.command}: error: {exc}", file=sys.stderr)
         return 2

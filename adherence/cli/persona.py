@@ -99,7 +99,7 @@ class PersonaCommand(Command):
         p.add_argument("--limit", type=int, help="read only the first N conversations of each corpus")
         p.add_argument("--strict-input", action="store_true",
                        help="a malformed conversation is an error (default: skipped with a warning and counted)")
-        p.add_argument("--seed", type=int, default=0)
+        p.add_argument("--seed", type=int, default=0, help="seed of the random pools and query subsets")
         p.add_argument("--encoder", help="token/sentence encoder: local path or ColBERT checkpoint "
                        "(default: bundled all-MiniLM-L6-v2)")
         p.add_argument("--nli-model", help="local NLI model for naturalness (skipped without one)")

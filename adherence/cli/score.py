@@ -85,12 +85,9 @@ class ScoreCommand(Command):
         p.add_argument("--bertscore-layer", type=int, help="hidden layer for bertscore (default: last)")
         p.add_argument("--idf", action="store_true", help="idf-weighted bertscore")
         p.add_argument("--baseline", type=float, help="bertscore F1 baseline for rescaling")
-        j = p.add_argument_group("llm_judge")
-        j.add_argument("--judge-model", help="judge: local path, hub id in the local cache, or the server's model name "
-                       "(default: the bundled SmolLM2-135M-Instruct, a smoke-test judge)")
-        j.add_argument("--backend", default="transformers", choices=["transformers", "vllm", "openai"],
-                       help="transformers: in-process (default); vllm: offline vllm.LLM; openai: any OpenAI-compatible "
-                       "server (vLLM, TGI, Ollama, llama.cpp) at --base-url")
+        from ._common import add_judge_args
+
+        j = add_judge_args(p, device=False)
         j.add_argument("--output-mode", default="continuous", choices=["binary", "continuous"],
                        help="continuous: P(yes) at the first answer token (default; exact over the whole vocabulary "
                        "in-process); binary: a YES/NO verdict")
@@ -118,13 +115,6 @@ class ScoreCommand(Command):
                        "> 0) with the agreement share in llm_judge_agreement (default 1)")
         j.add_argument("--include-reason", action="store_true", help="store a generated justification in `reason`")
         j.add_argument("--judge-cache", help="SQLite judge-call cache (re-runs cost nothing; interrupted runs resume)")
-        j.add_argument("--base-url", help="openai backend: server URL, e.g. http://127.0.0.1:8000/v1")
-        j.add_argument("--api-key", help="openai backend: API key (default: $OPENAI_API_KEY)")
-        j.add_argument("--concurrency", type=int, default=16, help="openai backend: requests in flight")
-        j.add_argument("--request-timeout", type=float, default=60.0, metavar="S",
-                       help="openai backend: seconds per request before it is retried (default 60)")
-        j.add_argument("--max-retries", type=int, default=4,
-                       help="openai backend: retries per request after the first try (default 4)")
         j.add_argument("--binary-fallback", action="store_true",
                        help="continuous mode on a provider without logprobs: fall back to binary verdicts")
         j.add_argument("--no-prefix-sharing", action="store_true", help="transformers backend: one forward pass per turn")
@@ -146,7 +136,6 @@ class ScoreCommand(Command):
         p.add_argument("--batch-size", type=int, default=64, help="encoder texts per forward pass (default 64)")
         p.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples for session CIs (0: none)")
         p.add_argument("--seed", type=int, default=42, help="seed of the session bootstrap (default 42)")
-        p.add_argument("--no-progress", action="store_true", help="hide progress bars")
 
     def run(self, args: argparse.Namespace) -> int:
         from ..role import RoleConfig
@@ -186,12 +175,10 @@ class ScoreCommand(Command):
                     template = Path(args.judge_template).read_text(encoding="utf-8")
                 except (OSError, UnicodeDecodeError) as exc:
                     raise DataError(f"cannot read the judge template ({exc})", file=args.judge_template) from None
-            opts: dict = {}
-            if args.backend == "transformers":
-                opts = {"device": args.device, "prefix_sharing": not args.no_prefix_sharing, "progress": not args.no_progress}
-            elif args.backend == "openai":
-                opts = {"base_url": args.base_url, "api_key": args.api_key, "concurrency": args.concurrency,
-                        "timeout": args.request_timeout, "max_retries": args.max_retries}
+            from ._common import judge_backend_options
+
+            extra = {"prefix_sharing": not args.no_prefix_sharing} if args.backend == "transformers" else {}
+            opts = judge_backend_options(args, progress=not args.no_progress, **extra)
             judge = JudgeConfig(
                 model=args.judge_model, backend=args.backend, output_mode=args.output_mode, granularity=args.granularity,
                 include_reason=args.include_reason, cache=args.judge_cache, binary_fallback=args.binary_fallback,

@@ -172,6 +172,7 @@ JUDGMENTS = Contract(
         Column("answer", _S, choices=("Yes", "No")),
         Column("justification", _S),
         Column("source", _S, nullable=False, choices=("code", "judge")),
+        Column("raw", _S, required=False),
     ),
     key=("artifact_id", "generator", "judge", "run", "question_id"),
 )

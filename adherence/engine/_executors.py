@@ -73,6 +73,13 @@ class RayExecutor(Executor):
             kwargs.setdefault("include_dashboard", False)
             kwargs.setdefault("log_to_driver", False)
             self.ray.init(**kwargs)
+        if gpus_per_worker > 0:  # actors that can never be placed would wait forever at 0%
+            have = float(self.ray.cluster_resources().get("GPU", 0))
+            need = gpus_per_worker * num_workers
+            if have < need:
+                raise ValueError(f"{num_workers} Ray worker(s) x {gpus_per_worker} GPU = {need:g} GPUs requested, but "
+                                 f"the Ray cluster has {have:g}; lower --num-workers / --gpus-per-worker "
+                                 "(0 runs on CPUs)")
         self._actor_cls = self.ray.remote(num_cpus=cpus_per_worker, num_gpus=gpus_per_worker, max_restarts=0)(ShardWorker)
         self.actors: list = []
         self._actor_config: Optional[RoleConfig] = None

@@ -77,8 +77,8 @@ class JudgeBackend(ABC):
 
     @abstractmethod
     def generate(self, requests: Sequence[JudgeRequest], *, max_tokens: int, temperature: float = 0.0,
-                 seed: Optional[int] = None) -> list[JudgeOutput]:
-        """Generated text of each request (greedy at temperature 0)."""
+                 seed: Optional[int] = None, stop: Optional[Sequence[str]] = None) -> list[JudgeOutput]:
+        """Generated text of each request (greedy at temperature 0), ending early at any ``stop`` string."""
 
     def describe(self) -> dict:
         return {"backend": self.name, "model": self.model_id}

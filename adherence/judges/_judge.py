@@ -155,8 +155,9 @@ def cached_calls(backend: JudgeBackend, cache: Optional[JudgeCache], kind: str, 
             fresh = backend.first_token_logprobs(batch, top_k=params["top_k"],
                                                  variants=tuple(map(frozenset, variants)) if variants else None)
         else:
+            extra = {"stop": params["stop"]} if params.get("stop") else {}
             fresh = backend.generate(batch, max_tokens=params["max_tokens"], temperature=params["temperature"],
-                                     seed=params.get("seed"))
+                                     seed=params.get("seed"), **extra)
         for i, out in zip(part, fresh):
             outputs[i] = out
         if cache is not None:

@@ -89,8 +89,10 @@ class OpenAIBackend(JudgeBackend):
         return f"openai:{self.base_url}::{self.model}"
 
     def build_payload(self, req: JudgeRequest, *, max_tokens: int, temperature: float, top_k: Optional[int],
-                      seed: Optional[int]) -> dict:
+                      seed: Optional[int], stop: Optional[list] = None) -> dict:
         body = {"model": self.model, "messages": req.messages(), "max_tokens": max_tokens, "temperature": temperature}
+        if stop:
+            body["stop"] = list(stop)
         if top_k:
             body.update(logprobs=True, top_logprobs=top_k)
         if seed is not None:
@@ -265,5 +267,6 @@ class OpenAIBackend(JudgeBackend):
         return self._sync(requests, max_tokens=1, temperature=0.0, top_k=top_k, seed=None)
 
     def generate(self, requests: Sequence[JudgeRequest], *, max_tokens: int, temperature: float = 0.0,
-                 seed: Optional[int] = None) -> list[JudgeOutput]:
-        return self._sync(requests, max_tokens=max_tokens, temperature=temperature, top_k=None, seed=seed)
+                 seed: Optional[int] = None, stop: Optional[Sequence[str]] = None) -> list[JudgeOutput]:
+        return self._sync(requests, max_tokens=max_tokens, temperature=temperature, top_k=None, seed=seed,
+                          stop=list(stop) if stop else None)

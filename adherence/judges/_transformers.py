@@ -287,7 +287,7 @@ class TransformersBackend(JudgeBackend):
             for i, lp in zip(targets, lps):
                 results[i] = lp
 
-    def _batched(self, items: list, key):
+    def _batched(self, items: list, key, bar: bool = True):
         """Greedy batches (items pre-sorted by decreasing length) with batch * longest <= batch_tokens."""
         from tqdm.auto import tqdm
 
@@ -299,6 +299,9 @@ class TransformersBackend(JudgeBackend):
             current.append(it)
         if current:
             batches.append(current)
+        if not bar:
+            yield from batches
+            return
         yield from tqdm(batches, desc="judging", unit="batch", disable=not self.progress or len(batches) < 3, leave=False)
 
     def _arrange(self, requests: Sequence[JudgeRequest], plans: list) -> tuple[list, list]:
@@ -369,7 +372,7 @@ class TransformersBackend(JudgeBackend):
         ]
 
     def generate(self, requests: Sequence[JudgeRequest], *, max_tokens: int, temperature: float = 0.0,
-                 seed: Optional[int] = None) -> list[JudgeOutput]:
+                 seed: Optional[int] = None, stop: Optional[Sequence[str]] = None) -> list[JudgeOutput]:
         torch = self._torch
         plans = [self._plan(r, reserve=max_tokens) for r in requests]
         texts: list = [None] * len(requests)
@@ -377,8 +380,21 @@ class TransformersBackend(JudgeBackend):
         if seed is not None:
             torch.manual_seed(seed)
         pad = self.tokenizer.pad_token_id
+        batches = list(self._batched(items, key=lambda it: len(it[1]) + max_tokens, bar=False))
+        from tqdm.auto import tqdm
+        from transformers import StoppingCriteria, StoppingCriteriaList
+
+        # Token-level progress (with ETA) for long generations: one tick per decoding step of each batch.
+        show = self.progress and len(batches) * max_tokens >= 64
+        bar = tqdm(total=len(batches) * max_tokens, desc="generating", unit="step", leave=False, disable=not show)
+
+        class _Tick(StoppingCriteria):
+            def __call__(self, input_ids, scores, **kwargs):
+                bar.update(1)
+                return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
+
         with torch.inference_mode():
-            for batch in self._batched(items, key=lambda it: len(it[1]) + max_tokens):
+            for batch in batches:
                 L = max(len(ids) for _, ids in batch)
                 input_ids = torch.full((len(batch), L), pad, dtype=torch.long)
                 mask = torch.zeros((len(batch), L), dtype=torch.long)
@@ -386,17 +402,24 @@ class TransformersBackend(JudgeBackend):
                     input_ids[r, L - len(ids):] = torch.tensor(ids)  # left padding for generation
                     mask[r, L - len(ids):] = 1
                 kwargs = dict(max_new_tokens=max_tokens, pad_token_id=pad, do_sample=temperature > 0)
+                if stop:  # each row stops at its first stop string; the batch ends when every row has
+                    kwargs.update(stop_strings=list(stop), tokenizer=self.tokenizer)
                 if temperature > 0:
                     kwargs["temperature"] = temperature
                 else:
                     kwargs.update(temperature=None, top_p=None, top_k=None)
+                if show:
+                    kwargs["stopping_criteria"] = StoppingCriteriaList([_Tick()])
+                done = bar.n
                 out = self.model.generate(input_ids=input_ids.to(self.device), attention_mask=mask.to(self.device), **kwargs)
+                bar.update(done + max_tokens - bar.n)  # a batch that stopped early still counts whole
                 self.stats["prompt_tokens"] += int(mask.sum())
                 self.stats["forward_tokens"] += int(mask.sum())
                 new = out[:, L:]
                 self.stats["generated_tokens"] += int((new != pad).sum())
                 for r, (i, _) in enumerate(batch):
                     texts[i] = self.tokenizer.decode(new[r], skip_special_tokens=True)
+        bar.close()
         return [
             JudgeOutput(error=p.error, truncated=p.truncated) if p.error else JudgeOutput(text=t, truncated=p.truncated)
             for p, t in zip(plans, texts)

@@ -111,6 +111,8 @@ class VLLMBackend(JudgeBackend):
         return self._run(requests, 1, kw, lambda res, tr: JudgeOutput(top_logprobs=self.parse_first_token(res), truncated=tr))
 
     def generate(self, requests: Sequence[JudgeRequest], *, max_tokens: int, temperature: float = 0.0,
-                 seed: Optional[int] = None) -> list[JudgeOutput]:
+                 seed: Optional[int] = None, stop: Optional[Sequence[str]] = None) -> list[JudgeOutput]:
         kw = self.sampling_kwargs(max_tokens=max_tokens, temperature=temperature, top_k=None, seed=seed)
+        if stop:
+            kw["stop"], kw["include_stop_str_in_output"] = list(stop), True
         return self._run(requests, max_tokens, kw, lambda res, tr: JudgeOutput(text=res.outputs[0].text, truncated=tr))

@@ -1,6 +1,6 @@
 """HTML reports with plots (needs ``adherence[report]`` for matplotlib)."""
 
-from ._audit import audit_html, audit_question_rows, write_audit_html
+from ._audit import audit_html, audit_question_rows, code_question_rows, write_audit_html
 from ._evaluation import evaluation_html, write_evaluation_html
 from ._persona import adherence_rows, persona_html, persona_rows, write_persona_html
 
@@ -8,6 +8,7 @@ __all__ = [
     "adherence_rows",
     "audit_html",
     "audit_question_rows",
+    "code_question_rows",
     "evaluation_html",
     "persona_html",
     "persona_rows",

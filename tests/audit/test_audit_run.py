@@ -1,3 +1,4 @@
+import pyarrow.parquet as pq
 import json
 
 import pytest
@@ -80,9 +81,20 @@ def test_cli_audit_run_and_report(tmp_path, tiny_llama_dir, capsys):
     # The random-weight judge writes no parseable answer: the run is kept for debugging, but it failed.
     assert "every judged answer is unscored" in captured.err and "judge 108 (108 unscored)" in text
     metrics = json.loads((out / "metrics.json").read_text())
-    assert metrics["ks"] == [2, 3] and metrics["questions"]["fmt_json"]["k=3"]["r_stab"] == 1.0
-    assert metrics["questions"]["fmt_json"]["source"] == "code"
+    assert metrics["ks"] == [2, 3] and metrics["judges"] == [str(tiny_llama_dir)]
+    code_q = metrics["questions"]["fmt_json"]
+    # deterministic code gets counts and a yes-rate, never a stability statistic presented as the judge's
+    assert code_q["source"] == "code" and "k=3" not in code_q and code_q["unscored"] == 0 and code_q["answers"] == 36
+    judge_q = [m for m in metrics["questions"].values() if m["source"] == "judge"]
+    assert len(judge_q) == 3 and all(m["unscored"] == m["answers"] == 36 for m in judge_q)
+    assert all(m["unscored_by_judge"] == {str(tiny_llama_dir): 36} for m in judge_q)
+    judgments = pq.read_table(out / "judgments.parquet").to_pylist()
+    assert {r["judge"] for r in judgments if r["source"] == "code"} == {"code"}
+    assert all(isinstance(r["raw"], str) for r in judgments if r["source"] == "judge")  # kept for debugging
+    assert "code-answered questions (deterministic" in text and "judge: " + str(tiny_llama_dir) in text
     assert main(["audit", "report", str(out)]) == 0
     page = (out / "report.html").read_text()
     assert page.count("<svg") == 2 and "Verdict vs reasoning stability" in page
+    assert page.count(str(tiny_llama_dir)) == 1 and "Unscored judge answers: 108 of 108" in page
+    assert "Code-answered questions" in page and "no stability statistic" in page
     assert main(["audit", "report", str(tmp_path / "nothing")]) == 2

@@ -34,3 +34,14 @@ def test_ray_worker_that_cannot_start_fails_the_job_naming_the_shard(tmp_path, r
                     progress=False)
     with pytest.raises(EngineError, match=r"shard 0 .*failed 2 times"):
         engine.run(example_path("role"), tmp_path / "o.parquet")
+
+
+@pytest.mark.ray
+def test_gpus_the_cluster_lacks_fail_fast(tmp_path, ray_cluster):
+    import time
+
+    start = time.perf_counter()
+    engine = Engine(method="kl", executor="ray", num_workers=4, gpus_per_worker=1, progress=False)
+    with pytest.raises(ValueError, match=r"4 GPUs requested, but the Ray cluster has 0"):
+        engine.run(example_path("role"), tmp_path / "g.parquet")
+    assert time.perf_counter() - start < 60 and not (tmp_path / "g.parquet").exists()

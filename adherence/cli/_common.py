@@ -1,0 +1,129 @@
+"""One grammar for every command: judge options, output flags, progress and quiet, help that shows defaults."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Iterator
+
+__all__ = ["HelpFormatter", "add_judge_args", "judge_backend_options", "make_backend", "leaf_parsers",
+           "add_common_flags", "quiet_output"]
+
+
+class HelpFormatter(argparse.HelpFormatter):
+    """Help lines end with the default when there is one and the text does not already name it."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        if (action.option_strings and text and "default" not in text and default not in (None, False, [], "")
+                and default is not argparse.SUPPRESS):
+            text += " (default: %(default)s)"
+        return text
+
+
+def leaf_parsers(parser: argparse.ArgumentParser) -> Iterator[argparse.ArgumentParser]:
+    """``parser`` and every sub-parser below it that has no sub-commands of its own."""
+    subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    parser.formatter_class = HelpFormatter
+    if not subs:
+        yield parser
+    for a in subs:
+        for p in a.choices.values():
+            yield from leaf_parsers(p)
+
+
+def add_common_flags(parser: argparse.ArgumentParser) -> None:
+    """``--no-progress`` and ``-q/--quiet`` on every runnable (sub)command."""
+    for p in leaf_parsers(parser):
+        have = {s for a in p._actions for s in a.option_strings}
+        if "--no-progress" not in have:
+            p.add_argument("--no-progress", action="store_true",
+                           help="hide progress bars (ours, and model loading's)")
+        if "--quiet" not in have:
+            p.add_argument("-q", "--quiet", action="store_true",
+                           help="stderr shows errors only (no progress bars, warnings or notes); results still go to "
+                           "stdout and files")
+
+
+class quiet_output:
+    """Context: progress bars off (tqdm everywhere, Hugging Face, transformers) and, when quiet, warnings off."""
+
+    def __init__(self, no_progress: bool, quiet: bool) -> None:
+        self.no_progress, self.quiet = no_progress or quiet, quiet
+        self._env: dict = {}
+
+    def __enter__(self):
+        import warnings
+
+        if self.no_progress:
+            for k in ("TQDM_DISABLE", "HF_HUB_DISABLE_PROGRESS_BARS"):
+                self._env[k] = os.environ.get(k)
+                os.environ[k] = "1"
+            if "transformers" in sys.modules:
+                from transformers.utils import logging as tlog
+
+                tlog.disable_progress_bar()
+        self._warnings = warnings.catch_warnings()
+        self._warnings.__enter__()
+        if self.quiet:
+            warnings.simplefilter("ignore")
+        return self
+
+    def __exit__(self, *exc):
+        self._warnings.__exit__(*exc)
+        for k, v in self._env.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        if self.no_progress and "transformers" in sys.modules:
+            from transformers.utils import logging as tlog
+
+            tlog.enable_progress_bar()
+        return False
+
+
+def add_judge_args(p: argparse.ArgumentParser, *, device: bool = True) -> argparse._ArgumentGroup:
+    """The options of every command that runs a judge, with the same names and meanings everywhere."""
+    j = p.add_argument_group("judge")
+    j.add_argument("--judge-model", help="judge: local path, hub id in the local cache, or the server's model name "
+                   "(default: the bundled SmolLM2-135M-Instruct, a smoke-test judge)")
+    j.add_argument("--backend", default="transformers", choices=["transformers", "vllm", "openai"],
+                   help="transformers: in-process; vllm: offline vllm.LLM; openai: any OpenAI-compatible "
+                   "server (vLLM, TGI, Ollama, llama.cpp) at --base-url")
+    j.add_argument("--base-url", help="openai backend: server URL, e.g. http://127.0.0.1:8000/v1")
+    j.add_argument("--api-key", help="openai backend: API key (default: $OPENAI_API_KEY)")
+    j.add_argument("--concurrency", type=int, default=16, help="openai backend: requests in flight")
+    j.add_argument("--request-timeout", type=float, default=60.0, metavar="S",
+                   help="openai backend: seconds per request before it is retried")
+    j.add_argument("--max-retries", type=int, default=4, help="openai backend: retries per request after the first try")
+    if device:
+        j.add_argument("--device", help="cuda, cpu, ... (default: cuda when available)")
+    return j
+
+
+def judge_backend_options(args: argparse.Namespace, *, progress: bool = True, **extra) -> dict:
+    """Constructor options of the chosen backend from the shared judge flags."""
+    if args.backend == "transformers":
+        return {"device": getattr(args, "device", None), "progress": progress, **extra}
+    if args.backend == "openai":
+        if not args.base_url:
+            raise ValueError("--backend openai needs --base-url (e.g. http://127.0.0.1:8000/v1)")
+        if args.concurrency < 1 or args.max_retries < 0 or not args.request_timeout > 0:
+            raise ValueError("--concurrency must be >= 1, --max-retries >= 0 and --request-timeout > 0")
+        return {"base_url": args.base_url, "api_key": args.api_key, "concurrency": args.concurrency,
+                "timeout": args.request_timeout, "max_retries": args.max_retries}
+    return {"progress": progress}
+
+
+def make_backend(args: argparse.Namespace, *, progress: bool = True):
+    """The judge backend of the shared flags (the bundled smoke-test judge warns)."""
+    import warnings
+
+    from ..judges import SMOKE_TEST_WARNING, get_backend
+
+    if args.backend == "transformers" and not args.judge_model:
+        warnings.warn(SMOKE_TEST_WARNING, stacklevel=2)
+    return get_backend(args.backend, model=args.judge_model, **judge_backend_options(args, progress=progress))
