@@ -58,7 +58,7 @@ class quiet_output:
         import warnings
 
         if self.no_progress:
-            for k in ("TQDM_DISABLE", "HF_HUB_DISABLE_PROGRESS_BARS"):
+            for k in ("TQDM_DISABLE",):  # every tqdm bar, the libraries' (model loading, GGUF) included
                 self._env[k] = os.environ.get(k)
                 os.environ[k] = "1"
             if "transformers" in sys.modules:

@@ -90,6 +90,7 @@ class AuditCommand(Command):
         rep = sub.add_parser("report", help="tables in the terminal and an HTML page with plots")
         rep.add_argument("output", help="an `audit run` output directory")
         rep.add_argument("--html", help="HTML path (default: OUTPUT/report.html)")
+        rep.add_argument("--json", action="store_true", help="print the metrics as JSON instead of the tables")
 
     def run(self, args: argparse.Namespace) -> int:
         if args.audit == "rubric":
@@ -156,7 +157,7 @@ class AuditCommand(Command):
         if not path.exists():
             raise FileNotFoundError(f"{path} not found: run `adherence audit run ... -o {out}` first")
         metrics = json.loads(path.read_text(encoding="utf-8"))
-        print(format_metrics(metrics))
+        print(json.dumps(metrics, indent=2) if args.json else format_metrics(metrics))
         html = write_audit_html(args.html or out / "report.html", metrics, title=f"adherence audit: {out}")
         print(f"wrote {html}", file=sys.stderr)
         return 0

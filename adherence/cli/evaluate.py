@@ -63,6 +63,7 @@ class EvaluateCommand(Command):
         p.add_argument("--level", type=float, default=0.95, help="confidence level (default 0.95)")
         p.add_argument("--format", help="override the input format (parquet, jsonl, csv, json)")
         p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+        p.add_argument("-o", "--output", help="also write the results as JSON here")
         p.add_argument("--html", metavar="OUT", help="write an HTML page with the ROC curve and score distributions")
 
     def run(self, args: argparse.Namespace) -> int:
@@ -85,13 +86,28 @@ class EvaluateCommand(Command):
             return_rows=True,
         )
         result["input"] = str(args.input)
+        if args.prediction:
+            result["prediction_column"] = args.prediction
         if args.html:
+            from ..data import metadata_path
             from ..report import write_evaluation_html
 
-            path = write_evaluation_html(args.html, result, labels, scores, title=f"adherence evaluate: {args.input}")
+            meta = None
+            try:
+                meta = json.loads(metadata_path(args.input).read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                pass
+            path = write_evaluation_html(args.html, result, labels, scores, title=f"adherence evaluate: {args.input}",
+                                         meta=meta if isinstance(meta, dict) else None)
             print(f"wrote {path}", file=sys.stderr)
         for m, why in result["undefined"].items():
             print(f"warning: {m} is undefined: {why}", file=sys.stderr)
+        if args.output:
+            from pathlib import Path
+
+            Path(args.output).parent.mkdir(parents=True, exist_ok=True)
+            Path(args.output).write_text(json.dumps(result, indent=2, allow_nan=False) + "\n", encoding="utf-8")
+            print(f"wrote {args.output}", file=sys.stderr)
         if args.json:
             print(json.dumps(result, indent=2, allow_nan=False))
         else:

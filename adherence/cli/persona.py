@@ -105,8 +105,8 @@ class PersonaCommand(Command):
         p.add_argument("--nli-model", help="local NLI model for naturalness (skipped without one)")
         p.add_argument("--device", help="cuda, cpu, ... (default: CUDA when available)")
         p.add_argument("--json", action="store_true", help="print JSON instead of the table")
-        p.add_argument("-o", "--output", help="write the results as JSON here and the HTML page beside it "
-                       "(OUT.html); an .html OUT writes the page there and the JSON beside it")
+        p.add_argument("-o", "--output", help="write the results as JSON here")
+        p.add_argument("--html", metavar="PATH", help="write the HTML page with the curves and tables here")
 
     def run(self, args: argparse.Namespace) -> int:
         from ..persona import PersonaConfig, evaluate_persona
@@ -116,21 +116,28 @@ class PersonaCommand(Command):
             alpha=args.alpha, pool_sizes=_ints(args.pool_sizes, "--pool-sizes") if args.pool_sizes else None,
             repeats=args.repeats, seed=args.seed, max_queries=args.max_queries, encoder=args.encoder,
             device=args.device, nli_model=args.nli_model, limit=args.limit, strict_input=args.strict_input)
+        if args.html and not str(args.html).endswith((".html", ".htm")):
+            raise ValueError(f"--html needs a .html path, got {args.html}")
         results = evaluate_persona(args.reference, args.simulation, names=args.name, config=cfg)
         if args.output:
-            out = Path(args.output)
-            html_path, json_path = (out, out.with_suffix(".json")) if out.suffix == ".html" else (out.with_suffix(".html"), out)
+            json_path = Path(args.output)
             json_path.parent.mkdir(parents=True, exist_ok=True)
             json_path.write_text(json.dumps(results, indent=2, allow_nan=False))
             print(f"wrote {json_path}", file=sys.stderr)
-            from .._optional import is_available
+        if args.html:
+            from .._optional import require
 
-            if is_available("matplotlib"):
-                from ..report import write_persona_html
+            require("matplotlib", "report", "the HTML page")
+            from ..report import write_persona_html
 
-                print(f"wrote {write_persona_html(html_path, results)}", file=sys.stderr)
-            else:
-                print("no HTML page: matplotlib is missing (pip install 'adherence[report]')", file=sys.stderr)
+            Path(args.html).parent.mkdir(parents=True, exist_ok=True)
+            about = [["reference", args.reference], ["simulations", ", ".join(args.simulation) or "none"],
+                     ["dimensions", args.dimensions], ["retrievers", f"{args.methods} (primary: {args.primary})"],
+                     ["encoder", args.encoder or "bundled:all-MiniLM-L6-v2"],
+                     ["NLI model", args.nli_model or "none (naturalness skipped)"],
+                     ["alpha (speaker weight sin(alpha*pi/2))", args.alpha], ["pools per query and size", args.repeats],
+                     ["seed", args.seed]]
+            print(f"wrote {write_persona_html(args.html, results, about=about)}", file=sys.stderr)
         if args.json:
             print(json.dumps(results, indent=2, allow_nan=False))
         else:

@@ -118,9 +118,9 @@ def audit_html(metrics: dict, *, title: str = "adherence audit", about: str = ""
     else:  # one judge, named at the top
         sections.append(table_html(["artifact", "generator", "mean S_i", "std"],
                                    [[a["artifact_id"], a["generator"], a["mean"], a["std"]] for a in metrics["artifacts"]]))
-    strata = (", ".join(f"{j} × {g}" for j, g in metrics["strata"]) if len(judges) > 1
-              else "generators " + ", ".join(g for _, g in metrics["strata"]))
-    return page(title, sections, f"strata (judge × generator, macro-averaged): {strata}; DBSCAN eps {metrics['eps']}")
+    strata = ("strata (judge × generator, macro-averaged): " + ", ".join(f"{j} × {g}" for j, g in metrics["strata"])
+              if len(judges) > 1 else "generators (macro-averaged): " + ", ".join(g for _, g in metrics["strata"]))
+    return page(title, sections, f"{strata}; DBSCAN eps {metrics['eps']}")
 
 
 def write_audit_html(path: Union[str, os.PathLike], metrics: dict, *, title: str = "adherence audit",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import html
 import os
 from pathlib import Path
-from typing import Sequence, Union
+from typing import Optional, Sequence, Union
 
 import numpy as np
 
@@ -41,14 +41,25 @@ def _hist_svg(y: np.ndarray, s: np.ndarray, positive: str) -> str:
     fig, ax = plt.subplots(figsize=(5.2, 4.2))
     lo, hi = float(np.min(s)), float(np.max(s))
     bins = np.linspace(lo, hi if hi > lo else lo + 1e-9, 21)
+    from matplotlib.colors import to_rgb
+    from matplotlib.patches import Patch
+
+    drawn = []
     for value, name, color in ((1, positive, "#2a9d55"), (0, f"not {positive}", "#c0392b")):
         vs = s[y == value]
         if len(vs):
             ax.hist(vs, bins=bins, alpha=0.55, color=color, label=f"{name} (n={len(vs)})")
+            drawn.append(color)
+    handles, _ = ax.get_legend_handles_labels()
+    if len(drawn) == 2:  # where both classes fall in a bin the two fills blend: name that colour too
+        white = (1.0, 1.0, 1.0)
+        first = [0.55 * c + 0.45 * w for c, w in zip(to_rgb(drawn[0]), white)]
+        both = [0.55 * c + 0.45 * f for c, f in zip(to_rgb(drawn[1]), first)]
+        handles.append(Patch(color=both, label="both classes (overlap)"))
     ax.set_xlabel("score")
     ax.set_ylabel("turns")
     ax.set_title("Score distribution by class")
-    ax.legend()
+    ax.legend(handles=handles)
     return figure_svg(fig)
 
 
@@ -68,8 +79,48 @@ def _by_label_svg(labels: np.ndarray, s: np.ndarray, positive: str) -> str:
     return figure_svg(fig)
 
 
-def evaluation_html(result: dict, labels: Sequence, scores: Sequence, *, title: str = "adherence evaluate") -> str:
-    """Render an evaluation (``evaluate_table`` output) with its kept rows' labels and scores."""
+def _provenance(meta: dict) -> tuple[list, bool]:
+    """Rows describing how the scores were made (from the scoring run's metadata) and whether the judge
+    was the bundled smoke-test one."""
+    cfg = meta.get("config") or {}
+    models = meta.get("models") or {}
+    rows = [["method", cfg.get("method")]]
+    judge = models.get("judge") or {}
+    smoke = False
+    if judge:
+        rows.append(["judge", f"{judge.get('model')} ({judge.get('backend')})"])
+        smoke = "bundled:SmolLM2" in str(judge.get("model"))
+        jc = cfg.get("judge") or {}
+        rows.append(["judge mode", f"{jc.get('output_mode')}, {jc.get('granularity')} granularity"])
+    enc = models.get("encoder") or {}
+    if enc:
+        rows.append(["encoder", enc.get("name") or enc.get("path")])
+    rows.append(["threshold", cfg.get("threshold")])
+    if cfg.get("strict_mode") or cfg.get("session_mode", "mean") != "mean":
+        rows.append(["sessions", f"{cfg.get('session_mode', 'mean')}{', strict' if cfg.get('strict_mode') else ''}"])
+    inputs = meta.get("inputs") or []
+    if inputs:
+        rows.append(["scored input", inputs[0].get("path")])
+    summary = meta.get("summary") or {}
+    if summary:
+        rows.append(["scoring run", f"{summary.get('turns')} turns: ok {summary.get('ok')}, error {summary.get('error')}, "
+                                    f"unscored {summary.get('unscored')}"])
+    rows.append(["adherence", (meta.get("versions") or {}).get("adherence") or meta.get("package_version")])
+    return [r for r in rows if r[1] is not None], smoke
+
+
+def _confusion_html(conf: dict, positive: str) -> str:
+    head = ["", f"predicted {positive}", f"predicted not {positive}"]
+    return table_html(head, [[f"true {positive}", conf["tp"], conf["fn"]],
+                             [f"true not {positive}", conf["fp"], conf["tn"]]])
+
+
+def evaluation_html(result: dict, labels: Sequence, scores: Sequence, *, title: str = "adherence evaluate",
+                    meta: Optional[dict] = None) -> str:
+    """Render an evaluation (``evaluate_table`` output) with its kept rows' labels and scores.
+
+    ``meta``: the scoring run's metadata (``<scores>.meta.json``), shown as where the scores came from.
+    """
     labels = np.asarray(labels, dtype=object)
     s = np.asarray(scores, dtype=np.float64)
     positive = result["positive"]
@@ -89,13 +140,26 @@ def evaluation_html(result: dict, labels: Sequence, scores: Sequence, *, title: 
         ["unlabeled", result["n_unlabeled"]],
     ]
     level = int(round(100 * result.get("ci_level", 0.95)))
-    sections = [
+    sections = []
+    if meta:
+        about, smoke = _provenance(meta)
+        if smoke:
+            sections.append('<p class="warn">These scores come from the bundled SmolLM2-135M-Instruct, a smoke-test '
+                            "judge that shows the pipeline works; its verdicts carry little signal. Score with "
+                            "<code>--judge-model</code> for real results.</p>")
+        sections += ["<h2>Where the scores come from</h2>", table_html(["what", "value"], about)]
+    else:
+        sections.append('<p class="meta">No run metadata beside the input: method and models unknown.</p>')
+    sections += [
         "<h2>Summary</h2>",
         table_html(["count", "value"], counts),
         table_html(["metric", "value", f"{level}% CI low", f"{level}% CI high", "undefined because"], rows),
     ]
     if result.get("note"):
         sections.append(f'<p class="warn">{html.escape(str(result["note"]))}</p>')
+    if result.get("confusion"):
+        sections += [f"<h2>Confusion matrix ({html.escape(str(result.get('prediction_column')))})</h2>",
+                     _confusion_html(result["confusion"], positive)]
     figs = [_roc_svg(y, s, result.get("auc")), _hist_svg(y, s, positive)]
     if len(set(labels.tolist())) > 2:
         figs.append(_by_label_svg(labels, s, positive))
@@ -103,14 +167,16 @@ def evaluation_html(result: dict, labels: Sequence, scores: Sequence, *, title: 
     by = result.get("by_label", {})
     sections.append("<h2>Scores per label</h2>")
     sections.append(table_html(["label", "n", "mean", "median", "std"], [[k, v["n"], v["mean"], v["median"], v["std"]] for k, v in by.items()]))
-    sub = f"score column {result['score_column']!r} against label column {result['label_column']!r}, positive = {positive!r}"
+    sub = (f"input {result.get('input')}: score column {result['score_column']!r} against label column "
+           f"{result['label_column']!r}, positive = {positive!r}")
     return page(title, sections, sub)
 
 
 def write_evaluation_html(
-    path: Union[str, os.PathLike], result: dict, labels: Sequence, scores: Sequence, *, title: str = "adherence evaluate"
+    path: Union[str, os.PathLike], result: dict, labels: Sequence, scores: Sequence, *, title: str = "adherence evaluate",
+    meta: Optional[dict] = None,
 ) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(evaluation_html(result, labels, scores, title=title), encoding="utf-8")
+    path.write_text(evaluation_html(result, labels, scores, title=title, meta=meta), encoding="utf-8")
     return path

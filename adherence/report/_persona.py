@@ -5,7 +5,7 @@ from __future__ import annotations
 import html
 import os
 from pathlib import Path
-from typing import Union
+from typing import Optional, Union
 
 from ._html import figure_svg, page, pyplot, table_html
 
@@ -46,6 +46,20 @@ def adherence_rows(results: dict) -> tuple[list, list]:
     return methods, rows
 
 
+def _log_axis(ax) -> None:
+    """A log x axis with readable ticks (1, 2, 5, 10, 20, 50, ...) written as plain numbers."""
+    from matplotlib.ticker import FixedLocator, NullLocator, ScalarFormatter
+
+    ax.set_xscale("log")
+    lo, hi = ax.get_xlim()
+    ticks = [m * 10 ** e for e in range(-1, 7) for m in (1, 2, 5) if lo <= m * 10 ** e <= hi]
+    ax.xaxis.set_major_locator(FixedLocator(ticks))
+    ax.xaxis.set_minor_locator(NullLocator())
+    fmt = ScalarFormatter()
+    fmt.set_scientific(False)
+    ax.xaxis.set_major_formatter(fmt)
+
+
 def _curves_svg(results: dict, method: str, title: str, *, log: bool = True) -> str:
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(5.6, 3.8))
@@ -59,7 +73,7 @@ def _curves_svg(results: dict, method: str, title: str, *, log: bool = True) -> 
         ax.plot(curve["pool_sizes"], curve["mrr"], marker="o", ms=3, lw=2.4 if ref else 1.4,
                 color="black" if ref else f"C{i}", label=label)
     if log:
-        ax.set_xscale("log")
+        _log_axis(ax)
     ax.set_xlabel("distractors D (pool = D + 1)")
     ax.set_ylabel("MRR")
     ax.set_ylim(0, 1.02)
@@ -74,7 +88,7 @@ def _methods_svg(res: dict, name: str) -> str:
     fig, ax = plt.subplots(figsize=(5.6, 3.8))
     for i, (m, curve) in enumerate(res["adherence"]["curves"].items()):
         ax.plot(curve["pool_sizes"], curve["mrr"], marker="o", ms=3, color=f"C{i}", label=f"{m} (nAUC {curve['nauc']:.3f})")
-    ax.set_xscale("log")
+    _log_axis(ax)
     ax.set_xlabel("distractors D")
     ax.set_ylabel("MRR")
     ax.set_ylim(0, 1.02)
@@ -106,8 +120,15 @@ def _similarity_svg(results: dict) -> str:
     return figure_svg(fig)
 
 
-def persona_html(results: dict, *, title: str = "adherence persona") -> str:
-    sections = ["<h2>Summary</h2>",
+def persona_html(results: dict, *, title: str = "adherence persona", about: Optional[list] = None) -> str:
+    """The persona page; ``about``: ``[name, value]`` rows of the run's settings (files, encoder, ...)."""
+    sections = []
+    if about:
+        sections += ["<h2>What was compared, and how</h2>", table_html(["setting", "value"], about)]
+    sections += ["<h2>Corpora</h2>", table_html(["dataset", "role", "conversations", "utterances"],
+                                                [[n, r.get("role"), r.get("n_conversations"), r.get("n_utterances")]
+                                                 for n, r in results.items()])]
+    sections += ["<h2>Summary</h2>",
                 table_html(["dataset", "role", "dimension", "raw", "similarity", "offset", "rank"], persona_rows(results))]
     for name, res in results.items():
         sk = res.get("skipped_records")
@@ -157,8 +178,9 @@ def persona_html(results: dict, *, title: str = "adherence persona") -> str:
     return page(title, sections, f"reference: {ref}; simulations: {', '.join(list(results)[1:]) or 'none'}")
 
 
-def write_persona_html(path: Union[str, os.PathLike], results: dict, *, title: str = "adherence persona") -> Path:
+def write_persona_html(path: Union[str, os.PathLike], results: dict, *, title: str = "adherence persona",
+                       about: Optional[list] = None) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(persona_html(results, title=title), encoding="utf-8")
+    path.write_text(persona_html(results, title=title, about=about), encoding="utf-8")
     return path

@@ -197,6 +197,10 @@ def evaluate_table(
         values = sorted({v for v in labels if v is not None})
         out["note"] = f"no row has label {positive_text!r}; labels present: {', '.join(values)}"
     out.update(evaluate_scores(y[keep], s[keep], y_pred=p, n_bootstrap=n_bootstrap, seed=seed, level=level))
+    if p is not None:  # rows = true class, columns = predicted class
+        yk = y[keep]
+        out["confusion"] = {"tp": int(((yk == 1) & (p == 1)).sum()), "fn": int(((yk == 1) & (p == 0)).sum()),
+                            "fp": int(((yk == 0) & (p == 1)).sum()), "tn": int(((yk == 0) & (p == 0)).sum())}
     by_label = {}
     kept_labels = np.array(labels, dtype=object)[keep]
     kept_scores = s[keep]

@@ -109,3 +109,38 @@ def test_command_line_entry_point_and_lazy_imports():
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert proc.stdout.strip() == "[]"
+
+
+def test_page_says_where_the_scores_come_from_with_a_confusion_matrix(tmp_path, capsys, tiny_llama_dir):
+    from sklearn.metrics import confusion_matrix
+
+    scores = tmp_path / "cos.parquet"
+    assert main(["score", EXAMPLE, "-o", str(scores), "--method", "cosine", "--no-progress", "--threshold", "0.6"]) == 0
+    html, res_json = tmp_path / "cos.html", tmp_path / "cos.json"
+    code, _, _ = _run(capsys, "evaluate", str(scores), "--score", "score", "--label", "label", "--positive", "adherent",
+                      "--prediction", "prediction", "--html", str(html), "-o", str(res_json), "--bootstrap", "0")
+    assert code == 0
+    page = html.read_text()
+    for needle in ("Where the scores come from", "cosine", "bundled:all-MiniLM-L6-v2", "0.6000", "role_turns.jsonl",
+                   "28 turns: ok 28", "Confusion matrix (prediction)"):
+        assert needle in page, needle
+    assert "smoke-test" not in page
+    res = json.loads(res_json.read_text())
+    from adherence.data import read_turn_scores
+
+    t = read_turn_scores(scores)
+    y = [1 if v == "adherent" else 0 for v in t.column("label").to_pylist()]
+    tn, fp, fn, tp = confusion_matrix(y, t.column("prediction").to_pylist(), labels=[0, 1]).ravel()
+    assert res["confusion"] == {"tp": tp, "fn": fn, "fp": fp, "tn": tn}
+    judge = tmp_path / "judge.parquet"  # a judge run names its model; the bundled one is flagged as a smoke test
+    assert main(["score", EXAMPLE, "-o", str(judge), "--judge-model", str(tiny_llama_dir), "--no-progress",
+                 "--bootstrap", "0", "--device", "cpu"]) == 0
+    meta = json.loads((tmp_path / "judge.parquet.meta.json").read_text())
+    meta["models"]["judge"]["model"] = "bundled:SmolLM2-135M-Instruct::x.gguf"
+    from adherence.report._evaluation import _provenance
+
+    rows, smoke = _provenance(meta)
+    assert smoke and ["judge mode", "continuous, turn granularity"] in rows
+    assert main(["evaluate", str(judge), "--score", "score", "--label", "label", "--positive", "adherent",
+                 "--html", str(tmp_path / "j.html"), "--bootstrap", "0"]) == 0
+    assert str(tiny_llama_dir) in (tmp_path / "j.html").read_text()

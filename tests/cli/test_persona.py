@@ -12,7 +12,8 @@ FAST = ["--methods", "tfidf,bm25", "--primary", "bm25", "--limit", "20", "--repe
 def test_persona_json_table_and_html(tmp_path, capsys):
     out = tmp_path / "res" / "persona.json"
     rc = main(["persona", "--reference", str(EX / "human.csv"), "--simulation", str(EX / "sim_faithful.csv"),
-               "--simulation", str(EX / "sim_persona_drift.csv"), *FAST, "--json", "-o", str(out)])
+               "--simulation", str(EX / "sim_persona_drift.csv"), *FAST, "--json", "-o", str(out),
+               "--html", str(tmp_path / "res" / "persona.html")])
     assert rc == 0
     res = json.loads(capsys.readouterr().out)
     assert list(res) == ["human", "sim_faithful", "sim_persona_drift"]
@@ -38,6 +39,8 @@ def test_persona_json_table_and_html(tmp_path, capsys):
 def test_persona_errors(tmp_path, capsys):
     assert main(["persona", "--reference", str(tmp_path / "nope.csv")]) == 2
     assert "nope.csv" in capsys.readouterr().err
+    assert main(["persona", "--reference", str(EX / "human.csv"), "--html", str(tmp_path / "page.json")]) == 2
+    assert "--html needs a .html path" in capsys.readouterr().err
     assert main(["persona", "--reference", str(EX / "human.csv"), "--dimensions", "adherance"]) == 2
     assert "adherance" in capsys.readouterr().err
     assert main(["persona", "--reference", str(EX / "human.csv"), "--methods", "bm52"]) == 2
@@ -70,7 +73,8 @@ def test_persona_on_a_dirty_synthetic_persona_chat_file(tmp_path, capsys):
     dirty.write_text(header + '\n"I like tea.","I like cats.","[They sit in silence.]"\n' + body, encoding="utf-8")
     out = tmp_path / "p.json"
     with pytest.warns(UserWarning, match="dirty.csv: skipped 1 malformed conversation"):
-        rc = main(["persona", "--reference", str(dirty), "--dimensions", "adherence", *FAST, "-o", str(out)])
+        rc = main(["persona", "--reference", str(dirty), "--dimensions", "adherence", *FAST, "-o", str(out),
+                   "--html", str(tmp_path / "p.html")])
     assert rc == 0
     res = json.loads(out.read_text())
     assert res["dirty"]["skipped_records"] == {"count": 1, "first": ["row 1"],
