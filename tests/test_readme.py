@@ -60,7 +60,7 @@ def test_readme_extras_are_setup_py_extras():
                   if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") == "EXTRAS")
     para = README[README.index("Optional parts are extras:"):]
     para = para[:para.index("\n- ")]
-    listed = set(re.findall(r"`\[([a-z]+)\]`", para))
+    listed = set(re.findall(r"`\[([a-z-]+)\]`", para))
     assert listed == set(extras)
 
 

@@ -101,6 +101,16 @@ def add_judge_args(p: argparse.ArgumentParser, *, device: bool = True) -> argpar
     j.add_argument("--max-retries", type=int, default=4, help="openai backend: retries per request after the first try")
     if device:
         j.add_argument("--device", help="cuda, cpu, ... (default: cuda when available)")
+    j.add_argument("--vllm-dtype", choices=["auto", "float32", "bfloat16", "float16"],
+                   help="vllm backend: engine dtype (default: vLLM's auto, bf16 on CPUs that support it)")
+    j.add_argument("--vllm-max-model-len", type=int, metavar="N",
+                   help="vllm backend: the engine's context (prompts are left-truncated to it)")
+    j.add_argument("--vllm-kv-cache-gb", type=float, metavar="GB",
+                   help="vllm backend on CPU: KV-cache size (VLLM_CPU_KVCACHE_SPACE; needed on small machines)")
+    j.add_argument("--vllm-gpu-memory", type=float, metavar="F",
+                   help="vllm backend on GPU: gpu_memory_utilization")
+    j.add_argument("--vllm-engine-args", metavar="JSON",
+                   help="vllm backend: more vllm.LLM keyword arguments as a JSON object (a mapping in --config)")
     return j
 
 
@@ -115,7 +125,23 @@ def judge_backend_options(args: argparse.Namespace, *, progress: bool = True, **
             raise ValueError("--concurrency must be >= 1, --max-retries >= 0 and --request-timeout > 0")
         return {"base_url": args.base_url, "api_key": args.api_key, "concurrency": args.concurrency,
                 "timeout": args.request_timeout, "max_retries": args.max_retries}
-    return {"progress": progress}
+    import json
+
+    opts = {"progress": progress}
+    extra = args.vllm_engine_args
+    if isinstance(extra, str):
+        try:
+            extra = json.loads(extra)
+        except ValueError as exc:
+            raise ValueError(f"--vllm-engine-args must be a JSON object ({exc})") from None
+    if extra is not None and not isinstance(extra, dict):
+        raise ValueError("--vllm-engine-args must be a JSON object of vllm.LLM keyword arguments")
+    opts.update(extra or {})
+    for flag, key in (("vllm_dtype", "dtype"), ("vllm_max_model_len", "max_model_len"),
+                      ("vllm_kv_cache_gb", "kv_cache_gb"), ("vllm_gpu_memory", "gpu_memory_utilization")):
+        if getattr(args, flag) is not None:
+            opts[key] = getattr(args, flag)
+    return opts
 
 
 def make_backend(args: argparse.Namespace, *, progress: bool = True):

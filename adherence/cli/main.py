@@ -19,6 +19,8 @@ COMMANDS = {
     "persona": ("adherence.cli.persona:PersonaCommand",
                 "EVAL4SIM: persona adherence, consistency and naturalness of simulations vs a human corpus"),
     "bench": ("adherence.cli.bench:BenchCommand", "benchmarks and paper reproductions"),
+    "models": ("adherence.cli.models:ModelsCommand",
+               "model utilities: export the bundled judge as a transformers checkpoint"),
 }
 
 

