@@ -73,6 +73,19 @@ class BenchCommand(Command):
         jb.add_argument("--dtype", choices=["float32", "bfloat16", "float16"],
                         help="model dtype (default: bf16 on GPU, fp32 on CPU)")
         jb.add_argument("-o", "--output", help="also write the JSON here")
+        jr = sub.add_parser("judge-race", help="transformers vs vLLM (and a server) on the same prompts, model and "
+                            "dtype: turns/s without reuse and on multi-turn conversations (JSON)")
+        jr.add_argument("--judge-model", required=True,
+                        help="a transformers judge directory (e.g. from `adherence models export-judge`)")
+        jr.add_argument("--backends", default="transformers,vllm", help="comma-separated: transformers, vllm, openai")
+        jr.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"], help="dtype of every backend")
+        jr.add_argument("--unique", type=int, default=64, help="prompts in the no-reuse workload")
+        jr.add_argument("--conversations", type=int, default=8, help="conversations in the multi-turn workload")
+        jr.add_argument("--turns", type=int, default=8, help="assistant turns per conversation")
+        jr.add_argument("--base-url", help="openai backend: the server (same model and dtype)")
+        jr.add_argument("--served-model", help="openai backend: the server's model name")
+        jr.add_argument("--vllm-kv-cache-gb", type=float, default=2.0, help="vllm on CPU: KV-cache size")
+        jr.add_argument("-o", "--output", help="also write the JSON here")
 
     def run(self, args: argparse.Namespace) -> int:
         if args.bench == "role-paper":
@@ -127,6 +140,17 @@ class BenchCommand(Command):
             res = bench_judge(model=args.judge_model, random_config=args.random_config, conversations=args.conversations,
                               turns=args.turns, words_per_turn=args.words_per_turn, repeats=args.repeats,
                               device=args.device, dtype=args.dtype)
+            return self._emit(res, args.output)
+        if args.bench == "judge-race":
+            from ..bench import bench_judge_race
+
+            if min(args.unique, args.conversations, args.turns) < 1:
+                raise ValueError("--unique, --conversations and --turns must be >= 1")
+            res = bench_judge_race(model=args.judge_model, backends=[b.strip() for b in args.backends.split(",")
+                                                                     if b.strip()],
+                                   dtype=args.dtype, unique=args.unique, conversations=args.conversations,
+                                   turns=args.turns, base_url=args.base_url, served_model=args.served_model,
+                                   kv_cache_gb=args.vllm_kv_cache_gb)
             return self._emit(res, args.output)
         if args.bench == "kernels":
             from ..bench import bench_kernels

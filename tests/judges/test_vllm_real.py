@@ -175,3 +175,15 @@ def test_a_server_that_dies_mid_run_fails_the_job(server, tmp_path):
     assert got.num_rows == 168 and status.count("error") > 0
     errors = {e for e, s in zip(got.column("error").to_pylist(), status) if s == "error"}
     assert all(e.startswith("judge server:") for e in errors)
+
+
+def test_judge_race_vllm_vs_transformers(exported, engine):
+    """The race runs end to end with the real engine."""
+    from adherence.bench import bench_judge_race
+
+    res = bench_judge_race(model=str(exported), backends=["transformers", "vllm"], unique=4, unique_words=60,
+                           conversations=2, turns=3, words_per_turn=20, prebuilt={"vllm": engine})
+    for w in ("unique", "multi_turn"):
+        v = res["workloads"][w]["backends"]["vllm"]
+        assert v["max_abs_p_yes_vs_transformers"] <= 1e-4 and v["p_yes_source"] == ["full_vocab"]
+        assert v["ratio_vs_transformers"] > 0
