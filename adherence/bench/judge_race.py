@@ -32,14 +32,19 @@ def bench_judge_race(
     *, model: str, backends: Sequence[str] = ("transformers", "vllm"), dtype: str = "float32", unique: int = 64,
     unique_words: int = 120, conversations: int = 8, turns: int = 8, words_per_turn: int = 40,
     base_url: Optional[str] = None, served_model: Optional[str] = None, kv_cache_gb: float = 2.0,
-    max_model_len: int = 2048, tolerance: float = 1e-4, server_tolerance: float = 0.05, seed: int = 0,
+    max_model_len: int = 2048, tolerance: Optional[float] = None, server_tolerance: float = 0.05, seed: int = 0,
     prebuilt: Optional[dict] = None,
 ) -> dict:
     """Race ``backends`` on the same judge checkpoint (a transformers directory, e.g. from
     ``adherence models export-judge``). Returns a JSON-ready dict with per workload and backend: seconds,
     turns/s, prompt tokens/s, and the max |ΔP(yes)| against the transformers backend; ``ratio`` is each
-    backend's turns/s over transformers'. ``prebuilt``: backends already started, by name."""
+    backend's turns/s over transformers'. ``prebuilt``: backends already started, by name.
+    ``tolerance``: allowed max |ΔP(yes)| of an in-process engine (default 1e-4 in float32; 0.1 in bfloat16,
+    where different kernels round differently: the mean |ΔP| and the share of equal predictions are reported too)."""
     import torch
+
+    if tolerance is None:
+        tolerance = 1e-4 if dtype == "float32" else 0.1
 
     from ..judges import JudgeConfig, RoleJudge, get_backend
     from ..judges._transformers import TransformersBackend
@@ -72,11 +77,16 @@ def bench_judge_race(
         built[f"{name}:startup_s"] = time.perf_counter() - t
     result = {"args": {"model": model, "backends": list(backends), "dtype": dtype, "unique": unique,
                        "unique_words": unique_words, "conversations": conversations, "turns": turns,
-                       "words_per_turn": words_per_turn},
+                       "words_per_turn": words_per_turn, "tolerance": tolerance,
+                       "server_tolerance": server_tolerance},
               "device": f"cpu ({platform.machine()}, {torch.get_num_threads()} threads)"
               if not torch.cuda.is_available() else torch.cuda.get_device_name(0),
               "versions": {"torch": torch.__version__, "python": platform.python_version()},
               "startup_s": {n: built[f"{n}:startup_s"] for n in backends}, "workloads": {}}
+    tf = built["transformers"]
+    result["transformers"] = {"batch_tokens": getattr(tf, "batch_tokens", None),
+                              "tree_attention": bool(getattr(tf, "tree_attention", False)),
+                              "prefix_sharing": bool(getattr(tf, "prefix_sharing", False))}
     try:
         import vllm
 
@@ -110,6 +120,8 @@ def bench_judge_race(
             entry["backends"][name] = {"seconds": sec, "turns_per_s": table.num_rows / sec,
                                        "prompt_tokens_per_s": counts["prompt_tokens"] / sec,
                                        "max_abs_p_yes_vs_transformers": diff,
+                                       "mean_abs_p_yes_vs_transformers": float(np.abs(p - ref).mean()),
+                                       "same_prediction_share": float(np.mean((p >= 0.5) == (ref >= 0.5))),
                                        "p_yes_source": sorted(set(cols["p_yes_source"]))}
         base = entry["backends"]["transformers"]["turns_per_s"]
         for v in entry["backends"].values():

@@ -47,10 +47,13 @@ class TransformersBackend(JudgeBackend):
             file), ``bundled:SmolLM2-135M-Instruct`` (default; a smoke-test judge), or a cached hub id.
         device, dtype: default CUDA + bf16 when available, else CPU + fp32.
         prefix_sharing: pack each conversation's turns into one forward pass.
-        batch_tokens: padded tokens per forward pass (batch size x longest sequence).
+        batch_tokens: padded tokens per forward pass (batch size x longest sequence); default 4096 on CPU
+            (measured 15-20% faster than 16384 there: the activations stay in cache), 16384 on accelerators.
         max_context: prompt token limit (default: the model's ``max_position_embeddings``).
         pack_tokens: longest packed sequence; longer conversations are split into several packs.
         loaded: ``(model, tokenizer, name)`` already in memory instead of ``model``.
+        tree_attention: run packed conversations through tree attention (trunk causal once, each tail
+            against its prefix; no ``L x L`` mask) where the model allows it; False: the dense-mask reference.
     """
 
     name = "transformers"
@@ -63,11 +66,12 @@ class TransformersBackend(JudgeBackend):
         device: Optional[str] = None,
         dtype: Optional[str] = None,
         prefix_sharing: bool = True,
-        batch_tokens: int = 16384,
+        batch_tokens: Optional[int] = None,
         max_context: Optional[int] = None,
         pack_tokens: int = 4096,
         progress: bool = True,
         loaded: Optional[tuple] = None,
+        tree_attention: bool = True,
     ) -> None:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -96,7 +100,10 @@ class TransformersBackend(JudgeBackend):
         limit = getattr(self.model.config, "max_position_embeddings", None) or 4096
         self.max_context = int(max_context or limit)
         self.prefix_sharing = prefix_sharing
-        self.batch_tokens = int(batch_tokens)
+        from ._tree_attention import install
+
+        self.tree_attention = bool(prefix_sharing and tree_attention and install(self.model))
+        self.batch_tokens = int(batch_tokens or (4096 if str(self.device).startswith("cpu") else 16384))
         self.pack_tokens = int(pack_tokens)
         self.progress = progress
         self._templates: dict = {}
@@ -197,12 +204,12 @@ class TransformersBackend(JudgeBackend):
         for batch in self._batched(items, key=lambda it: len(it[1])):
             L = max(len(ids) for _, ids in batch)
             input_ids = torch.full((len(batch), L), self.tokenizer.pad_token_id, dtype=torch.long)
-            mask = torch.zeros((len(batch), L), dtype=torch.long)
             for r, (_, ids) in enumerate(batch):
                 input_ids[r, : len(ids)] = torch.tensor(ids)
-                mask[r, : len(ids)] = 1
-            out = self.model.base_model(input_ids=input_ids.to(self.device), attention_mask=mask.to(self.device))
-            self.stats["forward_tokens"] += int(mask.sum())
+            # Right padding under a plain causal mask: a real token never sees the padding after it, so no
+            # padding mask is needed and SDPA keeps its causal fast path (no materialised mask).
+            out = self.model.base_model(input_ids=input_ids.to(self.device))
+            self.stats["forward_tokens"] += sum(len(ids) for _, ids in batch)
             rows = torch.arange(len(batch), device=self.device)
             cols = torch.tensor([len(ids) - 1 for _, ids in batch], device=self.device)
             for (i, _), lp in zip(batch, self._last_logprobs(out.last_hidden_state, rows, cols, top_k, variants)):
@@ -240,52 +247,82 @@ class TransformersBackend(JudgeBackend):
         seqs = []
         for trunk, branches in packs:
             ids, pos, seg, pref = list(trunk), list(range(len(trunk))), [-1] * len(trunk), [0] * len(trunk)
-            reads = []
+            reads, tails = [], []
             for b, (i, prefix, tail) in enumerate(branches):
+                tails.append((len(ids), len(tail), prefix))
                 ids.extend(tail)
                 pos.extend(range(prefix, prefix + len(tail)))
                 seg.extend([b] * len(tail))
                 pref.extend([prefix] * len(tail))
                 reads.append((i, len(ids) - 1))
-            seqs.append((ids, pos, seg, pref, reads))
+            seqs.append((ids, pos, seg, pref, reads, (len(trunk), tails)))
         seqs.sort(key=lambda s: -len(s[0]))
-        neg = torch.finfo(self.dtype).min
         for batch in self._batched(seqs, key=lambda s: len(s[0])):
             B, L = len(batch), max(len(s[0]) for s in batch)
             input_ids = torch.full((B, L), self.tokenizer.pad_token_id, dtype=torch.long)
             position_ids = torch.zeros((B, L), dtype=torch.long)
-            seg_t = torch.full((B, L), -2, dtype=torch.long)  # -2 = padding
-            pref_t = torch.zeros((B, L), dtype=torch.long)
-            for r, (ids, pos, seg, pref, _) in enumerate(batch):
-                n = len(ids)
-                input_ids[r, :n] = torch.tensor(ids)
-                position_ids[r, :n] = torch.tensor(pos)
-                seg_t[r, :n] = torch.tensor(seg)
-                pref_t[r, :n] = torch.tensor(pref)
-            q = torch.arange(L)[None, :, None]
-            k = torch.arange(L)[None, None, :]
-            sq, sk = seg_t[:, :, None], seg_t[:, None, :]
-            trunk_k = sk == -1
-            allowed = (trunk_k & (sq == -1) & (k <= q)) | (trunk_k & (sq >= 0) & (k < pref_t[:, :, None]))
-            allowed |= (sq >= 0) & (sk == sq) & (k <= q)
-            allowed |= (sq == -2) & (k == q)  # padding rows see themselves only (no all-masked rows)
-            mask = torch.where(allowed, torch.tensor(0.0, dtype=self.dtype), torch.tensor(neg, dtype=self.dtype))
-            out = self.model.base_model(
-                input_ids=input_ids.to(self.device),
-                attention_mask=mask[:, None].to(self.device),
-                position_ids=position_ids.to(self.device),
-            )
-            self.stats["forward_tokens"] += int((seg_t != -2).sum())
+            for r, (ids, pos, *_rest) in enumerate(batch):
+                input_ids[r, : len(ids)] = torch.tensor(ids)
+                position_ids[r, : len(ids)] = torch.tensor(pos)
+            hidden = None
+            if self.tree_attention:
+                hidden = self._tree_forward(input_ids, position_ids, [s[5] for s in batch])
+            if hidden is None:
+                hidden = self.model.base_model(input_ids=input_ids.to(self.device),
+                                               attention_mask=self._dense_tree_mask(batch, L)[:, None].to(self.device),
+                                               position_ids=position_ids.to(self.device)).last_hidden_state
+            self.stats["forward_tokens"] += sum(len(s[0]) for s in batch)
             rows, cols, targets = [], [], []
             for r, s in enumerate(batch):
                 for i, c in s[4]:
                     rows.append(r)
                     cols.append(c)
                     targets.append(i)
-            lps = self._last_logprobs(out.last_hidden_state, torch.tensor(rows, device=self.device),
+            lps = self._last_logprobs(hidden, torch.tensor(rows, device=self.device),
                                       torch.tensor(cols, device=self.device), top_k, variants)
             for i, lp in zip(targets, lps):
                 results[i] = lp
+
+    def _tree_forward(self, input_ids, position_ids, rows: list):
+        """Hidden states of a packed batch through tree attention; None (and the dense mask from now on)
+        when this model's attention cannot run it."""
+        from . import _tree_attention
+
+        try:
+            with _tree_attention.layout(rows) as lay:
+                out = self.model.base_model(input_ids=input_ids.to(self.device),
+                                            position_ids=position_ids.to(self.device))
+        except _tree_attention.Unsupported as exc:
+            lay = None
+            reason = str(exc)
+        else:
+            reason = "the model's attention does not go through transformers' attention interface"
+        if lay is not None and lay.calls > 0:
+            return out.last_hidden_state
+        import logging
+
+        logging.getLogger(__name__).info("tree attention off for %s (%s): dense masks", self.model_id, reason)
+        self.tree_attention = False
+        return None
+
+    def _dense_tree_mask(self, batch: list, L: int):
+        """The reference formulation: a ``B x L x L`` additive mask of the tree (CPU reference, fallback)."""
+        torch = self._torch
+        B = len(batch)
+        seg_t = torch.full((B, L), -2, dtype=torch.long)  # -2 = padding
+        pref_t = torch.zeros((B, L), dtype=torch.long)
+        for r, (ids, _pos, seg, pref, *_rest) in enumerate(batch):
+            seg_t[r, : len(ids)] = torch.tensor(seg)
+            pref_t[r, : len(ids)] = torch.tensor(pref)
+        q = torch.arange(L)[None, :, None]
+        k = torch.arange(L)[None, None, :]
+        sq, sk = seg_t[:, :, None], seg_t[:, None, :]
+        trunk_k = sk == -1
+        allowed = (trunk_k & (sq == -1) & (k <= q)) | (trunk_k & (sq >= 0) & (k < pref_t[:, :, None]))
+        allowed |= (sq >= 0) & (sk == sq) & (k <= q)
+        allowed |= (sq == -2) & (k == q)  # padding rows see themselves only (no all-masked rows)
+        neg = torch.finfo(self.dtype).min
+        return torch.where(allowed, torch.tensor(0.0, dtype=self.dtype), torch.tensor(neg, dtype=self.dtype))
 
     def _batched(self, items: list, key, bar: bool = True):
         """Greedy batches (items pre-sorted by decreasing length) with batch * longest <= batch_tokens."""

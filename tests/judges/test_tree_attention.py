@@ -1,0 +1,125 @@
+"""Tree attention (packed conversations without an L x L mask) against the dense-mask reference."""
+
+import numpy as np
+import pytest
+import torch
+
+from adherence.judges import _tree_attention
+from adherence.judges._transformers import TransformersBackend
+
+from .test_transformers_backend import _p_yes, _requests
+
+
+def _dense_reference(q, k, v, rows, scale):
+    """Attention of every non-padding position from the tree's definition, one full boolean mask per row."""
+    B, H, L, D = q.shape
+    rep = H // k.shape[1]
+    k, v = k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)
+    allowed = torch.zeros((B, 1, L, L), dtype=torch.bool)
+    for b, (trunk, tails) in enumerate(rows):
+        for i in range(trunk):
+            allowed[b, 0, i, : i + 1] = True
+        for start, n, prefix in tails:
+            for j in range(n):
+                allowed[b, 0, start + j, :prefix] = True
+                allowed[b, 0, start + j, start: start + j + 1] = True
+    used = allowed.any(-1)
+    allowed |= ~used[..., None] & torch.eye(L, dtype=torch.bool)  # padding rows: themselves only
+    out = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=allowed, scale=scale)
+    return out.transpose(1, 2), used[:, 0]
+
+
+def test_tree_attention_matches_the_definition_with_gqa_padding_and_several_rows():
+    g = torch.Generator().manual_seed(0)
+    rows = [(7, [(7, 3, 4), (10, 5, 7), (15, 1, 0)]),  # prefixes shorter than the trunk, and an empty one
+            (4, [(4, 6, 4)]),
+            (0, [(0, 2, 0), (2, 3, 0)])]  # no trunk at all
+    L = 20
+    q = torch.randn(3, 4, L, 8, generator=g)
+    k, v = torch.randn(3, 2, L, 8, generator=g), torch.randn(3, 2, L, 8, generator=g)  # 2 query heads per kv head
+    with _tree_attention.layout(rows) as lay:
+        got, weights = _tree_attention._attention(None, q, k, v, None, scaling=0.3)
+    assert weights is None and lay.calls == 1
+    ref, used = _dense_reference(q, k, v, rows, 0.3)
+    assert got.shape == (3, L, 4, 8)
+    diff = (got - ref).abs().amax(dim=(-1, -2))[used]
+    assert float(diff.max()) < 1e-5
+    assert float(got.abs().amax(dim=(-1, -2))[~used].max()) == 0.0  # padding is never computed
+
+
+def test_outside_a_layout_it_is_plain_sdpa():
+    class _Module(torch.nn.Module):
+        num_key_value_groups = 2
+        is_causal = True
+
+    g = torch.Generator().manual_seed(1)
+    q, k, v = torch.randn(2, 4, 9, 8, generator=g), torch.randn(2, 2, 9, 8, generator=g), torch.randn(2, 2, 9, 8, generator=g)
+    got, _ = _tree_attention._attention(_Module(), q, k, v, None, scaling=None)
+    ref = torch.nn.functional.scaled_dot_product_attention(q, k.repeat_interleave(2, 1), v.repeat_interleave(2, 1),
+                                                           is_causal=True).transpose(1, 2)
+    torch.testing.assert_close(got, ref, atol=1e-5, rtol=1e-5)
+
+
+def test_attention_features_it_cannot_honour_are_refused():
+    q = torch.zeros(1, 2, 4, 8)
+    with _tree_attention.layout([(4, [])]):
+        with pytest.raises(_tree_attention.Unsupported, match="sliding_window"):
+            _tree_attention._attention(None, q, q, q, None, sliding_window=2)
+
+
+@pytest.mark.parametrize("judge_name", ["tiny_judge", "smollm_judge"])
+def test_backend_tree_path_equals_dense_mask_and_separate_passes(request, judge_name):
+    judge = request.getfixturevalue(judge_name)
+    assert judge.tree_attention and judge.model.config._attn_implementation == _tree_attention.NAME
+    reqs = _requests()
+    tree = _p_yes(judge.first_token_logprobs(reqs))
+    assert judge.tree_attention  # the model went through the interface: no fallback happened
+    try:
+        judge.tree_attention = False
+        dense = _p_yes(judge.first_token_logprobs(reqs))
+        judge.prefix_sharing = False
+        separate = _p_yes(judge.first_token_logprobs(reqs))
+    finally:
+        judge.tree_attention, judge.prefix_sharing = True, True
+    np.testing.assert_allclose(tree, dense, atol=1e-5)
+    np.testing.assert_allclose(tree, separate, atol=1e-4)
+
+
+def _tiny(tiny_llama_dir, config_cls, attn, **extra):
+    from transformers import AutoTokenizer, LlamaConfig
+
+    base = LlamaConfig.from_pretrained(tiny_llama_dir).to_dict()
+    keep = {k: base[k] for k in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+                                 "num_attention_heads", "num_key_value_heads", "max_position_embeddings",
+                                 "pad_token_id", "eos_token_id", "bos_token_id")}
+    cfg = config_cls(**keep, **extra)
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(cfg, attn_implementation=attn)
+    return TransformersBackend(loaded=(model, AutoTokenizer.from_pretrained(tiny_llama_dir), "tiny"), device="cpu",
+                               progress=False)
+
+
+def test_a_sliding_window_model_falls_back_to_the_dense_mask(tiny_llama_dir):
+    from transformers import MistralConfig
+
+    judge = _tiny(tiny_llama_dir, MistralConfig, "sdpa", sliding_window=16)  # shorter than every conversation
+    assert judge.tree_attention  # installed; refused at the first packed pass
+    reqs = _requests(3)
+    packed = _p_yes(judge.first_token_logprobs(reqs))
+    assert not judge.tree_attention
+    judge.prefix_sharing = False
+    separate = _p_yes(judge.first_token_logprobs(reqs))
+    np.testing.assert_allclose(packed, separate, atol=1e-4)
+
+
+def test_an_eager_model_keeps_its_attention(tiny_llama_dir):
+    from transformers import LlamaConfig
+
+    judge = _tiny(tiny_llama_dir, LlamaConfig, "eager")
+    assert not judge.tree_attention and judge.model.config._attn_implementation == "eager"
+    reqs = _requests(2)
+    packed = _p_yes(judge.first_token_logprobs(reqs))
+    judge.prefix_sharing = False
+    np.testing.assert_allclose(packed, _p_yes(judge.first_token_logprobs(reqs)), atol=1e-4)
