@@ -101,6 +101,9 @@ def add_judge_args(p: argparse.ArgumentParser, *, device: bool = True) -> argpar
     j.add_argument("--max-retries", type=int, default=4, help="openai backend: retries per request after the first try")
     if device:
         j.add_argument("--device", help="cuda, cpu, ... (default: cuda when available)")
+    j.add_argument("--judge-dtype", choices=["float32", "bfloat16", "float16"],
+                   help="transformers backend: weights and activations (default: bfloat16 on GPU, float32 on "
+                   "CPU; bfloat16 is about 2x faster on CPUs with AVX512-BF16, P(yes) within about 0.03)")
     j.add_argument("--vllm-dtype", choices=["auto", "float32", "bfloat16", "float16"],
                    help="vllm backend: engine dtype (default: vLLM's auto, bf16 on CPUs that support it)")
     j.add_argument("--vllm-max-model-len", type=int, metavar="N",
@@ -117,7 +120,8 @@ def add_judge_args(p: argparse.ArgumentParser, *, device: bool = True) -> argpar
 def judge_backend_options(args: argparse.Namespace, *, progress: bool = True, **extra) -> dict:
     """Constructor options of the chosen backend from the shared judge flags."""
     if args.backend == "transformers":
-        return {"device": getattr(args, "device", None), "progress": progress, **extra}
+        return {"device": getattr(args, "device", None), "dtype": getattr(args, "judge_dtype", None),
+                "progress": progress, **extra}
     if args.backend == "openai":
         if not args.base_url:
             raise ValueError("--backend openai needs --base-url (e.g. http://127.0.0.1:8000/v1)")

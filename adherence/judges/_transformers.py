@@ -112,6 +112,13 @@ class TransformersBackend(JudgeBackend):
         self._torch = torch
         self.stats = {"forward_tokens": 0, "prompt_tokens": 0, "generated_tokens": 0}
 
+    def describe(self) -> dict:
+        out = super().describe()
+        out.update(device=str(self.device), dtype=str(self.dtype).replace("torch.", ""),
+                   prefix_sharing=self.prefix_sharing, tree_attention=self.tree_attention,
+                   batch_tokens=self.batch_tokens)
+        return out
+
     @property
     def model_id(self) -> str:
         return self.resolved.name + (f"::{self.resolved.gguf_file}" if self.resolved.gguf_file else "")

