@@ -88,7 +88,8 @@ def _provenance(meta: dict) -> tuple[list, bool]:
     judge = models.get("judge") or {}
     smoke = False
     if judge:
-        rows.append(["judge", f"{judge.get('model')} ({judge.get('backend')})"])
+        how = ", ".join(str(judge[k]) for k in ("backend", "device", "dtype") if judge.get(k))
+        rows.append(["judge", f"{judge.get('model')} ({how})"])
         smoke = "bundled:SmolLM2" in str(judge.get("model"))
         jc = cfg.get("judge") or {}
         rows.append(["judge mode", f"{jc.get('output_mode')}, {jc.get('granularity')} granularity"])

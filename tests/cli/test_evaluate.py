@@ -141,6 +141,7 @@ def test_page_says_where_the_scores_come_from_with_a_confusion_matrix(tmp_path, 
 
     rows, smoke = _provenance(meta)
     assert smoke and ["judge mode", "continuous, turn granularity"] in rows
+    assert ["judge", "bundled:SmolLM2-135M-Instruct::x.gguf (transformers, cpu, float32)"] in rows  # how it ran
     assert main(["evaluate", str(judge), "--score", "score", "--label", "label", "--positive", "adherent",
                  "--html", str(tmp_path / "j.html"), "--bootstrap", "0"]) == 0
     assert str(tiny_llama_dir) in (tmp_path / "j.html").read_text()
