@@ -253,35 +253,32 @@ class TransformersBackend(JudgeBackend):
         torch = self._torch
         seqs = []
         for trunk, branches in packs:
-            ids, pos, seg, pref = list(trunk), list(range(len(trunk))), [-1] * len(trunk), [0] * len(trunk)
+            ids, pos = list(trunk), list(range(len(trunk)))
             reads, tails = [], []
-            for b, (i, prefix, tail) in enumerate(branches):
+            for i, prefix, tail in branches:
                 tails.append((len(ids), len(tail), prefix))
                 ids.extend(tail)
                 pos.extend(range(prefix, prefix + len(tail)))
-                seg.extend([b] * len(tail))
-                pref.extend([prefix] * len(tail))
                 reads.append((i, len(ids) - 1))
-            seqs.append((ids, pos, seg, pref, reads, (len(trunk), tails)))
+            seqs.append((ids, pos, reads, (len(trunk), tails)))
         seqs.sort(key=lambda s: -len(s[0]))
         for batch in self._batched(seqs, key=lambda s: len(s[0])):
             B, L = len(batch), max(len(s[0]) for s in batch)
             input_ids = torch.full((B, L), self.tokenizer.pad_token_id, dtype=torch.long)
             position_ids = torch.zeros((B, L), dtype=torch.long)
-            for r, (ids, pos, *_rest) in enumerate(batch):
+            for r, (ids, pos, _, _) in enumerate(batch):
                 input_ids[r, : len(ids)] = torch.tensor(ids)
                 position_ids[r, : len(ids)] = torch.tensor(pos)
-            hidden = None
-            if self.tree_attention:
-                hidden = self._tree_forward(input_ids, position_ids, [s[5] for s in batch])
+            layout = [s[3] for s in batch]
+            hidden = self._tree_forward(input_ids, position_ids, layout) if self.tree_attention else None
             if hidden is None:
                 hidden = self.model.base_model(input_ids=input_ids.to(self.device),
-                                               attention_mask=self._dense_tree_mask(batch, L)[:, None].to(self.device),
+                                               attention_mask=self._dense_tree_mask(layout, L)[:, None].to(self.device),
                                                position_ids=position_ids.to(self.device)).last_hidden_state
             self.stats["forward_tokens"] += sum(len(s[0]) for s in batch)
             rows, cols, targets = [], [], []
             for r, s in enumerate(batch):
-                for i, c in s[4]:
+                for i, c in s[2]:
                     rows.append(r)
                     cols.append(c)
                     targets.append(i)
@@ -299,28 +296,26 @@ class TransformersBackend(JudgeBackend):
             with _tree_attention.layout(rows) as lay:
                 out = self.model.base_model(input_ids=input_ids.to(self.device),
                                             position_ids=position_ids.to(self.device))
-        except _tree_attention.Unsupported as exc:
-            lay = None
-            reason = str(exc)
-        else:
+            if lay.calls > 0:
+                return out.last_hidden_state
             reason = "the model's attention does not go through transformers' attention interface"
-        if lay is not None and lay.calls > 0:
-            return out.last_hidden_state
-        import logging
-
-        logging.getLogger(__name__).info("tree attention off for %s (%s): dense masks", self.model_id, reason)
+        except _tree_attention.Unsupported as exc:
+            reason = str(exc)
+        _tree_attention.log.info("tree attention off for %s (%s): dense masks", self.model_id, reason)
         self.tree_attention = False
         return None
 
-    def _dense_tree_mask(self, batch: list, L: int):
-        """The reference formulation: a ``B x L x L`` additive mask of the tree (CPU reference, fallback)."""
+    def _dense_tree_mask(self, layout: list, L: int):
+        """The reference formulation of the same tree ``layout`` (per row: trunk length and ``(start,
+        length, prefix)`` of each tail): a ``B x L x L`` additive mask (CPU reference, fallback)."""
         torch = self._torch
-        B = len(batch)
-        seg_t = torch.full((B, L), -2, dtype=torch.long)  # -2 = padding
-        pref_t = torch.zeros((B, L), dtype=torch.long)
-        for r, (ids, _pos, seg, pref, *_rest) in enumerate(batch):
-            seg_t[r, : len(ids)] = torch.tensor(seg)
-            pref_t[r, : len(ids)] = torch.tensor(pref)
+        seg_t = torch.full((len(layout), L), -2, dtype=torch.long)  # -1 trunk, b tail b, -2 padding
+        pref_t = torch.zeros((len(layout), L), dtype=torch.long)
+        for r, (trunk, tails) in enumerate(layout):
+            seg_t[r, :trunk] = -1
+            for b, (start, n, prefix) in enumerate(tails):
+                seg_t[r, start: start + n] = b
+                pref_t[r, start: start + n] = prefix
         q = torch.arange(L)[None, :, None]
         k = torch.arange(L)[None, None, :]
         sq, sk = seg_t[:, :, None], seg_t[:, None, :]

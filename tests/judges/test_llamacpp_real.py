@@ -45,9 +45,9 @@ def reference(smollm_judge):
         read_turns(example_path("role")))
 
 
-def _score(url, out, *extra):
-    return main(["score", str(example_path("role")), "-o", str(out), "--backend", "openai", "--base-url", url,
-                 "--judge-model", "smollm2", "--no-progress", "--bootstrap", "0", "--concurrency", "4", *extra])
+def _score(url, out, *extra, src=None):
+    return main(["score", str(src or example_path("role")), "-o", str(out), "--backend", "openai", "--base-url",
+                 url, "--judge-model", "smollm2", "--no-progress", "--bootstrap", "0", "--concurrency", "4", *extra])
 
 
 def test_continuous_scores_from_the_servers_logprobs(server, reference, tmp_path):
@@ -71,8 +71,7 @@ def test_request_order_does_not_leak_into_output_order(server, tmp_path):
     pq.write_table(rev, tmp_path / "rev.parquet")
     a, b = tmp_path / "a.parquet", tmp_path / "b.parquet"
     assert _score(url, a) == 0
-    assert main(["score", str(tmp_path / "rev.parquet"), "-o", str(b), "--backend", "openai", "--base-url", url,
-                 "--judge-model", "smollm2", "--no-progress", "--bootstrap", "0", "--concurrency", "8"]) == 0
+    assert _score(url, b, "--concurrency", "8", src=tmp_path / "rev.parquet") == 0
     fwd = {(r["conversation_id"], r["turn_index"]): r["score"] for r in read_turn_scores(a).to_pylist()}
     bwd = {(r["conversation_id"], r["turn_index"]): r["score"] for r in read_turn_scores(b).to_pylist()}
     assert fwd.keys() == bwd.keys()
