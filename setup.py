@@ -22,7 +22,7 @@ EXTRAS = {
     # irrCAC (a test reference) pins scipy==1.12, which needs numpy<2; it is installed with
     # --no-deps from requirements-test-nodeps.txt instead (it only needs pandas and scipy).
     "test": [
-        "pytest>=7.4",
+        "pytest>=9.0",
         "scikit-learn>=1.3",
         "scipy>=1.10",
         "statsmodels>=0.14",

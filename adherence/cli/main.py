@@ -136,10 +136,23 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     import threading
     import warnings
 
+    # SIGTERM and the warning format are the process's; called in-process (a job calling main()),
+    # both are put back on return.
+    previous_sigterm = None
     if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, _on_sigterm)
+        previous_sigterm = signal.signal(signal.SIGTERM, _on_sigterm)
+    previous_format = warnings.formatwarning
     # One line per warning, without the source path and line that mean nothing to a user.
     warnings.formatwarning = lambda message, category, *_a, **_k: f"warning: {message}\n"
+    try:
+        return _run(args)
+    finally:
+        warnings.formatwarning = previous_format
+        if previous_sigterm is not None:
+            signal.signal(signal.SIGTERM, previous_sigterm)
+
+
+def _run(args) -> int:
     quiet = bool(getattr(args, "quiet", False))
     try:
         real_stderr = sys.stderr

