@@ -1,6 +1,6 @@
 """Fused scoring of candidate embeddings: cosine, kNN-max cosine, diagonal Mahalanobis, KL.
 
-For each candidate row ``b`` in one kernel launch:
+For each candidate row ``b``:
 
 * ``cosine[b]``      = cos(x_b, y_b) to its paired reference;
 * ``knn_max[b]``     = max_k cos(x_b, r_k) over the rows ``r[start_b:end_b]`` of a
@@ -98,84 +98,143 @@ def fused_scores_reference(x, paired=None, refs=None, ref_start=None, ref_end=No
     return out
 
 
-_KERNEL = None
+_KERNELS: dict = {}
+
+# Row-block kernel: rows per program, columns per step (D and V are swept in chunks of these).
+_ROWS, _COLS = 32, 128
+# kNN tiles (tl.dot): candidate rows x references x feature chunk, per program.
+_KNN_B, _KNN_K, _KNN_D = 64, 128, 64
 
 
-def _build_kernel():
+def _build_kernels():
     import triton
     import triton.language as tl
 
     @triton.jit
-    def _fused_scores_kernel(
-        X, sxb, sxd,
-        Y, syb, syd,
-        R, srk, srd, RN, RSTART, REND,
-        MU, IV,
-        P, Q, sqb, sqv,
-        OUT, sob,
-        D, V,
-        HAS_Y: tl.constexpr, HAS_R: tl.constexpr, HAS_M: tl.constexpr, HAS_KL: tl.constexpr,
-        BLOCK_D: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_V: tl.constexpr,
+    def _rows_kernel(
+        X, sxb, sxd, Y, syb, syd, MU, IV, P, Q, sqb, sqv, OUT, sob, XN,
+        B, D, V,
+        HAS_Y: tl.constexpr, HAS_M: tl.constexpr, HAS_KL: tl.constexpr, WANT_XN: tl.constexpr,
+        ROWS: tl.constexpr, COLS: tl.constexpr,
     ):
-        b = tl.program_id(0).to(tl.int64)
-        offs_d = tl.arange(0, BLOCK_D)
-        xx = tl.zeros([BLOCK_D], dtype=tl.float32)
-        xy = tl.zeros([BLOCK_D], dtype=tl.float32)
-        yy = tl.zeros([BLOCK_D], dtype=tl.float32)
-        mh = tl.zeros([BLOCK_D], dtype=tl.float32)
-        # One sweep over the candidate row feeds cosine, the norm and Mahalanobis.
-        for d0 in range(0, D, BLOCK_D):
-            d = d0 + offs_d
+        # ROWS candidate rows per program, every row read once in [ROWS, COLS] tiles (coalesced along
+        # the feature axis): cosine, the norm and Mahalanobis share one sweep of x.
+        rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
+        rm = rows < B
+        cols = tl.arange(0, COLS)
+        xx = tl.zeros([ROWS], dtype=tl.float32)
+        xy = tl.zeros([ROWS], dtype=tl.float32)
+        yy = tl.zeros([ROWS], dtype=tl.float32)
+        mh = tl.zeros([ROWS], dtype=tl.float32)
+        for d0 in range(0, D, COLS):
+            d = d0 + cols
             dm = d < D
-            x = tl.load(X + b * sxb + d * sxd, mask=dm, other=0.0).to(tl.float32)
-            xx += x * x
+            m2 = rm[:, None] & dm[None, :]
+            x = tl.load(X + rows[:, None] * sxb + d[None, :] * sxd, mask=m2, other=0.0).to(tl.float32)
+            xx += tl.sum(x * x, axis=1)
             if HAS_Y:
-                y = tl.load(Y + b * syb + d * syd, mask=dm, other=0.0).to(tl.float32)
-                xy += x * y
-                yy += y * y
+                y = tl.load(Y + rows[:, None] * syb + d[None, :] * syd, mask=m2, other=0.0).to(tl.float32)
+                xy += tl.sum(x * y, axis=1)
+                yy += tl.sum(y * y, axis=1)
             if HAS_M:
                 mu = tl.load(MU + d, mask=dm, other=0.0).to(tl.float32)
                 iv = tl.load(IV + d, mask=dm, other=0.0).to(tl.float32)
-                diff = x - mu
-                mh += diff * diff * iv
-        x_norm = tl.sqrt(tl.sum(xx, axis=0))
+                diff = x - mu[None, :]
+                mh += tl.sum(diff * diff * iv[None, :], axis=1)
+        x_norm = tl.sqrt(xx)
+        if WANT_XN:
+            tl.store(XN + rows, x_norm, mask=rm)
         if HAS_Y:
-            denom = tl.maximum(x_norm * tl.sqrt(tl.sum(yy, axis=0)), 1e-12)
-            tl.store(OUT + b * sob + 0, tl.sum(xy, axis=0) / denom)
+            denom = tl.maximum(x_norm * tl.sqrt(yy), 1e-12)
+            tl.store(OUT + rows * sob + 0, xy / denom, mask=rm)
         if HAS_M:
-            tl.store(OUT + b * sob + 2, tl.sqrt(tl.sum(mh, axis=0)))
-        if HAS_R:
-            start = tl.load(RSTART + b)
-            end = tl.load(REND + b)
-            offs_k = tl.arange(0, BLOCK_K)
-            best = tl.full([BLOCK_K], float("-inf"), dtype=tl.float32)
-            for k0 in range(start, end, BLOCK_K):
-                k = k0 + offs_k
-                km = k < end
-                dot = tl.zeros([BLOCK_K], dtype=tl.float32)
-                for d0 in range(0, D, BLOCK_D):
-                    d = d0 + offs_d
-                    dm = d < D
-                    x = tl.load(X + b * sxb + d * sxd, mask=dm, other=0.0).to(tl.float32)
-                    r = tl.load(R + k[:, None] * srk + d[None, :] * srd, mask=km[:, None] & dm[None, :], other=0.0).to(tl.float32)
-                    dot += tl.sum(r * x[None, :], axis=1)
-                rn = tl.load(RN + k, mask=km, other=1.0)
-                cos = dot / tl.maximum(rn * x_norm, 1e-12)
-                best = tl.maximum(best, tl.where(km, cos, float("-inf")))
-            tl.store(OUT + b * sob + 1, tl.max(best, axis=0))
+            tl.store(OUT + rows * sob + 2, tl.sqrt(mh), mask=rm)
         if HAS_KL:
-            offs_v = tl.arange(0, BLOCK_V)
-            acc = tl.zeros([BLOCK_V], dtype=tl.float32)
-            for v0 in range(0, V, BLOCK_V):
-                v = v0 + offs_v
+            acc = tl.zeros([ROWS], dtype=tl.float32)
+            for v0 in range(0, V, COLS):
+                v = v0 + cols
                 vm = v < V
                 pv = tl.load(P + v, mask=vm, other=0.0).to(tl.float32)
-                qv = tl.load(Q + b * sqb + v * sqv, mask=vm, other=1.0).to(tl.float32)
+                qv = tl.load(Q + rows[:, None] * sqb + v[None, :] * sqv, mask=rm[:, None] & vm[None, :],
+                             other=1.0).to(tl.float32)
                 safe_p = tl.where(pv > 0, pv, 1.0)
-                acc += tl.where(pv > 0, pv * (tl.log(safe_p) - tl.log(qv)), 0.0)
-            tl.store(OUT + b * sob + 3, tl.sum(acc, axis=0))
+                acc += tl.sum(tl.where(pv[None, :] > 0, pv[None, :] * (tl.log(safe_p)[None, :] - tl.log(qv)), 0.0),
+                              axis=1)
+            tl.store(OUT + rows * sob + 3, acc, mask=rm)
 
-    return _fused_scores_kernel
+    @triton.jit
+    def _knn_dot_kernel(
+        X, sxb, sxd, XN, R, srk, srd, RN, RSTART, REND, PART, spb,
+        B, D, SPLIT,
+        IEEE: tl.constexpr, BB: tl.constexpr, BK: tl.constexpr, BD: tl.constexpr,
+    ):
+        # Tiled matmul of BB candidate rows against BK references at a time (tl.dot, float32
+        # accumulation) with a running max of the cosine: the [B, K] similarity matrix never exists.
+        # Program (i, j) covers the j-th of SPLIT slices of the union of its rows' reference ranges.
+        rows = tl.program_id(0).to(tl.int64) * BB + tl.arange(0, BB)
+        split = tl.program_id(1)
+        rm = rows < B
+        start = tl.load(RSTART + rows, mask=rm, other=2**62)
+        end = tl.load(REND + rows, mask=rm, other=-1)
+        lo = tl.min(start, axis=0)
+        hi = tl.max(end, axis=0)
+        n_tiles = tl.cdiv(tl.maximum(hi - lo, 0), BK)
+        per = tl.cdiv(n_tiles, SPLIT)
+        t_lo = lo + split * per * BK
+        t_hi = tl.minimum(hi, t_lo + per * BK)
+        xn = tl.load(XN + rows, mask=rm, other=1.0)
+        cols_k = tl.arange(0, BK)
+        cols_d = tl.arange(0, BD)
+        best = tl.full([BB], float("-inf"), dtype=tl.float32)
+        for k0 in range(t_lo, t_hi, BK):
+            k = k0 + cols_k
+            km = k < t_hi
+            acc = tl.zeros([BB, BK], dtype=tl.float32)
+            for d0 in range(0, D, BD):
+                d = d0 + cols_d
+                dm = d < D
+                x = tl.load(X + rows[:, None] * sxb + d[None, :] * sxd, mask=rm[:, None] & dm[None, :], other=0.0)
+                r = tl.load(R + k[None, :] * srk + d[:, None] * srd, mask=km[None, :] & dm[:, None], other=0.0)
+                if IEEE:
+                    acc += tl.dot(x, r, input_precision="ieee")
+                else:
+                    acc += tl.dot(x, r)
+            rn = tl.load(RN + k, mask=km, other=1.0)
+            cos = acc / tl.maximum(xn[:, None] * rn[None, :], 1e-12)
+            inside = (k[None, :] >= start[:, None]) & (k[None, :] < end[:, None])
+            best = tl.maximum(best, tl.max(tl.where(inside, cos, float("-inf")), axis=1))
+        tl.store(PART + split * spb + rows, best, mask=rm)
+
+    @triton.jit
+    def _knn_rows_kernel(
+        X, sxb, sxd, XN, R, srk, srd, RN, RSTART, REND, OUT, sob,
+        D, BLOCK_D: tl.constexpr, BLOCK_K: tl.constexpr,
+    ):
+        # One program per candidate row over its own reference range: for per-row ranges that share
+        # little with their neighbours, where the tiled kernel would sweep their union.
+        b = tl.program_id(0).to(tl.int64)
+        offs_d = tl.arange(0, BLOCK_D)
+        start = tl.load(RSTART + b)
+        end = tl.load(REND + b)
+        x_norm = tl.load(XN + b)
+        offs_k = tl.arange(0, BLOCK_K)
+        best = tl.full([BLOCK_K], float("-inf"), dtype=tl.float32)
+        for k0 in range(start, end, BLOCK_K):
+            k = k0 + offs_k
+            km = k < end
+            dot = tl.zeros([BLOCK_K], dtype=tl.float32)
+            for d0 in range(0, D, BLOCK_D):
+                d = d0 + offs_d
+                dm = d < D
+                x = tl.load(X + b * sxb + d * sxd, mask=dm, other=0.0).to(tl.float32)
+                r = tl.load(R + k[:, None] * srk + d[None, :] * srd, mask=km[:, None] & dm[None, :], other=0.0).to(tl.float32)
+                dot += tl.sum(r * x[None, :], axis=1)
+            rn = tl.load(RN + k, mask=km, other=1.0)
+            cos = dot / tl.maximum(rn * x_norm, 1e-12)
+            best = tl.maximum(best, tl.where(km, cos, float("-inf")))
+        tl.store(OUT + b * sob + 1, tl.max(best, axis=0))
+
+    return {"rows": _rows_kernel, "knn_dot": _knn_dot_kernel, "knn_rows": _knn_rows_kernel}
 
 
 def _next_pow2(n: int, lo: int, hi: int) -> int:
@@ -185,40 +244,86 @@ def _next_pow2(n: int, lo: int, hi: int) -> int:
     return v
 
 
-def fused_scores_triton(x, paired=None, refs=None, ref_start=None, ref_end=None, mu=None, inv_var=None, p=None, q=None):
-    """The Triton kernel (CUDA tensors, or any device under ``TRITON_INTERPRET=1``)."""
-    global _KERNEL
+def _use_tiles(start, end, block: int) -> bool:
+    """Whether the tiled kernel's sweep of each row block's range union costs at most 4x the rows' own
+    ranges (a shared pool: 1x) — tl.dot is several times faster per pair than the row kernel."""
+    B = start.shape[0]
+    n_blocks = -(-B // block)
+    pad = n_blocks * block - B
+    s = torch.cat([start, start[-1:].expand(pad)]) if pad else start
+    e = torch.cat([end, end[-1:].expand(pad)]) if pad else end
+    union = (e.view(n_blocks, block).max(1).values - s.view(n_blocks, block).min(1).values).clamp_min(0)
+    own = (end - start).clamp_min(0).sum()
+    return bool(union.sum() * block <= 4 * max(int(own), 1))
+
+
+def _splits(n_row_blocks: int, n_tiles: int, device) -> int:
+    """Slices of the reference range per row block, so that a few row blocks still fill the GPU."""
+    if device.type != "cuda":
+        return max(1, min(n_tiles, 3))  # the interpreter: exercise the split path cheaply
+    sms = torch.cuda.get_device_properties(device).multi_processor_count
+    return max(1, min(n_tiles, -(-4 * sms // max(n_row_blocks, 1))))
+
+
+def fused_scores_triton(x, paired=None, refs=None, ref_start=None, ref_end=None, mu=None, inv_var=None, p=None, q=None,
+                        *, knn: str = "auto"):
+    """The Triton kernels (CUDA tensors, or any device under ``TRITON_INTERPRET=1``).
+
+    ``knn``: ``"tiles"`` (tl.dot tiles with a running max; a shared pool), ``"rows"`` (one program per
+    row over its own range) or ``"auto"`` (tiles unless the rows' ranges overlap too little).
+    """
+    import triton
+
+    global _KERNELS
+    if knn not in ("auto", "tiles", "rows"):
+        raise ValueError(f"`knn` must be 'auto', 'tiles' or 'rows', got {knn!r}")
     a = FusedInputs(x, paired, refs, ref_start, ref_end, mu, inv_var, p, q)
-    if _KERNEL is None:
-        _KERNEL = _build_kernel()
+    if not _KERNELS:
+        _KERNELS = _build_kernels()
     out = torch.full((a.B, 4), float("nan"), dtype=torch.float32, device=x.device)
     if a.B == 0:
         return out
     dummy = torch.zeros(1, dtype=torch.float32, device=x.device)
     y = a.paired if a.paired is not None else x
-    r = a.refs if a.refs is not None else x
-    rn = a.refs.float().norm(dim=1).contiguous() if a.refs is not None else dummy
-    rs = a.ref_start if a.refs is not None else torch.zeros(1, dtype=torch.int64, device=x.device)
-    re_ = a.ref_end if a.refs is not None else rs
     mu_ = a.mu.contiguous() if a.mu is not None else dummy
     iv_ = a.inv_var.contiguous() if a.inv_var is not None else dummy
     p_ = a.p.contiguous() if a.p is not None else dummy
     q_ = a.q if a.q is not None else x
     V = a.p.shape[0] if a.p is not None else 1
-    _KERNEL[(a.B,)](
-        x, x.stride(0), x.stride(1),
-        y, y.stride(0), y.stride(1),
-        r, r.stride(0), r.stride(1), rn, rs, re_,
-        mu_, iv_,
-        p_, q_, q_.stride(0), q_.stride(1),
-        out, out.stride(0),
-        a.D, V,
-        HAS_Y=a.paired is not None, HAS_R=a.refs is not None, HAS_M=a.mu is not None, HAS_KL=a.p is not None,
-        BLOCK_D=_next_pow2(a.D, 16, 128), BLOCK_K=16, BLOCK_V=_next_pow2(V, 16, 1024),
+    xn = torch.empty(a.B, dtype=torch.float32, device=x.device) if a.refs is not None else dummy
+    _KERNELS["rows"][(triton.cdiv(a.B, _ROWS),)](
+        x, x.stride(0), x.stride(1), y, y.stride(0), y.stride(1), mu_, iv_,
+        p_, q_, q_.stride(0), q_.stride(1), out, out.stride(0), xn,
+        a.B, a.D, V,
+        HAS_Y=a.paired is not None, HAS_M=a.mu is not None, HAS_KL=a.p is not None, WANT_XN=a.refs is not None,
+        ROWS=_ROWS, COLS=_next_pow2(max(a.D, V if a.p is not None else 1), 16, _COLS), num_warps=4,
     )
-    if a.refs is not None:
-        knn = out[:, 1]
-        out[:, 1] = torch.where(torch.isinf(knn), torch.full_like(knn, float("nan")), knn)
+    if a.refs is not None and a.refs.shape[0]:
+        r = a.refs
+        rn = r.float().norm(dim=1).contiguous()
+        tiles = knn == "tiles" or (knn == "auto" and _use_tiles(a.ref_start, a.ref_end, _KNN_B))
+        if tiles:
+            xd = x if r.dtype == x.dtype else x.to(torch.promote_types(x.dtype, r.dtype))
+            if not x.is_cuda and xd.dtype == torch.bfloat16:
+                xd = xd.float()  # the Triton interpreter (numpy) has no bf16 matmul
+            rd = r.to(xd.dtype)
+            n_rb = triton.cdiv(a.B, _KNN_B)
+            span = int((a.ref_end.max() - a.ref_start.min()).clamp_min(0))
+            split = _splits(n_rb, max(1, triton.cdiv(span, _KNN_K)), x.device)
+            part = torch.empty((split, a.B), dtype=torch.float32, device=x.device)
+            _KERNELS["knn_dot"][(n_rb, split)](
+                xd, xd.stride(0), xd.stride(1), xn, rd, rd.stride(0), rd.stride(1), rn, a.ref_start, a.ref_end,
+                part, part.stride(0), a.B, a.D, split,
+                IEEE=xd.dtype == torch.float32, BB=_KNN_B, BK=_KNN_K, BD=_KNN_D, num_warps=8, num_stages=3,
+            )
+            out[:, 1] = part.max(dim=0).values
+        else:
+            _KERNELS["knn_rows"][(a.B,)](
+                x, x.stride(0), x.stride(1), xn, r, r.stride(0), r.stride(1), rn, a.ref_start, a.ref_end,
+                out, out.stride(0), a.D, BLOCK_D=_next_pow2(a.D, 16, 128), BLOCK_K=16,
+            )
+        knn_col = out[:, 1]
+        out[:, 1] = torch.where(torch.isinf(knn_col), torch.full_like(knn_col, float("nan")), knn_col)
     return out
 
 

@@ -88,3 +88,37 @@ def test_dispatch_and_errors():
         fused_scores(x, backend="cuda")
     with pytest.raises(ValueError, match="mu"):
         fused_scores(x, mu=torch.zeros(8))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("knn", ["tiles", "rows"])
+def test_knn_paths_match_reference_over_a_shared_pool(dtype, knn):
+    # 70 rows (two row blocks, the second partial), 300 references (three tiles, split across programs)
+    inp = _inputs(70, 384, 300, 16, dtype, False, seed=3)
+    got = fused_scores_triton(inp["x"], refs=inp["refs"], knn=knn)
+    want = fused_scores_reference(inp["x"], refs=inp["refs"])
+    torch.testing.assert_close(got[:, 1], want[:, 1], **TOL[dtype])
+
+
+@pytest.mark.parametrize("knn", ["tiles", "rows", "auto"])
+def test_knn_paths_honour_per_row_ranges(knn):
+    inp = _inputs(80, 48, 400, 16, torch.float32, True, seed=5)
+    g = torch.Generator().manual_seed(7)
+    start = torch.randint(0, 400, (80,), generator=g)
+    end = torch.minimum(start + torch.randint(0, 60, (80,), generator=g), torch.tensor(400))
+    end[3] = start[3]  # an empty range -> NaN
+    got = fused_scores_triton(inp["x"], refs=inp["refs"], ref_start=start, ref_end=end, knn=knn)
+    want = fused_scores_reference(inp["x"], refs=inp["refs"], ref_start=start, ref_end=end)
+    torch.testing.assert_close(got, want, equal_nan=True, atol=2e-5, rtol=2e-5)
+    assert torch.isnan(got[3, 1])
+
+
+def test_auto_picks_tiles_for_a_shared_pool_and_rows_for_scattered_ranges():
+    from adherence.kernels.fused_scores import _use_tiles
+
+    B = 200
+    assert _use_tiles(torch.zeros(B, dtype=torch.long), torch.full((B,), 5000), 64)
+    start = torch.arange(B) * 50  # each row its own 5 references, far apart
+    assert not _use_tiles(start, start + 5, 64)
+    with pytest.raises(ValueError, match="knn"):
+        fused_scores_triton(torch.ones(2, 16, device=DEVICE), refs=torch.ones(3, 16, device=DEVICE), knn="dense")
