@@ -133,7 +133,8 @@ class ScoreCommand(Command):
                        help="exit 1 when more than this fraction of rows is status=error (default 1.0: only when "
                        "nothing was scored or a shard failed)")
         p.add_argument("--device", help="cuda, cpu, ... (default: cuda when available)")
-        p.add_argument("--batch-size", type=int, default=64, help="encoder texts per forward pass (default 64)")
+        p.add_argument("--batch-size", type=int, help="encoder texts per forward pass (default 64 on CPU, up to 4096 "
+                       "within 65536 padded tokens on a GPU)")
         p.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples for session CIs (0: none)")
         p.add_argument("--seed", type=int, default=42, help="seed of the session bootstrap (default 42)")
 

@@ -118,7 +118,7 @@ class LateInteractionEncoder:
     """
 
     def __init__(self, model: Optional[str] = None, *, device: Optional[str] = None, dtype: Optional[str] = None,
-                 batch_size: int = 32, max_length: Optional[int] = None, query_prefix: Optional[str] = None,
+                 batch_size: Optional[int] = None, max_length: Optional[int] = None, query_prefix: Optional[str] = None,
                  document_prefix: Optional[str] = None, progress: bool = True) -> None:
         from ..models import Encoder
 

@@ -1,8 +1,10 @@
 """Sentence and token encoders over any Hugging Face encoder checkpoint.
 
-Batched with length sorting (padding only to the longest text of each batch),
-bf16 on GPU and fp32 on CPU, SDPA attention, a progress bar, and a per-encoder
-cache so a text shared by many turns is encoded once.
+Texts are tokenised once, sorted by length and batched by a token budget (padding only to the
+longest text of each batch, so a sorted corpus pads almost nothing), bf16 on GPU and fp32 on CPU,
+SDPA attention, pooling in float32, a progress bar, and a per-encoder cache so a text shared by many
+turns is encoded once. Batches are built on the CPU while the GPU runs the previous one (pinned
+host memory, non-blocking copies; nothing waits for the GPU until the embeddings are returned).
 """
 
 from __future__ import annotations
@@ -46,7 +48,9 @@ class Encoder:
         model: local path, ``bundled:all-MiniLM-L6-v2`` (default) or a cached hub id.
         device: ``"cuda"``, ``"cpu"``...; default CUDA when available.
         dtype: ``"bf16"``, ``"fp16"``, ``"fp32"``; default bf16 on GPU, fp32 on CPU.
-        batch_size: texts per forward pass.
+        batch_size: most texts per forward pass (default 64 on CPU, 4096 on accelerators).
+        batch_tokens: most padded tokens per forward pass (texts x longest); default none on CPU,
+            65536 on accelerators.
         max_length: token limit (default: the checkpoint's ``max_seq_length``).
         progress: show a progress bar for long encodes.
         cache_bytes: memory of the text -> embedding cache (least recently used texts are
@@ -64,7 +68,8 @@ class Encoder:
         *,
         device: Optional[str] = None,
         dtype: Optional[str] = None,
-        batch_size: int = 64,
+        batch_size: Optional[int] = None,
+        batch_tokens: Optional[int] = None,
         max_length: Optional[int] = None,
         progress: bool = True,
         cache_bytes: int = 256 << 20,
@@ -72,8 +77,10 @@ class Encoder:
         import torch
         from transformers import AutoModel, AutoTokenizer
 
-        if batch_size < 1:
+        if batch_size is not None and batch_size < 1:
             raise ValueError(f"`batch_size` must be >= 1, got {batch_size}")
+        if batch_tokens is not None and batch_tokens < 1:
+            raise ValueError(f"`batch_tokens` must be >= 1, got {batch_tokens}")
         self.resolved: ResolvedModel = resolve_model(model)
         self.device = pick_device(device)
         self.dtype = pick_dtype(self.device, dtype)
@@ -87,7 +94,9 @@ class Encoder:
         self.model.eval().to(self.device)
         self.pooling = _pooling_mode(path)
         self.max_length = int(max_length) if max_length else _max_length(path, self.tokenizer)
-        self.batch_size = batch_size
+        accel = self.device.type != "cpu"
+        self.batch_size = int(batch_size or (4096 if accel else 64))
+        self.batch_tokens = int(batch_tokens) if batch_tokens else (65536 if accel else None)
         self.progress = progress
         self.dim = int(self.model.config.hidden_size)
         self.num_layers = int(getattr(self.model.config, "num_hidden_layers", 0))
@@ -116,30 +125,43 @@ class Encoder:
         return limit
 
     def _batches(self, texts: Sequence[str], desc: str, max_length: Optional[int] = None):
-        """Yield (indices, tokenizer batch) with texts sorted by token length."""
+        """Yield (indices, model inputs on the device) with texts sorted by decreasing token length."""
+        import torch
         from tqdm.auto import tqdm
 
         max_length = max_length or self.max_length
-        lengths = [len(ids) for ids in self.tokenizer(list(texts), truncation=True, max_length=max_length)["input_ids"]]
-        order = sorted(range(len(texts)), key=lambda i: -lengths[i])
-        starts = range(0, len(order), self.batch_size)
-        bar = tqdm(starts, desc=desc, unit="batch", disable=not self.progress or len(starts) < 4, leave=False)
-        for s in bar:
-            idx = order[s : s + self.batch_size]
-            batch = self.tokenizer(
-                [texts[i] for i in idx], padding=True, truncation=True, max_length=max_length, return_tensors="pt"
-            )
-            yield idx, {k: v.to(self.device) for k, v in batch.items()}
+        ids = self.tokenizer(list(texts), truncation=True, max_length=max_length)["input_ids"]
+        order = sorted(range(len(texts)), key=lambda i: -len(ids[i]))
+        batches, s = [], 0
+        while s < len(order):
+            longest = max(len(ids[order[s]]), 1)
+            n = self.batch_size if not self.batch_tokens else max(1, min(self.batch_size, self.batch_tokens // longest))
+            batches.append(order[s: s + n])
+            s += n
+        pad = self.tokenizer.pad_token_id or 0
+        pin = self.device.type == "cuda"
+        for idx in tqdm(batches, desc=desc, unit="batch", disable=not self.progress or len(batches) < 4, leave=False):
+            L = max(len(ids[idx[0]]), 1)
+            input_ids = torch.full((len(idx), L), pad, dtype=torch.long)
+            mask = torch.zeros((len(idx), L), dtype=torch.long)
+            for r, i in enumerate(idx):
+                n = len(ids[i])
+                input_ids[r, :n] = torch.as_tensor(ids[i])
+                mask[r, :n] = 1
+            if pin:
+                input_ids, mask = input_ids.pin_memory(), mask.pin_memory()
+            yield idx, {"input_ids": input_ids.to(self.device, non_blocking=pin),
+                        "attention_mask": mask.to(self.device, non_blocking=pin)}
 
     def _pool(self, hidden, mask):
         import torch
 
         if self.pooling == "cls":
             return hidden[:, 0]
-        m = mask.unsqueeze(-1).to(hidden.dtype)
         if self.pooling == "max":
-            return hidden.masked_fill(m == 0, torch.finfo(hidden.dtype).min).max(dim=1).values
-        return (hidden * m).sum(dim=1) / m.sum(dim=1).clamp(min=1e-9)
+            return hidden.masked_fill(mask.unsqueeze(-1) == 0, torch.finfo(hidden.dtype).min).max(dim=1).values
+        m = mask.unsqueeze(-1).float()  # float32 sums: bf16 would round the sum of up to 256 tokens
+        return (hidden.float() * m).sum(dim=1) / m.sum(dim=1).clamp(min=1e-9)
 
     def encode(self, texts: Sequence[str]):
         """Unit-norm sentence embeddings, float32 ``[len(texts), dim]`` on the encoder's device.
@@ -149,25 +171,44 @@ class Encoder:
         import torch
 
         texts = [t if isinstance(t, str) else "" for t in texts]
-        found: dict = {}
+        if not texts:
+            return torch.empty(0, self.dim, device=self.device)
+        cached: dict = {}
+        todo = []
         for t in dict.fromkeys(texts):
             v = self._cache.get(t)
-            if v is not None:
+            if v is None:
+                todo.append(t)
+            else:
                 self._cache.move_to_end(t)
-                found[t] = v
-        todo = [t for t in dict.fromkeys(texts) if t not in found]
+                cached[t] = v
+        table = torch.empty(len(todo), self.dim, device=self.device)
         if todo:
             with torch.inference_mode():
                 for idx, batch in self._batches(todo, "encoding"):
                     out = self.model(**batch)
                     pooled = self._pool(out.last_hidden_state, batch["attention_mask"]).float()
-                    pooled = torch.nn.functional.normalize(pooled, dim=-1)
-                    for j, i in enumerate(idx):
-                        found[todo[i]] = vec = pooled[j].clone()  # a clone: a view would pin the whole batch
-                        self._remember(todo[i], vec)
-        if not texts:
-            return torch.empty(0, self.dim, device=self.device)
-        return torch.stack([found[t] for t in texts])
+                    rows = torch.as_tensor(idx).to(self.device, non_blocking=True)
+                    table[rows] = torch.nn.functional.normalize(pooled, dim=-1)
+            self._remember_all(todo, table)
+        pos = {t: i for i, t in enumerate(todo)}
+        if cached:
+            pos.update((t, len(todo) + j) for j, t in enumerate(cached))
+            table = torch.cat([table, torch.stack(list(cached.values()))])
+        if len(pos) == len(texts) and not cached:
+            return table  # every text new and distinct: already in input order
+        index = torch.as_tensor([pos[t] for t in texts]).to(self.device)
+        return table[index]
+
+    def _remember_all(self, texts: list, table) -> None:
+        """Cache the last texts of ``table`` that fit (the earlier ones would be evicted by them anyway);
+        one copy of those rows, so the cache never pins the whole table."""
+        if self.cache_bytes <= 0 or not texts:
+            return
+        per = self._entry_bytes(texts[-1], table[-1]) or 1
+        n = min(len(texts), max(1, self.cache_bytes // per))
+        for t, v in zip(texts[-n:], table[-n:].clone().unbind(0)):
+            self._remember(t, v)
 
     def _remember(self, text: str, vec) -> None:
         if self.cache_bytes <= 0:

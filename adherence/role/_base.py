@@ -73,7 +73,7 @@ class RoleConfig:
     strict_mode: bool = False
     session_mode: str = "mean"
     device: Optional[str] = None
-    batch_size: int = 64
+    batch_size: Optional[int] = None  # encoder texts per batch (default: the encoder's, by device)
     progress: bool = True
 
     def __post_init__(self) -> None:
@@ -95,7 +95,7 @@ class RoleConfig:
             raise ValueError(f"`threshold` must be in [0, 1], got {self.threshold}")
         if self.lam < 0:
             raise ValueError(f"`lam` must be >= 0, got {self.lam}")
-        if self.pca_components < 1 or self.kl_vocab < 1 or self.batch_size < 1:
+        if self.pca_components < 1 or self.kl_vocab < 1 or (self.batch_size is not None and self.batch_size < 1):
             raise ValueError("`pca_components`, `kl_vocab` and `batch_size` must be >= 1")
         if self.bertscore_baseline is not None and not self.bertscore_baseline < 1:
             raise ValueError(f"`bertscore_baseline` must be < 1, got {self.bertscore_baseline}")

@@ -61,7 +61,7 @@ class NliMethod(Method):
             )
         model = getattr(resources, "_nli", None)
         if model is None:
-            model = resources._nli = NliModel(config.nli_model, device=config.device, batch_size=config.batch_size)
+            model = resources._nli = NliModel(config.nli_model, device=config.device, batch_size=config.batch_size or 32)
         return model
 
     def score(self, turns, config, resources):

@@ -48,6 +48,23 @@ def test_encoder_matches_sentence_transformers(encoder, st_model, turns):
     np.testing.assert_allclose(ours, ref, atol=1e-5)
 
 
+def test_encoder_token_budget_batches_duplicates_and_cache_keep_input_order(encoder, st_model, turns):
+    from adherence.models import Encoder
+
+    texts = turns.column("assistant").to_pylist()[:40]
+    ref = st_model.encode(texts, normalize_embeddings=True)
+    small = Encoder(progress=False, batch_tokens=60, cache_bytes=3000)  # a few texts per batch, ~4 cached rows
+    mixed = [texts[5], texts[0], texts[5]] + texts + [texts[3]]
+    out = small.encode(mixed).numpy()
+    np.testing.assert_allclose(out, np.concatenate([ref[[5, 0, 5]], ref, ref[[3]]]), atol=1e-5)
+    assert 0 < small.cache_size_bytes <= 3000
+    again = small.encode([texts[-1], texts[1]]).numpy()  # the last text is cached, the second is not
+    np.testing.assert_allclose(again, ref[[-1, 1]], atol=1e-5)
+    assert small.encode([]).shape == (0, small.dim)
+    with pytest.raises(ValueError, match="batch_tokens"):
+        Encoder(batch_tokens=0)
+
+
 def test_cosine(turns, encoder, st_model):
     out = _score(turns, "cosine", encoder)
     a = st_model.encode(turns.column("assistant").to_pylist(), normalize_embeddings=True)
