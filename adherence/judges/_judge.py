@@ -176,7 +176,7 @@ class RoleJudge:
     def __init__(self, config: JudgeConfig, backend: Optional[JudgeBackend] = None) -> None:
         self.config = config
         if backend is None:
-            if config.model is None and config.backend == "transformers":
+            if config.model is None and config.backend == "transformers" and "loaded" not in config.backend_options:
                 warnings.warn(SMOKE_TEST_WARNING, stacklevel=2)
             opts = dict(config.backend_options)
             opts.setdefault("model", config.model)
@@ -194,7 +194,7 @@ class RoleJudge:
     @property
     def stats(self) -> dict:
         out = dict(self._stats)
-        for k in ("prompt_tokens", "forward_tokens", "generated_tokens"):
+        for k in ("prompt_tokens", "forward_tokens", "generated_tokens", "batches"):
             if k in getattr(self.backend, "stats", {}):
                 out[k] = int(self.backend.stats[k])
         return out

@@ -54,6 +54,9 @@ class TransformersBackend(JudgeBackend):
         loaded: ``(model, tokenizer, name)`` already in memory instead of ``model``.
         tree_attention: run packed conversations through tree attention (trunk causal once, each tail
             against its prefix; no ``L x L`` mask) where the model allows it; False: the dense-mask reference.
+            On CUDA the packed conversations of a batch are laid end to end and attention is FlexAttention
+            over the tree's block mask; ``"flex"`` forces that path elsewhere (eager, a test reference),
+            ``"sdpa"`` keeps the per-tail SDPA path on CUDA too.
     """
 
     name = "transformers"
@@ -71,7 +74,7 @@ class TransformersBackend(JudgeBackend):
         pack_tokens: int = 4096,
         progress: bool = True,
         loaded: Optional[tuple] = None,
-        tree_attention: bool = True,
+        tree_attention=True,
     ) -> None:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -103,6 +106,10 @@ class TransformersBackend(JudgeBackend):
         from ._tree_attention import install
 
         self.tree_attention = bool(prefix_sharing and tree_attention and install(self.model))
+        from ._tree_attention import flex_available
+
+        self.flex = bool(self.tree_attention and tree_attention != "sdpa" and flex_available()
+                         and (tree_attention == "flex" or self.device.type == "cuda"))
         self.batch_tokens = int(batch_tokens or (4096 if str(self.device).startswith("cpu") else 16384))
         self.pack_tokens = int(pack_tokens)
         self.progress = progress
@@ -110,12 +117,13 @@ class TransformersBackend(JudgeBackend):
         self._piece_cache: dict[str, list[int]] = {}
         self._variant_ids: dict = {}
         self._torch = torch
-        self.stats = {"forward_tokens": 0, "prompt_tokens": 0, "generated_tokens": 0}
+        self.stats = {"forward_tokens": 0, "prompt_tokens": 0, "generated_tokens": 0, "batches": 0}
 
     def describe(self) -> dict:
         out = super().describe()
         out.update(device=str(self.device), dtype=str(self.dtype).replace("torch.", ""),
                    prefix_sharing=self.prefix_sharing, tree_attention=self.tree_attention,
+                   attention="flex" if self.flex else ("tree-sdpa" if self.tree_attention else "dense-mask"),
                    batch_tokens=self.batch_tokens)
         return out
 
@@ -145,12 +153,34 @@ class TransformersBackend(JudgeBackend):
                 self._piece_cache[text] = ids
         return ids
 
-    def _plan(self, req: JudgeRequest, reserve: int = 1) -> _Plan:
+    def _piece_texts(self, req: JudgeRequest) -> tuple:
+        """``(head text or None, history texts, tail text)``: what each token piece of ``req`` encodes."""
         pre, post = self._template(req.system)
         pieces = req.pieces
-        head = self._ids(pre + pieces[0]) if len(pieces) > 1 else []
-        history = [self._ids(p) for p in pieces[1:-1]]
-        tail = self._ids((pre if len(pieces) == 1 else "") + pieces[-1] + post)
+        head = pre + pieces[0] if len(pieces) > 1 else None
+        return head, pieces[1:-1], (pre if len(pieces) == 1 else "") + pieces[-1] + post
+
+    def _tokenize_all(self, requests: Sequence[JudgeRequest]) -> None:
+        """Tokenise every piece not yet cached in one batched call (the fast tokenizer's per-call overhead
+        dominates piece by piece: ~0.4 ms each, about a millisecond per turn)."""
+        todo: dict = {}
+        for r in requests:
+            head, history, tail = self._piece_texts(r)
+            for t in ([head] if head is not None else []) + list(history) + [tail]:
+                if t not in self._piece_cache:
+                    todo[t] = None
+        texts = list(todo)
+        room = max(0, 200_000 - len(self._piece_cache))
+        for i in range(0, min(len(texts), room), 4096):
+            chunk = texts[i:i + 4096]
+            for t, ids in zip(chunk, self.tokenizer(chunk, add_special_tokens=False)["input_ids"]):
+                self._piece_cache[t] = ids
+
+    def _plan(self, req: JudgeRequest, reserve: int = 1) -> _Plan:
+        head_text, history_texts, tail_text = self._piece_texts(req)
+        head = self._ids(head_text) if head_text is not None else []
+        history = [self._ids(p) for p in history_texts]
+        tail = self._ids(tail_text)
         limit = self.max_context - reserve
         total = len(head) + sum(map(len, history)) + len(tail)
         truncated = False
@@ -182,8 +212,9 @@ class TransformersBackend(JudgeBackend):
 
     # ------------------------------------------------------------------ forward passes
 
-    def _last_logprobs(self, hidden, rows, cols, top_k: int, variants: Optional[tuple] = None):
-        """Top-k ``(token, logprob)`` lists at the read positions, with the exact yes/no log-sums when asked."""
+    def _read_rows(self, hidden, rows, cols, top_k: int, variants: Optional[tuple] = None) -> tuple:
+        """Top-k log-probs (and the exact yes/no log-sums when asked) at the read positions, as device
+        tensors: nothing here waits for the device, so the next batch is prepared while this one runs."""
         torch = self._torch
         h = hidden[rows, cols]
         logits = self.model.get_output_embeddings()(h).float()
@@ -192,19 +223,40 @@ class TransformersBackend(JudgeBackend):
             logits = torch.tanh(logits / cap) * cap
         lp = torch.log_softmax(logits, dim=-1)
         top = torch.topk(lp, k=min(top_k, lp.shape[-1]), dim=-1)
-        values, indices = top.values.cpu().tolist(), top.indices.cpu().tolist()
-        tops = [[(self.tokenizer.decode([i]), v) for v, i in zip(vs, ids)] for vs, ids in zip(values, indices)]
-        if variants is None:
-            return [(t, None) for t in tops]
-        sums = []
-        for ids in self.variant_ids(variants):
-            if ids.numel():
-                sums.append(torch.logsumexp(lp[:, ids], dim=-1).cpu().tolist())
-            else:
-                sums.append([float("-inf")] * lp.shape[0])
-        return [(t, (y, n)) for t, y, n in zip(tops, *sums)]
+        sums = None
+        if variants is not None:
+            sums = torch.stack([torch.logsumexp(lp[:, ids], dim=-1) if ids.numel()
+                                else torch.full((lp.shape[0],), float("-inf"), device=lp.device)
+                                for ids in self.variant_ids(variants)], dim=1)
+        return top.values, top.indices, sums
 
-    def _plain_batches(self, items: list, top_k: int, results: list, variants=None) -> None:
+    def _to_lists(self, read: tuple) -> list:
+        """``[(top-k [(token, logprob)], (yes, no) or None)]`` from :meth:`_read_rows` (one device sync)."""
+        values, indices, sums = read
+        values, indices = values.cpu().tolist(), indices.cpu().tolist()
+        tops = [[(self._decode_one(i), v) for v, i in zip(vs, ids)] for vs, ids in zip(values, indices)]
+        if sums is None:
+            return [(t, None) for t in tops]
+        return [(t, (y, n)) for t, (y, n) in zip(tops, sums.cpu().tolist())]
+
+    def _decode_one(self, i: int) -> str:
+        cache = self.__dict__.setdefault("_token_text", {})
+        text = cache.get(i)
+        if text is None:
+            text = cache[i] = self.tokenizer.decode([i])
+        return text
+
+    def _last_logprobs(self, hidden, rows, cols, top_k: int, variants: Optional[tuple] = None):
+        """Top-k ``(token, logprob)`` lists at the read positions, with the exact yes/no log-sums when asked."""
+        return self._to_lists(self._read_rows(hidden, rows, cols, top_k, variants))
+
+    def _device_ids(self, t):
+        """A CPU tensor on the model's device: pinned and non-blocking on CUDA (no wait for queued work)."""
+        if self.device.type == "cuda":
+            return t.pin_memory().to(self.device, non_blocking=True)
+        return t.to(self.device)
+
+    def _plain_batches(self, items: list, top_k: int, pending: list, variants=None) -> None:
         """Each prompt on its own row: right padding, a plain causal mask."""
         torch = self._torch
         items = sorted(items, key=lambda it: -len(it[1]))
@@ -215,12 +267,12 @@ class TransformersBackend(JudgeBackend):
                 input_ids[r, : len(ids)] = torch.tensor(ids)
             # Right padding under a plain causal mask: a real token never sees the padding after it, so no
             # padding mask is needed and SDPA keeps its causal fast path (no materialised mask).
-            out = self.model.base_model(input_ids=input_ids.to(self.device))
+            out = self.model.base_model(input_ids=self._device_ids(input_ids))
             self.stats["forward_tokens"] += sum(len(ids) for _, ids in batch)
+            self.stats["batches"] += 1
             rows = torch.arange(len(batch), device=self.device)
-            cols = torch.tensor([len(ids) - 1 for _, ids in batch], device=self.device)
-            for (i, _), lp in zip(batch, self._last_logprobs(out.last_hidden_state, rows, cols, top_k, variants)):
-                results[i] = lp
+            cols = self._device_ids(torch.tensor([len(ids) - 1 for _, ids in batch]))
+            pending.append(([i for i, _ in batch], self._read_rows(out.last_hidden_state, rows, cols, top_k, variants)))
 
     def _packs(self, group: list) -> list:
         """Split a conversation's (index, plan) list into packs: (trunk_ids, [(index, prefix_len, tail)])."""
@@ -249,7 +301,7 @@ class TransformersBackend(JudgeBackend):
             out.append((trunk, [(i, cum[len(p.history)], p.tail) for i, p in members]))
         return out
 
-    def _packed_batches(self, packs: list, top_k: int, results: list, variants=None) -> None:
+    def _packed_batches(self, packs: list, top_k: int, pending: list, variants=None) -> None:
         torch = self._torch
         seqs = []
         for trunk, branches in packs:
@@ -262,6 +314,8 @@ class TransformersBackend(JudgeBackend):
                 reads.append((i, len(ids) - 1))
             seqs.append((ids, pos, reads, (len(trunk), tails)))
         seqs.sort(key=lambda s: -len(s[0]))
+        if self.flex:
+            seqs = self._flex_batches(seqs, top_k, pending, variants)
         for batch in self._batched(seqs, key=lambda s: len(s[0])):
             B, L = len(batch), max(len(s[0]) for s in batch)
             input_ids = torch.full((B, L), self.tokenizer.pad_token_id, dtype=torch.long)
@@ -276,16 +330,77 @@ class TransformersBackend(JudgeBackend):
                                                attention_mask=self._dense_tree_mask(layout, L)[:, None].to(self.device),
                                                position_ids=position_ids.to(self.device)).last_hidden_state
             self.stats["forward_tokens"] += sum(len(s[0]) for s in batch)
+            self.stats["batches"] += 1
             rows, cols, targets = [], [], []
             for r, s in enumerate(batch):
                 for i, c in s[2]:
                     rows.append(r)
                     cols.append(c)
                     targets.append(i)
-            lps = self._last_logprobs(hidden, torch.tensor(rows, device=self.device),
-                                      torch.tensor(cols, device=self.device), top_k, variants)
-            for i, lp in zip(targets, lps):
-                results[i] = lp
+            pending.append((targets, self._read_rows(hidden, self._device_ids(torch.tensor(rows)),
+                                                     self._device_ids(torch.tensor(cols)), top_k, variants)))
+
+    def _flex_batches(self, seqs: list, top_k: int, pending: list, variants=None) -> list:
+        """Packed conversations laid end to end in one row per batch (up to ``batch_tokens``, padded to a
+        multiple of 1024 on CUDA so a few compiled shapes serve every batch) through FlexAttention.
+        Returns the sequences left for the per-row path (all of them when this model cannot run it)."""
+        from tqdm.auto import tqdm
+
+        from . import _tree_attention
+
+        torch = self._torch
+        batches, current, size = [], [], 0
+        for s in seqs:
+            if current and size + len(s[0]) > self.batch_tokens:
+                batches.append(current)
+                current, size = [], 0
+            current.append(s)
+            size += len(s[0])
+        if current:
+            batches.append(current)
+        bucket = 1024 if self.device.type == "cuda" else 128
+        pad = self.tokenizer.pad_token_id
+        for n_done, batch in enumerate(tqdm(batches, desc="judging", unit="batch", leave=False,
+                                            disable=not self.progress or len(batches) < 3)):
+            T = sum(len(s[0]) for s in batch)
+            Tp = -(-T // bucket) * bucket
+            ids = torch.full((Tp,), pad, dtype=torch.long)
+            pos = torch.zeros(Tp, dtype=torch.long)
+            doc = torch.full((Tp,), -1, dtype=torch.long)
+            tid = torch.full((Tp,), -1, dtype=torch.long)
+            lim = torch.zeros(Tp, dtype=torch.long)
+            cols, targets, off = [], [], 0
+            for d, (sids, spos, reads, (trunk, tails)) in enumerate(batch):
+                n = len(sids)
+                ids[off:off + n] = torch.tensor(sids)
+                pos[off:off + n] = torch.tensor(spos)
+                doc[off:off + n] = d
+                lim[off:off + trunk] = off
+                for b, (start, length, prefix) in enumerate(tails):
+                    tid[off + start: off + start + length] = b
+                    lim[off + start: off + start + length] = off + prefix
+                for i, c in reads:
+                    cols.append(off + c)
+                    targets.append(i)
+                off += n
+            lay = _tree_attention.FlexLayout(self._device_ids(doc), self._device_ids(tid), self._device_ids(lim))
+            try:
+                with _tree_attention.layout(lay):
+                    hidden = self.model.base_model(input_ids=self._device_ids(ids)[None],
+                                                   position_ids=self._device_ids(pos)[None]).last_hidden_state
+                reason = None if lay.calls else "the model's attention does not go through the attention interface"
+            except _tree_attention.Unsupported as exc:
+                reason = str(exc)
+            if reason:
+                _tree_attention.log.info("flex attention off for %s (%s)", self.model_id, reason)
+                self.flex = False
+                return [s for b in batches[n_done:] for s in b]
+            self.stats["forward_tokens"] += T
+            self.stats["batches"] += 1
+            rows = torch.zeros(len(cols), dtype=torch.long, device=self.device)
+            pending.append((targets, self._read_rows(hidden, rows, self._device_ids(torch.tensor(cols)), top_k,
+                                                     variants)))
+        return []
 
     def _tree_forward(self, input_ids, position_ids, rows: list):
         """Hidden states of a packed batch through tree attention; None (and the dense mask from now on)
@@ -294,8 +409,8 @@ class TransformersBackend(JudgeBackend):
 
         try:
             with _tree_attention.layout(rows) as lay:
-                out = self.model.base_model(input_ids=input_ids.to(self.device),
-                                            position_ids=position_ids.to(self.device))
+                out = self.model.base_model(input_ids=self._device_ids(input_ids),
+                                            position_ids=self._device_ids(position_ids))
             if lay.calls > 0:
                 return out.last_hidden_state
             reason = "the model's attention does not go through transformers' attention interface"
@@ -358,7 +473,10 @@ class TransformersBackend(JudgeBackend):
             longest = max(members, key=lambda it: len(it[1].history))[1]
             nested = [it for it in members if it[1].history == longest.history[: len(it[1].history)]]
             plain.extend((i, p.ids) for i, p in members if all(i != j for j, _ in nested))
-            packs.extend(self._packs(nested))
+            if len(nested) == 1:  # nothing shared: its own row (a plain causal pass)
+                plain.append((nested[0][0], nested[0][1].ids))
+            else:
+                packs.extend(self._packs(nested))
         return plain, packs
 
     def count_tokens(self, requests: Sequence[JudgeRequest], *, reserve: int = 1) -> dict:
@@ -395,15 +513,20 @@ class TransformersBackend(JudgeBackend):
     def first_token_logprobs(self, requests: Sequence[JudgeRequest], *, top_k: int = 20,
                              variants: Optional[tuple] = None) -> list[JudgeOutput]:
         torch = self._torch
+        self._tokenize_all(requests)
         plans = [self._plan(r) for r in requests]
         results: list = [None] * len(requests)
         plain, packs = self._arrange(requests, plans)
         self.stats["prompt_tokens"] += sum(len(p.ids) for p in plans if not p.error)
+        pending: list = []
         with torch.inference_mode():
             if packs:
-                self._packed_batches(packs, top_k, results, variants)
+                self._packed_batches(packs, top_k, pending, variants)
             if plain:
-                self._plain_batches(plain, top_k, results, variants)
+                self._plain_batches(plain, top_k, pending, variants)
+            for targets, read in pending:  # the only waits for the device: after every batch is queued
+                for i, lp in zip(targets, self._to_lists(read)):
+                    results[i] = lp
         return [
             JudgeOutput(error=p.error, truncated=p.truncated) if p.error
             else JudgeOutput(top_logprobs=r[0], yes_no=r[1], truncated=p.truncated)

@@ -8,6 +8,12 @@ attention took 54% of the forward time on CPU. Here the trunk is one causal SDPA
 diagonal skipped) and each tail one SDPA call over ``trunk[:prefix] + tail`` with a ``tail x
 (prefix + tail)`` mask: exactly the pairs the tree allows, nothing materialised at ``L x L``.
 
+On CUDA the packed conversations of a batch are laid end to end in one row (no padding between them)
+and attention is one FlexAttention call per layer with a block mask built from the same tree
+(:class:`FlexLayout`): blocks no pair of which is allowed are skipped, blocks wholly allowed run
+unmasked, and nothing of size ``L x L`` is kept. The per-tail SDPA formulation stays for CPU, and the
+dense mask stays the reference.
+
 It is installed as a transformers attention implementation (``adherence_tree``) that behaves as
 ``sdpa`` unless a layout is active (:func:`layout`), so generation and plain passes are unchanged.
 Models that do not route attention through transformers' attention interface, or whose attention has a
@@ -21,7 +27,7 @@ import contextvars
 import logging
 from typing import Optional
 
-__all__ = ["NAME", "Layout", "Unsupported", "install", "layout"]
+__all__ = ["NAME", "FlexLayout", "Layout", "Unsupported", "flex_available", "install", "layout"]
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +62,127 @@ class Layout:
         return m
 
 
+def flex_available() -> bool:
+    try:
+        from torch.nn.attention.flex_attention import BlockMask, flex_attention  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+_FLEX: dict = {}
+
+
+def _flex_fn(device_type: str):
+    """flex_attention, compiled on CUDA (its fused Triton kernel); eager elsewhere (a reference)."""
+    fn = _FLEX.get(device_type)
+    if fn is None:
+        import torch
+        from torch.nn.attention.flex_attention import flex_attention
+
+        if device_type == "cuda":
+            import torch._dynamo.config as dynamo_config
+
+            # One compiled kernel per padded row length (multiples of 1024 up to batch_tokens): more than
+            # dynamo's default of 8 recompiles, after which it would fall back to the unfused version.
+            for knob in ("recompile_limit", "cache_size_limit"):
+                if hasattr(dynamo_config, knob):
+                    setattr(dynamo_config, knob, max(getattr(dynamo_config, knob), 64))
+            fn = torch.compile(flex_attention, dynamic=False)
+        else:
+            def fn(*args, **kwargs):
+                import warnings
+
+                with warnings.catch_warnings():  # "called without torch.compile": intended off CUDA
+                    warnings.simplefilter("ignore", UserWarning)
+                    return flex_attention(*args, **kwargs)
+        _FLEX[device_type] = fn
+    return fn
+
+
+_BUFFERS: dict = {}
+
+
+def _buffers(device, n: int) -> tuple:
+    """Per-device layout buffers and the one ``mask_mod`` that reads them. Every batch copies its layout
+    into the same tensors and passes the same function, so the compiled attention is reused (a new
+    closure per batch would make dynamo recompile every batch); the buffers grow when a batch is longer."""
+    import torch
+
+    key = str(device)
+    got = _BUFFERS.get(key)
+    if got is None or got[0].shape[0] < n:
+        cap = max(n, 2 * got[0].shape[0]) if got is not None else n
+        doc, tid, lim = (torch.full((cap,), -1, dtype=torch.long, device=device) for _ in range(3))
+
+        def mask_mod(b, h, q, kv):
+            return (doc[q] == doc[kv]) & (kv <= q) & ((tid[q] == tid[kv]) | (kv < lim[q]))
+
+        got = _BUFFERS[key] = (doc, tid, lim, mask_mod)
+    return got
+
+
+class FlexLayout:
+    """Packed conversations laid end to end in one row of ``T`` tokens (``T`` a multiple of ``block``).
+
+    Per token: ``doc`` (which conversation; -1 padding), ``tid`` (-1 trunk, else the tail's number
+    within its conversation) and ``lim`` (a tail token sees trunk positions ``< lim``, its prefix end).
+    A query sees a key of the same conversation at or before it that is in its own segment, or in the
+    trunk before ``lim``. The layout lives in per-device buffers: one layout per device at a time (the
+    next overwrites it, in stream order after the work queued with it).
+    """
+
+    def __init__(self, doc, tid, lim, block: int = 128) -> None:
+        import torch
+
+        self.T = int(doc.shape[0])
+        self.block = block
+        self.calls = 0
+        bdoc, btid, blim, mask_mod = _buffers(doc.device, self.T)
+        bdoc[:self.T].copy_(doc)
+        btid[:self.T].copy_(tid)
+        blim[:self.T].copy_(lim)
+        self.doc, self.tid, self.lim = bdoc[:self.T], btid[:self.T], blim[:self.T]
+        self.mask_mod = mask_mod
+        self.block_mask = self._block_mask(torch)
+
+    def dense(self):
+        """The ``T x T`` boolean mask (tests, and the block summary below in slabs)."""
+        import torch
+
+        q = torch.arange(self.T, device=self.doc.device)
+        return self._slab(q, torch)
+
+    def _slab(self, q, torch):
+        kv = torch.arange(self.T, device=self.doc.device)
+        return ((self.doc[q][:, None] == self.doc[None, :]) & (kv[None, :] <= q[:, None])
+                & ((self.tid[q][:, None] == self.tid[None, :]) | (kv[None, :] < self.lim[q][:, None])))
+
+    def _block_mask(self, torch):
+        from torch.nn.attention.flex_attention import BlockMask
+
+        n, bs = self.T // self.block, self.block
+        partial = torch.zeros((n, n), dtype=torch.bool, device=self.doc.device)
+        full = torch.zeros_like(partial)
+        rows_per = max(1, (1 << 24) // max(self.T, 1) // bs) * bs  # slabs of ~16M mask entries
+        for r0 in range(0, self.T, rows_per):
+            q = torch.arange(r0, min(self.T, r0 + rows_per), device=self.doc.device)
+            m = self._slab(q, torch).view(-1, bs, n, bs)
+            anyb, allb = m.any(dim=(1, 3)), m.all(dim=(1, 3))
+            partial[r0 // bs: r0 // bs + anyb.shape[0]] = anyb & ~allb
+            full[r0 // bs: r0 // bs + anyb.shape[0]] = allb
+
+        def pack(sel):
+            num = sel.sum(dim=1).to(torch.int32)
+            idx = torch.argsort((~sel).to(torch.int8), dim=1, stable=True).to(torch.int32)
+            return num[None, None], idx[None, None]
+
+        kv_num, kv_idx = pack(partial)
+        full_num, full_idx = pack(full)
+        return BlockMask.from_kv_blocks(kv_num, kv_idx, full_num, full_idx, BLOCK_SIZE=bs, mask_mod=self.mask_mod,
+                                        seq_lengths=(self.T, self.T))
+
+
 def _repeat(x, n_rep: int):
     return x if n_rep == 1 else x.repeat_interleave(n_rep, dim=1)
 
@@ -77,6 +204,12 @@ def _attention(module, query, key, value, attention_mask, dropout: float = 0.0, 
     import torch.nn.functional as F
 
     lay.calls += 1
+    if isinstance(lay, FlexLayout):
+        if query.shape[0] != 1 or query.shape[2] != lay.T:
+            raise Unsupported(f"flex layout for 1 x {lay.T} tokens, got {tuple(query.shape)}")
+        out = _flex_fn(query.device.type)(query, key, value, block_mask=lay.block_mask, scale=scaling,
+                                          enable_gqa=query.shape[1] != key.shape[1])
+        return out.transpose(1, 2).contiguous(), None
     n_rep = query.shape[1] // key.shape[1]
     out = query.new_zeros((query.shape[0], query.shape[1], query.shape[2], value.shape[-1]))
     for b, (trunk, tails) in enumerate(lay.rows):
@@ -114,7 +247,10 @@ def install(model) -> bool:
             AttentionInterface.register(NAME, _attention)
             AttentionMaskInterface.register(NAME, _mask)
             _REGISTERED = True
-        if getattr(model.config, "_attn_implementation", None) != "sdpa":
+        impl = getattr(model.config, "_attn_implementation", None)
+        if impl == NAME:
+            return True  # a model already switched (e.g. handed from one backend to another)
+        if impl != "sdpa":
             return False  # eager / flash / remote code: keep what the model runs
         model.set_attn_implementation(NAME)
         return getattr(model.config, "_attn_implementation", None) == NAME
@@ -124,9 +260,10 @@ def install(model) -> bool:
 
 
 @contextlib.contextmanager
-def layout(rows: list):
-    """Run the enclosed forward pass with this tree ``Layout``; yields it (check ``calls`` after)."""
-    lay = Layout(rows)
+def layout(rows):
+    """Run the enclosed forward pass with this tree layout (a per-row list for :class:`Layout`, or a
+    :class:`FlexLayout`); yields it (check ``calls`` after)."""
+    lay = rows if isinstance(rows, FlexLayout) else Layout(rows)
     token = _ACTIVE.set(lay)
     try:
         yield lay

@@ -123,3 +123,101 @@ def test_an_eager_model_keeps_its_attention(tiny_llama_dir):
     packed = _p_yes(judge.first_token_logprobs(reqs))
     judge.prefix_sharing = False
     np.testing.assert_allclose(packed, _p_yes(judge.first_token_logprobs(reqs)), atol=1e-4)
+
+
+def _flat_layout(rows, L):
+    """The per-row layouts laid end to end in one row of len(rows) * L tokens, as the CUDA path packs them."""
+    T = len(rows) * L
+    doc = torch.full((T,), -1, dtype=torch.long)
+    tid = torch.full((T,), -1, dtype=torch.long)
+    lim = torch.zeros(T, dtype=torch.long)
+    for d, (trunk, tails) in enumerate(rows):
+        off = d * L
+        end = max([trunk] + [s + n for s, n, _ in tails])
+        doc[off:off + end] = d
+        lim[off:off + trunk] = off
+        for b, (start, n, prefix) in enumerate(tails):
+            tid[off + start: off + start + n] = b
+            lim[off + start: off + start + n] = off + prefix
+    return _tree_attention.FlexLayout(doc, tid, lim, block=16)
+
+
+def test_flex_layout_mask_and_attention_equal_the_tree_definition():
+    if not _tree_attention.flex_available():
+        pytest.skip("this torch has no FlexAttention")
+    g = torch.Generator().manual_seed(2)
+    rows = [(7, [(7, 3, 4), (10, 5, 7), (15, 1, 0)]), (4, [(4, 6, 4)]), (0, [(0, 2, 0), (2, 3, 0)])]
+    L = 32
+    lay = _flat_layout(rows, L)
+    # the mask of the flat row is the block-diagonal of the per-row definitions
+    ref_allowed = torch.zeros((lay.T, lay.T), dtype=torch.bool)
+    q = torch.randn(1, 4, lay.T, 8, generator=g)
+    k, v = torch.randn(1, 2, lay.T, 8, generator=g), torch.randn(1, 2, lay.T, 8, generator=g)
+    per_row_q = torch.stack([q[0, :, d * L:(d + 1) * L] for d in range(3)])
+    per_row_k = torch.stack([k[0, :, d * L:(d + 1) * L] for d in range(3)])
+    per_row_v = torch.stack([v[0, :, d * L:(d + 1) * L] for d in range(3)])
+    ref, used = _dense_reference(per_row_q, per_row_k, per_row_v, rows, 0.3)
+    for d, (trunk, tails) in enumerate(rows):
+        for i in range(trunk):
+            ref_allowed[d * L + i, d * L: d * L + i + 1] = True
+        for start, n, prefix in tails:
+            for j in range(n):
+                ref_allowed[d * L + start + j, d * L: d * L + prefix] = True
+                ref_allowed[d * L + start + j, d * L + start: d * L + start + j + 1] = True
+    real = lay.doc >= 0
+    assert torch.equal(lay.dense()[real][:, real], ref_allowed[real][:, real])
+    # every block the block mask skips holds no allowed pair
+    dense_blocks = lay.dense().view(lay.T // 16, 16, lay.T // 16, 16).any(dim=(1, 3))
+    listed = torch.zeros_like(dense_blocks)
+    for kind in ("kv", "full_kv"):
+        num, idx = getattr(lay.block_mask, f"{kind}_num_blocks")[0, 0], getattr(lay.block_mask, f"{kind}_indices")[0, 0]
+        for r in range(num.shape[0]):
+            listed[r, idx[r, : int(num[r])].long()] = True
+    assert torch.equal(listed, dense_blocks)
+    with _tree_attention.layout(lay) as active:
+        got, _ = _tree_attention._attention(None, q, k, v, None, scaling=0.3)
+    assert active.calls == 1 and got.shape == (1, lay.T, 4, 8)
+    for d in range(3):
+        diff = (got[0, d * L:(d + 1) * L] - ref[d]).abs().amax(dim=(-1, -2))[used[d]]
+        assert float(diff.max()) < 1e-5
+
+
+@pytest.mark.parametrize("judge_name", ["tiny_judge", "smollm_judge"])
+def test_backend_flex_path_equals_dense_mask_and_separate_passes(request, judge_name):
+    if not _tree_attention.flex_available():
+        pytest.skip("this torch has no FlexAttention")
+    judge = request.getfixturevalue(judge_name)
+    reqs = _requests(None if judge_name == "tiny_judge" else 4)
+    batch_tokens = judge.batch_tokens
+    try:
+        judge.flex = True  # the CUDA path, run eagerly on CPU (which materialises T x T scores: short rows)
+        judge.batch_tokens = 256
+        before = judge.stats["forward_tokens"]
+        flex = _p_yes(judge.first_token_logprobs(reqs))
+        assert judge.flex  # no fallback happened
+        judge.batch_tokens = batch_tokens
+        flex_tokens = judge.stats["forward_tokens"] - before
+        judge.flex = False
+        before = judge.stats["forward_tokens"]
+        tree = _p_yes(judge.first_token_logprobs(reqs))
+        assert judge.stats["forward_tokens"] - before == flex_tokens  # the same tokens, only laid out differently
+        judge.tree_attention = False
+        dense = _p_yes(judge.first_token_logprobs(reqs))
+    finally:
+        judge.tree_attention, judge.flex, judge.batch_tokens = True, False, batch_tokens
+    np.testing.assert_allclose(flex, tree, atol=1e-5)
+    np.testing.assert_allclose(flex, dense, atol=1e-5)
+
+
+def test_backend_flex_refuses_a_sliding_window_and_falls_back(tiny_llama_dir):
+    if not _tree_attention.flex_available():
+        pytest.skip("this torch has no FlexAttention")
+    from transformers import MistralConfig
+
+    judge = _tiny(tiny_llama_dir, MistralConfig, "sdpa", sliding_window=16)
+    judge.flex = True
+    reqs = _requests(3)
+    packed = _p_yes(judge.first_token_logprobs(reqs))
+    assert not judge.flex and not judge.tree_attention
+    judge.prefix_sharing = False
+    np.testing.assert_allclose(packed, _p_yes(judge.first_token_logprobs(reqs)), atol=1e-4)
