@@ -115,7 +115,8 @@ class PersonaCommand(Command):
             dimensions=args.dimensions.split(","), methods=args.methods.split(","), primary=args.primary,
             alpha=args.alpha, pool_sizes=_ints(args.pool_sizes, "--pool-sizes") if args.pool_sizes else None,
             repeats=args.repeats, seed=args.seed, max_queries=args.max_queries, encoder=args.encoder,
-            device=args.device, nli_model=args.nli_model, limit=args.limit, strict_input=args.strict_input)
+            device=args.device, nli_model=args.nli_model, limit=args.limit, strict_input=args.strict_input,
+            progress=not (getattr(args, "no_progress", False) or getattr(args, "quiet", False)))
         if args.html and not str(args.html).endswith((".html", ".htm")):
             raise ValueError(f"--html needs a .html path, got {args.html}")
         results = evaluate_persona(args.reference, args.simulation, names=args.name, config=cfg)

@@ -19,6 +19,7 @@ document's windows) and ``late_interaction`` (exact MaxSim on
 from __future__ import annotations
 
 import math
+import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Optional, Sequence
@@ -317,8 +318,11 @@ def adherence_curves(corpus, *, methods: Sequence[str] = RETRIEVERS, primary: st
     for m in methods:
         r = retrievers.get(m) or get_retriever(m, encoder=encoder, li_encoder=li_encoder, device=device)
         retrievers[m] = r
+        t0 = time.perf_counter()
         scores = _combined_scores(data, r, w)
+        t1 = time.perf_counter()
         curve = mrr_curve(scores, data.query_conversation, sizes, repeats=repeats, seed=seed, exclude=exclude)
+        curve["seconds"] = {"scoring": round(t1 - t0, 3), "mrr_curve": round(time.perf_counter() - t1, 3)}
         curve["nauc"] = normalized_auc(curve["pool_sizes"], curve["mrr"])
         curve["retriever"] = r.describe()
         curves[m] = curve
