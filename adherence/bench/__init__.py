@@ -1,10 +1,12 @@
 """Benchmarks and paper reproductions."""
 
+from .encoder import bench_encoder
 from .engine import bench_engine
 from .judge import bench_judge
 from .judge_race import bench_judge_race
 from .kernels import bench_kernels
 from .maxsim import bench_maxsim
+from .persona import bench_persona
 from .role_paper import DEFAULT_METHODS, role_paper
 
-__all__ = ["DEFAULT_METHODS", "bench_engine", "bench_judge", "bench_judge_race", "bench_kernels", "bench_maxsim", "role_paper"]
+__all__ = ["DEFAULT_METHODS", "bench_encoder", "bench_engine", "bench_judge", "bench_judge_race", "bench_kernels", "bench_maxsim", "bench_persona", "role_paper"]

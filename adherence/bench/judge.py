@@ -1,33 +1,48 @@
-"""Judge throughput with and without prefix sharing on synthetic growing conversations.
+"""Judge throughput on synthetic conversations, at the hardware limit measured in the same run.
 
-Correctness first: P(yes) from packed passes must equal separate passes
-(within ``tolerance``) on the same requests. Then each mode is timed over
-``repeats`` runs: turns/s, prompt tokens/s (the tokens of every turn's own
-prompt, i.e. the work a non-sharing engine does) and forward tokens actually
-computed. On CUDA the FLOP utilisation is 2 x non-embedding parameters x
-forward tokens / time / the device's dense bf16 peak.
+Three workloads on one model (a checkpoint, or random weights of a real architecture):
+
+* ``unique``: prompts of about ``prompt_tokens`` tokens with nothing shared (one turn each): turns/s,
+  prompt tokens/s, and the achieved FLOP/s as a ratio to the measured dense matmul peak.
+  FLOP = 2 x body parameters (all but the input and output embeddings) x forward tokens
+  + 4 x layers x attention width x attended (query, key) pairs + 2 x hidden x vocabulary per read row.
+* ``prefix``: ``conversations`` conversations of ``turns`` turns (a role of ``role_tokens`` words,
+  ``turn_tokens`` words per exchange) judged turn by turn, with prefix sharing and as separate passes.
+  Correctness first: the exact P(yes) (whole-vocabulary yes/no sums) of both must agree within
+  ``tolerance`` (1e-3 in bf16, 1e-4 in fp32). ``speedup`` = separate time / shared time.
+* ``full_vocab``: the ``unique`` workload read as top-k only and with the exact whole-vocabulary
+  yes/no sums; ``overhead`` = exact time / top-k time - 1.
+* ``engine`` (with ``engine_turns``): the whole job — :class:`adherence.engine.Engine` reading a Parquet
+  file of ``engine_turns`` turns (conversations shaped as in ``prefix``), judging them with a random model
+  of ``engine_config`` and publishing the scores — timed end to end, with the GPU's utilisation sampled
+  (NVML) and the process's CPU time per forward batch; the 1M-turn time is projected from its rate.
+
+On top of the bench model's own check (in its dtype), an fp32 check on a small random model of
+SmolLM2-135M's architecture (``fp32_check``) holds prefix sharing to 1e-4 on the same device.
 """
 
 from __future__ import annotations
 
+import math
 import platform
 import statistics
 import time
-from typing import Optional
+from typing import Optional, Sequence
 
 import numpy as np
 
-from ..judges import p_yes_from_logprobs, turn_requests
+from ..judges import turn_requests
+from ..judges._parse import NO_VARIANTS, YES_VARIANTS, p_yes_from_sums
+from ._hardware import device_name, measured_peaks, synchronize
 
 __all__ = ["bench_judge", "synthetic_conversations", "RANDOM_CONFIGS"]
-
-# Dense bf16 peak (FLOP/s) of common accelerators.
-_PEAK_BF16 = {"H100": 989e12, "H200": 989e12, "A100": 312e12, "L4": 121e12}
 
 # Random-weight configs of real architectures (no download): name -> LlamaConfig kwargs.
 RANDOM_CONFIGS = {
     "llama-tiny": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                        num_key_value_heads=2),
+    "smollm2-135m": dict(hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9,
+                         num_key_value_heads=3, rope_theta=100000.0, tie_word_embeddings=True),
     "llama-3-8b": dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
                        num_key_value_heads=8, rope_theta=500000.0),
 }
@@ -35,101 +50,335 @@ RANDOM_CONFIGS = {
 _WORDS = ("account card transfer fee balance refund loan rate branch savings payment limit statement deposit "
           "question answer please thanks help order delivery reset password laptop network recipe oven salt "
           "minutes steps policy support service today tomorrow weekly monthly online mobile secure verify").split()
+_ROLE = "You are a support assistant for a bank. Stay on banking topics, be polite."
+_VARIANTS = (sorted(YES_VARIANTS), sorted(NO_VARIANTS))
 
 
-def synthetic_conversations(n: int, turns: int, words_per_turn: int, seed: int = 0) -> list:
-    """``n`` conversations of ``turns`` (user, assistant) exchanges of random words (seeded)."""
+def synthetic_conversations(n: int, turns: int, words_per_turn: int, seed: int = 0,
+                            role_words: Optional[int] = None) -> list:
+    """``n`` conversations of ``turns`` (user, assistant) exchanges of random words (seeded): users say
+    ``words_per_turn // 2`` words, assistants ``words_per_turn``; the role is a fixed sentence, or
+    ``role_words`` random words after it."""
     rng = np.random.default_rng(seed)
     out = []
     for c in range(n):
+        role = _ROLE if not role_words else _ROLE + " " + " ".join(rng.choice(_WORDS, role_words)) + "."
         users = [" ".join(rng.choice(_WORDS, words_per_turn // 2)) + "?" for _ in range(turns)]
         assistants = [" ".join(rng.choice(_WORDS, words_per_turn)) + "." for _ in range(turns)]
-        out.append((f"conv-{c}", "You are a support assistant for a bank. Stay on banking topics, be polite.", users, assistants))
+        out.append((f"conv-{c}", role, users, assistants))
     return out
 
 
-def _backend(model: Optional[str], random_config: Optional[str], device, dtype):
-    from ..judges._transformers import TransformersBackend
-
-    if random_config is None:
-        return TransformersBackend(model, device=device, dtype=dtype, progress=False)
-    import torch
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+def _tokenizer():
+    from transformers import AutoTokenizer
 
     from ..models import resolve_model
 
-    if random_config not in RANDOM_CONFIGS:
-        raise ValueError(f"unknown random config {random_config!r}; available: {', '.join(RANDOM_CONFIGS)}")
-    tok_src = resolve_model("bundled:all-MiniLM-L6-v2")
-    tok = AutoTokenizer.from_pretrained(str(tok_src.path))
+    tok = AutoTokenizer.from_pretrained(str(resolve_model("bundled:all-MiniLM-L6-v2").path))
+    tok.model_max_length = 1 << 20  # the judge's own limit (max_position_embeddings) applies, not the encoder's 512
     tok.chat_template = ("{% for m in messages %}[{{ m['role'] }}]\n{{ m['content'] }}\n{% endfor %}"
                          "{% if add_generation_prompt %}[assistant]\n{% endif %}")
+    return tok
+
+
+def random_backend(name: str, *, device=None, dtype=None, **kwargs):
+    """A transformers judge with random weights of ``RANDOM_CONFIGS[name]`` (the bundled encoder's
+    tokenizer, a plain chat template); no download."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from ..judges._transformers import TransformersBackend
+
+    if name not in RANDOM_CONFIGS:
+        raise ValueError(f"unknown random config {name!r}; available: {', '.join(RANDOM_CONFIGS)}")
+    tok = _tokenizer()
     cfg = LlamaConfig(vocab_size=tok.vocab_size, max_position_embeddings=8192, pad_token_id=tok.pad_token_id,
-                      **RANDOM_CONFIGS[random_config])
+                      **RANDOM_CONFIGS[name])
     torch.manual_seed(0)
-    with torch.device("cuda" if (device or "").startswith("cuda") or (device is None and torch.cuda.is_available()) else "cpu"):
+    on = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    with torch.device(on):
         model = LlamaForCausalLM(cfg)
-    return TransformersBackend(loaded=(model, tok, f"random:{random_config}"), device=device, dtype=dtype, progress=False)
+    return TransformersBackend(loaded=(model, tok, f"random:{name}"), device=device, dtype=dtype, progress=False,
+                               **kwargs)
+
+
+def _flop_model(backend) -> dict:
+    m = backend.model
+    cfg = m.config
+    emb_in = m.get_input_embeddings().weight
+    emb_out = m.get_output_embeddings().weight
+    total = sum(p.numel() for p in m.parameters())
+    body = total - emb_in.numel() - (0 if emb_out.data_ptr() == emb_in.data_ptr() else emb_out.numel())
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    return {"body_parameters": body, "layers": cfg.num_hidden_layers,
+            "attention_width": cfg.num_attention_heads * head_dim, "hidden": cfg.hidden_size,
+            "vocab": emb_out.shape[0]}
+
+
+def _work(backend, reqs: list, shared: bool, fm: dict) -> dict:
+    """Forward tokens, attended pairs and FLOP of one pass over ``reqs`` (as the backend would run it)."""
+    before = backend.prefix_sharing
+    backend.prefix_sharing = shared
+    try:
+        plans = [backend._plan(r) for r in reqs]
+        plain, packs = backend._arrange(reqs, plans)
+    finally:
+        backend.prefix_sharing = before
+    tokens = sum(len(ids) for _, ids in plain)
+    pairs = sum(len(ids) * (len(ids) + 1) // 2 for _, ids in plain)
+    for trunk, branches in packs:
+        tokens += len(trunk) + sum(len(t) for _, _, t in branches)
+        pairs += len(trunk) * (len(trunk) + 1) // 2
+        pairs += sum(prefix * len(t) + len(t) * (len(t) + 1) // 2 for _, prefix, t in branches)
+    reads = sum(1 for p in plans if not p.error)
+    flop = (2.0 * fm["body_parameters"] * tokens + 4.0 * fm["layers"] * fm["attention_width"] * pairs
+            + 2.0 * fm["hidden"] * fm["vocab"] * reads)
+    return {"forward_tokens": tokens, "attended_pairs": pairs, "flop": flop,
+            "prompt_tokens": sum(len(p.ids) for p in plans if not p.error)}
+
+
+def _p_yes(outs) -> np.ndarray:
+    return np.array([p_yes_from_sums(*o.yes_no)[0] if o.yes_no else math.nan for o in outs])
+
+
+def _timed_pass(backend, reqs, *, shared: bool, variants=None) -> tuple:
+    backend.prefix_sharing = shared
+    synchronize(backend.device)
+    t = time.perf_counter()
+    out = backend.first_token_logprobs(reqs, variants=variants)
+    synchronize(backend.device)
+    return time.perf_counter() - t, out
+
+
+def _timing(backend, reqs, repeats: int, **kw) -> dict:
+    cold, out = _timed_pass(backend, reqs, **kw)  # tokenisation, compilation, allocator warm-up
+    times = [_timed_pass(backend, reqs, **kw)[0] for _ in range(repeats)]
+    return {"cold_s": cold, "median_s": statistics.median(times), "min_s": min(times), "max_s": max(times)}, out
+
+
+def _check(backend, reqs, tolerance: float) -> dict:
+    _, shared = _timed_pass(backend, reqs, shared=True, variants=_VARIANTS)
+    _, separate = _timed_pass(backend, reqs, shared=False, variants=_VARIANTS)
+    a, b = _p_yes(shared), _p_yes(separate)
+    err = float(np.nanmax(np.abs(a - b))) if np.isfinite(a).any() else math.nan
+    ok = bool(np.isfinite(a).all() and np.isfinite(b).all() and err <= tolerance)
+    return {"checked_against": "separate passes (exact whole-vocabulary P(yes))", "turns": len(reqs),
+            "max_abs_p_yes_difference": err, "mean_abs_p_yes_difference": float(np.nanmean(np.abs(a - b))),
+            "p_yes_range": [float(np.nanmin(a)), float(np.nanmax(a))], "tolerance": tolerance, "passed": ok,
+            "dtype": str(backend.dtype).replace("torch.", ""), "model": backend.model_id,
+            "attention": backend.describe().get("attention")}
+
+
+def _requests(convs) -> list:
+    reqs = []
+    for cid, role, users, assistants in convs:
+        reqs += turn_requests(cid, role, users, assistants)
+    return reqs
+
+
+def _unique_requests(backend, n: int, prompt_tokens: int, role_words: int, seed: int) -> list:
+    """``n`` one-turn prompts of about ``prompt_tokens`` tokens: the exchange's words are solved from two
+    trial lengths (the template and the role are a fixed overhead, tokens grow linearly with words)."""
+    def mean_tokens(w):
+        reqs = _requests(synthetic_conversations(4, 1, w, seed, role_words=role_words))
+        return sum(len(backend._plan(r).ids) for r in reqs) / len(reqs), reqs
+
+    a, _ = mean_tokens(20)
+    b, _ = mean_tokens(80)
+    per_word = max((b - a) / 60, 1e-6)
+    words = max(2, round(20 + (prompt_tokens - a) / per_word))
+    return _requests(synthetic_conversations(n, 1, words, seed, role_words=role_words))
+
+
+class _GpuSampler:
+    """Samples the GPU's utilisation (NVML) every ``every`` seconds in a thread; no-op without NVML."""
+
+    def __init__(self, device, every: float = 0.1) -> None:
+        import threading
+
+        self.samples: list = []
+        self._stop = threading.Event()
+        self._thread = None
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            handle = pynvml.nvmlDeviceGetHandleByIndex(device.index or 0)
+        except Exception:  # noqa: BLE001 - no NVML here: report none
+            return
+
+        def run():
+            while not self._stop.wait(every):
+                self.samples.append(pynvml.nvmlDeviceGetUtilizationRates(handle).gpu)
+
+        self._thread = threading.Thread(target=run, daemon=True)
+        self._thread.start()
+
+    def stop(self) -> Optional[float]:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        return float(np.mean(self.samples)) if self.samples else None
+
+
+def _engine_run(backend, turns: int, convs_turns: int, role_tokens: int, turn_tokens: int, seed: int) -> dict:
+    """The engine end to end on ``turns`` synthetic turns with ``backend``'s model already in memory."""
+    import tempfile
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from ..engine import Engine
+    from ..judges import JudgeConfig
+
+    n_conv = -(-turns // convs_turns)
+    words = max(2, round(turn_tokens * 2 / 3))
+    rows = {"conversation_id": [], "turn_index": [], "role": [], "user": [], "assistant": []}
+    for cid, role, users, assistants in synthetic_conversations(n_conv, convs_turns, words, seed,
+                                                                role_words=role_tokens):
+        for t, (u, a) in enumerate(zip(users, assistants)):
+            rows["conversation_id"].append(cid)
+            rows["turn_index"].append(t)
+            rows["role"].append(role)
+            rows["user"].append(u)
+            rows["assistant"].append(a)
+    table = pa.table({k: v[:turns] for k, v in rows.items()})
+    with tempfile.TemporaryDirectory(prefix="adherence-bench-judge-") as tmp:
+        src = f"{tmp}/turns.parquet"
+        pq.write_table(table, src)
+        loaded = (backend.model, backend.tokenizer, backend.model_id)
+        judge = JudgeConfig(backend_options={"loaded": loaded, "device": str(backend.device),
+                                             "dtype": str(backend.dtype).replace("torch.", ""), "progress": False})
+        engine = Engine(method="llm_judge", judge=judge, shard_size=max(1000, turns // 5), progress=False,
+                        n_bootstrap=0)
+        sampler = _GpuSampler(backend.device) if backend.device.type == "cuda" else None
+        cpu0, t0 = time.process_time(), time.perf_counter()
+        res = engine.run(src, f"{tmp}/scores.parquet")
+        wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+        util = sampler.stop() if sampler else None
+        out = pq.read_table(res.output)
+    statuses = out.column("status").to_pylist()
+    stats = res.summary.get("judge_usage") or {}
+    batches = stats.get("batches") or None
+    return {"turns": turns, "wall_s": wall, "turns_per_s": turns / wall, "projected_1m_turns_s": 1e6 * wall / turns,
+            "rows_out": out.num_rows, "ok_rows": statuses.count("ok"), "gpu_utilisation_mean": util,
+            "process_cpu_s": cpu, "forward_batches": batches,
+            "cpu_s_per_batch": cpu / batches if batches else None, "judge_stats": stats,
+            "summary": {k: v for k, v in res.summary.items() if isinstance(v, (int, float, str))}}
 
 
 def bench_judge(
-    *, model: Optional[str] = None, random_config: Optional[str] = None, conversations: int = 8, turns: int = 8,
-    words_per_turn: int = 40, repeats: int = 3, device: Optional[str] = None, dtype: Optional[str] = None,
-    tolerance: float = 1e-3, seed: int = 0,
+    *, model: Optional[str] = None, random_config: Optional[str] = None, conversations: int = 8, turns: int = 10,
+    role_tokens: int = 200, turn_tokens: int = 100, unique: int = 32, prompt_tokens: int = 1000,
+    repeats: int = 3, device: Optional[str] = None, dtype: Optional[str] = None, tolerance: Optional[float] = None,
+    seed: int = 0, workloads: Sequence[str] = ("prefix", "unique", "full_vocab"),
+    fp32_check: Optional[str] = "smollm2-135m", batch_tokens: Optional[int] = None,
+    engine_turns: int = 0, engine_config: str = "smollm2-135m", on_progress=None,
 ) -> dict:
-    """Benchmark dict: arguments, device, versions, correctness, and per mode timings and throughput."""
+    """Benchmark dict (``bench="judge"``): the measured peak, correctness checks, and per workload the
+    timings, throughput, ``ratio_to_peak`` and ``speedup``/``overhead``. ``on_progress(result)`` is called
+    with the partial result after each step (``"partial": True``), e.g. to save it during a long run."""
     import torch
 
-    backend = _backend(model, random_config, device, dtype)
-    reqs = []
-    for cid, role, users, assistants in synthetic_conversations(conversations, turns, words_per_turn, seed):
-        reqs += turn_requests(cid, role, users, assistants)
-    prompt_tokens = sum(len(backend._plan(r).ids) for r in reqs)
+    from ..judges._transformers import TransformersBackend
 
-    def run(shared: bool):
-        backend.prefix_sharing = shared
-        before = backend.stats["forward_tokens"]
-        if backend.device.type == "cuda":
-            torch.cuda.synchronize()
-        t = time.perf_counter()
-        out = backend.first_token_logprobs(reqs)
-        if backend.device.type == "cuda":
-            torch.cuda.synchronize()
-        return time.perf_counter() - t, out, backend.stats["forward_tokens"] - before
+    t_start = time.perf_counter()
 
-    _, packed, _ = run(True)  # also warms up
-    _, separate, _ = run(False)
-    p1 = np.array([p_yes_from_logprobs(o.top_logprobs)[0] for o in packed])
-    p2 = np.array([p_yes_from_logprobs(o.top_logprobs)[0] for o in separate])
-    err = float(np.abs(p1 - p2).max())
-    if err > tolerance:
-        raise RuntimeError(f"prefix-shared P(yes) differs from separate passes by {err} > {tolerance}")
-    n_params = sum(p.numel() for p in backend.model.parameters())
-    n_embed = backend.model.get_input_embeddings().weight.numel()
-    dev_name = torch.cuda.get_device_name(backend.device) if backend.device.type == "cuda" else (
-        f"cpu ({platform.machine()}, {torch.get_num_threads()} threads)")
-    peak = next((v for k, v in _PEAK_BF16.items() if k in dev_name), None)
-    result = {
-        "args": {"model": backend.model_id, "conversations": conversations, "turns": turns,
-                 "words_per_turn": words_per_turn, "repeats": repeats, "dtype": str(backend.dtype)},
-        "device": dev_name,
+    result: dict = {}
+
+    def say(msg: str) -> None:  # phases on stderr: a long GPU run shows where it is; partial results saved
+        import sys
+
+        print(f"[bench judge {time.perf_counter() - t_start:7.1f}s] {msg}", file=sys.stderr, flush=True)
+        if on_progress is not None and result.get("workloads") is not None:
+            on_progress({**result, "partial": True})
+
+    unknown = set(workloads) - {"prefix", "unique", "full_vocab"}
+    if unknown:
+        raise ValueError(f"unknown workloads {sorted(unknown)}; available: prefix, unique, full_vocab")
+    if engine_turns < 0:
+        raise ValueError(f"`engine_turns` must be >= 0, got {engine_turns}")
+    kw = {"batch_tokens": batch_tokens} if batch_tokens else {}
+    say(f"loading {random_config or model or 'the bundled judge'}")
+    if random_config is not None:
+        backend = random_backend(random_config, device=device, dtype=dtype, **kw)
+    else:
+        backend = TransformersBackend(model, device=device, dtype=dtype, progress=False, **kw)
+    dev = backend.device
+    fm = _flop_model(backend)
+    tol = tolerance if tolerance is not None else (1e-4 if backend.dtype == torch.float32 else 1e-3)
+    peaks = measured_peaks(dev) if dev.type == "cuda" else None
+    result.update({
+        "bench": "judge",
+        "args": {"model": backend.model_id, "dtype": str(backend.dtype).replace("torch.", ""),
+                 "conversations": conversations, "turns": turns, "role_tokens": role_tokens,
+                 "turn_tokens": turn_tokens, "unique": unique, "prompt_tokens": prompt_tokens, "repeats": repeats,
+                 "batch_tokens": backend.batch_tokens, "workloads": list(workloads)},
+        "device": device_name(dev),
         "versions": {"torch": torch.__version__, "python": platform.python_version()},
-        "correctness": {"max_abs_p_yes_difference": err, "tolerance": tolerance, "passed": True},
-        "n_turns": len(reqs),
-        "prompt_tokens": prompt_tokens,
-        "non_embedding_parameters": n_params - n_embed,
-        "modes": {},
-    }
-    for name, shared in (("prefix_sharing", True), ("separate", False)):
-        times, fwd = [], 0
-        for _ in range(repeats):
-            t, _, fwd = run(shared)
-            times.append(t)
-        med = statistics.median(times)
-        entry = {"median_s": med, "min_s": min(times), "max_s": max(times), "turns_per_s": len(reqs) / med,
-                 "prompt_tokens_per_s": prompt_tokens / med, "forward_tokens": fwd}
-        if backend.device.type == "cuda" and peak:
-            entry["flop_utilisation"] = 2.0 * (n_params - n_embed) * fwd / med / peak
-        result["modes"][name] = entry
-    result["speedup"] = result["modes"]["separate"]["median_s"] / result["modes"]["prefix_sharing"]["median_s"]
+        "backend": backend.describe(),
+        "model": fm,
+        "peak": peaks,
+        "correctness": {},
+        "workloads": {},
+    })
+    # Exchanges of `turn_tokens` words: the user says a third, the assistant two thirds.
+    words = max(2, round(turn_tokens * 2 / 3))
+    prefix_reqs = _requests(synthetic_conversations(conversations, turns, words, seed, role_words=role_tokens))
+    unique_reqs = _unique_requests(backend, unique, prompt_tokens, role_tokens, seed + 1)
+
+    say(f"check: {len(prefix_reqs)} turns, prefix sharing vs separate passes ({result['backend'].get('attention')})")
+    result["correctness"]["bench_model"] = _check(backend, prefix_reqs, tol)
+    say(f"check: max |dP(yes)| {result['correctness']['bench_model']['max_abs_p_yes_difference']:.2e}")
+    if fp32_check:
+        say(f"fp32 check on random {fp32_check}")
+        small = random_backend(fp32_check, device=str(dev), dtype="float32")
+        result["correctness"]["fp32"] = _check(small, prefix_reqs, 1e-4)
+        del small
+
+    def rate(work, t):
+        out = {"turns_per_s": work["turns"] / t, "prompt_tokens_per_s": work["prompt_tokens"] / t,
+               "forward_tokens_per_s": work["forward_tokens"] / t, "achieved_tflop_per_s": work["flop"] / t / 1e12}
+        if peaks:
+            out["ratio_to_peak"] = work["flop"] / t / peaks["matmul_flops"]
+        return out
+
+    if "prefix" in workloads:
+        modes = {}
+        for name, shared in (("prefix_sharing", True), ("separate", False)):
+            say(f"prefix workload: {name}")
+            work = dict(_work(backend, prefix_reqs, shared, fm), turns=len(prefix_reqs))
+            timing, _ = _timing(backend, prefix_reqs, repeats, shared=shared)
+            modes[name] = {**work, **timing, **rate(work, timing["median_s"])}
+        result["workloads"]["prefix"] = {
+            "turns": len(prefix_reqs), "modes": modes,
+            "speedup": modes["separate"]["median_s"] / modes["prefix_sharing"]["median_s"],
+            "forward_token_ratio": modes["separate"]["forward_tokens"] / modes["prefix_sharing"]["forward_tokens"]}
+    if "unique" in workloads or "full_vocab" in workloads:
+        say(f"unique workload: {len(unique_reqs)} prompts")
+        work = dict(_work(backend, unique_reqs, True, fm), turns=len(unique_reqs))
+        timing, _ = _timing(backend, unique_reqs, repeats, shared=True)
+        entry = {**work, **timing, **rate(work, timing["median_s"]),
+                 "mean_prompt_tokens": work["prompt_tokens"] / len(unique_reqs)}
+        if "unique" in workloads:
+            result["workloads"]["unique"] = entry
+        if "full_vocab" in workloads:
+            say("full-vocabulary P(yes)")
+            exact, _ = _timing(backend, unique_reqs, repeats, shared=True, variants=_VARIANTS)
+            result["workloads"]["full_vocab"] = {
+                "top_k_s": timing["median_s"], "full_vocab_s": exact["median_s"],
+                "overhead": exact["median_s"] / timing["median_s"] - 1.0}
+    backend.prefix_sharing = True
+    if engine_turns:
+        say(f"engine: {engine_turns} turns with random {engine_config}")
+        eng = random_backend(engine_config, device=str(dev), dtype=dtype, **kw)
+        result["workloads"]["engine"] = {"model": eng.model_id, **_engine_run(eng, engine_turns, turns, role_tokens,
+                                                                               turn_tokens, seed + 2)}
+        del eng
+    say("done")
+    result["correct"] = all(c["passed"] for c in result["correctness"].values())
+    if "unique" in result["workloads"] and peaks:
+        result["ratio_to_peak"] = result["workloads"]["unique"]["ratio_to_peak"]
+    if "prefix" in result["workloads"]:
+        result["speedup"] = result["workloads"]["prefix"]["speedup"]
     return result

@@ -1,27 +1,32 @@
-"""Throughput of the fused scoring kernel against torch eager, correctness checked first.
+"""Throughput of the fused scoring kernels against torch eager, correctness checked first.
 
-Bytes moved per candidate row (the memory the fused kernel must read at least
-once): the candidate and its paired reference (2·D elements), one row of Q
-(V floats), plus the shared pool, centroid, inverse variances and P once per
-batch. GB/s = bytes / time; on CUDA the ratio to the device's peak memory
-bandwidth is reported when known.
+Two kinds of configuration, each compared with the hardware limit measured in the same run
+(:func:`adherence.bench._hardware.measured_peaks`):
+
+* ``fused`` (cosine + Mahalanobis + KL) and ``fused_knn`` (the same plus kNN-max over a small shared
+  pool): memory-bound. Bytes moved per candidate row are what the kernels must read at least once: the
+  candidate and its paired reference (2·D elements) and one row of Q (V floats), plus the pool, centroid,
+  inverse variances and P once per call. ``ratio_to_peak`` = bytes / time / measured copy bandwidth.
+* ``knn_pool_K``: kNN-max over a large shared pool of K references, compute-bound: 2·B·K·D FLOP per
+  call; ``ratio_to_peak`` = FLOP/s / measured dense bf16 matmul FLOP/s. Baselines: the torch reference
+  (float32 arithmetic, the library's CPU path, in row chunks so the B x K matrix fits) and a bf16 torch
+  matmul + max in the same chunks.
+
+``speedup`` is the torch reference's time over the kernel's.
 """
 
 from __future__ import annotations
 
 import platform
 import statistics
-import time
-from typing import Optional
+from typing import Optional, Sequence
 
 import torch
 
 from ..kernels.fused_scores import fused_scores_reference, fused_scores_triton, triton_available
+from ._hardware import device_name, measured_peaks, timed
 
 __all__ = ["bench_kernels"]
-
-# Peak HBM bandwidth (GB/s) of common accelerators, for the ratio to the hardware limit.
-_PEAK_GBPS = {"H100": 3350.0, "H200": 4800.0, "A100": 2039.0, "L4": 300.0}
 
 
 def _inputs(B, D, K, V, dtype, device, seed=0):
@@ -36,66 +41,122 @@ def _inputs(B, D, K, V, dtype, device, seed=0):
     return dict(x=x, paired=y, refs=refs, mu=mu, inv_var=iv, p=p, q=q)
 
 
-def _time(fn, repeats: int, device) -> list[float]:
-    times = []
-    for _ in range(repeats):
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        t = time.perf_counter()
-        fn()
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        times.append(time.perf_counter() - t)
-    return times
+def _chunked(fn, x: torch.Tensor, K: int) -> torch.Tensor:
+    """``fn`` over row chunks of ``x`` small enough for a [chunk, K] float32 matrix of <= 1 GiB."""
+    step = max(1, (1 << 28) // max(K, 1))
+    return torch.cat([fn(x[i:i + step]) for i in range(0, x.shape[0], step)])
+
+
+def _torch_matmul_knn(x: torch.Tensor, refs: torch.Tensor) -> torch.Tensor:
+    """kNN-max cosine as a plain torch user would write it in the input dtype: matmul, scale, max."""
+    rn = refs.float().norm(dim=1)
+
+    def one(xc):
+        sims = (xc @ refs.T).float()
+        return (sims / (xc.float().norm(dim=1)[:, None] * rn[None, :]).clamp_min(1e-12)).max(dim=1).values
+
+    return _chunked(one, x, refs.shape[0])
+
+
+def _entry(times: list, rows: int, work: float, unit: str) -> dict:
+    med = statistics.median(times)
+    out = {"median_s": med, "min_s": min(times), "max_s": max(times), "rows_per_s": rows / med}
+    out["gb_per_s" if unit == "bytes" else "tflop_per_s"] = work / med / (1e9 if unit == "bytes" else 1e12)
+    return out
 
 
 def bench_kernels(
     *, batch: int = 4096, dim: int = 384, refs: int = 64, vocab: int = 500, dtype: str = "float32",
-    repeats: int = 10, device: Optional[str] = None,
+    repeats: int = 10, device: Optional[str] = None, pools: Sequence[int] = (), pool_flop: float = 2e14,
 ) -> dict:
-    """Benchmark dict: arguments, device, versions, and per backend median/spread time, rows/s and GB/s."""
+    """Benchmark dict (``bench="kernels"``): the measured peaks, and per configuration the correctness
+    check, per backend timings, ``ratio_to_peak`` and ``speedup``.
+
+    ``pools``: sizes K of large shared reference pools for the kNN configurations; each scores
+    ``pool_flop / (2 K D)`` candidate rows (at least 64, at most ``batch``).
+    """
     dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     dt = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}[dtype]
-    inp = _inputs(batch, dim, refs, vocab, dt, dev)
-    backends = {"torch_eager": lambda: fused_scores_reference(**inp)}
     use_triton = dev.type == "cuda" and triton_available()
-    if use_triton:
-        backends["triton_fused"] = lambda: fused_scores_triton(**inp)
-    want = fused_scores_reference(**inp)
-    correctness = {"checked_against": "torch_eager"}
-    if use_triton:
-        got = fused_scores_triton(**inp)
-        err = (got - want).abs().nan_to_num(0).max().item()
-        tol = 2e-5 if dt == torch.float32 else 2e-2
-        correctness.update(max_abs_error=err, tolerance=tol, passed=err <= tol)
-        if err > tol:
-            raise RuntimeError(f"fused kernel disagrees with the reference: max abs error {err} > {tol}")
+    peaks = measured_peaks(dev)
+    tol = 2e-5 if dt == torch.float32 else 2e-3
     elem = torch.tensor([], dtype=dt).element_size()
-    bytes_moved = batch * (2 * dim * elem + vocab * 4) + refs * dim * elem + 2 * dim * elem + vocab * 4
     result = {
-        "args": {"batch": batch, "dim": dim, "refs": refs, "vocab": vocab, "dtype": dtype, "repeats": repeats},
-        "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else f"cpu ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)",
-        "versions": {"torch": torch.__version__, "python": platform.python_version()},
-        "correctness": correctness,
-        "bytes_per_call": bytes_moved,
-        "backends": {},
+        "bench": "kernels",
+        "args": {"batch": batch, "dim": dim, "refs": refs, "vocab": vocab, "dtype": dtype, "repeats": repeats,
+                 "pools": list(pools)},
+        "device": device_name(dev),
+        "versions": {"torch": torch.__version__, "python": platform.python_version(),
+                     "triton": _triton_version()},
+        "peak": peaks,
+        "configs": {},
     }
-    for name, fn in backends.items():
-        fn()  # warm-up (and compilation for Triton)
-        times = _time(fn, repeats, dev)
-        med = statistics.median(times)
-        entry = {
-            "median_s": med,
-            "min_s": min(times),
-            "max_s": max(times),
-            "rows_per_s": batch / med,
-            "gb_per_s": bytes_moved / med / 1e9,
-        }
-        if dev.type == "cuda":
-            peak = next((v for k, v in _PEAK_GBPS.items() if k in result["device"]), None)
-            if peak:
-                entry["fraction_of_peak_bandwidth"] = entry["gb_per_s"] / peak
-        result["backends"][name] = entry
-    if "triton_fused" in result["backends"]:
-        result["speedup_vs_torch_eager"] = result["backends"]["torch_eager"]["median_s"] / result["backends"]["triton_fused"]["median_s"]
+
+    def check(name, got, want):
+        err = (got - want).abs().nan_to_num(0).max().item()
+        nan_same = bool(torch.equal(torch.isnan(got), torch.isnan(want)))
+        ok = err <= tol and nan_same
+        if not ok:
+            raise RuntimeError(f"kernels/{name}: the Triton kernel disagrees with the torch reference "
+                               f"(max abs error {err} > {tol}, or NaN where the reference has a value)")
+        return {"checked_against": "torch reference (float32 arithmetic)", "max_abs_error": err, "tolerance": tol,
+                "passed": True}
+
+    for name, k in (("fused", 0), ("fused_knn", refs)):
+        inp = _inputs(batch, dim, max(k, 1), vocab, dt, dev)
+        if not k:
+            inp.pop("refs")
+        cfg = {"rows": batch, "refs": k, "columns": ["cosine", "mahalanobis", "kl"] + (["knn_max"] if k else [])}
+        cfg["bytes_per_call"] = batch * (2 * dim * elem + vocab * 4) + k * dim * elem + 2 * dim * elem + vocab * 4
+        backends = {"torch_eager": lambda: fused_scores_reference(**inp)}
+        if use_triton:
+            backends["triton"] = lambda: fused_scores_triton(**inp)
+            cfg["correctness"] = check(name, fused_scores_triton(**inp), fused_scores_reference(**inp))
+        cfg["backends"] = {b: _entry(timed(fn, repeats, dev), batch, cfg["bytes_per_call"], "bytes")
+                           for b, fn in backends.items()}
+        best = cfg["backends"].get("triton") or cfg["backends"]["torch_eager"]
+        cfg["ratio_to_peak"] = best["gb_per_s"] * 1e9 / peaks["copy_bytes_per_s"]
+        cfg["peak_kind"] = "copy_bytes_per_s"
+        if use_triton:
+            cfg["speedup"] = cfg["backends"]["torch_eager"]["median_s"] / cfg["backends"]["triton"]["median_s"]
+        result["configs"][name] = cfg
+        del inp
+
+    for K in pools:
+        rows = min(batch, max(64, int(pool_flop / (2 * K * dim))))
+        g = torch.Generator().manual_seed(K)
+        x = torch.randn(rows, dim, generator=g).to(dt).to(dev)
+        pool = torch.randn(K, dim, generator=g).to(dt).to(dev)
+        flop = 2.0 * rows * K * dim
+        cfg = {"rows": rows, "refs": K, "columns": ["knn_max"], "flop_per_call": flop}
+        eager = lambda: _chunked(lambda xc: fused_scores_reference(xc, refs=pool)[:, 1], x, K)  # noqa: E731
+        backends = {"torch_eager": eager, "torch_matmul_max": lambda: _torch_matmul_knn(x, pool)}
+        if use_triton:
+            backends["triton"] = lambda: fused_scores_triton(x, refs=pool)[:, 1]
+            cfg["correctness"] = check(f"knn_pool_{K}", backends["triton"](), eager())
+        reps = max(2, repeats // 4)
+        cfg["backends"] = {b: _entry(timed(fn, reps if b != "triton" else max(3, repeats // 2), dev), rows, flop,
+                                     "flop") for b, fn in backends.items()}
+        best = cfg["backends"].get("triton") or cfg["backends"]["torch_eager"]
+        cfg["ratio_to_peak"] = best["tflop_per_s"] * 1e12 / peaks["matmul_flops"]
+        cfg["peak_kind"] = "matmul_flops"
+        if use_triton:
+            tri = cfg["backends"]["triton"]["median_s"]
+            cfg["speedup"] = cfg["backends"]["torch_eager"]["median_s"] / tri
+            cfg["speedup_vs_torch_matmul_max"] = cfg["backends"]["torch_matmul_max"]["median_s"] / tri
+        result["configs"][f"knn_pool_{K}"] = cfg
+        del x, pool
+
+    result["correct"] = all(c.get("correctness", {}).get("passed", True) for c in result["configs"].values())
+    result["ratio_to_peak"] = result["configs"]["fused"]["ratio_to_peak"]
+    if use_triton:
+        result["speedup"] = min(c["speedup"] for c in result["configs"].values())
     return result
+
+
+def _triton_version() -> Optional[str]:
+    if not triton_available():
+        return None
+    import triton
+
+    return triton.__version__

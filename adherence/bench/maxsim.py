@@ -8,8 +8,9 @@ when installed, else the same padded einsum in torch): gather the pool into
 ``[pool, max_len, dim]``, multiply, max, sum.
 
 Bytes that must be read at least once per query: the pool's document tokens
-(``sum(len) * dim * element size``). GB/s = bytes / time; on CUDA the fraction of the
-device's peak memory bandwidth is reported when known (``--peak-gbs`` overrides).
+(``sum(len) * dim * element size``). GB/s = bytes / time; ``ratio_to_peak`` divides it by the copy
+bandwidth measured in the same run (:func:`adherence.bench._hardware.measured_peaks`). On CUDA the
+baseline reads the stored dtype (PyLate picks its own fastest backend); on CPU it runs in float32.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import torch
 
 from .._optional import is_available
 from ..kernels.maxsim import maxsim, maxsim_reference
-from .kernels import _PEAK_GBPS, _time
+from ._hardware import device_name, measured_peaks, timed
 
 __all__ = ["bench_maxsim"]
 
@@ -59,18 +60,21 @@ def _baseline(q, q_off, d, d_off, pools, device):
         pos = torch.arange(L, device=device)
         mask = pos[None, :] < lens[pool][:, None]
         rows = (d_off[pool][:, None] + pos[None, :]).clamp(max=d.shape[0] - 1)
-        docs = d[rows].float() * mask[..., None]
+        docs = d[rows] * mask[..., None].to(d.dtype)
+        if device.type != "cuda":
+            docs = docs.float()
+        qq = qq.to(docs.dtype)
         if colbert is not None:
-            out.append(colbert(qq, docs, documents_mask=mask.float(), backend="torch")[0])
+            out.append(colbert(qq, docs, documents_mask=mask.to(docs.dtype))[0].float())
         else:
-            sim = torch.einsum("qd,nld->nql", qq[0], docs).masked_fill(~mask[:, None, :], float("-inf"))
+            sim = torch.einsum("qd,nld->nql", qq[0], docs).float().masked_fill(~mask[:, None, :], float("-inf"))
             out.append(sim.max(dim=2).values.sum(dim=1))
     return torch.stack(out), ("pylate.colbert_scores" if colbert is not None else "torch padded einsum")
 
 
 def bench_maxsim(*, queries: int = 32, pool: int = 1000, corpus: int = 5000, doc_len: int = 300, query_len: int = 32,
                  dim: int = 384, dtype: str = "float16", repeats: int = 5, device: Optional[str] = None,
-                 peak_gbs: Optional[float] = None, seed: int = 0, baseline: bool = True) -> dict:
+                 seed: int = 0, baseline: bool = True) -> dict:
     """Benchmark dict: arguments, device, versions, correctness, and median/spread time, queries/s, GB/s per backend."""
     dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     if pool > corpus:
@@ -102,15 +106,18 @@ def bench_maxsim(*, queries: int = 32, pool: int = 1000, corpus: int = 5000, doc
     elem = torch.tensor([], dtype=dt).element_size()
     pool_tokens = int(torch.stack([lens[p.cpu()].sum() for p in pools]).sum())
     bytes_read = pool_tokens * dim * elem + queries * query_len * dim * elem
-    name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else \
-        f"cpu ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
+    name = device_name(dev)
+    peaks = measured_peaks(dev)
     result = {
+        "bench": "maxsim",
         "args": {"queries": queries, "pool": pool, "corpus": corpus, "doc_len": doc_len, "query_len": query_len,
                  "dim": dim, "dtype": dtype, "repeats": repeats, "seed": seed},
         "device": name,
         "versions": {"torch": torch.__version__, "python": platform.python_version(),
                      **({"triton": __import__("triton").__version__} if ours == "triton" else {})},
         "correctness": correctness,
+        "correct": True,
+        "peak": peaks,
         "doc_tokens_per_query": pool_tokens / queries,
         "bytes_read_per_run": bytes_read,
         "backends": {},
@@ -123,20 +130,17 @@ def bench_maxsim(*, queries: int = 32, pool: int = 1000, corpus: int = 5000, doc
             raise RuntimeError(f"baseline ({base_name}) disagrees with adherence: max abs error {berr} > {tol}")
         correctness["baseline_max_abs_error"] = berr
         backends[f"baseline ({base_name})"] = lambda: _baseline(q, q_off, d, d_off, pools, dev)
-    peak = peak_gbs or (next((v for k, v in _PEAK_GBPS.items() if k in name), None) if dev.type == "cuda" else None)
     for label, fn in backends.items():
-        fn()  # warm-up (compilation for Triton)
-        times = _time(fn, repeats, dev)
+        times = timed(fn, repeats, dev)  # after a warm-up (compilation for Triton)
         med = statistics.median(times)
         entry = {"median_s": med, "min_s": min(times), "max_s": max(times), "queries_per_s": queries / med,
                  "pairs_per_s": queries * pool / med, "gb_per_s": bytes_read / med / 1e9}
-        if peak:
-            entry["fraction_of_peak_bandwidth"] = entry["gb_per_s"] / peak
+        entry["ratio_to_peak"] = entry["gb_per_s"] * 1e9 / peaks["copy_bytes_per_s"]
         result["backends"][label] = entry
-    if peak:
-        result["peak_gb_per_s"] = peak
+    result["ratio_to_peak"] = result["backends"][f"adherence_{ours}"]["ratio_to_peak"]
+    result["peak_kind"] = "copy_bytes_per_s"
     if baseline:
         ours_t = result["backends"][f"adherence_{ours}"]["median_s"]
         base_t = next(v["median_s"] for k, v in result["backends"].items() if k.startswith("baseline"))
-        result["speedup_vs_baseline"] = base_t / ours_t
+        result["speedup"] = result["speedup_vs_baseline"] = base_t / ours_t
     return result

@@ -28,13 +28,16 @@ class BenchCommand(Command):
         rp.add_argument("--device", help="cuda, cpu, ... (default: cuda when available)")
         rp.add_argument("--json", action="store_true", help="print JSON instead of the table")
         rp.add_argument("-o", "--output", help="also write the JSON here")
-        kb = sub.add_parser("kernels", help="fused scoring kernel vs torch eager: rows/s and GB/s (JSON)")
+        kb = sub.add_parser("kernels", help="fused scoring kernels vs torch eager: rows/s, GB/s, TFLOP/s and the ratio "
+                            "to the measured hardware peak (JSON)")
         kb.add_argument("--batch", type=int, default=4096, help="candidate rows scored per call")
         kb.add_argument("--dim", type=int, default=384, help="embedding dimension")
         kb.add_argument("--refs", type=int, default=64, help="reference embeddings per row (kNN-max)")
         kb.add_argument("--vocab", type=int, default=500, help="distribution size (KL)")
         kb.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"], help="embedding dtype")
         kb.add_argument("--repeats", type=int, default=10, help="timed repetitions (the median is reported)")
+        kb.add_argument("--pools", default="", help="comma-separated sizes of large shared kNN pools to time as "
+                        "well (e.g. 10000,100000,1000000; rows are chosen for ~2e14 FLOP per call)")
         kb.add_argument("--device", help="cuda, cpu, ... (default: cuda when available)")
         kb.add_argument("-o", "--output", help="also write the JSON here")
         mb = sub.add_parser("maxsim", help="late-interaction MaxSim over 1000-document pools: queries/s (JSON)")
@@ -48,9 +51,27 @@ class BenchCommand(Command):
                         help="stored token embedding dtype")
         mb.add_argument("--repeats", type=int, default=5, help="timed repetitions (the median is reported)")
         mb.add_argument("--no-baseline", action="store_true", help="skip the padded per-query baseline")
-        mb.add_argument("--peak-gbs", type=float, help="the device's peak memory bandwidth in GB/s")
         mb.add_argument("--device", help="cuda, cpu, ... (default: cuda when available)")
         mb.add_argument("-o", "--output", help="also write the JSON here")
+        nb = sub.add_parser("encoder", help="sentence encoder vs sentence-transformers on the same texts: texts/s (JSON)")
+        nb.add_argument("--texts", type=int, default=2000, help="distinct texts to encode")
+        nb.add_argument("--persona-csv", help="take the texts from a Synthetic-Persona-Chat CSV's utterances "
+                        "(default: synthetic chat-length texts)")
+        nb.add_argument("--encoder", help="encoder path (default: bundled all-MiniLM-L6-v2)")
+        nb.add_argument("--dtype", choices=["float32", "bfloat16", "float16"],
+                        help="our dtype (default: bf16 on GPU, fp32 on CPU)")
+        nb.add_argument("--repeats", type=int, default=3, help="timed repetitions (the median is reported)")
+        nb.add_argument("--device", help="cuda, cpu, ... (default: cuda when available)")
+        nb.add_argument("-o", "--output", help="also write the JSON here")
+        pb = sub.add_parser("persona", help="the EVAL4SIM protocol end to end on one corpus: wall time, where it "
+                            "goes, and agreement with a run elsewhere (JSON)")
+        pb.add_argument("reference", help="the corpus (e.g. Synthetic-Persona-Chat_valid.csv)")
+        pb.add_argument("--baseline", help="`adherence persona -o` JSON of the same corpus from another machine: AUCs "
+                        "checked against it, speedup over its time")
+        pb.add_argument("--repeats", type=int, default=10, help="random pools per query and pool size")
+        pb.add_argument("--limit", type=int, help="read only the first N conversations")
+        pb.add_argument("--device", help="cuda, cpu, ... (default: cuda when available)")
+        pb.add_argument("-o", "--output", help="also write the JSON here")
         eb = sub.add_parser("engine", help="engine turns/s, local vs ray, and peak memory (JSON)")
         eb.add_argument("--turns", type=int, default=1_000_000, help="synthetic turns in the large input")
         eb.add_argument("--small", type=int, help="the smaller input for the memory comparison (default turns/10)")
@@ -60,15 +81,29 @@ class BenchCommand(Command):
         eb.add_argument("--executors", help="comma-separated executors to compare (default: local, and ray when "
                         "it is installed)")
         eb.add_argument("-o", "--output", help="also write the JSON here")
-        jb = sub.add_parser("judge", help="judge turns/s with and without prefix sharing (JSON)")
+        jb = sub.add_parser("judge", help="judge turns/s without reuse (ratio to the measured matmul peak), with "
+                            "prefix sharing vs separate passes, and the cost of exact P(yes) (JSON; exit 1 when "
+                            "a correctness check fails)")
         jb.add_argument("--judge-model", "--model", dest="judge_model",
                         help="judge model (default: the bundled SmolLM2-135M-Instruct)")
-        jb.add_argument("--random-config", choices=["llama-tiny", "llama-3-8b"],
+        jb.add_argument("--random-config", choices=["llama-tiny", "smollm2-135m", "llama-3-8b"],
                         help="random-weight model of a real architecture instead of --model")
-        jb.add_argument("--conversations", type=int, default=8, help="synthetic conversations")
-        jb.add_argument("--turns", type=int, default=8, help="assistant turns per conversation")
-        jb.add_argument("--words-per-turn", type=int, default=40, help="words per user and assistant message")
-        jb.add_argument("--repeats", type=int, default=3, help="timed repetitions (the best is reported)")
+        jb.add_argument("--conversations", type=int, default=8, help="prefix workload: conversations")
+        jb.add_argument("--turns", type=int, default=10, help="prefix workload: assistant turns per conversation")
+        jb.add_argument("--role-tokens", type=int, default=200, help="words of each role (about one token each)")
+        jb.add_argument("--turn-tokens", type=int, default=100, help="prefix workload: words per exchange")
+        jb.add_argument("--unique", type=int, default=32, help="unique workload: prompts (nothing shared)")
+        jb.add_argument("--prompt-tokens", type=int, default=1000, help="unique workload: tokens per prompt")
+        jb.add_argument("--workloads", default="prefix,unique,full_vocab", help="comma-separated workloads")
+        jb.add_argument("--fp32-check", default="smollm2-135m",
+                        help="random config also checked in fp32 (1e-4); 'none' to skip")
+        jb.add_argument("--batch-tokens", type=int, help="tokens per forward pass (default: the backend's)")
+        jb.add_argument("--engine-turns", type=int, default=0,
+                        help="also run the engine end to end on this many turns (GPU utilisation, CPU time per "
+                        "batch, the 1M-turn projection); 0: skip")
+        jb.add_argument("--engine-config", default="smollm2-135m", choices=["llama-tiny", "smollm2-135m", "llama-3-8b"],
+                        help="random config of the engine run's judge")
+        jb.add_argument("--repeats", type=int, default=3, help="timed repetitions (the median is reported)")
         jb.add_argument("--device", help="cuda, cpu, ... (default: cuda when available)")
         jb.add_argument("--dtype", choices=["float32", "bfloat16", "float16"],
                         help="model dtype (default: bf16 on GPU, fp32 on CPU)")
@@ -135,12 +170,27 @@ class BenchCommand(Command):
         if args.bench == "judge":
             from ..bench import bench_judge
 
-            if min(args.conversations, args.turns, args.words_per_turn, args.repeats) < 1:
-                raise ValueError("--conversations, --turns, --words-per-turn and --repeats must be >= 1")
+            if min(args.conversations, args.turns, args.role_tokens, args.turn_tokens, args.unique,
+                   args.prompt_tokens, args.repeats) < 1:
+                raise ValueError("--conversations, --turns, --role-tokens, --turn-tokens, --unique, --prompt-tokens "
+                                 "and --repeats must be >= 1")
+            fp32 = None if args.fp32_check.lower() == "none" else args.fp32_check
             res = bench_judge(model=args.judge_model, random_config=args.random_config, conversations=args.conversations,
-                              turns=args.turns, words_per_turn=args.words_per_turn, repeats=args.repeats,
-                              device=args.device, dtype=args.dtype)
-            return self._emit(res, args.output)
+                              turns=args.turns, role_tokens=args.role_tokens, turn_tokens=args.turn_tokens,
+                              unique=args.unique, prompt_tokens=args.prompt_tokens, repeats=args.repeats,
+                              device=args.device, dtype=args.dtype, fp32_check=fp32, batch_tokens=args.batch_tokens,
+                              workloads=[w.strip() for w in args.workloads.split(",") if w.strip()],
+                              engine_turns=args.engine_turns, engine_config=args.engine_config,
+                              on_progress=(lambda r: self._write(r, args.output)) if args.output else None)
+            rc = self._emit(res, args.output)
+            if not res["correct"]:
+                import sys
+
+                failed = [k for k, c in res["correctness"].items() if not c["passed"]]
+                print(f"error: judge correctness check failed ({', '.join(failed)}); timings are in the JSON",
+                      file=sys.stderr)
+                return 1
+            return rc
         if args.bench == "judge-race":
             from ..bench import bench_judge_race
 
@@ -157,9 +207,37 @@ class BenchCommand(Command):
 
             if min(args.batch, args.dim, args.refs, args.vocab, args.repeats) < 1:
                 raise ValueError("--batch, --dim, --refs, --vocab and --repeats must be >= 1")
+            try:
+                pools = [int(v) for v in args.pools.split(",") if v.strip()]
+            except ValueError:
+                raise ValueError(f"--pools must be comma-separated integers, got {args.pools!r}") from None
+            if pools and min(pools) < 1:
+                raise ValueError("--pools sizes must be >= 1")
             res = bench_kernels(batch=args.batch, dim=args.dim, refs=args.refs, vocab=args.vocab, dtype=args.dtype,
-                                repeats=args.repeats, device=args.device)
+                                repeats=args.repeats, device=args.device, pools=pools)
             return self._emit(res, args.output)
+        if args.bench == "encoder":
+            from ..bench import bench_encoder
+
+            if min(args.texts, args.repeats) < 1:
+                raise ValueError("--texts and --repeats must be >= 1")
+            res = bench_encoder(texts=args.texts, persona_csv=args.persona_csv, model=args.encoder,
+                                device=args.device, dtype=args.dtype, repeats=args.repeats)
+            return self._emit(res, args.output)
+        if args.bench == "persona":
+            from ..bench import bench_persona
+
+            if args.repeats < 1 or (args.limit is not None and args.limit < 2):
+                raise ValueError("--repeats must be >= 1 and --limit >= 2")
+            res = bench_persona(reference=args.reference, baseline=args.baseline, device=args.device,
+                                repeats=args.repeats, limit=args.limit)
+            rc = self._emit(res, args.output)
+            if res.get("correct") is False:
+                import sys
+
+                print("error: the AUCs differ from the baseline's beyond the tolerance (see the JSON)", file=sys.stderr)
+                return 1
+            return rc
         if args.bench == "maxsim":
             from ..bench import bench_maxsim
 
@@ -167,17 +245,24 @@ class BenchCommand(Command):
                 raise ValueError("--queries, --pool, --corpus, --doc-len, --query-len, --dim and --repeats must be >= 1")
             res = bench_maxsim(queries=args.queries, pool=args.pool, corpus=args.corpus, doc_len=args.doc_len,
                                query_len=args.query_len, dim=args.dim, dtype=args.dtype, repeats=args.repeats,
-                               device=args.device, peak_gbs=args.peak_gbs, baseline=not args.no_baseline)
+                               device=args.device, baseline=not args.no_baseline)
             return self._emit(res, args.output)
         raise ValueError(f"unknown benchmark {args.bench!r}")
 
     @staticmethod
-    def _emit(res: dict, output) -> int:
-        text = json.dumps(res, indent=2)
-        if output:
-            from pathlib import Path
+    def _write(res: dict, output) -> None:
+        """The JSON at ``output``, replaced atomically (a reader never sees half a file)."""
+        import os
+        from pathlib import Path
 
-            Path(output).parent.mkdir(parents=True, exist_ok=True)
-            Path(output).write_text(text + "\n")
-        print(text)
+        path = Path(output)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+        tmp.write_text(json.dumps(res, indent=2) + "\n")
+        os.replace(tmp, path)
+
+    def _emit(self, res: dict, output) -> int:
+        if output:
+            self._write(res, output)
+        print(json.dumps(res, indent=2))
         return 0

@@ -9,12 +9,35 @@ from adherence.cli.main import main
 def test_kernel_bench_writes_json(tmp_path, capsys):
     out = tmp_path / "k.json"
     assert main(["bench", "kernels", "--batch", "64", "--dim", "32", "--refs", "8", "--vocab", "16",
-                 "--repeats", "2", "-o", str(out)]) == 0
+                 "--repeats", "2", "--pools", "500", "-o", str(out)]) == 0
     res = json.loads(out.read_text())
     assert res == json.loads(capsys.readouterr().out)
-    assert res["args"]["batch"] == 64 and res["bytes_per_call"] > 0
-    eager = res["backends"]["torch_eager"]
+    assert res["bench"] == "kernels" and res["correct"] is True
+    assert res["peak"]["matmul_flops"] > 0 and res["peak"]["copy_bytes_per_s"] > 0
+    fused = res["configs"]["fused"]
+    assert fused["rows"] == 64 and fused["bytes_per_call"] == 64 * (2 * 32 * 4 + 16 * 4) + 2 * 32 * 4 + 16 * 4
+    eager = fused["backends"]["torch_eager"]
     assert eager["rows_per_s"] > 0 and eager["min_s"] <= eager["median_s"] <= eager["max_s"]
+    assert fused["ratio_to_peak"] == pytest.approx(eager["gb_per_s"] * 1e9 / res["peak"]["copy_bytes_per_s"])
+    pool = res["configs"]["knn_pool_500"]
+    assert pool["flop_per_call"] == 2.0 * pool["rows"] * 500 * 32 and pool["ratio_to_peak"] > 0
+    assert set(pool["backends"]) == {"torch_eager", "torch_matmul_max"}
+
+
+def test_torch_matmul_baseline_equals_the_reference():
+    from adherence.bench.kernels import _chunked, _torch_matmul_knn
+    from adherence.kernels import fused_scores_reference
+
+    g = torch.Generator().manual_seed(0)
+    x, pool = torch.randn(300, 24, generator=g), torch.randn(700, 24, generator=g)
+    want = fused_scores_reference(x, refs=pool)[:, 1]
+    torch.testing.assert_close(_torch_matmul_knn(x, pool), want)
+    torch.testing.assert_close(_chunked(lambda c: fused_scores_reference(c, refs=pool)[:, 1], x, 1 << 27), want)
+
+
+def test_kernel_bench_rejects_bad_pools(capsys):
+    assert main(["bench", "kernels", "--pools", "ten"]) == 2
+    assert "--pools must be comma-separated integers" in capsys.readouterr().err
 
 
 @pytest.mark.gpu
@@ -22,5 +45,7 @@ def test_kernel_bench_writes_json(tmp_path, capsys):
 def test_kernel_bench_on_gpu_checks_correctness_first():
     from adherence.bench import bench_kernels
 
-    res = bench_kernels(batch=8192, repeats=3)
-    assert res["correctness"]["passed"] and "triton_fused" in res["backends"]
+    # 65536 rows; the pool scored by 26041 of them x 10^4 references (tiny pools are launch-bound)
+    res = bench_kernels(batch=65536, repeats=3, pools=(10000,))
+    assert res["correct"] and "triton" in res["configs"]["fused"]["backends"]
+    assert res["configs"]["fused"]["speedup"] > 1 and res["configs"]["knn_pool_10000"]["speedup"] > 1

@@ -1,0 +1,74 @@
+"""The hardware limits a benchmark is compared with, measured in the same run on the same device.
+
+* ``matmul_flops``: a square bf16 matrix product (8192^3 on CUDA, 1024^3 on CPU), best of several;
+* ``copy_bytes_per_s``: a device-to-device copy (1 GiB on CUDA, 64 MiB on CPU), counting the bytes
+  read and written, best of several.
+
+Spec-sheet peaks are not used: clocks, power limits and memory parts differ between boards of one name.
+"""
+
+from __future__ import annotations
+
+import platform
+import time
+
+__all__ = ["device_name", "measured_peaks", "synchronize", "timed"]
+
+_CACHE: dict = {}
+
+
+def synchronize(device) -> None:
+    import torch
+
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def timed(fn, repeats: int, device, warmup: int = 1) -> list:
+    """Wall seconds of ``repeats`` calls of ``fn`` after ``warmup`` calls, the device drained around each."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        synchronize(device)
+        t = time.perf_counter()
+        fn()
+        synchronize(device)
+        times.append(time.perf_counter() - t)
+    return times
+
+
+def device_name(device) -> str:
+    import torch
+
+    device = torch.device(device)
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return f"cpu ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
+
+
+def measured_peaks(device) -> dict:
+    """``{"matmul_flops", "matmul_shape", "copy_bytes_per_s", "copy_bytes"}`` measured on ``device``."""
+    import torch
+
+    device = torch.device(device)
+    key = str(device)
+    if key in _CACHE:
+        return dict(_CACHE[key])
+    cuda = device.type == "cuda"
+    n = 8192 if cuda else 1024
+    dtype = torch.bfloat16 if cuda else torch.float32
+    g = torch.Generator(device=device).manual_seed(0)
+    a = torch.randn(n, n, device=device, dtype=dtype, generator=g)
+    b = torch.randn(n, n, device=device, dtype=dtype, generator=g)
+    mm = min(timed(lambda: torch.mm(a, b), 10 if cuda else 3, device, warmup=3 if cuda else 1))
+    del a, b
+    size = (1 << 30) if cuda else (64 << 20)
+    src = torch.empty(size, dtype=torch.uint8, device=device).fill_(1)
+    dst = torch.empty_like(src)
+    cp = min(timed(lambda: dst.copy_(src), 20 if cuda else 3, device, warmup=3 if cuda else 1))
+    del src, dst
+    out = {"matmul_flops": 2.0 * n ** 3 / mm, "matmul_shape": [n, n, n], "matmul_dtype": str(dtype).replace("torch.", ""),
+           "copy_bytes_per_s": 2.0 * size / cp, "copy_bytes": size}
+    _CACHE[key] = out
+    return dict(out)
