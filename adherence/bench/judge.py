@@ -151,9 +151,9 @@ def _timed_pass(backend, reqs, *, shared: bool, variants=None) -> tuple:
 
 
 def _timing(backend, reqs, repeats: int, **kw) -> dict:
-    cold, out = _timed_pass(backend, reqs, **kw)  # tokenisation, compilation, allocator warm-up
+    cold = _timed_pass(backend, reqs, **kw)[0]  # tokenisation, compilation, allocator warm-up
     times = [_timed_pass(backend, reqs, **kw)[0] for _ in range(repeats)]
-    return {"cold_s": cold, "median_s": statistics.median(times), "min_s": min(times), "max_s": max(times)}, out
+    return {"cold_s": cold, "median_s": statistics.median(times), "min_s": min(times), "max_s": max(times)}
 
 
 def _check(backend, reqs, tolerance: float) -> dict:
@@ -181,10 +181,9 @@ def _unique_requests(backend, n: int, prompt_tokens: int, role_words: int, seed:
     trial lengths (the template and the role are a fixed overhead, tokens grow linearly with words)."""
     def mean_tokens(w):
         reqs = _requests(synthetic_conversations(4, 1, w, seed, role_words=role_words))
-        return sum(len(backend._plan(r).ids) for r in reqs) / len(reqs), reqs
+        return sum(len(backend._plan(r).ids) for r in reqs) / len(reqs)
 
-    a, _ = mean_tokens(20)
-    b, _ = mean_tokens(80)
+    a, b = mean_tokens(20), mean_tokens(80)
     per_word = max((b - a) / 60, 1e-6)
     words = max(2, round(20 + (prompt_tokens - a) / per_word))
     return _requests(synthetic_conversations(n, 1, words, seed, role_words=role_words))
@@ -348,7 +347,7 @@ def bench_judge(
         for name, shared in (("prefix_sharing", True), ("separate", False)):
             say(f"prefix workload: {name}")
             work = dict(_work(backend, prefix_reqs, shared, fm), turns=len(prefix_reqs))
-            timing, _ = _timing(backend, prefix_reqs, repeats, shared=shared)
+            timing = _timing(backend, prefix_reqs, repeats, shared=shared)
             modes[name] = {**work, **timing, **rate(work, timing["median_s"])}
         result["workloads"]["prefix"] = {
             "turns": len(prefix_reqs), "modes": modes,
@@ -357,14 +356,14 @@ def bench_judge(
     if "unique" in workloads or "full_vocab" in workloads:
         say(f"unique workload: {len(unique_reqs)} prompts")
         work = dict(_work(backend, unique_reqs, True, fm), turns=len(unique_reqs))
-        timing, _ = _timing(backend, unique_reqs, repeats, shared=True)
+        timing = _timing(backend, unique_reqs, repeats, shared=True)
         entry = {**work, **timing, **rate(work, timing["median_s"]),
                  "mean_prompt_tokens": work["prompt_tokens"] / len(unique_reqs)}
         if "unique" in workloads:
             result["workloads"]["unique"] = entry
         if "full_vocab" in workloads:
             say("full-vocabulary P(yes)")
-            exact, _ = _timing(backend, unique_reqs, repeats, shared=True, variants=_VARIANTS)
+            exact = _timing(backend, unique_reqs, repeats, shared=True, variants=_VARIANTS)
             result["workloads"]["full_vocab"] = {
                 "top_k_s": timing["median_s"], "full_vocab_s": exact["median_s"],
                 "overhead": exact["median_s"] / timing["median_s"] - 1.0}

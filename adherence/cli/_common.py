@@ -7,7 +7,7 @@ import os
 import sys
 from typing import Iterator
 
-__all__ = ["HelpFormatter", "add_judge_args", "judge_backend_options", "make_backend", "leaf_parsers",
+__all__ = ["HelpFormatter", "comma_ints", "add_judge_args", "judge_backend_options", "make_backend", "leaf_parsers",
            "add_common_flags", "quiet_output"]
 
 
@@ -21,6 +21,14 @@ class HelpFormatter(argparse.HelpFormatter):
                 and default is not argparse.SUPPRESS):
             text += " (default: %(default)s)"
         return text
+
+
+def comma_ints(text: str, what: str) -> list:
+    """``"1,2, 3"`` -> ``[1, 2, 3]``; a ValueError naming the option ``what`` otherwise."""
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ValueError(f"{what} must be comma-separated integers, got {text!r}") from None
 
 
 def leaf_parsers(parser: argparse.ArgumentParser) -> Iterator[argparse.ArgumentParser]:

@@ -7,14 +7,8 @@ import json
 import sys
 from pathlib import Path
 
+from ._common import comma_ints
 from .main import Command
-
-
-def _ints(text: str, what: str) -> list:
-    try:
-        return [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise ValueError(f"{what} must be comma-separated integers, got {text!r}") from None
 
 
 def _v(x, digits=4) -> str:
@@ -113,7 +107,7 @@ class PersonaCommand(Command):
 
         cfg = PersonaConfig(
             dimensions=args.dimensions.split(","), methods=args.methods.split(","), primary=args.primary,
-            alpha=args.alpha, pool_sizes=_ints(args.pool_sizes, "--pool-sizes") if args.pool_sizes else None,
+            alpha=args.alpha, pool_sizes=comma_ints(args.pool_sizes, "--pool-sizes") if args.pool_sizes else None,
             repeats=args.repeats, seed=args.seed, max_queries=args.max_queries, encoder=args.encoder,
             device=args.device, nli_model=args.nli_model, limit=args.limit, strict_input=args.strict_input,
             progress=not (getattr(args, "no_progress", False) or getattr(args, "quiet", False)))

@@ -103,11 +103,9 @@ class TransformersBackend(JudgeBackend):
         limit = getattr(self.model.config, "max_position_embeddings", None) or 4096
         self.max_context = int(max_context or limit)
         self.prefix_sharing = prefix_sharing
-        from ._tree_attention import install
+        from ._tree_attention import flex_available, install
 
         self.tree_attention = bool(prefix_sharing and tree_attention and install(self.model))
-        from ._tree_attention import flex_available
-
         self.flex = bool(self.tree_attention and tree_attention != "sdpa" and flex_available()
                          and (tree_attention == "flex" or self.device.type == "cuda"))
         self.batch_tokens = int(batch_tokens or (4096 if str(self.device).startswith("cpu") else 16384))
@@ -116,6 +114,7 @@ class TransformersBackend(JudgeBackend):
         self._templates: dict = {}
         self._piece_cache: dict[str, list[int]] = {}
         self._variant_ids: dict = {}
+        self._token_text: dict[int, str] = {}
         self._torch = torch
         self.stats = {"forward_tokens": 0, "prompt_tokens": 0, "generated_tokens": 0, "batches": 0}
 
@@ -240,15 +239,10 @@ class TransformersBackend(JudgeBackend):
         return [(t, (y, n)) for t, (y, n) in zip(tops, sums.cpu().tolist())]
 
     def _decode_one(self, i: int) -> str:
-        cache = self.__dict__.setdefault("_token_text", {})
-        text = cache.get(i)
+        text = self._token_text.get(i)
         if text is None:
-            text = cache[i] = self.tokenizer.decode([i])
+            text = self._token_text[i] = self.tokenizer.decode([i])
         return text
-
-    def _last_logprobs(self, hidden, rows, cols, top_k: int, variants: Optional[tuple] = None):
-        """Top-k ``(token, logprob)`` lists at the read positions, with the exact yes/no log-sums when asked."""
-        return self._to_lists(self._read_rows(hidden, rows, cols, top_k, variants))
 
     def _device_ids(self, t):
         """A CPU tensor on the model's device: pinned and non-blocking on CUDA (no wait for queued work)."""

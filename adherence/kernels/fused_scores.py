@@ -301,14 +301,15 @@ def fused_scores_triton(x, paired=None, refs=None, ref_start=None, ref_end=None,
     if a.refs is not None and a.refs.shape[0]:
         r = a.refs
         rn = r.float().norm(dim=1).contiguous()
-        tiles = knn == "tiles" or (knn == "auto" and _use_tiles(a.ref_start, a.ref_end, _KNN_B))
+        shared = ref_start is None  # every row against the whole pool: no range to inspect (no device sync)
+        tiles = knn == "tiles" or (knn == "auto" and (shared or _use_tiles(a.ref_start, a.ref_end, _KNN_B)))
         if tiles:
             xd = x if r.dtype == x.dtype else x.to(torch.promote_types(x.dtype, r.dtype))
             if not x.is_cuda and xd.dtype == torch.bfloat16:
                 xd = xd.float()  # the Triton interpreter (numpy) has no bf16 matmul
             rd = r.to(xd.dtype)
             n_rb = triton.cdiv(a.B, _KNN_B)
-            span = int((a.ref_end.max() - a.ref_start.min()).clamp_min(0))
+            span = r.shape[0] if shared else int((a.ref_end.max() - a.ref_start.min()).clamp_min(0))
             split = _splits(n_rb, max(1, triton.cdiv(span, _KNN_K)), x.device)
             part = torch.empty((split, a.B), dtype=torch.float32, device=x.device)
             _KERNELS["knn_dot"][(n_rb, split)](

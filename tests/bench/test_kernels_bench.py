@@ -49,3 +49,17 @@ def test_kernel_bench_on_gpu_checks_correctness_first():
     res = bench_kernels(batch=65536, repeats=3, pools=(10000,))
     assert res["correct"] and "triton" in res["configs"]["fused"]["backends"]
     assert res["configs"]["fused"]["speedup"] > 1 and res["configs"]["knn_pool_10000"]["speedup"] > 1
+
+
+def test_a_failed_correctness_check_exits_1_with_the_json_kept(tmp_path, capsys):
+    from adherence.cli.bench import BenchCommand
+
+    out = tmp_path / "r.json"
+    res = {"bench": "judge", "correct": False, "correctness": {"bench_model": {"passed": False}, "fp32": {"passed": True}}}
+    assert BenchCommand()._emit(res, out) == 1
+    assert json.loads(out.read_text()) == res
+    err = capsys.readouterr().err
+    assert "bench judge: correctness check failed (bench_model)" in err and "fp32" not in err
+    flat = {"bench": "persona", "correct": False, "correctness": {"checked_against": "cpu.json", "passed": False}}
+    assert BenchCommand()._emit(flat, None) == 1 and "(cpu.json)" in capsys.readouterr().err
+    assert BenchCommand()._emit({"bench": "kernels", "correct": True}, None) == 0
