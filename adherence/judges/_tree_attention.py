@@ -154,9 +154,9 @@ class FlexLayout:
         return self._slab(q, torch)
 
     def _slab(self, q, torch):
+        """Rows ``q`` of the mask: the attention's own ``mask_mod``, broadcast over every key."""
         kv = torch.arange(self.T, device=self.doc.device)
-        return ((self.doc[q][:, None] == self.doc[None, :]) & (kv[None, :] <= q[:, None])
-                & ((self.tid[q][:, None] == self.tid[None, :]) | (kv[None, :] < self.lim[q][:, None])))
+        return self.mask_mod(None, None, q[:, None], kv[None, :])
 
     def _block_mask(self, torch):
         from torch.nn.attention.flex_attention import BlockMask
