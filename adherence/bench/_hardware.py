@@ -12,7 +12,7 @@ from __future__ import annotations
 import platform
 import time
 
-__all__ = ["device_name", "measured_peaks", "synchronize", "timed"]
+__all__ = ["device_name", "measured_peaks", "spread", "synchronize", "timed"]
 
 _CACHE: dict = {}
 
@@ -36,6 +36,13 @@ def timed(fn, repeats: int, device, warmup: int = 1) -> list:
         synchronize(device)
         times.append(time.perf_counter() - t)
     return times
+
+
+def spread(times: list) -> dict:
+    """``{"median_s", "min_s", "max_s"}`` of repeated timings (the median is what benchmarks report)."""
+    import statistics
+
+    return {"median_s": statistics.median(times), "min_s": min(times), "max_s": max(times)}
 
 
 def device_name(device) -> str:

@@ -13,13 +13,12 @@ from __future__ import annotations
 import csv
 import platform
 import re
-import statistics
 from pathlib import Path
 from typing import Optional
 
 import numpy as np
 
-from ._hardware import device_name, timed
+from ._hardware import device_name, spread, timed
 
 __all__ = ["bench_encoder", "persona_chat_utterances"]
 
@@ -105,9 +104,8 @@ def bench_encoder(*, texts: int = 2000, persona_csv: Optional[str] = None, model
         backends[f"sentence_transformers ({result['args']['dtype']}, batch 256)"] = lambda: st_encode(st_run, 256)
     for name, fn in backends.items():
         times = timed(fn, repeats, dev)
-        med = statistics.median(times)
-        result["backends"][name] = {"median_s": med, "min_s": min(times), "max_s": max(times),
-                                    "texts_per_s": len(corpus) / med, "tokens_per_s": n_tokens / med}
+        entry = result["backends"][name] = spread(times)
+        entry.update(texts_per_s=len(corpus) / entry["median_s"], tokens_per_s=n_tokens / entry["median_s"])
     best_st = min(v["median_s"] for k, v in result["backends"].items() if k.startswith("sentence"))
     result["speedup"] = best_st / result["backends"]["adherence"]["median_s"]
     return result

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import math
 import platform
-import statistics
 import time
 from typing import Optional, Sequence
 
@@ -33,7 +32,7 @@ import numpy as np
 
 from ..judges import turn_requests
 from ..judges._parse import NO_VARIANTS, YES_VARIANTS, p_yes_from_sums
-from ._hardware import device_name, measured_peaks, synchronize
+from ._hardware import device_name, measured_peaks, spread, synchronize
 
 __all__ = ["bench_judge", "synthetic_conversations", "RANDOM_CONFIGS"]
 
@@ -153,7 +152,7 @@ def _timed_pass(backend, reqs, *, shared: bool, variants=None) -> tuple:
 def _timing(backend, reqs, repeats: int, **kw) -> dict:
     cold = _timed_pass(backend, reqs, **kw)[0]  # tokenisation, compilation, allocator warm-up
     times = [_timed_pass(backend, reqs, **kw)[0] for _ in range(repeats)]
-    return {"cold_s": cold, "median_s": statistics.median(times), "min_s": min(times), "max_s": max(times)}
+    return {"cold_s": cold, **spread(times)}
 
 
 def _check(backend, reqs, tolerance: float) -> dict:

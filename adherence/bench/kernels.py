@@ -18,13 +18,12 @@ Two kinds of configuration, each compared with the hardware limit measured in th
 from __future__ import annotations
 
 import platform
-import statistics
 from typing import Optional, Sequence
 
 import torch
 
 from ..kernels.fused_scores import fused_scores_reference, fused_scores_triton, triton_available
-from ._hardware import device_name, measured_peaks, timed
+from ._hardware import device_name, measured_peaks, spread, timed
 
 __all__ = ["bench_kernels"]
 
@@ -59,8 +58,9 @@ def _torch_matmul_knn(x: torch.Tensor, refs: torch.Tensor) -> torch.Tensor:
 
 
 def _entry(times: list, rows: int, work: float, unit: str) -> dict:
-    med = statistics.median(times)
-    out = {"median_s": med, "min_s": min(times), "max_s": max(times), "rows_per_s": rows / med}
+    out = spread(times)
+    med = out["median_s"]
+    out["rows_per_s"] = rows / med
     out["gb_per_s" if unit == "bytes" else "tflop_per_s"] = work / med / (1e9 if unit == "bytes" else 1e12)
     return out
 

@@ -16,7 +16,6 @@ baseline reads the stored dtype (PyLate picks its own fastest backend); on CPU i
 from __future__ import annotations
 
 import platform
-import statistics
 from typing import Optional
 
 import numpy as np
@@ -24,7 +23,7 @@ import torch
 
 from .._optional import is_available
 from ..kernels.maxsim import maxsim, maxsim_reference
-from ._hardware import device_name, measured_peaks, timed
+from ._hardware import device_name, measured_peaks, spread, timed
 
 __all__ = ["bench_maxsim"]
 
@@ -132,9 +131,9 @@ def bench_maxsim(*, queries: int = 32, pool: int = 1000, corpus: int = 5000, doc
         backends[f"baseline ({base_name})"] = lambda: _baseline(q, q_off, d, d_off, pools, dev)
     for label, fn in backends.items():
         times = timed(fn, repeats, dev)  # after a warm-up (compilation for Triton)
-        med = statistics.median(times)
-        entry = {"median_s": med, "min_s": min(times), "max_s": max(times), "queries_per_s": queries / med,
-                 "pairs_per_s": queries * pool / med, "gb_per_s": bytes_read / med / 1e9}
+        entry = spread(times)
+        med = entry["median_s"]
+        entry.update(queries_per_s=queries / med, pairs_per_s=queries * pool / med, gb_per_s=bytes_read / med / 1e9)
         entry["ratio_to_peak"] = entry["gb_per_s"] * 1e9 / peaks["copy_bytes_per_s"]
         result["backends"][label] = entry
     result["ratio_to_peak"] = result["backends"][f"adherence_{ours}"]["ratio_to_peak"]
