@@ -45,7 +45,8 @@ def test_kernel_bench_rejects_bad_pools(capsys):
 def test_kernel_bench_on_gpu_checks_correctness_first():
     from adherence.bench import bench_kernels
 
-    # 65536 rows; the pool scored by 26041 of them x 10^4 references (tiny pools are launch-bound)
+    # float32 (the bench's default dtype), 65536 rows; the pool configuration scores all of them against
+    # 10^4 references (rows = min(batch, 2e14 / (2 K D))); tiny pools are launch-bound
     res = bench_kernels(batch=65536, repeats=3, pools=(10000,))
     assert res["correct"] and "triton" in res["configs"]["fused"]["backends"]
     assert res["configs"]["fused"]["speedup"] > 1 and res["configs"]["knn_pool_10000"]["speedup"] > 1
