@@ -60,6 +60,7 @@ class TransformersBackend(JudgeBackend):
     """
 
     name = "transformers"
+    piece_cache_limit = 200_000  # prompt pieces (roles, exchanges) whose token ids are kept
     full_vocab = True
 
     def __init__(
@@ -148,7 +149,7 @@ class TransformersBackend(JudgeBackend):
         ids = self._piece_cache.get(text)
         if ids is None:
             ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
-            if len(self._piece_cache) < 200_000:
+            if len(self._piece_cache) < self.piece_cache_limit:
                 self._piece_cache[text] = ids
         return ids
 
@@ -169,7 +170,7 @@ class TransformersBackend(JudgeBackend):
                 if t not in self._piece_cache:
                     todo[t] = None
         texts = list(todo)
-        room = max(0, 200_000 - len(self._piece_cache))
+        room = max(0, self.piece_cache_limit - len(self._piece_cache))
         for i in range(0, min(len(texts), room), 4096):
             chunk = texts[i:i + 4096]
             for t, ids in zip(chunk, self.tokenizer(chunk, add_special_tokens=False)["input_ids"]):
