@@ -21,7 +21,7 @@ import torch
 
 from .._optional import is_available
 
-__all__ = ["fused_scores", "fused_scores_reference", "FusedInputs", "COLUMNS", "triton_available"]
+__all__ = ["fused_scores", "fused_scores_reference", "fused_scores_math", "FusedInputs", "COLUMNS", "triton_available"]
 
 COLUMNS = ("cosine", "knn_max", "mahalanobis", "kl")
 _EPS = 1e-12
@@ -75,24 +75,36 @@ class FusedInputs:
 def fused_scores_reference(x, paired=None, refs=None, ref_start=None, ref_end=None, mu=None, inv_var=None, p=None, q=None):
     """Pure-torch definition of :func:`fused_scores`: ``[B, 4]`` float32, NaN where not asked (or no reference)."""
     a = FusedInputs(x, paired, refs, ref_start, ref_end, mu, inv_var, p, q)
-    xf = a.x.float()
-    out = torch.full((a.B, 4), float("nan"), dtype=torch.float32, device=x.device)
+    ranged = ref_start is not None
+    return fused_scores_math(a.x, a.paired, a.refs, a.ref_start if ranged else None, a.ref_end if ranged else None,
+                             a.mu, a.inv_var, a.p, a.q)
+
+
+def fused_scores_math(x, paired=None, refs=None, ref_start=None, ref_end=None, mu=None, inv_var=None, p=None, q=None):
+    """The arithmetic of :func:`fused_scores_reference` on inputs already checked, without a host sync or a
+    data-dependent branch, so that ``torch.compile`` traces it whole (the benchmarks' compiled baseline).
+    No ``ref_start``/``ref_end``: every row against every reference."""
+    xf = x.float()
+    B = xf.shape[0]
+    out = torch.full((B, 4), float("nan"), dtype=torch.float32, device=x.device)
     xn = xf.norm(dim=1)
-    if a.paired is not None:
-        yf = a.paired.float()
+    if paired is not None:
+        yf = paired.float()
         out[:, 0] = (xf * yf).sum(1) / (xn * yf.norm(dim=1)).clamp_min(_EPS)
-    if a.refs is not None and a.B:
-        rf = a.refs.float()
+    if refs is not None and B:
+        rf = refs.float()
         cos = (xf @ rf.T) / (xn[:, None] * rf.norm(dim=1)[None, :]).clamp_min(_EPS)
-        k = torch.arange(rf.shape[0], device=x.device)
-        inside = (k[None, :] >= a.ref_start[:, None]) & (k[None, :] < a.ref_end[:, None])
-        best = cos.masked_fill(~inside, float("-inf")).max(dim=1).values if rf.shape[0] else torch.full((a.B,), float("-inf"), device=x.device)
+        if ref_start is not None:
+            k = torch.arange(rf.shape[0], device=x.device)
+            inside = (k[None, :] >= ref_start[:, None]) & (k[None, :] < ref_end[:, None])
+            cos = cos.masked_fill(~inside, float("-inf"))
+        best = cos.max(dim=1).values if rf.shape[0] else torch.full((B,), float("-inf"), device=x.device)
         out[:, 1] = torch.where(torch.isinf(best), torch.full_like(best, float("nan")), best)
-    if a.mu is not None:
-        diff = xf - a.mu.float()[None, :]
-        out[:, 2] = ((diff * diff) * a.inv_var.float()[None, :]).sum(1).sqrt()
-    if a.p is not None:
-        pf, qf = a.p.float(), a.q.float()
+    if mu is not None:
+        diff = xf - mu.float()[None, :]
+        out[:, 2] = ((diff * diff) * inv_var.float()[None, :]).sum(1).sqrt()
+    if p is not None:
+        pf, qf = p.float(), q.float()
         terms = torch.where(pf[None, :] > 0, pf[None, :] * (torch.log(pf)[None, :] - torch.log(qf)), torch.zeros_like(qf))
         out[:, 3] = terms.sum(1)
     return out
@@ -102,139 +114,27 @@ _KERNELS: dict = {}
 
 # Row-block kernel: rows per program, columns per step (D and V are swept in chunks of these).
 _ROWS, _COLS = 32, 128
-# kNN tiles (tl.dot): candidate rows x references x feature chunk, per program.
+# kNN tiles (tl.dot): candidate rows x references x feature chunk, per program (the interpreter's and
+# the range-cost estimate's shape), and the GPU autotuner's candidates:
+# (rows, references, feature chunk, flat loop, warps, pipeline stages).
 _KNN_B, _KNN_K, _KNN_D = 64, 128, 64
+_KNN_CONFIGS = (
+    (64, 128, 64, False, 8, 3),  # the shape used before tuning
+    (64, 128, 64, True, 4, 4),
+    (64, 256, 64, True, 8, 3),
+    (128, 128, 64, True, 8, 3),
+    (128, 128, 64, True, 4, 4),
+    (128, 256, 64, True, 8, 3),
+    (128, 128, 128, True, 8, 3),
+    (256, 128, 64, True, 8, 3),
+    (128, 64, 128, True, 4, 4),
+)
 
 
 def _build_kernels():
-    import triton
-    import triton.language as tl
+    from . import _fused_triton
 
-    @triton.jit
-    def _rows_kernel(
-        X, sxb, sxd, Y, syb, syd, MU, IV, P, Q, sqb, sqv, OUT, sob, XN,
-        B, D, V,
-        HAS_Y: tl.constexpr, HAS_M: tl.constexpr, HAS_KL: tl.constexpr, WANT_XN: tl.constexpr,
-        ROWS: tl.constexpr, COLS: tl.constexpr,
-    ):
-        # ROWS candidate rows per program, every row read once in [ROWS, COLS] tiles (coalesced along
-        # the feature axis): cosine, the norm and Mahalanobis share one sweep of x.
-        rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
-        rm = rows < B
-        cols = tl.arange(0, COLS)
-        xx = tl.zeros([ROWS], dtype=tl.float32)
-        xy = tl.zeros([ROWS], dtype=tl.float32)
-        yy = tl.zeros([ROWS], dtype=tl.float32)
-        mh = tl.zeros([ROWS], dtype=tl.float32)
-        for d0 in range(0, D, COLS):
-            d = d0 + cols
-            dm = d < D
-            m2 = rm[:, None] & dm[None, :]
-            x = tl.load(X + rows[:, None] * sxb + d[None, :] * sxd, mask=m2, other=0.0).to(tl.float32)
-            xx += tl.sum(x * x, axis=1)
-            if HAS_Y:
-                y = tl.load(Y + rows[:, None] * syb + d[None, :] * syd, mask=m2, other=0.0).to(tl.float32)
-                xy += tl.sum(x * y, axis=1)
-                yy += tl.sum(y * y, axis=1)
-            if HAS_M:
-                mu = tl.load(MU + d, mask=dm, other=0.0).to(tl.float32)
-                iv = tl.load(IV + d, mask=dm, other=0.0).to(tl.float32)
-                diff = x - mu[None, :]
-                mh += tl.sum(diff * diff * iv[None, :], axis=1)
-        x_norm = tl.sqrt(xx)
-        if WANT_XN:
-            tl.store(XN + rows, x_norm, mask=rm)
-        if HAS_Y:
-            denom = tl.maximum(x_norm * tl.sqrt(yy), 1e-12)
-            tl.store(OUT + rows * sob + 0, xy / denom, mask=rm)
-        if HAS_M:
-            tl.store(OUT + rows * sob + 2, tl.sqrt(mh), mask=rm)
-        if HAS_KL:
-            acc = tl.zeros([ROWS], dtype=tl.float32)
-            for v0 in range(0, V, COLS):
-                v = v0 + cols
-                vm = v < V
-                pv = tl.load(P + v, mask=vm, other=0.0).to(tl.float32)
-                qv = tl.load(Q + rows[:, None] * sqb + v[None, :] * sqv, mask=rm[:, None] & vm[None, :],
-                             other=1.0).to(tl.float32)
-                safe_p = tl.where(pv > 0, pv, 1.0)
-                acc += tl.sum(tl.where(pv[None, :] > 0, pv[None, :] * (tl.log(safe_p)[None, :] - tl.log(qv)), 0.0),
-                              axis=1)
-            tl.store(OUT + rows * sob + 3, acc, mask=rm)
-
-    @triton.jit
-    def _knn_dot_kernel(
-        X, sxb, sxd, XN, R, srk, srd, RN, RSTART, REND, PART, spb,
-        B, D, SPLIT,
-        IEEE: tl.constexpr, BB: tl.constexpr, BK: tl.constexpr, BD: tl.constexpr,
-    ):
-        # Tiled matmul of BB candidate rows against BK references at a time (tl.dot, float32
-        # accumulation) with a running max of the cosine: the [B, K] similarity matrix never exists.
-        # Program (i, j) covers the j-th of SPLIT slices of the union of its rows' reference ranges.
-        rows = tl.program_id(0).to(tl.int64) * BB + tl.arange(0, BB)
-        split = tl.program_id(1)
-        rm = rows < B
-        start = tl.load(RSTART + rows, mask=rm, other=2**62)
-        end = tl.load(REND + rows, mask=rm, other=-1)
-        lo = tl.min(start, axis=0)
-        hi = tl.max(end, axis=0)
-        n_tiles = tl.cdiv(tl.maximum(hi - lo, 0), BK)
-        per = tl.cdiv(n_tiles, SPLIT)
-        t_lo = lo + split * per * BK
-        t_hi = tl.minimum(hi, t_lo + per * BK)
-        xn = tl.load(XN + rows, mask=rm, other=1.0)
-        cols_k = tl.arange(0, BK)
-        cols_d = tl.arange(0, BD)
-        best = tl.full([BB], float("-inf"), dtype=tl.float32)
-        for k0 in range(t_lo, t_hi, BK):
-            k = k0 + cols_k
-            km = k < t_hi
-            acc = tl.zeros([BB, BK], dtype=tl.float32)
-            for d0 in range(0, D, BD):
-                d = d0 + cols_d
-                dm = d < D
-                x = tl.load(X + rows[:, None] * sxb + d[None, :] * sxd, mask=rm[:, None] & dm[None, :], other=0.0)
-                r = tl.load(R + k[None, :] * srk + d[:, None] * srd, mask=km[None, :] & dm[:, None], other=0.0)
-                if IEEE:
-                    acc += tl.dot(x, r, input_precision="ieee")
-                else:
-                    acc += tl.dot(x, r)
-            rn = tl.load(RN + k, mask=km, other=1.0)
-            cos = acc / tl.maximum(xn[:, None] * rn[None, :], 1e-12)
-            inside = (k[None, :] >= start[:, None]) & (k[None, :] < end[:, None])
-            best = tl.maximum(best, tl.max(tl.where(inside, cos, float("-inf")), axis=1))
-        tl.store(PART + split * spb + rows, best, mask=rm)
-
-    @triton.jit
-    def _knn_rows_kernel(
-        X, sxb, sxd, XN, R, srk, srd, RN, RSTART, REND, OUT, sob,
-        D, BLOCK_D: tl.constexpr, BLOCK_K: tl.constexpr,
-    ):
-        # One program per candidate row over its own reference range: for per-row ranges that share
-        # little with their neighbours, where the tiled kernel would sweep their union.
-        b = tl.program_id(0).to(tl.int64)
-        offs_d = tl.arange(0, BLOCK_D)
-        start = tl.load(RSTART + b)
-        end = tl.load(REND + b)
-        x_norm = tl.load(XN + b)
-        offs_k = tl.arange(0, BLOCK_K)
-        best = tl.full([BLOCK_K], float("-inf"), dtype=tl.float32)
-        for k0 in range(start, end, BLOCK_K):
-            k = k0 + offs_k
-            km = k < end
-            dot = tl.zeros([BLOCK_K], dtype=tl.float32)
-            for d0 in range(0, D, BLOCK_D):
-                d = d0 + offs_d
-                dm = d < D
-                x = tl.load(X + b * sxb + d * sxd, mask=dm, other=0.0).to(tl.float32)
-                r = tl.load(R + k[:, None] * srk + d[None, :] * srd, mask=km[:, None] & dm[None, :], other=0.0).to(tl.float32)
-                dot += tl.sum(r * x[None, :], axis=1)
-            rn = tl.load(RN + k, mask=km, other=1.0)
-            cos = dot / tl.maximum(rn * x_norm, 1e-12)
-            best = tl.maximum(best, tl.where(km, cos, float("-inf")))
-        tl.store(OUT + b * sob + 1, tl.max(best, axis=0))
-
-    return {"rows": _rows_kernel, "knn_dot": _knn_dot_kernel, "knn_rows": _knn_rows_kernel}
+    return _fused_triton.build(_KNN_CONFIGS)
 
 
 def _next_pow2(n: int, lo: int, hi: int) -> int:
@@ -257,6 +157,11 @@ def _use_tiles(start, end, block: int) -> bool:
     return bool(union.sum() * block <= 4 * max(int(own), 1))
 
 
+def _autotuned(x) -> bool:
+    """Whether the kNN tiles are autotuned for ``x``'s device (GPUs; the interpreter runs one fixed shape)."""
+    return x.is_cuda
+
+
 def _splits(n_row_blocks: int, n_tiles: int, device) -> int:
     """Slices of the reference range per row block, so that a few row blocks still fill the GPU."""
     if device.type != "cuda":
@@ -266,17 +171,22 @@ def _splits(n_row_blocks: int, n_tiles: int, device) -> int:
 
 
 def fused_scores_triton(x, paired=None, refs=None, ref_start=None, ref_end=None, mu=None, inv_var=None, p=None, q=None,
-                        *, knn: str = "auto"):
+                        *, knn: str = "auto", knn_fp32: str = "bf16x3", knn_flat: bool = True):
     """The Triton kernels (CUDA tensors, or any device under ``TRITON_INTERPRET=1``).
 
     ``knn``: ``"tiles"`` (tl.dot tiles with a running max; a shared pool), ``"rows"`` (one program per
     row over its own range) or ``"auto"`` (tiles unless the rows' ranges overlap too little).
+    ``knn_fp32``: how the tiles multiply float32 embeddings: ``"bf16x3"`` (three bf16 tensor-core
+    products of a hi/lo split, float32-level accuracy: |error| <= ~2^-16 |x||r|) or ``"ieee"`` (float32
+    FMA, no tensor cores). ``knn_flat``: the loop form the interpreter runs (GPUs tune it).
     """
     import triton
 
     global _KERNELS
     if knn not in ("auto", "tiles", "rows"):
         raise ValueError(f"`knn` must be 'auto', 'tiles' or 'rows', got {knn!r}")
+    if knn_fp32 not in ("bf16x3", "ieee"):
+        raise ValueError(f"`knn_fp32` must be 'bf16x3' or 'ieee', got {knn_fp32!r}")
     a = FusedInputs(x, paired, refs, ref_start, ref_end, mu, inv_var, p, q)
     if not _KERNELS:
         _KERNELS = _build_kernels()
@@ -305,18 +215,34 @@ def fused_scores_triton(x, paired=None, refs=None, ref_start=None, ref_end=None,
         tiles = knn == "tiles" or (knn == "auto" and (shared or _use_tiles(a.ref_start, a.ref_end, _KNN_B)))
         if tiles:
             xd = x if r.dtype == x.dtype else x.to(torch.promote_types(x.dtype, r.dtype))
-            if not x.is_cuda and xd.dtype == torch.bfloat16:
-                xd = xd.float()  # the Triton interpreter (numpy) has no bf16 matmul
+            mode = 0
+            if xd.dtype == torch.float32:
+                mode = 1 if knn_fp32 == "ieee" else (2 if x.is_cuda else 3)
+            elif not x.is_cuda and xd.dtype == torch.bfloat16:
+                xd, mode = xd.float(), 1  # the interpreter (numpy) has no bf16 matmul: exact products in fp32
             rd = r.to(xd.dtype)
-            n_rb = triton.cdiv(a.B, _KNN_B)
             span = r.shape[0] if shared else int((a.ref_end.max() - a.ref_start.min()).clamp_min(0))
-            split = _splits(n_rb, max(1, triton.cdiv(span, _KNN_K)), x.device)
-            part = torch.empty((split, a.B), dtype=torch.float32, device=x.device)
-            _KERNELS["knn_dot"][(n_rb, split)](
-                xd, xd.stride(0), xd.stride(1), xn, rd, rd.stride(0), rd.stride(1), rn, a.ref_start, a.ref_end,
-                part, part.stride(0), a.B, a.D, split,
-                IEEE=xd.dtype == torch.float32, BB=_KNN_B, BK=_KNN_K, BD=_KNN_D, num_warps=8, num_stages=3,
-            )
+            args = (xd, xd.stride(0), xd.stride(1), xn, rd, rd.stride(0), rd.stride(1), rn, a.ref_start, a.ref_end)
+            if _autotuned(x):
+                def n_split(bb, bk):
+                    return _splits(triton.cdiv(a.B, bb), max(1, triton.cdiv(span, bk)), x.device)
+
+                most = max(n_split(c[0], c[1]) for c in _KNN_CONFIGS)
+                # Every slice a configuration writes is a max over part of the row's range, so rows left
+                # from another configuration (autotuning) never change the final max.
+                part = torch.full((most, a.B), float("-inf"), dtype=torch.float32, device=x.device)
+                _KERNELS["knn_dot_tuned"][lambda m: (triton.cdiv(a.B, m["BB"]), n_split(m["BB"], m["BK"]))](
+                    *args, part, part.stride(0), a.B, a.D, r.shape[0], _next_pow2(triton.cdiv(a.B, _KNN_B), 1, 4096),
+                    SHARED=shared, MODE=mode,
+                )
+            else:
+                n_rb = triton.cdiv(a.B, _KNN_B)
+                split = _splits(n_rb, max(1, triton.cdiv(span, _KNN_K)), x.device)
+                part = torch.empty((split, a.B), dtype=torch.float32, device=x.device)
+                _KERNELS["knn_dot"][(n_rb, split)](
+                    *args, part, part.stride(0), a.B, a.D, r.shape[0], 1, SHARED=shared, MODE=mode, FLAT=knn_flat,
+                    BB=_KNN_B, BK=_KNN_K, BD=_KNN_D,
+                )
             out[:, 1] = part.max(dim=0).values
         else:
             _KERNELS["knn_rows"][(a.B,)](

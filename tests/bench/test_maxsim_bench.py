@@ -10,7 +10,12 @@ from adherence.cli.main import main
 def test_bench_checks_correctness_then_times(tmp_path):
     res = bench_maxsim(queries=2, pool=50, corpus=80, doc_len=40, query_len=8, dim=32, repeats=2)
     assert res["correctness"]["passed"] and res["correctness"]["max_abs_error"] <= res["correctness"]["tolerance"]
-    assert res["correctness"]["baseline_max_abs_error"] <= res["correctness"]["tolerance"]
+    errs = res["correctness"]["baseline_max_abs_error"]
+    assert errs and max(errs.values()) <= res["correctness"]["tolerance"]
+    # PyLate (a test dependency) is the baseline, timed alone on pools padded before its timer
+    assert res["baseline"] == "baseline (pylate.colbert_scores[torch])" and res["versions"]["pylate"]
+    assert set(res["speedup_by_baseline"]) == {res["baseline"]}
+    assert any(k.startswith("padded_pipeline") for k in res["backends"])
     ours = res["backends"]["adherence_torch"]
     assert ours["queries_per_s"] == pytest.approx(2 / ours["median_s"])
     assert ours["min_s"] <= ours["median_s"] <= ours["max_s"]
@@ -36,4 +41,6 @@ def test_gpu_bench_reports_bandwidth_fraction():
     res = bench_maxsim(queries=16, pool=1000, corpus=4000, doc_len=300, dim=128, repeats=3)
     ours = res["backends"]["adherence_triton"]
     assert res["correctness"]["passed"] and ours["queries_per_s"] > 0
-    assert 0 < ours["ratio_to_peak"] < 1.5 and res["peak"]["copy_bytes_per_s"] > 1e11
+    assert 0 < ours["ratio_to_peak"] < 1.0 and res["peak"]["copy_bytes_per_s"] > 1e11
+    # the goal: >= 5x the fastest PyLate backend that runs here, on pools it gets already padded
+    assert res["baseline"].startswith("baseline (pylate.colbert_scores[") and res["speedup"] >= 5

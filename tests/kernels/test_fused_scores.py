@@ -122,3 +122,94 @@ def test_auto_picks_tiles_for_a_shared_pool_and_rows_for_scattered_ranges():
     assert not _use_tiles(start, start + 5, 64)
     with pytest.raises(ValueError, match="knn"):
         fused_scores_triton(torch.ones(2, 16, device=DEVICE), refs=torch.ones(3, 16, device=DEVICE), knn="dense")
+
+
+@pytest.mark.parametrize("flat", [True, False])
+@pytest.mark.parametrize("ranged", [False, True])
+@pytest.mark.parametrize("knn_fp32", ["bf16x3", "ieee"])
+def test_both_loop_forms_and_float32_modes_match_the_reference(flat, ranged, knn_fp32):
+    # 70 rows over 300 references with D=100 (two feature chunks, the second partial): every
+    # flattened-loop boundary (last chunk of a tile, partial last tile) is crossed
+    inp = _inputs(70, 100, 300, 16, torch.float32, False, seed=11)
+    kw = {}
+    if ranged:
+        g = torch.Generator().manual_seed(2)
+        start = torch.randint(0, 150, (70,), generator=g)
+        kw = dict(ref_start=start, ref_end=start + torch.randint(0, 150, (70,), generator=g))
+        kw["ref_end"][5] = kw["ref_start"][5]  # an empty range -> NaN
+    if DEVICE == "cuda" and not flat:
+        pytest.skip("GPUs choose the loop form by autotuning")  # the interpreter runs the one asked for
+    got = fused_scores_triton(inp["x"], refs=inp["refs"], knn="tiles", knn_fp32=knn_fp32, knn_flat=flat, **kw)
+    want = fused_scores_reference(inp["x"], refs=inp["refs"], **kw)
+    torch.testing.assert_close(got[:, 1], want[:, 1], equal_nan=True, atol=2e-5, rtol=2e-5)
+
+
+def _float64_knn(x, pool):
+    xd, pd = x.double(), pool.double()
+    return ((xd @ pd.T) / (xd.norm(dim=1)[:, None] * pd.norm(dim=1)[None, :])).max(dim=1).values
+
+
+def test_float32_split_products_are_float32_accurate_and_the_check_catches_plain_bf16():
+    # Anisotropic embeddings (a shared direction, as encoders give) where cosines sit near their max:
+    # the bound is |error| <= 1e-4 against float64.
+    g = torch.Generator().manual_seed(4)
+    common = torch.randn(384, generator=g)
+    x = (torch.randn(96, 384, generator=g) * 0.3 + common).to(DEVICE)
+    pool = (torch.randn(600, 384, generator=g) * 0.3 + common).to(DEVICE)
+    want = _float64_knn(x, pool)
+    got = fused_scores_triton(x, refs=pool, knn="tiles")[:, 1]
+    assert (got.double() - want).abs().max().item() <= 1e-4
+    # the planted bug: the lo terms dropped, i.e. the products taken from bf16-rounded operands
+    bug = fused_scores_triton(x.bfloat16().float(), refs=pool.bfloat16().float(), knn="tiles", knn_fp32="ieee")[:, 1]
+    assert (bug.double() - want).abs().max().item() > 1e-4
+
+
+def test_knn_fp32_option_is_checked():
+    with pytest.raises(ValueError, match="knn_fp32"):
+        fused_scores_triton(torch.ones(2, 16, device=DEVICE), refs=torch.ones(3, 16, device=DEVICE), knn_fp32="tf32")
+
+
+def test_autotune_candidates_are_valid_tiles():
+    from adherence.kernels.fused_scores import _KNN_CONFIGS
+
+    assert len(set(_KNN_CONFIGS)) == len(_KNN_CONFIGS) >= 4
+    for bb, bk, bd, flat, warps, stages in _KNN_CONFIGS:
+        assert all(v >= 16 and v & (v - 1) == 0 for v in (bb, bk, bd))  # tl.dot needs powers of two >= 16
+        assert isinstance(flat, bool) and warps in (4, 8) and stages >= 2
+
+
+class _EveryConfig:
+    """Stands in for the GPU autotuner under the interpreter: runs every candidate configuration, as the
+    autotuner's benchmarking does, into the same output buffer."""
+
+    def __init__(self, raw, configs):
+        self.raw, self.configs, self.launches = raw, configs, 0
+
+    def __getitem__(self, grid):
+        def launch(*args, **kw):
+            for bb, bk, bd, flat, _, _ in self.configs:
+                self.launches += 1
+                meta = dict(BB=bb, BK=bk, BD=bd, FLAT=flat)
+                self.raw[grid(meta)](*args, **kw, **meta)
+        return launch
+
+
+@pytest.mark.skipif(DEVICE == "cuda", reason="the interpreter's stand-in for the autotuner")
+@pytest.mark.parametrize("ranged", [False, True])
+def test_every_autotune_candidate_and_the_shared_split_buffer_give_the_reference(monkeypatch, ranged):
+    import importlib
+
+    fs = importlib.import_module("adherence.kernels.fused_scores")  # the package re-exports a function of that name
+    fused_scores_triton(torch.ones(1, 16), refs=torch.ones(1, 16))  # builds the kernels
+    monkeypatch.setattr(fs, "_autotuned", lambda x: True)
+    tuner = _EveryConfig(fs._KERNELS["knn_dot"], fs._KNN_CONFIGS)
+    monkeypatch.setitem(fs._KERNELS, "knn_dot_tuned", tuner)
+    inp = _inputs(40, 80, 520, 16, torch.float32, False, seed=9)
+    kw = {}
+    if ranged:
+        start = torch.arange(40) * 10
+        kw = dict(ref_start=start, ref_end=start + 60)
+    got = fused_scores_triton(inp["x"], refs=inp["refs"], knn="tiles", **kw)
+    want = fused_scores_reference(inp["x"], refs=inp["refs"], **kw)
+    assert tuner.launches == len(fs._KNN_CONFIGS)
+    torch.testing.assert_close(got[:, 1], want[:, 1], atol=2e-5, rtol=2e-5)
