@@ -15,6 +15,8 @@ def _summary(summary: dict) -> str:
         f"{s['shards']} shard(s) on {s['executor']}" + (f", {s['shards_resumed']} resumed" if s["shards_resumed"] else ""),
         f"  ok {s['ok']}  error {s['error']}  unscored {s['unscored']}  sessions {s['sessions']}",
     ]
+    if s.get("retried_shards") or s.get("workers_lost"):
+        lines.append(f"  {s['retried_shards']} shard(s) retried, {s['workers_lost']} worker(s) lost")
     u = s.get("judge_usage")
     if u:
         parts = [f"{u.get('calls', 0)} judge calls ({u.get('cache_hits', 0)} from the cache)"]
@@ -123,8 +125,13 @@ class ScoreCommand(Command):
         e = p.add_argument_group("engine")
         e.add_argument("--executor", default="local", choices=["local", "ray"], help="where shards run (default local)")
         e.add_argument("--ray-address", help="an existing Ray cluster (default: start a local one)")
-        e.add_argument("--num-workers", type=int, default=1, help="Ray actors (default 1)")
-        e.add_argument("--gpus-per-worker", type=float, default=0.0, help="GPUs per Ray actor (1: one actor per GPU)")
+        e.add_argument("--num-workers", type=int, help="Ray actors (default: one per --gpus-per-worker GPUs of the "
+                       "cluster, else 1; more CPU workers than the cluster's CPUs run as fewer, with a warning)")
+        e.add_argument("--gpus-per-worker", type=float, default=0.0,
+                       help="GPUs per Ray actor (1: one actor per GPU); each proves CUDA sees its GPU before a shard")
+        e.add_argument("--stall-timeout", type=float, default=300.0, metavar="S",
+                       help="Ray: seconds a worker may go unheard (node lost, no room elsewhere) before its shard "
+                       "moves to the others; none left: exit 1 naming the missing resources, work dir kept")
         e.add_argument("--shard-size", type=int, default=100_000, help="turns per shard; conversations never split")
         e.add_argument("--resume", action="store_true", help="reuse the finished shards of an interrupted run")
         e.add_argument("--work-dir", help="shards and checkpoints (default: OUTPUT.work; removed after success)")
@@ -206,7 +213,8 @@ class ScoreCommand(Command):
                "from_config_file": sorted(getattr(args, "_job_values", {})),
                "options": {k: v for k, v in vars(args).items() if not k.startswith("_")}}
         engine = Engine(config=config, executor=args.executor, num_workers=args.num_workers,
-                        gpus_per_worker=args.gpus_per_worker, ray_address=args.ray_address, shard_size=args.shard_size,
+                        gpus_per_worker=args.gpus_per_worker, stall_timeout=args.stall_timeout,
+                        ray_address=args.ray_address, shard_size=args.shard_size,
                         work_dir=args.work_dir, resume=args.resume, progress=not args.no_progress,
                         n_bootstrap=args.bootstrap, seed=args.seed, keep_work_dir=args.keep_work_dir,
                         input_format=args.input_format, role=role_text, strict_input=args.strict_input, job=job)

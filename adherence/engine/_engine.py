@@ -22,7 +22,7 @@ from ..data._errors import skipped_summary
 from ..data._io import _as_table, _check_file
 from ..data._validate import conform_schema as _conform_schema
 from ..role import RoleConfig, aggregate_sessions, get_method
-from ._executors import EngineError, get_executor
+from ._executors import EngineError, check_reachable, get_executor
 from ._plan import _write_json_atomic, content_digest, plan_job, temp_path
 from ._safety import PathLock, WorkDir, check_outputs, output_format, reserved_columns
 
@@ -54,9 +54,13 @@ class Engine:
         method: a role method (``llm_judge`` default, ``cosine``, ...); ``config`` may
             be given instead, and further keyword options go to :class:`RoleConfig`.
         executor: ``local`` (in-process) or ``ray``.
-        num_workers: Ray actors (ignored by ``local``).
-        gpus_per_worker: GPUs per Ray actor (1 = one actor per GPU).
+        num_workers: Ray actors (ignored by ``local``; default one per ``gpus_per_worker`` GPUs of
+            the cluster, else 1; CPU workers beyond the cluster's CPUs run as fewer, with a warning).
+        gpus_per_worker: GPUs per Ray actor (1 = one actor per GPU); each proves CUDA sees its GPU
+            before its first shard.
         ray_address: an existing Ray cluster (default: a local one).
+        stall_timeout: seconds a Ray worker may go unheard (its node gone and no room elsewhere) before
+            its shard moves to the others; with none left the job fails naming the missing resources.
         shard_size: turns per shard (conversations are never split).
         work_dir: where shards, their outputs and the job manifest live
             (default: ``<output>.work``).
@@ -78,7 +82,8 @@ class Engine:
     """
 
     def __init__(self, *, method: Optional[str] = None, config: Optional[RoleConfig] = None, executor: str = "local",
-                 num_workers: int = 1, gpus_per_worker: float = 0.0, ray_address: Optional[str] = None,
+                 num_workers: Optional[int] = None, gpus_per_worker: float = 0.0, ray_address: Optional[str] = None,
+                 stall_timeout: float = 300.0,
                  shard_size: int = 100_000, work_dir: Optional[Union[str, os.PathLike]] = None, resume: bool = False,
                  progress: bool = True, n_bootstrap: int = 1000, seed: int = 42, max_retries: int = 2,
                  batch_size: int = 65_536, keep_work_dir: bool = False, input_format: str = "auto",
@@ -91,12 +96,14 @@ class Engine:
         if executor not in ("local", "ray"):
             raise ValueError(f"`executor` must be 'local' or 'ray', got {executor!r}")
         self.job = job  # the caller's resolved options (e.g. the CLI's, with its --config file), kept in the metadata
-        if shard_size < 1 or num_workers < 1:
+        if shard_size < 1 or (num_workers is not None and num_workers < 1):
             raise ValueError("`shard_size` and `num_workers` must be >= 1")
+        if stall_timeout <= 0:
+            raise ValueError(f"`stall_timeout` must be > 0 seconds, got {stall_timeout}")
         self.config = config
         self.executor_name = executor
-        self.executor_kwargs = {"num_workers": num_workers, "address": ray_address,
-                                "gpus_per_worker": gpus_per_worker, "max_retries": max_retries} if executor == "ray" else {}
+        self.executor_kwargs = {"num_workers": num_workers, "address": ray_address, "gpus_per_worker": gpus_per_worker,
+                                "max_retries": max_retries, "stall_timeout": stall_timeout} if executor == "ray" else {}
         self.shard_size, self.work_dir, self.resume, self.keep_work_dir = shard_size, work_dir, resume, keep_work_dir
         self.progress, self.n_bootstrap, self.seed, self.batch_size = progress, n_bootstrap, seed, batch_size
         self._executor = None
@@ -121,12 +128,14 @@ class Engine:
         start = time.perf_counter()
         tmp_ctx = tempfile.TemporaryDirectory(prefix="adherence-") if output is None else None
         try:
-            out_path = Path(tmp_ctx.name) / "scores.parquet" if output is None else Path(output)
+            # Absolute from here on: Ray workers run in other directories (and on other nodes).
+            out_path = (Path(tmp_ctx.name) / "scores.parquet" if output is None else Path(output)).absolute()
             if sessions_output is None:
                 suffix = out_path.suffix or ".parquet"
                 sessions_output = out_path.with_name(f"{out_path.stem}.sessions{suffix}")
-            sessions_path = Path(sessions_output)
-            work = Path(self.work_dir) if self.work_dir else out_path.with_name(out_path.name + ".work")
+            sessions_path = Path(sessions_output).absolute()
+            work = (Path(self.work_dir) if self.work_dir else out_path.with_name(out_path.name + ".work")).absolute()
+            self._check_device()
             if isinstance(source, (str, os.PathLike)):
                 _check_file(source)  # a missing file, a FIFO, an unreadable or empty input: one line, before anything
             check_outputs(source, out_path, sessions_path, work)
@@ -151,6 +160,19 @@ class Engine:
 
     # ------------------------------------------------------------------ steps
 
+    def _check_device(self) -> None:
+        """``device="cuda"`` on a machine where CUDA sees no GPU stops before any work (in-process runs;
+        a Ray worker checks its own GPU)."""
+        devices = [self.config.device, ((self.config.judge.backend_options or {}).get("device")
+                                        if self.config.judge is not None else None)]
+        if self.executor_name != "local" or not any(str(d or "").startswith("cuda") for d in devices):
+            return
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ValueError(f"--device cuda, but CUDA sees no GPU on this machine (torch {torch.__version__}); "
+                             "use --device cpu, or --executor ray --gpus-per-worker 1 on a cluster with GPUs")
+
     def _run_locked(self, source, out_path: Path, sessions_path: Path, work: Path, start: float) -> dict:
         if not isinstance(source, (str, os.PathLike)):
             src_path = work / "input.parquet"
@@ -160,10 +182,12 @@ class Engine:
         method = get_method(self.config.method)
         config = dataclasses.replace(self.config, progress=False)
         needs_references = method.uses_dataset_references(self.config)
-        if not needs_references and self.executor_name == "ray":
-            # Workers start (and load their models) while the input is being planned.
+        if self.executor_name == "ray":
             self._executor = get_executor(self.executor_name, **self.executor_kwargs)
-            self._executor.start(config)
+            check_reachable(self._executor.ray, work)
+            if not needs_references:
+                # Workers start (and load their models) while the input is being planned.
+                self._executor.start(config)
         from ..data import TranscriptOptions
 
         transcripts = TranscriptOptions(self.input_format, self.role, self.strict_input)
@@ -334,6 +358,11 @@ class Engine:
                 "elapsed_s": elapsed, "turns_per_s": totals["rows"] / elapsed if elapsed > 0 else None,
                 "executor": self.executor_name,
             }
+            stats = getattr(self._executor, "stats", None)
+            if stats:
+                summary["retried_shards"] = stats["retried_shards"]
+                summary["workers_lost"] = stats["workers_lost"]
+                summary["workers"] = sorted(stats["workers"].values(), key=lambda w: (w.get("host"), w.get("pid")))
             usage: dict = {}
             for r in results.values():  # this run's work only: resumed shards were paid for earlier
                 for k, v in ({} if r.get("resumed") else r.get("judge_usage") or {}).items():

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import socket
+import threading
 import time
 from pathlib import Path
 
@@ -12,7 +14,30 @@ import pyarrow.parquet as pq
 from ..role import Resources, RoleConfig, get_method, score_turns
 from ._plan import content_digest, temp_path
 
-__all__ = ["ShardWorker", "error_rows"]
+__all__ = ["ShardWorker", "WorkerSetupError", "error_rows", "verify_gpu"]
+
+
+class WorkerSetupError(RuntimeError):
+    """A worker could not get ready to score (its models did not load, or CUDA cannot see the GPU it was
+    given): the same on every try, so the job stops at once instead of retrying."""
+
+
+def verify_gpu(gpu_ids=()) -> dict:
+    """Prove that CUDA sees the GPU this worker was given (a context is made on it) before any shard;
+    ``{"device", "gpu", "gpu_ids"}`` for the run metadata, or :class:`WorkerSetupError` in one line."""
+    import torch
+
+    where = f"node {socket.gethostname()}, pid {os.getpid()}"
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if not torch.cuda.is_available() or torch.cuda.device_count() < 1:
+        raise WorkerSetupError(
+            f"worker on {where} was given GPU {list(gpu_ids)} but CUDA sees none (torch {torch.__version__}, "
+            f"CUDA_VISIBLE_DEVICES={visible!r}); no shard was scored there")
+    try:
+        torch.zeros(1, device="cuda")
+    except RuntimeError as exc:
+        raise WorkerSetupError(f"worker on {where}: CUDA cannot use GPU {list(gpu_ids)}: {exc}".splitlines()[0]) from None
+    return {"device": "cuda", "gpu": torch.cuda.get_device_name(0), "gpu_ids": list(gpu_ids)}
 
 
 def error_rows(table: pa.Table, method: str, message: str) -> pa.Table:
@@ -28,12 +53,41 @@ def error_rows(table: pa.Table, method: str, message: str) -> pa.Table:
 class ShardWorker:
     """Scores shards with one set of loaded models (one per process or Ray actor)."""
 
-    def __init__(self, config: RoleConfig) -> None:
+    def __init__(self, config: RoleConfig, *, prepare: bool = True, expect_gpu: bool = False,
+                 remote: bool = False) -> None:
         self.config = config
+        self.remote = remote  # a Ray actor: setup errors travel to the driver as one WorkerSetupError line
         self.resources = Resources(config)
-        # Models load once per worker; configuration errors surface here and stop the job.
-        get_method(config.method).prepare(config, self.resources)
         self.pid = os.getpid()
+        self.expect_gpu = expect_gpu
+        self.info: dict = {"host": socket.gethostname(), "pid": self.pid}
+        self._lock = threading.Lock()  # a Ray actor answers pings from a second thread while it scores
+        self._ready = False
+        if prepare:
+            self.prepare()
+
+    def prepare(self) -> dict:
+        """Load the models once (and, for a GPU worker, prove CUDA sees its GPU); this worker's description.
+
+        Raises :class:`WorkerSetupError` (never retried) when it cannot get ready."""
+        with self._lock:
+            if not self._ready:
+                if self.expect_gpu:
+                    import ray
+
+                    self.info.update(verify_gpu(ray.get_gpu_ids()))
+                else:
+                    self.info["device"] = str(self.config.device or "auto")
+                try:
+                    # Models load once per worker; configuration errors surface here and stop the job.
+                    get_method(self.config.method).prepare(self.config, self.resources)
+                except Exception as exc:  # noqa: BLE001 - one line to the driver, not a retried crash
+                    if not self.remote:
+                        raise
+                    raise WorkerSetupError(f"worker on {self.info['host']} could not load its models: "
+                                           f"{type(exc).__name__}: {exc}".splitlines()[0]) from None
+                self._ready = True
+            return dict(self.info)
 
     def ping(self) -> int:
         return self.pid
@@ -45,6 +99,11 @@ class ShardWorker:
         so the job exits non-zero and ``--resume`` scores it again. The summary carries the
         output's content digest, which a resumed job checks before trusting the file.
         """
+        self.prepare()
+        with self._lock:
+            return self._run(task)
+
+    def _run(self, task: dict) -> dict:
         start = time.perf_counter()
         try:
             with pa.ipc.open_stream(task["input"]) as reader:
@@ -71,6 +130,7 @@ class ShardWorker:
             "shard_id": task["shard_id"], "rows": table.num_rows, "ok": status.count("ok"),
             "error": status.count("error"), "unscored": status.count("unscored"), "failed": failed,
             "digest": content_digest(out), "seconds": time.perf_counter() - start, "pid": self.pid,
+            "worker": dict(self.info),
             "models": self.resources.describe(),
             "judge_usage": {k: v - before.get(k, 0) for k, v in self.resources.usage().items()},
         }

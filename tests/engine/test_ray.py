@@ -11,7 +11,7 @@ from adherence.engine import Engine, EngineError  # noqa: E402
 def ray_cluster():
     import ray
 
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, _node_ip_address="127.0.0.1")
     yield ray
     ray.shutdown()
 
@@ -29,11 +29,16 @@ def test_ray_equals_local(tmp_path, synthetic, ray_cluster):
 
 
 @pytest.mark.ray
-def test_ray_worker_that_cannot_start_fails_the_job_naming_the_shard(tmp_path, ray_cluster):
-    engine = Engine(method="cosine", encoder="/nonexistent/model", executor="ray", num_workers=1, max_retries=1,
+def test_ray_worker_that_cannot_load_its_models_stops_the_job_at_once(tmp_path, ray_cluster):
+    import time
+
+    engine = Engine(method="cosine", encoder="/nonexistent/model", executor="ray", num_workers=1, max_retries=3,
                     progress=False)
-    with pytest.raises(EngineError, match=r"shard 0 .*failed 2 times"):
+    start = time.perf_counter()
+    with pytest.raises(EngineError, match=r"^worker on .* could not load its models: ModelNotFoundError") as e:
         engine.run(example_path("role"), tmp_path / "o.parquet")
+    assert "\n" not in str(e.value) and time.perf_counter() - start < 60  # one line, no retries
+    assert not (tmp_path / "o.parquet").exists()
 
 
 @pytest.mark.ray

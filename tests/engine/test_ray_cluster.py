@@ -1,0 +1,183 @@
+"""The Ray executor on real multi-node clusters on 127.0.0.1 (``ray.cluster_utils.Cluster``): a node lost
+mid-run, every node lost then ``--resume``, more workers than CPUs, relative paths, a work dir one node
+cannot see (a node in its own mount namespace), fake GPUs that CUDA cannot use."""
+
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+ray = pytest.importorskip("ray")
+
+from ray._private import ray_constants  # noqa: E402
+from ray.cluster_utils import Cluster  # noqa: E402
+
+from adherence.engine import Engine, EngineError, RayExecutor  # noqa: E402
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
+
+LOOPBACK = "127.0.0.1"  # every node and every connection stays on this machine
+# Lost nodes are noticed within seconds, not the default half minute.
+FAST_HEALTH = {"health_check_initial_delay_ms": 0, "health_check_period_ms": 500, "health_check_failure_threshold": 3}
+
+
+@pytest.fixture
+def cluster(monkeypatch):
+    made = []
+
+    def make(head_cpus, *worker_cpus, head_gpus=0):
+        c = Cluster(initialize_head=True, connect=False, head_node_args={
+            "num_cpus": head_cpus, "num_gpus": head_gpus, "include_dashboard": False, "node_ip_address": LOOPBACK,
+            "_system_config": FAST_HEALTH})
+        made.append(c)
+        # ray.init(address="127.0.0.1:...") would swap in the machine's address: connect on loopback
+        with monkeypatch.context() as m:
+            m.setattr(ray_constants, "ENABLE_RAY_CLUSTER", False)
+            ray.init(address=c.address, log_to_driver=False)
+        nodes = [c.add_node(num_cpus=n, node_ip_address=LOOPBACK) for n in worker_cpus]
+        c.wait_for_nodes()
+        return c, nodes
+
+    yield make
+    ray.shutdown()
+    for c in made:
+        c.shutdown()
+
+
+def _local(turns, tmp_path, method="kl", **kw):
+    Engine(method=method, progress=False, n_bootstrap=20, **kw).run(turns, tmp_path / "local.parquet")
+    return pq.read_table(tmp_path / "local.parquet")
+
+
+def _kill_when_a_shard_is_done(cluster, node, work: Path):
+    """Kill ``node`` (no goodbye) as soon as the first shard's result is on disk: mid-run."""
+    def watch():
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not list((work / "out").glob("*.done.json")):
+            time.sleep(0.05)
+        cluster.remove_node(node, allow_graceful=False)
+    t = threading.Thread(target=watch, daemon=True)
+    t.start()
+    return t
+
+
+def _long_job(synthetic):
+    """Cosine over ~600 distinct turns in shards of ~40: each shard is a second or so of encoder work on
+    two busy cores, so that a job runs long enough to lose a node in it."""
+    return synthetic(60)
+
+
+def test_a_node_lost_mid_run_moves_its_shard_and_the_output_equals_a_local_run(tmp_path, synthetic, cluster):
+    turns = _long_job(synthetic)
+    want = _local(turns, tmp_path, "cosine", shard_size=40)
+    c, (worker,) = cluster(1, 1)
+    work = tmp_path / "w"
+    killer = _kill_when_a_shard_is_done(c, worker, work)
+    start = time.perf_counter()
+    # stall_timeout: long enough that a loaded machine's slow pings never cost the surviving worker
+    res = Engine(method="cosine", progress=False, n_bootstrap=20, shard_size=40, executor="ray", num_workers=2,
+                 stall_timeout=20, work_dir=work).run(turns, tmp_path / "r.parquet")
+    killer.join()
+    assert pq.read_table(tmp_path / "r.parquet").equals(want)  # no row lost or duplicated
+    s = res.summary
+    # the lost node's shard went to the other worker; its actor could not be placed again (no free CPU)
+    assert s["retried_shards"] >= 1 and s["failed_shards"] == [] and s["workers_lost"] <= 1, s
+    assert time.perf_counter() - start < 150
+
+
+def test_every_node_lost_fails_in_bounded_time_naming_the_resources_then_resume_finishes(
+        tmp_path, synthetic, cluster):
+    turns = _long_job(synthetic)
+    want = _local(turns, tmp_path, "cosine", shard_size=40)
+    c, (worker,) = cluster(0, 2)
+    work = tmp_path / "w"
+    killer = _kill_when_a_shard_is_done(c, worker, work)
+    start = time.perf_counter()
+    kw = dict(method="cosine", progress=False, n_bootstrap=20, shard_size=40, executor="ray", num_workers=2,
+              stall_timeout=6, work_dir=work)
+    with pytest.raises(EngineError, match=r"no Ray worker could run for 6 s \(each worker needs 1 CPU; .*"
+                                          r"rerun with --resume"):
+        Engine(**kw).run(turns, tmp_path / "r.parquet")
+    killer.join()
+    assert time.perf_counter() - start < 90
+    assert not (tmp_path / "r.parquet").exists() and (work / "job.json").exists()  # nothing published, work kept
+    done_before = len(list((work / "out").glob("*.done.json")))
+    assert done_before >= 1
+    c.add_node(num_cpus=2)
+    c.wait_for_nodes()
+    res = Engine(resume=True, **kw).run(turns, tmp_path / "r.parquet")
+    assert pq.read_table(tmp_path / "r.parquet").equals(want)
+    assert res.summary["shards_resumed"] == done_before
+
+
+def test_more_workers_than_cpus_run_as_fewer_with_a_warning(tmp_path, synthetic, cluster):
+    turns = synthetic(8)
+    want = _local(turns, tmp_path, shard_size=5)
+    cluster(1, 1)
+    with pytest.warns(UserWarning, match=r"6 Ray workers x 1 CPU do not fit the cluster's 2 CPUs; running 2"):
+        res = Engine(method="kl", progress=False, n_bootstrap=20, shard_size=5, executor="ray", num_workers=6
+                     ).run(turns, tmp_path / "r.parquet")
+    assert pq.read_table(tmp_path / "r.parquet").equals(want)
+    assert len({(w["host"], w["pid"]) for w in res.summary["workers"]}) <= 2
+
+
+def test_relative_paths_are_absolute_for_workers_in_other_directories(tmp_path, synthetic, cluster, monkeypatch):
+    turns = synthetic(4)
+    want = _local(turns, tmp_path, shard_size=5)
+    cluster(1, 1)
+    elsewhere = tmp_path / "cwd"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)  # the workers were started in another directory
+    Engine(method="kl", progress=False, n_bootstrap=20, shard_size=5, executor="ray", num_workers=2,
+           work_dir="rel/work").run(turns, "rel/r.parquet")
+    assert pq.read_table(elsewhere / "rel" / "r.parquet").equals(want)
+
+
+@pytest.mark.skipif(shutil.which("unshare") is None, reason="needs util-linux unshare")
+def test_a_work_dir_one_node_cannot_see_is_refused_before_any_work(tmp_path, synthetic, cluster):
+    private = tmp_path / "private"
+    private.mkdir()
+    probe = subprocess.run(["unshare", "-m", "sh", "-c", f"mount -t tmpfs none {private}"], capture_output=True)
+    if probe.returncode != 0:
+        pytest.skip(f"mount namespaces are not available here: {probe.stderr.decode().strip()}")
+    c, _ = cluster(1)
+    helper = Path(__file__).with_name("_ray_node.py")
+    # A node whose view of `private` is its own empty tmpfs, as a node without the shared mount would have.
+    node = subprocess.Popen(["unshare", "-m", "sh", "-c", f"mount -t tmpfs none {private} && "
+                             f"exec {sys.executable} {helper} {c.address} 1"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while sum(n["Alive"] for n in ray.nodes()) < 2 and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert sum(n["Alive"] for n in ray.nodes()) == 2
+        with pytest.raises(ValueError, match=r"the work dir .*private/w cannot be read from Ray node\(s\) 127\.0\.0\.1 "
+                                             r".*it must be on storage every node reaches"):
+            Engine(method="kl", progress=False, executor="ray", num_workers=1, work_dir=private / "w"
+                   ).run(synthetic(2), tmp_path / "r.parquet")
+        assert not (tmp_path / "r.parquet").exists()
+        # the same job with the work dir where both nodes see it runs
+        Engine(method="kl", progress=False, n_bootstrap=20, executor="ray", num_workers=2, work_dir=tmp_path / "w"
+               ).run(synthetic(2), tmp_path / "r.parquet")
+        assert pq.read_table(tmp_path / "r.parquet").num_rows == synthetic(2).num_rows
+    finally:
+        node.terminate()
+        node.wait(30)
+
+
+def test_gpu_workers_default_to_one_per_gpu_and_stop_at_once_when_cuda_cannot_see_it(tmp_path, synthetic, cluster):
+    cluster(4, head_gpus=2)  # a node that advertises two GPUs CUDA cannot use (the CPU build of torch)
+    assert RayExecutor(gpus_per_worker=1).num_workers == 2
+    assert RayExecutor(gpus_per_worker=0.5).num_workers == 4
+    start = time.perf_counter()
+    with pytest.raises(EngineError, match=r"^worker on .* was given GPU \[\d\] but CUDA sees none .*no shard was "
+                                          r"scored there$"):
+        Engine(method="kl", progress=False, executor="ray", gpus_per_worker=1, max_retries=3
+               ).run(synthetic(2), tmp_path / "g.parquet")
+    assert time.perf_counter() - start < 60  # no retries
+    assert not (tmp_path / "g.parquet").exists()
