@@ -91,6 +91,27 @@ def _dot(x, r, acc, MODE: tl.constexpr):
     return acc
 
 @triton.jit
+def _tile_dot(acc, X, sxb, sxd, R, srk, srd, rows, rm, k, km, d, D, MODE: tl.constexpr):
+    # acc += x[rows, d] @ r[k, d]^T for one feature chunk d of one reference tile k
+    dm = d < D
+    x = tl.load(X + rows[:, None] * sxb + d[None, :] * sxd, mask=rm[:, None] & dm[None, :], other=0.0)
+    r = tl.load(R + k[None, :] * srk + d[:, None] * srd, mask=km[None, :] & dm[:, None], other=0.0)
+    return _dot(x, r, acc, MODE)
+
+
+@triton.jit
+def _tile_max(best, acc, RN, k, km, xn, start, end, SHARED: tl.constexpr):
+    # the running max of the cosine over one finished reference tile, within each row's range
+    rn = tl.load(RN + k, mask=km, other=1.0)
+    cos = acc / tl.maximum(xn[:, None] * rn[None, :], 1e-12)
+    if SHARED:
+        inside = km[None, :]
+    else:
+        inside = (k[None, :] >= start[:, None]) & (k[None, :] < end[:, None])
+    return tl.maximum(best, tl.max(tl.where(inside, cos, float("-inf")), axis=1))
+
+
+@triton.jit
 def _knn_dot_kernel(
     X, sxb, sxd, XN, R, srk, srd, RN, RSTART, REND, PART, spb,
     B, D, K, BUCKET,
@@ -110,6 +131,8 @@ def _knn_dot_kernel(
     if SHARED:
         lo = 0
         hi = K
+        start = tl.zeros([BB], dtype=tl.int64)  # unread: the pool's tail is masked by km alone
+        end = start
     else:
         start = tl.load(RSTART + rows, mask=rm, other=2**62)
         end = tl.load(REND + rows, mask=rm, other=-1)
@@ -132,19 +155,9 @@ def _knn_dot_kernel(
             dc = it - kt * nd
             k = t_lo + kt * BK + cols_k
             km = k < t_hi
-            d = dc * BD + cols_d
-            dm = d < D
-            x = tl.load(X + rows[:, None] * sxb + d[None, :] * sxd, mask=rm[:, None] & dm[None, :], other=0.0)
-            r = tl.load(R + k[None, :] * srk + d[:, None] * srd, mask=km[None, :] & dm[:, None], other=0.0)
-            acc = _dot(x, r, acc, MODE)
+            acc = _tile_dot(acc, X, sxb, sxd, R, srk, srd, rows, rm, k, km, dc * BD + cols_d, D, MODE)
             if dc == nd - 1:
-                rn = tl.load(RN + k, mask=km, other=1.0)
-                cos = acc / tl.maximum(xn[:, None] * rn[None, :], 1e-12)
-                if SHARED:
-                    inside = km[None, :]
-                else:
-                    inside = (k[None, :] >= start[:, None]) & (k[None, :] < end[:, None])
-                best = tl.maximum(best, tl.max(tl.where(inside, cos, float("-inf")), axis=1))
+                best = _tile_max(best, acc, RN, k, km, xn, start, end, SHARED)
                 acc = tl.zeros([BB, BK], dtype=tl.float32)
     else:
         for k0 in range(t_lo, t_hi, BK):
@@ -152,18 +165,8 @@ def _knn_dot_kernel(
             km = k < t_hi
             acc = tl.zeros([BB, BK], dtype=tl.float32)
             for d0 in range(0, D, BD):
-                d = d0 + cols_d
-                dm = d < D
-                x = tl.load(X + rows[:, None] * sxb + d[None, :] * sxd, mask=rm[:, None] & dm[None, :], other=0.0)
-                r = tl.load(R + k[None, :] * srk + d[:, None] * srd, mask=km[None, :] & dm[:, None], other=0.0)
-                acc = _dot(x, r, acc, MODE)
-            rn = tl.load(RN + k, mask=km, other=1.0)
-            cos = acc / tl.maximum(xn[:, None] * rn[None, :], 1e-12)
-            if SHARED:
-                inside = km[None, :]
-            else:
-                inside = (k[None, :] >= start[:, None]) & (k[None, :] < end[:, None])
-            best = tl.maximum(best, tl.max(tl.where(inside, cos, float("-inf")), axis=1))
+                acc = _tile_dot(acc, X, sxb, sxd, R, srk, srd, rows, rm, k, km, d0 + cols_d, D, MODE)
+            best = _tile_max(best, acc, RN, k, km, xn, start, end, SHARED)
     tl.store(PART + split * spb + rows, best, mask=rm)
 
 @triton.jit

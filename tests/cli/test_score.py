@@ -1,5 +1,7 @@
 import json
 
+import pytest
+
 from adherence.cli.main import main
 from adherence.data import example_path, metadata_path, read_session_scores, read_turn_scores
 
@@ -71,3 +73,19 @@ def test_main_called_in_process_puts_the_process_state_back(tmp_path, capsys):
         assert signal.getsignal(signal.SIGTERM) is own_handler and warnings.formatwarning is own_format
     finally:
         signal.signal(signal.SIGTERM, before)
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="needs a machine where CUDA sees no GPU")
+def test_device_cuda_without_cuda_stops_before_any_work_in_one_line(tmp_path, capsys):
+    import time
+
+    from adherence.cli.main import main
+    from adherence.data import example_path
+
+    start = time.perf_counter()
+    rc = main(["score", str(example_path("role")), "-o", str(tmp_path / "o.parquet"), "--method", "cosine",
+               "--device", "cuda", "--no-progress"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1
+    assert err[0].startswith("adherence score: error: --device cuda, but CUDA sees no GPU on this machine")
+    assert time.perf_counter() - start < 10 and not list(tmp_path.iterdir())  # nothing loaded, nothing written
