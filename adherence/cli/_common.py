@@ -101,7 +101,12 @@ def add_judge_args(p: argparse.ArgumentParser, *, device: bool = True) -> argpar
     j.add_argument("--backend", default="transformers", choices=["transformers", "vllm", "openai"],
                    help="transformers: in-process; vllm: offline vllm.LLM; openai: any OpenAI-compatible "
                    "server (vLLM, TGI, Ollama, llama.cpp) at --base-url")
-    j.add_argument("--base-url", help="openai backend: server URL, e.g. http://127.0.0.1:8000/v1")
+    j.add_argument("--base-url", action="append", metavar="URL",
+                   help="openai backend: server URL, e.g. http://127.0.0.1:8000/v1; repeat it (or give @FILE, one "
+                   "URL a line) for a fleet serving the same model: requests spread over the endpoints that are "
+                   "up, a failing one is backed off and its requests retried on the others")
+    j.add_argument("--max-qps", type=float, metavar="Q",
+                   help="openai backend: requests started per second over all endpoints (default: no cap)")
     j.add_argument("--api-key", help="openai backend: API key (default: $OPENAI_API_KEY)")
     j.add_argument("--concurrency", type=int, default=16, help="openai backend: requests in flight")
     j.add_argument("--request-timeout", type=float, default=60.0, metavar="S",
@@ -125,18 +130,44 @@ def add_judge_args(p: argparse.ArgumentParser, *, device: bool = True) -> argpar
     return j
 
 
+def base_urls(values) -> list:
+    """The endpoints of ``--base-url`` (repeated, a list from a job file, or ``@FILE`` with one URL a line)."""
+    if not values:
+        return []
+    out = []
+    for v in [values] if isinstance(values, str) else values:
+        if str(v).startswith("@"):
+            from pathlib import Path
+
+            from ..data import DataError
+
+            try:
+                lines = Path(v[1:]).read_text(encoding="utf-8").splitlines()
+            except (OSError, UnicodeDecodeError) as exc:
+                raise DataError(f"cannot read the list of base URLs ({exc})", file=v[1:]) from None
+            out += [ln.strip() for ln in lines if ln.strip() and not ln.strip().startswith("#")]
+        else:
+            out.append(str(v))
+    return out
+
+
 def judge_backend_options(args: argparse.Namespace, *, progress: bool = True, **extra) -> dict:
     """Constructor options of the chosen backend from the shared judge flags."""
     if args.backend == "transformers":
         return {"device": getattr(args, "device", None), "dtype": getattr(args, "judge_dtype", None),
                 "progress": progress, **extra}
     if args.backend == "openai":
-        if not args.base_url:
+        urls = base_urls(args.base_url)
+        if not urls:
             raise ValueError("--backend openai needs --base-url (e.g. http://127.0.0.1:8000/v1)")
         if args.concurrency < 1 or args.max_retries < 0 or not args.request_timeout > 0:
             raise ValueError("--concurrency must be >= 1, --max-retries >= 0 and --request-timeout > 0")
-        return {"base_url": args.base_url, "api_key": args.api_key, "concurrency": args.concurrency,
-                "timeout": args.request_timeout, "max_retries": args.max_retries}
+        max_qps = getattr(args, "max_qps", None)
+        if max_qps is not None and not max_qps > 0:
+            raise ValueError(f"--max-qps must be > 0, got {max_qps}")
+        return {"base_url": urls[0] if len(urls) == 1 else urls, "api_key": args.api_key,
+                "concurrency": args.concurrency, "timeout": args.request_timeout, "max_retries": args.max_retries,
+                **({"max_qps": max_qps} if max_qps else {})}
     import json
 
     opts = {"progress": progress}

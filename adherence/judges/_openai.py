@@ -15,6 +15,7 @@ import asyncio
 import os
 import random
 import time
+import warnings
 from typing import Optional, Sequence
 
 from .._optional import require
@@ -53,22 +54,29 @@ def _retry_after(headers) -> Optional[float]:
 
 
 class OpenAIBackend(JudgeBackend):
-    """Judge through ``POST {base_url}/chat/completions``.
+    """Judge through ``POST {base_url}/chat/completions``, on one server or a fleet of them.
+
+    With several URLs, requests go round-robin over the endpoints that are up; an endpoint that fails a
+    request (connection error, timeout, 408/409/429/5xx) is backed off (1 s, doubling to 30 s, or its
+    ``Retry-After``) and the request is retried on another, so a server killed mid-run costs no row.
+    ``max_qps`` caps the requests started per second across the fleet.
 
     Args:
         model: the model name the server expects.
-        base_url: e.g. ``http://127.0.0.1:8000/v1``.
+        base_url: e.g. ``http://127.0.0.1:8000/v1``, or a list of such URLs (a fleet serving the same model).
         api_key: bearer token (default ``$OPENAI_API_KEY``; none for local servers).
         concurrency: requests in flight.
         timeout: seconds per request.
         max_retries: retries per request after the first try.
         backoff: first retry delay in seconds (doubled each retry, with jitter).
+        max_qps: requests started per second, over all endpoints (default: no cap).
     """
 
     name = "openai"
 
-    def __init__(self, model: Optional[str] = None, *, base_url: Optional[str] = None, api_key: Optional[str] = None,
-                 concurrency: int = 16, timeout: float = 60.0, max_retries: int = 4, backoff: float = 0.5) -> None:
+    def __init__(self, model: Optional[str] = None, *, base_url=None, api_key: Optional[str] = None,
+                 concurrency: int = 16, timeout: float = 60.0, max_retries: int = 4, backoff: float = 0.5,
+                 max_qps: Optional[float] = None) -> None:
         require("httpx", "openai", "the OpenAI-compatible judge backend")
         if not model:
             raise ValueError("the openai backend needs the server's model name: --judge-model NAME")
@@ -76,8 +84,16 @@ class OpenAIBackend(JudgeBackend):
             raise ValueError("the openai backend needs the server address: --base-url http://HOST:PORT/v1")
         if concurrency < 1 or max_retries < 0 or timeout <= 0:
             raise ValueError("`concurrency` must be >= 1, `max_retries` >= 0 and `timeout` > 0")
+        if max_qps is not None and not max_qps > 0:
+            raise ValueError(f"`max_qps` must be > 0, got {max_qps}")
         self.model = model
-        self.base_url = base_url.rstrip("/")
+        urls = [base_url] if isinstance(base_url, str) else list(base_url)
+        self.base_urls = list(dict.fromkeys(u.rstrip("/") for u in urls if u))
+        self.base_url = self.base_urls[0]
+        self.max_qps = max_qps
+        self._down = {u: (0.0, 0) for u in self.base_urls}  # url -> (backed off until, failures in a row)
+        self._turn = 0
+        self._next_start = 0.0
         self.api_key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
         self.concurrency, self.timeout, self.max_retries, self.backoff = concurrency, timeout, max_retries, backoff
         self.supports_logprobs = True
@@ -86,7 +102,33 @@ class OpenAIBackend(JudgeBackend):
 
     @property
     def model_id(self) -> str:
-        return f"openai:{self.base_url}::{self.model}"
+        return f"openai:{'|'.join(sorted(self.base_urls))}::{self.model}"
+
+    def _pick(self) -> tuple:
+        """``(url, seconds to wait)``: the next endpoint that is up, round-robin; else the one back soonest."""
+        now = time.monotonic()
+        up = [u for u in self.base_urls if self._down[u][0] <= now]
+        if up:
+            self._turn += 1
+            return up[self._turn % len(up)], 0.0
+        url = min(self.base_urls, key=lambda u: self._down[u][0])
+        return url, self._down[url][0] - now
+
+    def _mark(self, url: str, ok: bool, retry_after: Optional[float] = None) -> None:
+        if ok:
+            self._down[url] = (0.0, 0)
+            return
+        fails = self._down[url][1] + 1
+        pause = retry_after if retry_after is not None else min(30.0, self.backoff * 2 ** fails)
+        self._down[url] = (time.monotonic() + pause, fails)
+
+    async def _throttle(self) -> None:
+        if self.max_qps:
+            now = time.monotonic()
+            start = max(now, self._next_start)
+            self._next_start = start + 1.0 / self.max_qps
+            if start > now:
+                await asyncio.sleep(start - now)
 
     def build_payload(self, req: JudgeRequest, *, max_tokens: int, temperature: float, top_k: Optional[int],
                       seed: Optional[int], stop: Optional[list] = None) -> dict:
@@ -124,15 +166,28 @@ class OpenAIBackend(JudgeBackend):
     # ----------------------------------------------------------------- preflight
 
     def preflight(self, *, logprobs: bool) -> None:
-        """One cheap round trip before any row: reachable, authorised, model served, log-probs when needed.
+        """One cheap round trip per endpoint before any row: reachable, authorised, model served, log-probs
+        when needed. In a fleet an endpoint that fails is backed off with a warning while one passes.
 
         Raises:
-            JudgeUnavailable: what is wrong, in one line.
-            LogprobsUnsupported: ``logprobs`` is needed and the server returns none.
+            JudgeUnavailable: what is wrong, in one line (of the first endpoint, when none passes).
+            LogprobsUnsupported: ``logprobs`` is needed and a server returns none.
         """
+        failures = []
+        for url in self.base_urls:
+            try:
+                self._preflight_one(url, logprobs)
+            except JudgeUnavailable as exc:
+                failures.append(exc)
+                self._mark(url, False, retry_after=30.0)
+        if len(failures) == len(self.base_urls):
+            raise failures[0]
+        for exc in failures:
+            warnings.warn(f"{exc}; that endpoint is skipped until it answers")
+
+    def _preflight_one(self, where: str, logprobs: bool) -> None:
         import httpx
 
-        where = self.base_url
         try:
             with httpx.Client(timeout=self.timeout, headers=self._headers()) as client:
                 r = client.get(f"{where}/models")
@@ -193,8 +248,12 @@ class OpenAIBackend(JudgeBackend):
         delay = self.backoff
         last = ""
         for attempt in range(self.max_retries + 1):
+            url, wait_up = self._pick()
+            if wait_up > 0:
+                await asyncio.sleep(wait_up)
+            await self._throttle()
             try:
-                r = await client.post(f"{self.base_url}/chat/completions", json=body)
+                r = await client.post(f"{url}/chat/completions", json=body)
                 self.calls += 1
                 if r.status_code == 400 and "logprob" in r.text.lower() and body.get("logprobs"):
                     raise LogprobsUnsupported(f"the server rejected logprobs: {r.text[:200]}")
@@ -204,6 +263,7 @@ class OpenAIBackend(JudgeBackend):
                     wait = _retry_after(r.headers)
                 else:
                     r.raise_for_status()
+                    self._mark(url, True)
                     try:
                         return r.json()
                     except ValueError as exc:
@@ -213,6 +273,10 @@ class OpenAIBackend(JudgeBackend):
                 wait = None
             except httpx.HTTPStatusError as exc:
                 raise RuntimeError(f"HTTP {exc.response.status_code}: {exc.response.text[:200]}") from None
+            if len(self.base_urls) > 1:
+                last = f"{url}: {last}"
+                self._mark(url, False, wait)  # the next try goes to another endpoint if one is up
+                continue
             if attempt < self.max_retries:
                 await asyncio.sleep(wait if wait is not None else delay * (1 + random.random() * 0.25))
                 delay *= 2

@@ -76,3 +76,85 @@ def test_payload_and_arguments():
         get_backend("openai", model="m")
     with pytest.raises(ValueError, match="Did you mean 'openai'"):
         get_backend("opnai")
+
+
+class _Counting(ChatServer):
+    """A ChatServer that counts the requests it answered, and can be stopped mid-run (as a crash)."""
+
+    def __init__(self, backend, **kw):
+        super().__init__(backend, **kw)
+        self.answered = 0
+
+    def answer(self, path, body):
+        out = super().answer(path, body)
+        self.answered += 1
+        return out
+
+    def kill(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def test_a_fleet_spreads_requests_and_survives_an_endpoint_killed_mid_run(tiny_judge, turns):
+    import threading
+
+    many = turns
+    for _ in range(3):
+        many = __import__("pyarrow").concat_tables([many, turns])
+    with ChatServer(tiny_judge) as one:
+        want = RoleJudge(JudgeConfig(model="tiny", backend="openai"), backend=_backend(one, concurrency=2)).score(many)
+    a, b, c = _Counting(tiny_judge), _Counting(tiny_judge), _Counting(tiny_judge)
+    with a, b:
+        c.thread.start()
+        fleet = get_backend("openai", model="tiny", base_url=[a.url, b.url, c.url], backoff=0.01, max_retries=2,
+                            concurrency=2, timeout=5)
+        assert fleet.model_id.count("http://127.0.0.1:") == 3
+        judge = RoleJudge(JudgeConfig(model="tiny", backend="openai"), backend=fleet)
+        killed = threading.Event()
+
+        def kill_c_after_a_few():
+            while c.answered < 2:
+                __import__("time").sleep(0.01)
+            c.kill()
+            killed.set()
+
+        threading.Thread(target=kill_c_after_a_few, daemon=True).start()
+        got = judge.score(many)
+        assert killed.is_set()
+    assert got["status"] == ["ok"] * many.num_rows  # the killed endpoint cost no row
+    np.testing.assert_allclose(got["score"], want["score"], atol=1e-6)
+    assert a.answered > 0 and b.answered > 0 and c.answered >= 2
+    # every row answered somewhere, plus one preflight per endpoint (a request c answered as it died may be retried)
+    assert a.answered + b.answered + c.answered >= many.num_rows + 3
+
+
+def test_max_qps_caps_the_request_rate_over_the_fleet(tiny_judge, turns):
+    import time
+
+    with ChatServer(tiny_judge) as a, ChatServer(tiny_judge) as b:
+        fleet = get_backend("openai", model="tiny", base_url=[a.url, b.url], max_qps=10, concurrency=8)
+        start = time.perf_counter()
+        cols = RoleJudge(JudgeConfig(model="tiny", backend="openai"), backend=fleet).score(turns)
+        took = time.perf_counter() - start
+    assert cols["status"] == ["ok"] * turns.num_rows
+    assert took >= (turns.num_rows - 1) / 10 - 0.05  # 7 requests at 10/s: 0.6 s at least
+    with pytest.raises(ValueError, match="max_qps"):
+        get_backend("openai", model="tiny", base_url=a.url, max_qps=0)
+
+
+def test_a_fleet_with_one_dead_endpoint_warns_and_scores_on_the_others(tiny_judge, turns):
+    with ChatServer(tiny_judge) as a:
+        fleet = get_backend("openai", model="tiny", base_url=[a.url, "http://127.0.0.1:9/v1"], backoff=0.01,
+                            max_retries=1, timeout=2)
+        with pytest.warns(UserWarning, match=r"cannot reach judge server http://127.0.0.1:9/v1 .*skipped until"):
+            cols = RoleJudge(JudgeConfig(model="tiny", backend="openai"), backend=fleet).score(turns)
+    assert cols["status"] == ["ok"] * turns.num_rows
+
+
+def test_base_url_flags_repeat_and_read_a_file(tmp_path):
+    from adherence.cli._common import base_urls
+
+    f = tmp_path / "fleet.txt"
+    f.write_text("# our servers\nhttp://a:8000/v1\n\nhttp://b:8000/v1\n")
+    assert base_urls(["http://x/v1", f"@{f}"]) == ["http://x/v1", "http://a:8000/v1", "http://b:8000/v1"]
+    assert base_urls("http://x/v1") == ["http://x/v1"] and base_urls(None) == []
