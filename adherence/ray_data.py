@@ -44,18 +44,41 @@ class RoleScorer:
     def __call__(self, batch: pa.Table) -> pa.Table:
         if not isinstance(batch, pa.Table):
             raise TypeError("RoleScorer takes pyarrow batches: pass batch_format='pyarrow'")
+        if _BUCKET in batch.column_names:  # score_dataset's grouping key, not the user's
+            batch = batch.drop_columns([_BUCKET])
         return self._scorer(batch)
 
 
+_BUCKET = "__adherence_bucket"
+
+
+def _add_bucket(batch: pa.Table, n_buckets: int) -> pa.Table:
+    """A bucket id per row, the same for every turn of a conversation (crc32 of its id, like the engine's shards)."""
+    import zlib
+
+    import numpy as np
+
+    enc = batch.column("conversation_id").combine_chunks().cast(pa.string()).dictionary_encode()
+    of_value = np.array([zlib.crc32((v or "").encode("utf-8")) % n_buckets for v in enc.dictionary.to_pylist()],
+                        dtype=np.int32)
+    ids = of_value[enc.indices.to_numpy(zero_copy_only=False)] if len(of_value) else np.zeros(0, np.int32)
+    return batch.append_column(_BUCKET, pa.array(ids, pa.int32()))
+
+
 def score_dataset(ds, *, concurrency: int = 1, num_gpus: Optional[float] = None, num_cpus: Optional[float] = None,
-                  num_partitions: Optional[int] = None, **options: Any):
-    """Turn scores of a Ray ``Dataset`` of turns, one conversation per scoring call.
+                  num_partitions: Optional[int] = None, rows_per_call: int = 8192, **options: Any):
+    """Turn scores of a Ray ``Dataset`` of turns, whole conversations per scoring call.
+
+    Rows are grouped into buckets of whole conversations (crc32 of ``conversation_id``, about
+    ``rows_per_call`` turns each), and each bucket is one scoring call: batched like the engine's
+    shards, not one call per conversation.
 
     Args:
         ds: a ``ray.data.Dataset`` with the turns contract's columns.
         concurrency: scoring actors (each loads the models once).
         num_gpus, num_cpus: resources per actor (``num_gpus=1``: one actor per GPU).
         num_partitions: partitions of the shuffle that groups conversations (default: 4 per actor).
+        rows_per_call: turns per scoring call, about (buckets = rows / rows_per_call, at least 4 per actor).
         **options: as :func:`adherence.score` (``method``, ``judge``, ``encoder``, ...).
 
     Returns:
@@ -67,8 +90,8 @@ def score_dataset(ds, *, concurrency: int = 1, num_gpus: Optional[float] = None,
 
     from .role._platform import platform_config
 
-    if concurrency < 1:
-        raise ValueError(f"`concurrency` must be >= 1, got {concurrency}")
+    if concurrency < 1 or rows_per_call < 1:
+        raise ValueError(f"`concurrency` and `rows_per_call` must be >= 1, got {concurrency} and {rows_per_call}")
     platform_config(options, "a Ray Data map")  # refuse bad options on the driver, before any actor starts
     import ray
 
@@ -85,4 +108,6 @@ def score_dataset(ds, *, concurrency: int = 1, num_gpus: Optional[float] = None,
         kwargs["num_gpus"] = num_gpus
     if num_cpus is not None:
         kwargs["num_cpus"] = num_cpus
-    return ds.groupby("conversation_id", num_partitions=num_partitions or 4 * concurrency).map_groups(RoleScorer, **kwargs)
+    n_buckets = max(4 * concurrency, -(-ds.count() // rows_per_call))  # Parquet: the count comes from metadata
+    bucketed = ds.map_batches(_add_bucket, fn_kwargs={"n_buckets": n_buckets}, batch_format="pyarrow")
+    return bucketed.groupby(_BUCKET, num_partitions=num_partitions or 4 * concurrency).map_groups(RoleScorer, **kwargs)

@@ -69,7 +69,8 @@ class ScoreCommand(Command):
         p.add_argument("--role-file", metavar="FILE", help="like --role, read from a file")
         p.add_argument("--strict-input", action="store_true",
                        help="a malformed transcript is an error (default: skipped with a warning and counted)")
-        p.add_argument("-o", "--output", help="turn scores: .parquet, .jsonl or .csv (required unless --dry-run)")
+        p.add_argument("-o", "--output", help="turn scores: .parquet, .jsonl or .csv, a local path or an "
+                       "s3:// / gs:// / hdfs:// URI (required unless --dry-run)")
         p.add_argument("--method", default="llm_judge", choices=list(METHODS), help="scoring method (default llm_judge)")
         p.add_argument("--references", dest="reference_pool", default="per_turn", choices=["per_turn", "dataset"],
                        help="knn reference pool: each turn's references, or every ground truth of the set")
@@ -134,7 +135,8 @@ class ScoreCommand(Command):
                        "moves to the others; none left: exit 1 naming the missing resources, work dir kept")
         e.add_argument("--shard-size", type=int, default=100_000, help="turns per shard; conversations never split")
         e.add_argument("--resume", action="store_true", help="reuse the finished shards of an interrupted run")
-        e.add_argument("--work-dir", help="shards and checkpoints (default: OUTPUT.work; removed after success)")
+        e.add_argument("--work-dir", help="shards and checkpoints (default: OUTPUT.work; removed after success); "
+                       "a local path or an s3:// / gs:// / hdfs:// URI every worker can reach")
         e.add_argument("--keep-work-dir", action="store_true", help="keep the work directory after success")
         e.add_argument("--max-error-rate", type=float, default=1.0, metavar="R",
                        help="exit 1 when more than this fraction of rows is status=error (default 1.0: only when "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -24,7 +25,9 @@ from ..data._validate import conform_schema as _conform_schema
 from ..role import RoleConfig, aggregate_sessions, get_method
 from ._executors import EngineError, check_reachable, get_executor
 from ._plan import _write_json_atomic, content_digest, plan_job, temp_path
-from ._safety import PathLock, WorkDir, check_outputs, output_format, reserved_columns
+from ._safety import (PathLock, RemoteWorkDir, WorkDir, check_outputs, check_remote_output, output_format,
+                      reserved_columns)
+from ._storage import Remote, RemoteLease, as_target, write_json
 
 __all__ = ["Engine", "JobResult", "score"]
 
@@ -107,6 +110,8 @@ class Engine:
         self.shard_size, self.work_dir, self.resume, self.keep_work_dir = shard_size, work_dir, resume, keep_work_dir
         self.progress, self.n_bootstrap, self.seed, self.batch_size = progress, n_bootstrap, seed, batch_size
         self._executor = None
+        self._names: dict = {}
+        self._remote_work: Optional[Remote] = None
         from ..data import TranscriptOptions
 
         TranscriptOptions(input_format)  # validates the choice now, not after planning
@@ -127,25 +132,47 @@ class Engine:
         """
         start = time.perf_counter()
         tmp_ctx = tempfile.TemporaryDirectory(prefix="adherence-") if output is None else None
+        staging: Optional[Path] = None
         try:
-            # Absolute from here on: Ray workers run in other directories (and on other nodes).
-            out_path = (Path(tmp_ctx.name) / "scores.parquet" if output is None else Path(output)).absolute()
-            if sessions_output is None:
-                suffix = out_path.suffix or ".parquet"
-                sessions_output = out_path.with_name(f"{out_path.stem}.sessions{suffix}")
-            sessions_path = Path(sessions_output).absolute()
-            work = (Path(self.work_dir) if self.work_dir else out_path.with_name(out_path.name + ".work")).absolute()
+            # Absolute from here on (Ray workers run in other directories and on other nodes), or URIs.
+            out_t = as_target(Path(tmp_ctx.name) / "scores.parquet" if output is None else output)
+            sessions_t = _beside(out_t, "sessions") if sessions_output is None else as_target(sessions_output)
+            work_t = as_target(self.work_dir) if self.work_dir else _beside(out_t, "work")
+            remote = {k: Remote(t) for k, t in (("output", out_t), ("sessions", sessions_t), ("work", work_t))
+                      if isinstance(t, str)}
+            if remote:
+                # Object storage: bookkeeping and the files to publish are staged locally on the driver.
+                staging = Path(tempfile.mkdtemp(prefix="adherence-staging-"))
+            out_path, sessions_path, work = (t if isinstance(t, Path) else staging / sub / Remote(t).name
+                                             for t, sub in ((out_t, "publish"), (sessions_t, "publish"),
+                                                            (work_t, "work")))
+            self._names = {"turns": str(out_t), "sessions": str(sessions_t), "work": str(work_t)}
+            self._remote_work = remote.get("work")
             self._check_device()
             if isinstance(source, (str, os.PathLike)):
                 _check_file(source)  # a missing file, a FIFO, an unreadable or empty input: one line, before anything
             check_outputs(source, out_path, sessions_path, work)
+            _check_remote_targets(remote, out_t, sessions_t, work_t)
             out_path.parent.mkdir(parents=True, exist_ok=True)
-            with PathLock(out_path.with_name(f".{out_path.name}.lock"), "the output") as _, \
-                    WorkDir(work, resume=self.resume) as workdir:
+            with contextlib.ExitStack() as stack:
+                stack.enter_context(PathLock(out_path.with_name(f".{out_path.name}.lock"), "the output"))
+                for key in ("output", "sessions"):
+                    if key in remote:
+                        obj = remote[key]
+                        stack.enter_context(RemoteLease(obj.with_name(f".{obj.name}.lock"), f"the {key} output"))
+                remote_work = stack.enter_context(RemoteWorkDir(remote["work"], resume=self.resume)) \
+                    if "work" in remote else None
+                workdir = stack.enter_context(WorkDir(work, resume=self.resume))
+                if remote_work is not None and self.resume:
+                    remote_work.pull(work)
                 summary = self._run_locked(source, out_path, sessions_path, work, start)
+                _publish_remote([(p, remote[k]) for p, k in ((out_path, "output"), (sessions_path, "sessions"))
+                                 if k in remote])
                 if not self.keep_work_dir and not summary["failed_shards"]:
                     workdir.remove()  # kept after a failed shard: --resume rescores only that shard
-            result = JobResult(out_path if output is not None else None, sessions_path, summary)
+                    if remote_work is not None:
+                        remote_work.remove()
+            result = JobResult(out_t if output is not None else None, sessions_t, summary)
             if output is None:
                 result.table = pq.read_table(out_path)
                 result.sessions = pq.read_table(sessions_path)
@@ -154,6 +181,8 @@ class Engine:
         finally:
             if tmp_ctx is not None:
                 tmp_ctx.cleanup()
+            if staging is not None:
+                shutil.rmtree(staging, ignore_errors=True)
             if self._executor is not None:
                 self._executor.close()
                 self._executor = None
@@ -184,7 +213,7 @@ class Engine:
         needs_references = method.uses_dataset_references(self.config)
         if self.executor_name == "ray":
             self._executor = get_executor(self.executor_name, **self.executor_kwargs)
-            check_reachable(self._executor.ray, work)
+            check_reachable(self._executor.ray, str(self._remote_work) if self._remote_work else work)
             if not needs_references:
                 # Workers start (and load their models) while the input is being planned.
                 self._executor.start(config)
@@ -194,9 +223,16 @@ class Engine:
         plan = plan_job(source, work, shard_size=self.shard_size, batch_size=self.batch_size,
                         collect_references=needs_references, check_columns=self._check_columns(source),
                         transcripts=transcripts)
+        rw = self._remote_work
+        if self._check_job_manifest(work, plan) and rw is not None:
+            (rw / "out").delete_tree()  # another job's shard outputs: never mixed with ours
+        if rw is not None:
+            (rw / "job.json").upload(work / "job.json")
+            if plan.reference_file:
+                (rw / "references.json").upload(Path(plan.reference_file))
         if plan.reference_file:
-            config = dataclasses.replace(config, reference_file=plan.reference_file)
-        self._check_job_manifest(work, plan)
+            config = dataclasses.replace(config, reference_file=str(rw / "references.json") if rw is not None
+                                         else plan.reference_file)
         results = self._execute(plan, work, config)
         return self._finalize(plan, work, out_path, sessions_path, results, start, source)
 
@@ -212,8 +248,10 @@ class Engine:
 
         return check
 
-    def _check_job_manifest(self, work: Path, plan) -> None:
+    def _check_job_manifest(self, work: Path, plan) -> bool:
+        """Write the job's manifest; True when an earlier, different job's shard outputs were cleared."""
         manifest = work / "job.json"
+        cleared = False
         job = {"config": _config_hash(self.config), "fingerprint": plan.fingerprint, "shard_size": plan.shard_size}
         if manifest.exists():
             try:
@@ -223,7 +261,9 @@ class Engine:
             if old != job:
                 # Different job in the same place: its shard outputs must not be mixed with ours.
                 shutil.rmtree(work / "out", ignore_errors=True)
+                cleared = True
         _write_json_atomic(manifest, job)
+        return cleared
 
     @staticmethod
     def _finished(done: Path, output: Path) -> Optional[dict]:
@@ -245,6 +285,7 @@ class Engine:
         out_dir.mkdir(exist_ok=True)
         for stale in out_dir.glob(".*.tmp"):
             stale.unlink()  # leftovers of a killed run
+        rw = self._remote_work
         results: dict[int, dict] = {}
         tasks = []
         for s in plan.shards:
@@ -252,6 +293,10 @@ class Engine:
             earlier = self._finished(out_dir / f"shard-{s.shard_id:05d}.done.json", output)
             if earlier is not None:
                 results[s.shard_id] = earlier
+            elif rw is not None:  # the workers read and write on object storage; this run's shard goes up first
+                (rw / "shards" / Path(s.path).name).upload(Path(s.path))
+                tasks.append({"shard_id": s.shard_id, "input": str(rw / "shards" / Path(s.path).name),
+                              "output": str(rw / "out" / output.name)})
             else:
                 tasks.append({"shard_id": s.shard_id, "input": s.path, "output": str(output)})
         done_rows = sum(r["rows"] for r in results.values())
@@ -259,7 +304,15 @@ class Engine:
                    disable=not self.progress, dynamic_ncols=True)
 
         def on_result(res: dict) -> None:
-            _write_json_atomic(out_dir / f"shard-{res['shard_id']:05d}.done.json", res)
+            name = f"shard-{res['shard_id']:05d}"
+            if rw is not None:
+                # Fetched and checked against the digest the worker computed before it counts as done.
+                (rw / "out" / f"{name}.parquet").download(out_dir / f"{name}.parquet")
+                if content_digest(out_dir / f"{name}.parquet") != res["digest"]:
+                    raise EngineError(f"shard output {rw / 'out' / name}.parquet changed after its worker wrote it; "
+                                      "nothing was published (rerun with --resume)")
+                write_json(rw / "out" / f"{name}.done.json", res)
+            _write_json_atomic(out_dir / f"{name}.done.json", res)
             results[res["shard_id"]] = res
             bar.update(res["rows"])
 
@@ -379,12 +432,12 @@ class Engine:
             meta["inputs"][0]["digest"] = plan.fingerprint["content"]
             meta["engine"] = {"executor": self.executor_name,
                               **{k: v for k, v in self.executor_kwargs.items() if v is not None},
-                              "shard_size": self.shard_size, "shards": len(plan.shards), "work_dir": str(work),
+                              "shard_size": self.shard_size, "shards": len(plan.shards), "work_dir": self._names["work"],
                               "input_fingerprint": plan.fingerprint}
             meta["summary"] = summary
             if self.job:
                 meta["job"] = self.job
-            meta["outputs"] = {"turns": str(out_path), "sessions": str(sessions_path), "rows": written}
+            meta["outputs"] = {"turns": self._names["turns"], "sessions": self._names["sessions"], "rows": written}
             for target in (out_path, sessions_path):
                 publisher.add_text(metadata_path(target), json.dumps(meta, indent=2, ensure_ascii=False,
                                                                      default=repr) + "\n")
@@ -392,6 +445,53 @@ class Engine:
         finally:
             publisher.discard()
         return summary
+
+
+def _beside(target: Union[Path, str], what: str) -> Union[Path, str]:
+    """``scores.parquet`` -> ``scores.sessions.parquet`` (``what="sessions"``) or ``scores.parquet.work``."""
+    if isinstance(target, Path):
+        if what == "work":
+            return target.with_name(target.name + ".work")
+        return target.with_name(f"{target.stem}.sessions{target.suffix or '.parquet'}")
+    obj = Remote(target)
+    if what == "work":
+        return str(obj.with_name(obj.name + ".work"))
+    stem, dot, suffix = obj.name.rpartition(".")
+    return str(obj.with_name(f"{stem}.sessions.{suffix}" if dot else f"{obj.name}.sessions.parquet"))
+
+
+def _check_remote_targets(remote: dict, out_t, sessions_t, work_t) -> None:
+    """Object-storage outputs: one file each, distinct, outside the work dir, and never another's."""
+    if str(out_t) == str(sessions_t):
+        raise DataError("the sessions output is the same path as the turn output; give --sessions-output another "
+                        "path", file=str(sessions_t))
+    base = str(work_t).split("?", 1)[0].rstrip("/") + "/"
+    for key, t in (("output", out_t), ("sessions", sessions_t)):
+        if isinstance(t, str) and isinstance(work_t, str) and t.split("?", 1)[0].startswith(base):
+            raise DataError(f"the {key} output lies inside the work directory {work_t}, which is cleared after the "
+                            "job; choose another path", file=t)
+        if key in remote:
+            check_remote_output(remote[key], f"the {key} output" if key == "sessions" else "the output")
+
+
+def _publish_remote(pairs: list) -> None:
+    """Outputs to object storage, in the order the module docs of ``_storage`` describe: each output's
+    metadata marked unpublished, the data objects, then the metadata with their digests, published."""
+    if not pairs:
+        return
+    metas = []
+    digests = {str(obj): content_digest(local) for local, obj in pairs}
+    for local, obj in pairs:
+        meta = json.loads(metadata_path(local).read_text(encoding="utf-8"))
+        meta_obj = obj.with_name(obj.name + ".meta.json")
+        meta_obj.write_bytes(json.dumps(dict(meta, published=False), indent=2, default=repr).encode("utf-8"))
+        metas.append((local, obj, meta_obj, meta))
+    for local, obj, _, _ in metas:
+        obj.upload(local)
+    for _, obj, meta_obj, meta in metas:
+        meta["outputs"]["digests"] = digests
+        meta_obj.write_bytes((json.dumps(dict(meta, published=True), indent=2, ensure_ascii=False, default=repr)
+                              + "\n").encode("utf-8"))
 
 
 def _spill(source, path: Path) -> None:

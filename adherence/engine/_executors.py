@@ -264,10 +264,14 @@ def _last_line(exc: BaseException) -> str:
 
 
 def _probe(path: str, token: str) -> bool:
+    from ._storage import Remote, is_uri
+
     try:
+        if is_uri(path):  # object storage: this node's credentials and endpoint must reach it too
+            return Remote(path).read_bytes().decode("utf-8") == token
         with open(path, encoding="utf-8") as f:
             return f.read() == token
-    except OSError:
+    except (OSError, ValueError):
         return False
 
 
@@ -276,10 +280,16 @@ def check_reachable(ray, work: Path, timeout: float = 60.0) -> None:
     zero-CPU task on each node reads it back) before any work; one line naming the nodes that do not."""
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+    from ._storage import Remote, is_uri
+
     nodes = [n for n in ray.nodes() if n.get("Alive")]
     token = uuid.uuid4().hex
-    marker = work / f".reachable-{token}"
-    marker.write_text(token, encoding="utf-8")
+    remote = is_uri(str(work))
+    marker = (Remote(str(work)) if remote else work) / f".reachable-{token}"
+    if remote:
+        marker.write_bytes(token.encode("utf-8"))
+    else:
+        marker.write_text(token, encoding="utf-8")
     try:
         probe = ray.remote(num_cpus=0, max_retries=0)(_probe)
         refs = {probe.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False))
@@ -294,11 +304,18 @@ def check_reachable(ray, work: Path, timeout: float = 60.0) -> None:
             if not ok:
                 bad.append(refs[r])
     finally:
-        marker.unlink(missing_ok=True)
+        if remote:
+            marker.delete()
+        else:
+            marker.unlink(missing_ok=True)
     if bad:
         names = ", ".join(f"{n.get('NodeManagerAddress')} ({n.get('NodeManagerHostname', '?')})" for n in bad)
+        if remote:
+            raise ValueError(f"the work dir {work} cannot be read from Ray node(s) {names}: every node needs "
+                             "credentials and a route to it (AWS_* / GOOGLE_* environment on each node)")
         raise ValueError(f"the work dir {work} cannot be read from Ray node(s) {names}: it must be on storage every "
-                         "node reaches at the same path (a shared filesystem); put --work-dir and -o there")
+                         "node reaches at the same path (a shared filesystem or an s3:// / gs:// URI); "
+                         "put --work-dir and -o there")
 
 
 def get_executor(name: str, **kwargs) -> Executor:

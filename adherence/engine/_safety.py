@@ -251,3 +251,110 @@ class WorkDir:
                 self.path.rmdir()
             except OSError:
                 pass
+
+
+# ---------------------------------------------------------------------------- object storage
+
+def _remote_meta(obj) -> Optional[dict]:
+    meta_obj = obj.with_name(obj.name + ".meta.json")
+    try:
+        meta = json.loads(meta_obj.read_bytes().decode("utf-8"))
+    except (OSError, ValueError):
+        return None
+    return meta if isinstance(meta, dict) else None
+
+
+def check_remote_output(obj, what: str) -> None:
+    """The object-storage form of the output checks: a single file format, and an existing object
+    replaced only when the metadata beside it says adherence wrote it."""
+    if output_format(Path(obj.name)) == "directory":
+        raise DataError(f"{what} on object storage must be one file (.parquet, .jsonl or .csv), "
+                        "not a directory", file=obj.uri)
+    meta = _remote_meta(obj)
+    ours = bool(meta) and (meta.get("producer") == PRODUCER or "adherence" in (meta.get("versions") or {}))
+    if obj.is_dir():
+        raise DataError(f"{what} is a prefix holding other objects; refusing to replace it", file=obj.uri)
+    if obj.exists() and not ours:
+        raise DataError(f"{what} exists and was not written by adherence (no {obj.name}.meta.json of ours beside "
+                        "it); refusing to overwrite it: remove it or choose another path", file=obj.uri)
+    if not obj.exists() and meta is None and obj.with_name(obj.name + ".meta.json").exists():
+        raise DataError(f"{obj.name}.meta.json exists and was not written by adherence; refusing to overwrite it",
+                        file=obj.uri)
+
+
+class RemoteWorkDir:
+    """A work dir on object storage: leased while in use, holding only the engine's entries.
+
+    The driver keeps a local staging copy of the bookkeeping; this side holds what the workers and a
+    later ``--resume`` (from any machine) need: shard inputs, shard outputs, their ``done`` records,
+    the job manifest and the reference pool.
+    """
+
+    def __init__(self, obj, *, resume: bool, ttl: float = 60.0) -> None:
+        from ._storage import RemoteLease
+
+        self.obj, self.resume = obj, resume
+        self.lease = RemoteLease(obj / "lock", "the work directory", ttl=ttl)
+
+    def foreign_entries(self) -> list[str]:
+        out = []
+        for rel in self.obj.walk():
+            top, _, rest = rel.partition("/")
+            if not rest:
+                if top in _WORK_FILES or _TMP.match(top) or top.startswith(".reachable-"):
+                    continue
+                out.append(top)
+                continue
+            pattern = _WORK_DIRS.get(top)
+            if pattern is None or "/" in rest or not pattern.match(rest):
+                out.append(rel)
+        return out
+
+    def __enter__(self) -> "RemoteWorkDir":
+        if self.obj.is_file():
+            raise DataError("the work directory is an object, not a prefix", file=self.obj.uri)
+        foreign = self.foreign_entries()
+        if foreign:
+            raise DataError(f"the work directory holds objects adherence did not write ({foreign[0]}, ...); "
+                            "refusing to use or clear it: pass another --work-dir", file=self.obj.uri)
+        self.lease.acquire()
+        if not self.resume:
+            self.clear()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.lease.release()
+
+    def clear(self) -> None:
+        """Remove the engine's own entries (foreign ones were refused on entry), the lease excepted."""
+        for rel in self.obj.walk():
+            if rel != "lock":
+                (self.obj / rel).delete()
+        for name in _WORK_DIRS:
+            try:
+                (self.obj / name).delete_tree()
+            except OSError:
+                pass
+
+    def pull(self, work: Path) -> None:
+        """Copy what an earlier run left (the job manifest, finished shard outputs and their records)
+        into the local staging ``work`` dir, where the usual resume checks judge it."""
+        if (self.obj / "job.json").is_file():
+            (self.obj / "job.json").download(work / "job.json")
+        out = work / "out"
+        out.mkdir(parents=True, exist_ok=True)
+        names = set((self.obj / "out").listdir())
+        for name in sorted(names):
+            if name.endswith(".done.json") and name.replace(".done.json", ".parquet") in names:
+                (self.obj / "out" / name.replace(".done.json", ".parquet")).download(out / name.replace(".done.json", ".parquet"))
+                (self.obj / "out" / name).download(out / name)
+
+    def remove(self) -> None:
+        """After success: every engine entry, the lease, and the prefix itself once nothing else is under it."""
+        self.clear()
+        self.lease.release()
+        if not self.obj.walk():
+            try:
+                self.obj.delete_tree()  # the empty directory markers some stores keep
+            except OSError:
+                pass

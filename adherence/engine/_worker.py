@@ -6,13 +6,11 @@ import os
 import socket
 import threading
 import time
-from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from ..role import Resources, RoleConfig, get_method, score_turns
-from ._plan import content_digest, temp_path
+from ._storage import digest, read_arrow_stream, write_parquet
 
 __all__ = ["ShardWorker", "WorkerSetupError", "error_rows", "verify_gpu"]
 
@@ -106,8 +104,7 @@ class ShardWorker:
     def _run(self, task: dict) -> dict:
         start = time.perf_counter()
         try:
-            with pa.ipc.open_stream(task["input"]) as reader:
-                table = reader.read_all()
+            table = read_arrow_stream(task["input"])
         except (OSError, pa.ArrowInvalid) as exc:
             raise RuntimeError(f"shard {task['shard_id']}: cannot read its input {task['input']}: {exc}") from None
         failed = None
@@ -117,19 +114,13 @@ class ShardWorker:
         except Exception as exc:  # noqa: BLE001 - a failing shard must not take the job down or lose rows
             failed = f"shard {task['shard_id']} failed: {type(exc).__name__}: {exc}"
             scores = error_rows(table, self.config.method, failed)
-        out = Path(task["output"])
-        tmp = temp_path(out)
-        try:
-            pq.write_table(scores, tmp)
-            os.replace(tmp, out)
-        finally:
-            if tmp.exists():
-                tmp.unlink()
+        out = task["output"]
+        write_parquet(scores, out)  # atomic: a temporary renamed locally, one upload on object storage
         status = scores.column("status").to_pylist()
         return {
             "shard_id": task["shard_id"], "rows": table.num_rows, "ok": status.count("ok"),
             "error": status.count("error"), "unscored": status.count("unscored"), "failed": failed,
-            "digest": content_digest(out), "seconds": time.perf_counter() - start, "pid": self.pid,
+            "digest": digest(out), "seconds": time.perf_counter() - start, "pid": self.pid,
             "worker": dict(self.info),
             "models": self.resources.describe(),
             "judge_usage": {k: v - before.get(k, 0) for k, v in self.resources.usage().items()},

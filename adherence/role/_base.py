@@ -148,9 +148,15 @@ def _load_references(path: str) -> list[str]:
     import json
 
     if path not in _REFERENCE_CACHE:
-        with open(path, encoding="utf-8") as fh:
-            _REFERENCE_CACHE.clear()
-            _REFERENCE_CACHE[path] = json.load(fh)
+        if "://" in path:  # a work dir on object storage
+            from ..engine._storage import read_json
+
+            refs = read_json(path)
+        else:
+            with open(path, encoding="utf-8") as fh:
+                refs = json.load(fh)
+        _REFERENCE_CACHE.clear()
+        _REFERENCE_CACHE[path] = refs
     return _REFERENCE_CACHE[path]
 
 

@@ -1,0 +1,209 @@
+"""Work dirs and outputs on object storage, against a real S3-compatible server on 127.0.0.1 (moto in
+server mode): the same results as a local run, atomic publish, ownership, leases, a kill and a resume."""
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pyarrow.parquet as pq
+import pytest
+
+from adherence.data import write_table
+from adherence.engine import Engine
+from adherence.engine._storage import Remote, RemoteLease
+
+pytest.importorskip("moto")
+
+_ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def s3():
+    """A moto S3 server on loopback, with the process environment pointing pyarrow (and subprocesses) at it."""
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            break
+        except OSError:
+            assert proc.poll() is None, "moto server exited"
+            time.sleep(0.1)
+    saved = {k: os.environ.get(k) for k in (*_ENV, "AWS_ENDPOINT_URL")}
+    os.environ.update(_ENV, AWS_ENDPOINT_URL=f"http://127.0.0.1:{port}")
+    from pyarrow import fs as pafs
+
+    fs, _ = pafs.FileSystem.from_uri("s3://jobs?allow_bucket_creation=true")
+    fs.create_dir("jobs")
+    try:
+        yield "s3://jobs"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _same_scores(got, want):
+    assert got.select(["conversation_id", "turn_index", "status"]).equals(
+        want.select(["conversation_id", "turn_index", "status"]))
+    assert got.column("score").to_pylist() == pytest.approx(want.column("score").to_pylist(), abs=1e-6)
+
+
+def _read(uri):
+    obj = Remote(uri)
+    return pq.read_table(obj.path, filesystem=obj.fs)
+
+
+@pytest.fixture
+def local_reference(tmp_path, synthetic):
+    turns = synthetic(12)
+    src = write_table(turns, tmp_path / "in.parquet")
+    Engine(method="cosine", shard_size=10, progress=False, n_bootstrap=0).run(src, tmp_path / "ref.parquet")
+    return src, pq.read_table(tmp_path / "ref.parquet"), pq.read_table(tmp_path / "ref.sessions.parquet")
+
+
+def test_outputs_and_work_dir_on_s3_equal_a_local_run(s3, local_reference):
+    src, ref, ref_sessions = local_reference
+    out = f"{s3}/t1/scores.parquet"
+    res = Engine(method="cosine", shard_size=10, progress=False, n_bootstrap=0).run(src, out)
+    assert res.output == out and res.sessions_output == f"{s3}/t1/scores.sessions.parquet"
+    _same_scores(_read(out), ref)
+    assert _read(res.sessions_output).column("score").to_pylist() == pytest.approx(
+        ref_sessions.column("score").to_pylist())
+    meta = json.loads(Remote(out + ".meta.json").read_bytes())
+    assert meta["published"] is True and meta["engine"]["work_dir"] == out + ".work"
+    assert meta["outputs"]["digests"][out] == Remote(out).digest()  # the commit record names the data it commits
+    assert Remote(f"{s3}/t1").listdir() == ["scores.parquet", "scores.parquet.meta.json",
+                                           "scores.sessions.parquet", "scores.sessions.parquet.meta.json"]
+    # A second run replaces what the first one wrote (its metadata says it is ours).
+    Engine(method="cosine", shard_size=10, progress=False, n_bootstrap=0).run(src, out)
+    _same_scores(_read(out), ref)
+
+
+def test_local_output_with_a_work_dir_on_s3_and_kept(s3, local_reference, tmp_path):
+    src, ref, _ = local_reference
+    work = f"{s3}/t2/work"
+    res = Engine(method="knn", reference_pool="dataset", shard_size=10, progress=False, n_bootstrap=0,
+                 work_dir=work, keep_work_dir=True).run(src, tmp_path / "knn.parquet")
+    assert res.summary["shards"] >= 2
+    names = Remote(work).walk()
+    assert "job.json" in names and "references.json" in names  # the job-wide pool the workers read from S3
+    assert sum(n.endswith(".done.json") for n in names) == res.summary["shards"]
+    assert "lock" not in names
+    local = Engine(method="knn", reference_pool="dataset", shard_size=10, progress=False, n_bootstrap=0).run(src, tmp_path / "knn-local.parquet")
+    _same_scores(pq.read_table(res.output), pq.read_table(local.output))
+
+
+def test_foreign_objects_are_never_overwritten(s3, local_reference):
+    src, _, _ = local_reference
+    foreign = Remote(f"{s3}/t3/scores.parquet")
+    foreign.write_bytes(b"someone else's data")
+    with pytest.raises(Exception, match=r"was not written by adherence.*refusing to overwrite"):
+        Engine(method="cosine", progress=False).run(src, foreign.uri)
+    assert foreign.read_bytes() == b"someone else's data"
+
+    work = Remote(f"{s3}/t3/work")
+    (work / "notes.txt").write_bytes(b"keep me")
+    with pytest.raises(Exception, match=r"holds objects adherence did not write \(notes.txt"):
+        Engine(method="cosine", progress=False, work_dir=work.uri).run(src, f"{s3}/t3/other.parquet")
+    assert (work / "notes.txt").read_bytes() == b"keep me"
+    assert not Remote(f"{s3}/t3/other.parquet").exists()
+
+    with pytest.raises(Exception, match="must be one file"):
+        Engine(method="cosine", progress=False).run(src, f"{s3}/t3/dataset")
+
+
+def test_a_live_lease_refuses_a_second_job_and_a_released_one_does_not(s3, local_reference):
+    src, ref, _ = local_reference
+    out = f"{s3}/t4/scores.parquet"
+    lease = RemoteLease(Remote(out + ".work") / "lock", "the work directory").acquire()
+    try:
+        with pytest.raises(Exception, match=r"in use by another adherence job \(host .*pid %d" % os.getpid()):
+            Engine(method="cosine", progress=False).run(src, out)
+        assert not Remote(out).exists()
+    finally:
+        lease.release()
+    Engine(method="cosine", progress=False, n_bootstrap=0, shard_size=10).run(src, out)
+    _same_scores(_read(out), ref)
+
+
+def test_an_unpublished_output_left_by_a_kill_is_ours_to_replace(s3, local_reference):
+    src, ref, _ = local_reference
+    out = Remote(f"{s3}/t5/scores.parquet")
+    # What a kill between the metadata's first write and the data upload leaves behind.
+    out.with_name("scores.parquet.meta.json").write_bytes(json.dumps({"producer": "adherence",
+                                                                      "published": False}).encode())
+    out.write_bytes(b"PAR1 half an upload never shows, but an older object may")
+    Engine(method="cosine", progress=False, n_bootstrap=0, shard_size=10).run(src, out.uri)
+    _same_scores(_read(out.uri), ref)
+    assert json.loads(out.with_name("scores.parquet.meta.json").read_bytes())["published"] is True
+
+
+def _cmd(src, out, *extra):
+    return [sys.executable, "-m", "adherence", "score", str(src), "-o", out, "--method", "cosine",
+            "--shard-size", "12", "--no-progress", "--bootstrap", "0", *extra]
+
+
+@pytest.mark.slow
+def test_sigkill_then_resume_on_s3(s3, tmp_path, synthetic):
+    turns = synthetic(40)
+    src = write_table(turns, tmp_path / "in.parquet")
+    subprocess.run(_cmd(src, str(tmp_path / "ref.parquet")), check=True, capture_output=True)
+    want = pq.read_table(tmp_path / "ref.parquet")
+
+    out = f"{s3}/t6/scores.parquet"
+    done = Remote(out + ".work") / "out"
+    proc = subprocess.Popen(_cmd(src, out), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 180
+    while time.time() < deadline and proc.poll() is None:
+        if sum(n.endswith(".done.json") for n in done.listdir()) >= 2:
+            break
+        time.sleep(0.05)
+    assert proc.poll() is None, "the job finished before it could be killed; make it longer"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    finished = sum(n.endswith(".done.json") for n in done.listdir())
+    assert finished >= 2 and not Remote(out).exists()
+    assert (Remote(out + ".work") / "lock").exists()  # the killed job's lease: its pid is gone, so it is taken over
+
+    res = subprocess.run(_cmd(src, out, "--resume"), capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    resumed = int(re.search(r"(\d+) resumed", res.stdout + res.stderr).group(1))
+    assert resumed >= finished  # shards finished before the kill were not scored again
+    got = _read(out)
+    keys = list(zip(got.column("conversation_id").to_pylist(), got.column("turn_index").to_pylist()))
+    assert len(keys) == len(set(keys)) == turns.num_rows  # every turn exactly once
+    _same_scores(got, want)
+    assert not Remote(out + ".work").walk()  # the work dir's objects are gone after success
+
+
+@pytest.mark.ray
+def test_ray_workers_read_and_write_shards_on_s3(s3, local_reference):
+    ray = pytest.importorskip("ray")
+    src, ref, _ = local_reference
+    out = f"{s3}/t7/scores.parquet"
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, _node_ip_address="127.0.0.1")
+    try:
+        res = Engine(method="cosine", executor="ray", num_workers=2, shard_size=10, progress=False,
+                     n_bootstrap=0).run(src, out)
+    finally:
+        ray.shutdown()
+    assert res.summary["executor"] == "ray" and res.summary["shards"] >= 2
+    _same_scores(_read(out), ref)
