@@ -181,3 +181,35 @@ def test_gpu_workers_default_to_one_per_gpu_and_stop_at_once_when_cuda_cannot_se
                ).run(synthetic(2), tmp_path / "g.parquet")
     assert time.perf_counter() - start < 60  # no retries
     assert not (tmp_path / "g.parquet").exists()
+
+
+def test_ray_data_survives_a_node_lost_mid_run(tmp_path, synthetic, cluster):
+    """Ray Data's own fault tolerance: the lost node's scoring actor is restarted and its task retried; every
+    row comes back once, with the engine's scores."""
+    import pyarrow as pa
+    import ray.data
+
+    import adherence
+    from adherence.ray_data import score_dataset
+
+    turns = _long_job(synthetic)
+    want = adherence.score(turns, method="cosine", n_bootstrap=0)
+    c, (worker,) = cluster(2, 2)
+    ds = score_dataset(ray.data.from_arrow(turns), method="cosine", concurrency=2, num_cpus=1, rows_per_call=40)
+    batches, start = [], time.perf_counter()
+    for batch in ds.iter_batches(batch_format="pyarrow", batch_size=None):
+        if not batches:
+            c.remove_node(worker, allow_graceful=False)  # mid-run: after the first scored batch
+        batches.append(batch)
+    got = pa.concat_tables(batches, promote_options="permissive")
+    assert time.perf_counter() - start < 150
+
+    def by_key(t):
+        return dict(zip(zip(t.column("conversation_id").to_pylist(), t.column("turn_index").to_pylist()),
+                        zip(t.column("status").to_pylist(), t.column("score").to_pylist())))
+
+    a, b = by_key(got), by_key(want)
+    assert got.num_rows == turns.num_rows and a.keys() == b.keys()  # nothing lost, nothing twice
+    for k, (status, score) in b.items():
+        assert a[k][0] == status and a[k][1] == pytest.approx(score, abs=1e-6)
+    assert len(batches) > 1 and sum(n["Alive"] for n in ray.nodes()) == 1  # the rest came after the loss
