@@ -130,6 +130,9 @@ class ScoreCommand(Command):
                        "cluster, else 1; more CPU workers than the cluster's CPUs run as fewer, with a warning)")
         e.add_argument("--gpus-per-worker", type=float, default=0.0,
                        help="GPUs per Ray actor (1: one actor per GPU); each proves CUDA sees its GPU before a shard")
+        e.add_argument("--judge-tensor-parallel", type=int, default=1, metavar="N",
+                       help="vllm backend: each judge replica over N GPUs (tensor parallel); with --executor ray one "
+                       "placement group of N GPUs on one node per replica, each GPU checked before the first shard")
         e.add_argument("--stall-timeout", type=float, default=300.0, metavar="S",
                        help="Ray: seconds a worker may go unheard (node lost, no room elsewhere) before its shard "
                        "moves to the others; none left: exit 1 naming the missing resources, work dir kept")
@@ -216,6 +219,7 @@ class ScoreCommand(Command):
                "options": {k: v for k, v in vars(args).items() if not k.startswith("_")}}
         engine = Engine(config=config, executor=args.executor, num_workers=args.num_workers,
                         gpus_per_worker=args.gpus_per_worker, stall_timeout=args.stall_timeout,
+                        tensor_parallel=args.judge_tensor_parallel,
                         ray_address=args.ray_address, shard_size=args.shard_size,
                         work_dir=args.work_dir, resume=args.resume, progress=not args.no_progress,
                         n_bootstrap=args.bootstrap, seed=args.seed, keep_work_dir=args.keep_work_dir,

@@ -62,6 +62,9 @@ class Engine:
         gpus_per_worker: GPUs per Ray actor (1 = one actor per GPU); each proves CUDA sees its GPU
             before its first shard.
         ray_address: an existing Ray cluster (default: a local one).
+        tensor_parallel: GPUs per judge replica for the ``vllm`` backend (``tensor_parallel_size``); with
+            ``executor="ray"`` each replica is one placement group of that many GPUs on one node, its GPUs
+            checked before the first shard, and vLLM's workers placed in it.
         stall_timeout: seconds a Ray worker may go unheard (its node gone and no room elsewhere) before
             its shard moves to the others; with none left the job fails naming the missing resources.
         shard_size: turns per shard (conversations are never split).
@@ -86,7 +89,7 @@ class Engine:
 
     def __init__(self, *, method: Optional[str] = None, config: Optional[RoleConfig] = None, executor: str = "local",
                  num_workers: Optional[int] = None, gpus_per_worker: float = 0.0, ray_address: Optional[str] = None,
-                 stall_timeout: float = 300.0,
+                 stall_timeout: float = 300.0, tensor_parallel: int = 1,
                  shard_size: int = 100_000, work_dir: Optional[Union[str, os.PathLike]] = None, resume: bool = False,
                  progress: bool = True, n_bootstrap: int = 1000, seed: int = 42, max_retries: int = 2,
                  batch_size: int = 65_536, keep_work_dir: bool = False, input_format: str = "auto",
@@ -103,10 +106,14 @@ class Engine:
             raise ValueError("`shard_size` and `num_workers` must be >= 1")
         if stall_timeout <= 0:
             raise ValueError(f"`stall_timeout` must be > 0 seconds, got {stall_timeout}")
+        if tensor_parallel > 1:
+            config = _tensor_parallel_config(config, tensor_parallel, executor)
         self.config = config
         self.executor_name = executor
         self.executor_kwargs = {"num_workers": num_workers, "address": ray_address, "gpus_per_worker": gpus_per_worker,
                                 "max_retries": max_retries, "stall_timeout": stall_timeout} if executor == "ray" else {}
+        if executor == "ray" and tensor_parallel > 1:
+            self.executor_kwargs["tensor_parallel"] = tensor_parallel
         self.shard_size, self.work_dir, self.resume, self.keep_work_dir = shard_size, work_dir, resume, keep_work_dir
         self.progress, self.n_bootstrap, self.seed, self.batch_size = progress, n_bootstrap, seed, batch_size
         self._executor = None
@@ -445,6 +452,19 @@ class Engine:
         finally:
             publisher.discard()
         return summary
+
+
+def _tensor_parallel_config(config: RoleConfig, n: int, executor: str) -> RoleConfig:
+    """The judge's vLLM engine split over ``n`` GPUs (over Ray on the executor's placement group)."""
+    judge = config.judge
+    if config.method != "llm_judge" or judge is None or judge.backend != "vllm":
+        raise ValueError(f"--judge-tensor-parallel {n} needs the vllm judge backend (--backend vllm), got "
+                         f"{getattr(judge, 'backend', None) if config.method == 'llm_judge' else config.method!r}")
+    opts = dict(judge.backend_options or {})
+    opts["tensor_parallel_size"] = n
+    if executor == "ray":
+        opts.setdefault("distributed_executor_backend", "ray")
+    return dataclasses.replace(config, judge=dataclasses.replace(judge, backend_options=opts))
 
 
 def _beside(target: Union[Path, str], what: str) -> Union[Path, str]:

@@ -71,8 +71,17 @@ class RayExecutor(Executor):
 
     def __init__(self, *, num_workers: Optional[int] = None, address: Optional[str] = None,
                  gpus_per_worker: float = 0.0, cpus_per_worker: float = 1.0, max_retries: int = 2,
-                 stall_timeout: float = 300.0, ping_interval: float = 2.0, init_kwargs: Optional[dict] = None) -> None:
+                 stall_timeout: float = 300.0, ping_interval: float = 2.0, init_kwargs: Optional[dict] = None,
+                 tensor_parallel: int = 1) -> None:
         self.ray = require("ray", "ray", "the ray executor")
+        if tensor_parallel < 1:
+            raise ValueError(f"`tensor_parallel` must be >= 1, got {tensor_parallel}")
+        if tensor_parallel > 1:
+            if gpus_per_worker not in (0, tensor_parallel):
+                raise ValueError(f"--judge-tensor-parallel {tensor_parallel} gives each replica {tensor_parallel} GPUs; "
+                                 f"drop --gpus-per-worker or set it to {tensor_parallel}")
+            gpus_per_worker = float(tensor_parallel)
+        self.tensor_parallel = tensor_parallel
         if num_workers is not None and num_workers < 1:
             raise ValueError(f"`num_workers` must be >= 1, got {num_workers}")
         if stall_timeout <= 0:
@@ -92,9 +101,12 @@ class RayExecutor(Executor):
         self.num_workers = self._fit(num_workers, self.ray.cluster_resources())
         # Threads: one shard at a time (a lock in the worker), the model loading started ahead, and a ping
         # that answers while either runs.
-        self._actor_cls = self.ray.remote(num_cpus=cpus_per_worker, num_gpus=gpus_per_worker, max_restarts=-1,
-                                          max_task_retries=0, max_concurrency=4)(ShardWorker)
+        # A tensor-parallel replica's actor holds no GPU itself: its placement group's GPU bundles are left to the
+        # engine's own workers (vLLM's Ray executor places them there, captured as child tasks).
+        self._actor_cls = self.ray.remote(num_cpus=cpus_per_worker, num_gpus=0 if tensor_parallel > 1 else gpus_per_worker,
+                                          max_restarts=-1, max_task_retries=0, max_concurrency=4)(ShardWorker)
         self.actors: list = []
+        self._pgs: list = []
         self._prepares: dict = {}
         self._actor_config: Optional[RoleConfig] = None
         self.stats = {"retried_shards": 0, "workers_lost": 0, "workers": {}}
@@ -121,7 +133,20 @@ class RayExecutor(Executor):
         return num_workers
 
     def _new_actor(self, config):
-        return self._actor_cls.remote(config, prepare=False, expect_gpu=self.gpus_per_worker > 0, remote=True)
+        if self.tensor_parallel == 1:
+            return self._actor_cls.remote(config, prepare=False, expect_gpu=self.gpus_per_worker > 0, remote=True)
+        from ray.util.placement_group import placement_group
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        # One placement group per replica, all its GPUs on one node (tensor parallelism wants NVLink, not the
+        # network); Ray reschedules the group, and restarts the actor in it, when its node is lost.
+        first = {"GPU": 1.0, **({"CPU": float(self.cpus_per_worker)} if self.cpus_per_worker else {})}
+        pg = placement_group([first] + [{"GPU": 1.0}] * (self.tensor_parallel - 1), strategy="STRICT_PACK")
+        self._pgs.append(pg)
+        strategy = PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=0,
+                                                    placement_group_capture_child_tasks=True)
+        return self._actor_cls.options(scheduling_strategy=strategy).remote(
+            config, prepare=False, expect_gpu=True, remote=True, tensor_parallel=self.tensor_parallel)
 
     def start(self, config, n_tasks=None):
         if self.actors and self._actor_config == config:
@@ -135,6 +160,8 @@ class RayExecutor(Executor):
 
     def _waiting_for(self) -> str:
         need = f"{self.cpus_per_worker:g} CPU" + (f" + {self.gpus_per_worker:g} GPU" if self.gpus_per_worker else "")
+        if self.tensor_parallel > 1:
+            need += f" in one placement group of {self.tensor_parallel} GPUs on a single node"
         total, free = self.ray.cluster_resources(), self.ray.available_resources()
         nodes = sum(1 for n in self.ray.nodes() if n.get("Alive"))
         have = ", ".join(f"{free.get(k, 0):g} of {total.get(k, 0):g} {k}" for k in ("CPU", "GPU") if total.get(k))
@@ -245,6 +272,15 @@ class RayExecutor(Executor):
                 pass
         self.actors = []
         self._prepares = {}
+        if self._pgs:
+            from ray.util import remove_placement_group
+
+            for pg in self._pgs:
+                try:
+                    remove_placement_group(pg)
+                except Exception:  # noqa: BLE001 - already gone with its cluster
+                    pass
+            self._pgs = []
 
 
 def _cause(exc: BaseException) -> BaseException:

@@ -12,7 +12,7 @@ import pyarrow as pa
 from ..role import Resources, RoleConfig, get_method, score_turns
 from ._storage import digest, read_arrow_stream, write_parquet
 
-__all__ = ["ShardWorker", "WorkerSetupError", "error_rows", "verify_gpu"]
+__all__ = ["ShardWorker", "WorkerSetupError", "error_rows", "verify_gpu", "verify_replica_gpus"]
 
 
 class WorkerSetupError(RuntimeError):
@@ -38,6 +38,39 @@ def verify_gpu(gpu_ids=()) -> dict:
     return {"device": "cuda", "gpu": torch.cuda.get_device_name(0), "gpu_ids": list(gpu_ids)}
 
 
+def _probe_gpu() -> dict:
+    import ray
+
+    return verify_gpu(ray.get_gpu_ids())
+
+
+def verify_replica_gpus(n: int) -> dict:
+    """A tensor-parallel replica's GPUs: one zero-CPU probe per GPU bundle of this actor's placement group
+    (where vLLM's own workers will run) proves CUDA sees each; one :class:`WorkerSetupError` line otherwise."""
+    import ray
+    from ray.exceptions import RayTaskError
+    from ray.util import get_current_placement_group
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    where = f"node {socket.gethostname()}, pid {os.getpid()}"
+    pg = get_current_placement_group()
+    if pg is None:
+        raise WorkerSetupError(f"tensor-parallel worker on {where} is not in a placement group")
+    probe = ray.remote(num_cpus=0, num_gpus=1, max_retries=0)(_probe_gpu)
+    refs = [probe.options(scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=i))
+            .remote() for i in range(n)]
+    found = []
+    for i, ref in enumerate(refs):
+        try:
+            found.append(ray.get(ref))
+        except RayTaskError as exc:
+            cause = getattr(exc, "cause", None) or exc
+            raise WorkerSetupError(f"tensor-parallel replica (placement group {pg.id.hex()[:12]}, GPU bundle {i} of "
+                                   f"{n}): {str(cause).splitlines()[0]}") from None
+    return {"device": "cuda", "gpu": found[0]["gpu"], "gpu_ids": [g for f in found for g in f["gpu_ids"]],
+            "tensor_parallel": n, "placement_group": pg.id.hex()}
+
+
 def error_rows(table: pa.Table, method: str, message: str) -> pa.Table:
     """Every row of a shard that failed as a whole, kept with ``status=error``."""
     n = table.num_rows
@@ -52,12 +85,13 @@ class ShardWorker:
     """Scores shards with one set of loaded models (one per process or Ray actor)."""
 
     def __init__(self, config: RoleConfig, *, prepare: bool = True, expect_gpu: bool = False,
-                 remote: bool = False) -> None:
+                 remote: bool = False, tensor_parallel: int = 1) -> None:
         self.config = config
         self.remote = remote  # a Ray actor: setup errors travel to the driver as one WorkerSetupError line
         self.resources = Resources(config)
         self.pid = os.getpid()
         self.expect_gpu = expect_gpu
+        self.tensor_parallel = tensor_parallel  # > 1: this actor drives a replica over its placement group's GPUs
         self.info: dict = {"host": socket.gethostname(), "pid": self.pid}
         self._lock = threading.Lock()  # a Ray actor answers pings from a second thread while it scores
         self._ready = False
@@ -70,7 +104,9 @@ class ShardWorker:
         Raises :class:`WorkerSetupError` (never retried) when it cannot get ready."""
         with self._lock:
             if not self._ready:
-                if self.expect_gpu:
+                if self.expect_gpu and self.tensor_parallel > 1:
+                    self.info.update(verify_replica_gpus(self.tensor_parallel))
+                elif self.expect_gpu:
                     import ray
 
                     self.info.update(verify_gpu(ray.get_gpu_ids()))

@@ -114,3 +114,21 @@ def test_run_metadata_names_the_engine(tmp_path):
 
     assert meta["inputs"][0]["digest"] == file_digest(example_path("role"), "sha256")
     assert meta["engine"]["input_fingerprint"]["content"] == meta["inputs"][0]["digest"]
+
+
+def test_judge_tensor_parallel_needs_the_vllm_backend_and_reaches_its_engine():
+    from adherence.judges import JudgeConfig
+    from adherence.role import RoleConfig
+
+    with pytest.raises(ValueError, match="needs the vllm judge backend"):
+        Engine(method="cosine", tensor_parallel=2)
+    with pytest.raises(ValueError, match=r"needs the vllm judge backend \(--backend vllm\), got 'transformers'"):
+        Engine(config=RoleConfig(method="llm_judge", judge=JudgeConfig(model="m", backend="transformers")),
+               tensor_parallel=2)
+    vllm = RoleConfig(method="llm_judge", judge=JudgeConfig(model="m", backend="vllm", backend_options={"dtype": "bf16"}))
+    local = Engine(config=vllm, tensor_parallel=4)
+    assert local.config.judge.backend_options == {"dtype": "bf16", "tensor_parallel_size": 4}
+    assert vllm.judge.backend_options == {"dtype": "bf16"}  # the caller's config is not changed
+    on_ray = Engine(config=vllm, tensor_parallel=2, executor="ray")
+    assert on_ray.config.judge.backend_options["distributed_executor_backend"] == "ray"
+    assert on_ray.executor_kwargs["tensor_parallel"] == 2

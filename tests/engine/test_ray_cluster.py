@@ -39,7 +39,8 @@ def cluster(monkeypatch):
         with monkeypatch.context() as m:
             m.setattr(ray_constants, "ENABLE_RAY_CLUSTER", False)
             ray.init(address=c.address, log_to_driver=False)
-        nodes = [c.add_node(num_cpus=n, node_ip_address=LOOPBACK) for n in worker_cpus]
+        nodes = [c.add_node(**({"num_cpus": n} if isinstance(n, (int, float)) else n), node_ip_address=LOOPBACK)
+                 for n in worker_cpus]
         c.wait_for_nodes()
         return c, nodes
 
@@ -213,3 +214,54 @@ def test_ray_data_survives_a_node_lost_mid_run(tmp_path, synthetic, cluster):
     for k, (status, score) in b.items():
         assert a[k][0] == status and a[k][1] == pytest.approx(score, abs=1e-6)
     assert len(batches) > 1 and sum(n["Alive"] for n in ray.nodes()) == 1  # the rest came after the loss
+
+
+def _vllm_judge_config():
+    from adherence.judges import JudgeConfig
+    from adherence.role import RoleConfig
+
+    return RoleConfig(method="llm_judge", judge=JudgeConfig(model="/models/judge-70b", backend="vllm"))
+
+
+def test_tensor_parallel_replicas_are_placement_groups_whose_every_gpu_is_checked(tmp_path, synthetic, cluster):
+    """--judge-tensor-parallel 2 on a node advertising 4 GPUs that CUDA cannot use: two replicas, each one
+    placement group of 2 GPU bundles on one node; each replica probes every GPU of its group before any
+    shard, so the job stops at once in one line (the model is never loaded)."""
+    from ray.util import placement_group_table
+
+    cluster(2, head_gpus=4)
+    config = _vllm_judge_config()
+    ex = RayExecutor(tensor_parallel=2)
+    try:
+        assert ex.num_workers == 2 and ex.gpus_per_worker == 2  # one replica per 2 GPUs of the cluster
+        ex.start(config)
+        groups = [g for g in placement_group_table().values() if g["state"] != "REMOVED"]
+        assert len(groups) == 2
+        for g in groups:
+            assert g["strategy"] == "STRICT_PACK"
+            assert [b.get("GPU") for b in g["bundles"].values()] == [1.0, 1.0]
+        (ref,) = list(ex._prepares)[:1]
+        with pytest.raises(Exception, match=r"GPU bundle \d of 2\): worker on node .* CUDA sees none"):
+            ray.get(ref, timeout=120)
+    finally:
+        ex.close()
+    assert not [g for g in placement_group_table().values() if g["state"] != "REMOVED"]  # groups given back
+
+    turns = synthetic(2)
+    start = time.perf_counter()
+    with pytest.raises(EngineError, match=r"^tensor-parallel replica \(placement group \w+, GPU bundle \d of 2\): "
+                                          r"worker on node .* was given GPU \[\d\] but CUDA sees none"):
+        Engine(config=config, executor="ray", tensor_parallel=2, progress=False).run(turns, tmp_path / "r.parquet")
+    assert time.perf_counter() - start < 90 and not (tmp_path / "r.parquet").exists()
+
+
+def test_a_tensor_parallel_replica_that_cannot_be_placed_fails_naming_it(tmp_path, synthetic, cluster):
+    """Two nodes with one GPU each hold 2 GPUs, but no node holds a 2-GPU replica: the job fails after
+    --stall-timeout in one line, instead of waiting forever on a placement group."""
+    cluster(1, {"num_cpus": 1, "num_gpus": 1}, {"num_cpus": 1, "num_gpus": 1})
+    start = time.perf_counter()
+    with pytest.raises(EngineError, match=r"no Ray worker could run for 5 s \(each worker needs 1 CPU \+ 2 GPU in "
+                                          r"one placement group of 2 GPUs on a single node; the cluster has"):
+        Engine(config=_vllm_judge_config(), executor="ray", tensor_parallel=2, stall_timeout=5,
+               progress=False).run(synthetic(2), tmp_path / "r.parquet")
+    assert time.perf_counter() - start < 60
