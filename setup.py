@@ -36,7 +36,8 @@ EXTRAS = {
         "rank-bm25>=0.2.2",  # BM25 reference
         "datasets>=3.0",  # Hugging Face datasets as input; also imported by PyLate (installed --no-deps)
         "pyspark>=3.5",  # adherence.spark tests run a local[2] Spark (Java 17 is on the machines)
-        "moto[server]>=5.0",  # a real S3-compatible server on 127.0.0.1 for work dirs and outputs on object storage
+        "moto[server]>=5.0",
+        "psutil>=5.9",  # finds PySpark's Python workers to kill one mid-task  # a real S3-compatible server on 127.0.0.1 for work dirs and outputs on object storage
     ],
 }
 
