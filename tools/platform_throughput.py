@@ -65,7 +65,7 @@ def main() -> int:
 
     from adherence.ray_data import score_dataset
 
-    ray.init(num_cpus=args.workers, include_dashboard=False, log_to_driver=False, _node_ip_address="127.0.0.1")
+    ray.init(address="local", num_cpus=args.workers, include_dashboard=False, log_to_driver=False, _node_ip_address="127.0.0.1")
     # The engine on the same Ray cluster: the yardstick for Ray Data.
     t = time.perf_counter()
     ray_engine = adherence.score(src, method=args.method, n_bootstrap=0, executor="ray", num_workers=args.workers)

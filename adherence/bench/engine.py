@@ -61,7 +61,7 @@ args = json.loads(sys.argv[1])
 kw = dict(method=args["method"], shard_size=args["shard_size"], progress=False, n_bootstrap=0, executor=args["executor"])
 if args["executor"] == "ray":
     import ray
-    ray.init(num_cpus=max(2, args["workers"]), include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=max(2, args["workers"]), include_dashboard=False, log_to_driver=False)
     kw["num_workers"] = args["workers"]
 t = time.perf_counter()
 res = Engine(**kw).run(args["input"], args["output"])

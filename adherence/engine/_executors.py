@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import os
 import time
 import uuid
 import warnings
@@ -92,7 +93,10 @@ class RayExecutor(Executor):
             kwargs = dict(init_kwargs or {})
             if address:
                 kwargs["address"] = address
-            else:  # a cluster of this machine alone, on loopback
+            elif not os.environ.get("RAY_ADDRESS"):
+                # A cluster of this machine alone, on loopback -- never a cluster someone else started here
+                # (ray.init() with no address would join the latest `ray start` on this machine).
+                kwargs.setdefault("address", "local")
                 kwargs.setdefault("num_cpus", max(2, int((num_workers or 1) * cpus_per_worker)))
                 kwargs.setdefault("_node_ip_address", "127.0.0.1")
             kwargs.setdefault("include_dashboard", False)

@@ -199,7 +199,7 @@ def test_ray_workers_read_and_write_shards_on_s3(s3, local_reference):
     ray = pytest.importorskip("ray")
     src, ref, _ = local_reference
     out = f"{s3}/t7/scores.parquet"
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, _node_ip_address="127.0.0.1")
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, _node_ip_address="127.0.0.1")
     try:
         res = Engine(method="cosine", executor="ray", num_workers=2, shard_size=10, progress=False,
                      n_bootstrap=0).run(src, out)

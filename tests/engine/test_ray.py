@@ -11,7 +11,7 @@ from adherence.engine import Engine, EngineError  # noqa: E402
 def ray_cluster():
     import ray
 
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, _node_ip_address="127.0.0.1")
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, _node_ip_address="127.0.0.1")
     yield ray
     ray.shutdown()
 
