@@ -87,8 +87,10 @@ class TfidfVectorizer:
         vocab = sorted(total)
         if self.max_features is not None and len(vocab) > self.max_features:
             tf = np.array([total[t] for t in vocab])
-            # numpy's default argsort, as scikit-learn, so ties at the cut keep the same terms
-            keep = np.sort(np.argsort(-tf)[: self.max_features])
+            # The most frequent terms; ties at the cut go to the alphabetically first (a stable sort of the sorted
+            # vocabulary). numpy's default argsort (scikit-learn's) orders ties by the CPU's SIMD sort (AVX2 and
+            # AVX-512 differ), so its vocabulary -- and every score built on it -- changes from machine to machine.
+            keep = np.sort(np.argsort(-tf, kind="stable")[: self.max_features])
             vocab = [vocab[i] for i in keep]
         self.vocabulary_ = {t: i for i, t in enumerate(vocab)}
         n = len(texts)

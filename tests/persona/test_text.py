@@ -15,12 +15,28 @@ TEXTS = [
 @pytest.mark.parametrize("analyzer,ngram,max_features", [("word", 1, None), ("char", 4, None), ("char", 4, 30),
                                                          ("char", 3, 7), ("word", 1, 5)])
 def test_tfidf_matches_scikit_learn(analyzer, ngram, max_features):
+    """Same terms, idf and rows as scikit-learn; at the max_features cut, ties go to the alphabetically first
+    term on every machine (scikit-learn leaves them to numpy's unstable SIMD sort, whose order differs between
+    AVX2 and AVX-512 CPUs)."""
+    from sklearn.feature_extraction.text import CountVectorizer
     from sklearn.feature_extraction.text import TfidfVectorizer as Sk
 
     kw = dict(analyzer="char", ngram_range=(ngram, ngram)) if analyzer == "char" else {}
-    sk = Sk(max_features=max_features, **kw).fit(TEXTS[:4])
+    counts = CountVectorizer(**kw).fit(TEXTS[:4])
+    total = np.asarray(counts.transform(TEXTS[:4]).sum(axis=0)).ravel()
+    terms = sorted(counts.vocabulary_, key=lambda t: (-total[counts.vocabulary_[t]], t))
+    expected = sorted(terms[:max_features] if max_features else terms)
     ours = TfidfVectorizer(analyzer, ngram=ngram, max_features=max_features).fit(TEXTS[:4])
-    assert ours.vocabulary_ == sk.vocabulary_
+    assert list(ours.vocabulary_) == expected
+    sk_cut = Sk(max_features=max_features, **kw).fit(TEXTS[:4])
+    if max_features:  # scikit-learn keeps the same terms above the cut; only ties at the cut may differ
+        cut = sorted(total, reverse=True)[max_features - 1]
+        above = {t for t in counts.vocabulary_ if total[counts.vocabulary_[t]] > cut}
+        assert above <= set(sk_cut.vocabulary_) and above <= set(ours.vocabulary_)
+        assert len(set(sk_cut.vocabulary_)) == len(expected)
+    else:
+        assert ours.vocabulary_ == sk_cut.vocabulary_
+    sk = Sk(vocabulary=expected, **kw).fit(TEXTS[:4])
     np.testing.assert_allclose(ours.idf_, sk.idf_)
     np.testing.assert_allclose(ours.transform(TEXTS).toarray(), sk.transform(TEXTS).toarray(), atol=1e-12)
 
@@ -29,8 +45,8 @@ def test_tfidf_on_persona_sentences_matches_scikit_learn(fixtures):
     from sklearn.feature_extraction.text import TfidfVectorizer as Sk
 
     texts = [line for line in (fixtures / "synthetic_persona_chat_head.csv").read_text().splitlines() if line][:60]
-    sk = Sk(analyzer="char", ngram_range=(4, 4), max_features=4000).fit(texts[:40])
     ours = TfidfVectorizer("char", ngram=4, max_features=4000).fit(texts[:40])
+    sk = Sk(analyzer="char", ngram_range=(4, 4), vocabulary=list(ours.vocabulary_)).fit(texts[:40])
     np.testing.assert_allclose(ours.transform(texts).toarray(), sk.transform(texts).toarray(), atol=1e-12)
 
 
