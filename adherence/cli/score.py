@@ -72,6 +72,10 @@ class ScoreCommand(Command):
         p.add_argument("-o", "--output", help="turn scores: .parquet, .jsonl or .csv, a local path or an "
                        "s3:// / gs:// / hdfs:// URI (required unless --dry-run)")
         p.add_argument("--method", default="llm_judge", choices=list(METHODS), help="scoring method (default llm_judge)")
+        p.add_argument("--ground-truth", metavar="FILE",
+                       help="reference replies for the reference methods (cosine, knn, bertscore, nli, kl, "
+                       "mahalanobis): .jsonl/.csv/.parquet with conversation_id, turn_index (0-based) and "
+                       "ground_truth_assistant (or references, a list, for knn); fills turns that have none")
         p.add_argument("--references", dest="reference_pool", default="per_turn", choices=["per_turn", "dataset"],
                        help="knn reference pool: each turn's references, or every ground truth of the set")
         p.add_argument("--alpha", default="median", help="Mahalanobis scale: a number or 'median' (default)")
@@ -223,7 +227,8 @@ class ScoreCommand(Command):
                         ray_address=args.ray_address, shard_size=args.shard_size,
                         work_dir=args.work_dir, resume=args.resume, progress=not args.no_progress,
                         n_bootstrap=args.bootstrap, seed=args.seed, keep_work_dir=args.keep_work_dir,
-                        input_format=args.input_format, role=role_text, strict_input=args.strict_input, job=job)
+                        input_format=args.input_format, role=role_text, strict_input=args.strict_input, job=job,
+                        ground_truth=args.ground_truth)
         result = engine.run(args.input, args.output, sessions_output=args.sessions_output)
         print(_summary(result.summary))
         print(f"wrote {result.output} and {result.sessions_output}", file=sys.stderr)

@@ -25,6 +25,7 @@ from ._contracts import (
     RUBRIC_ITEMS,
     SESSION_SCORES,
     TURN_SCORES,
+    GROUND_TRUTH,
     TURN_STATUS,
     TURNS,
     Column,
@@ -43,6 +44,7 @@ from ._readers import (
     read_session_scores,
     read_turn_scores,
     read_turns,
+    read_ground_truth,
 )
 from ._transcripts import TRANSCRIPT_FORMATS, TranscriptOptions, transcript_turns
 from ._validate import conform
@@ -68,6 +70,7 @@ __all__ = [
     "TURNS",
     "TranscriptOptions",
     "TURN_SCORES",
+    "GROUND_TRUTH",
     "TURN_STATUS",
     "conform",
     "detect_format",
@@ -86,6 +89,7 @@ __all__ = [
     "read_table",
     "read_turn_scores",
     "read_turns",
+    "read_ground_truth",
     "transcript_turns",
     "records_to_table",
     "run_metadata",

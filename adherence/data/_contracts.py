@@ -18,6 +18,7 @@ __all__ = [
     "Contract",
     "TURNS",
     "TURN_SCORES",
+    "GROUND_TRUTH",
     "SESSION_SCORES",
     "RUBRIC_ITEMS",
     "ARTIFACTS",
@@ -102,6 +103,17 @@ TURNS = Contract(
         Column("references", pa.list_(_S), required=False),
         Column("label", _S, required=False),
         Column("weight", pa.float64(), required=False),
+    ),
+    key=("conversation_id", "turn_index"),
+)
+
+GROUND_TRUTH = Contract(
+    "ground_truth",
+    (
+        Column("conversation_id", _S, nullable=False),
+        Column("turn_index", pa.int32(), nullable=False),
+        Column("ground_truth_assistant", _S, required=False),
+        Column("references", pa.list_(_S), required=False),
     ),
     key=("conversation_id", "turn_index"),
 )
@@ -202,6 +214,7 @@ CONTRACTS = {
     c.name: c
     for c in (
         TURNS,
+        GROUND_TRUTH,
         TURN_SCORES,
         SESSION_SCORES,
         RUBRIC_ITEMS,

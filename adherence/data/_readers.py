@@ -16,6 +16,7 @@ from ._contracts import (
     PERSONAS,
     RUBRIC_ITEMS,
     SESSION_SCORES,
+    GROUND_TRUTH,
     TURN_SCORES,
     TURNS,
 )
@@ -32,6 +33,7 @@ __all__ = [
     "read_artifacts",
     "read_judgments",
     "read_persona_corpus",
+    "read_ground_truth",
     "example_path",
     "EXAMPLES",
 ]
@@ -43,14 +45,45 @@ EXAMPLES = {"role": "role_turns.jsonl", "audit": "audit", "persona": "persona"}
 def example_path(name: str = "role") -> Path:
     """Path of a bundled example (``"role"``: labelled role-adherence turns; ``"audit"``: the HR-review
     audit directory; ``"persona"``: the directory of human and simulated persona corpora)."""
-    try:
+    if name in EXAMPLES:
         return _EXAMPLE_DIR / EXAMPLES[name]
-    except KeyError:
-        raise ValueError(f"no bundled example {name!r}; available: {', '.join(EXAMPLES)}") from None
+    path = (_EXAMPLE_DIR / name).resolve()
+    if name and path.is_relative_to(_EXAMPLE_DIR) and path.exists():  # a bundled file by its own name
+        return path
+    files = sorted(str(p.relative_to(_EXAMPLE_DIR)) for p in _EXAMPLE_DIR.rglob("*")
+                   if p.is_file() and p.suffix in (".jsonl", ".yaml", ".csv", ".txt", ".parquet", ".json"))
+    raise ValueError(f"no bundled example {name!r}; available: {', '.join(EXAMPLES)}, or a file: {', '.join(files)}")
 
 
 def _blank_text(v) -> bool:
     return v is None or (isinstance(v, str) and not v.strip())
+
+
+def read_ground_truth(source: Source, *, format: Optional[str] = None) -> dict:
+    """Reference replies keyed by turn: ``{(conversation_id, turn_index): (ground_truth_assistant, references)}``.
+
+    The file (any format :func:`read_table` reads) has the :data:`GROUND_TRUTH` columns:
+    ``conversation_id``, ``turn_index`` (0-based within the conversation, as transcripts number
+    their assistant turns), and ``ground_truth_assistant`` and/or ``references`` (a list of texts,
+    for ``knn``). A key given twice, a missing column or a mistyped value raises :class:`DataError`
+    naming the file, row and column.
+
+    Example:
+        >>> import pyarrow as pa
+        >>> read_ground_truth(pa.table({"conversation_id": ["c1"], "turn_index": [0],
+        ...                             "ground_truth_assistant": ["Hello!"]}))
+        {('c1', 0): ('Hello!', None)}
+    """
+    table = read_table(source, GROUND_TRUTH, format=format)
+    if not {"ground_truth_assistant", "references"} & set(table.column_names):
+        raise DataError("a ground-truth file needs a ground_truth_assistant or a references column",
+                        file=str(source) if isinstance(source, (str, os.PathLike)) else "<table>",
+                        column="ground_truth_assistant")
+    n = table.num_rows
+    gt = table.column("ground_truth_assistant").to_pylist() if "ground_truth_assistant" in table.column_names else [None] * n
+    refs = table.column("references").to_pylist() if "references" in table.column_names else [None] * n
+    return {(c, int(i)): (g, r) for c, i, g, r in zip(table.column("conversation_id").to_pylist(),
+                                                      table.column("turn_index").to_pylist(), gt, refs)}
 
 
 def read_turns(source: Source, *, format: Optional[str] = None) -> pa.Table:

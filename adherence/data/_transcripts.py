@@ -6,7 +6,9 @@ role definition (several are joined; ``role`` is used for logs without one). ``u
 the assistant answers: the user messages since the previous assistant turn, with the tool calls and
 tool results of that window kept in place and marked (``[tool call] name(arguments)``,
 ``[tool result name] ...``); earlier exchanges reach the judge as the history of earlier turns. An
-assistant message with only tool calls is history, never a judged turn. Content given as parts
+assistant message with only tool calls is history, never a judged turn. An assistant message may
+carry the turn's reference reply (``"reference": "..."``, the ``ground_truth_assistant`` of the
+reference methods) and ``"references": [...]`` (knn), besides ``label`` and ``weight``. Content given as parts
 (``[{"type": "text", "text": ...}, ...]``) is joined as text; non-text parts appear as ``[image_url]``.
 
 Transcripts are exploded batch by batch: memory follows the batch, not the file.
@@ -134,7 +136,8 @@ def transcript_turns(record: dict, fmt: str, *, conversation_id: str, role: Opti
                 calls.append(_call_text(m["function_call"]))
             if text is not None and text.strip():
                 turns.append({"user": "\n\n".join(pending) if pending else None, "assistant": text,
-                              "label": m.get("label"), "weight": m.get("weight")})
+                              "label": m.get("label"), "weight": m.get("weight"),
+                              "ground_truth_assistant": m.get("reference"), "references": m.get("references")})
                 pending = list(calls)
             else:
                 pending.extend(calls)  # tool calls alone are history, not a judged turn

@@ -10,6 +10,7 @@ import os
 import shutil
 import tempfile
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Union
@@ -23,6 +24,7 @@ from ..data._errors import skipped_summary
 from ..data._io import _as_table, _check_file
 from ..data._validate import conform_schema as _conform_schema
 from ..role import RoleConfig, aggregate_sessions, get_method
+from ..role._base import missing_references
 from ._executors import EngineError, check_reachable, get_executor
 from ._plan import _write_json_atomic, content_digest, plan_job, temp_path
 from ._safety import (PathLock, RemoteWorkDir, WorkDir, check_outputs, check_remote_output, output_format,
@@ -94,7 +96,7 @@ class Engine:
                  progress: bool = True, n_bootstrap: int = 1000, seed: int = 42, max_retries: int = 2,
                  batch_size: int = 65_536, keep_work_dir: bool = False, input_format: str = "auto",
                  role: Optional[str] = None, strict_input: bool = False, job: Optional[dict] = None,
-                 **method_options: Any) -> None:
+                 ground_truth: Optional[Union[str, os.PathLike]] = None, **method_options: Any) -> None:
         if config is None:
             config = RoleConfig(method=method or "llm_judge", **method_options)
         elif method_options or (method and method != config.method):
@@ -123,6 +125,10 @@ class Engine:
 
         TranscriptOptions(input_format)  # validates the choice now, not after planning
         self.input_format, self.role, self.strict_input = input_format, role, strict_input
+        if ground_truth is not None:
+            _check_file(ground_truth)  # missing or unreadable: one line now, not after the models load
+            ground_truth = str(Path(ground_truth).resolve())
+        self.ground_truth = ground_truth
 
     # ------------------------------------------------------------------ public
 
@@ -221,15 +227,24 @@ class Engine:
         if self.executor_name == "ray":
             self._executor = get_executor(self.executor_name, **self.executor_kwargs)
             check_reachable(self._executor.ray, str(self._remote_work) if self._remote_work else work)
-            if not needs_references:
-                # Workers start (and load their models) while the input is being planned.
+            if not needs_references and not method.needs_reference_texts:
+                # Workers start (and load their models) while the input is being planned (a method that needs
+                # reference texts waits for the plan to show there are some).
                 self._executor.start(config)
         from ..data import TranscriptOptions
 
         transcripts = TranscriptOptions(self.input_format, self.role, self.strict_input)
         plan = plan_job(source, work, shard_size=self.shard_size, batch_size=self.batch_size,
                         collect_references=needs_references, check_columns=self._check_columns(source),
-                        transcripts=transcripts)
+                        transcripts=transcripts, ground_truth=self.ground_truth)
+        if plan.ground_truths is not None:
+            missing = missing_references(self.config.method, self.config.reference_pool, plan.ground_truths,
+                                         plan.reference_rows or 0)
+            if missing:
+                raise DataError(missing, file=str(source) if isinstance(source, (str, os.PathLike)) else "<table>")
+        if plan.ground_truth_unmatched:
+            warnings.warn(f"{self.ground_truth}: {plan.ground_truth_unmatched} reference row(s) match no turn of the "
+                          "input (keys are conversation_id and 0-based turn_index)", stacklevel=2)
         rw = self._remote_work
         if self._check_job_manifest(work, plan) and rw is not None:
             (rw / "out").delete_tree()  # another job's shard outputs: never mixed with ours
@@ -437,6 +452,9 @@ class Engine:
             meta = run_metadata(config=dataclasses.asdict(self.config), seed=self.seed, inputs=[source], models=models,
                                 hash_inputs=False)
             meta["inputs"][0]["digest"] = plan.fingerprint["content"]
+            if "ground_truth" in plan.fingerprint:
+                gt = plan.fingerprint["ground_truth"]
+                meta["inputs"].append({"path": gt["path"], "role": "ground_truth", "digest": gt["content"]})
             meta["engine"] = {"executor": self.executor_name,
                               **{k: v for k, v in self.executor_kwargs.items() if v is not None},
                               "shard_size": self.shard_size, "shards": len(plan.shards), "work_dir": self._names["work"],

@@ -49,6 +49,11 @@ class Plan:
     shards: list
     reference_file: Optional[str] = None
     skipped: list = field(default_factory=list)
+    # Rows with a ground truth / a references list (None in plans written before they were counted), and
+    # the keys of a --ground-truth file that matched no turn.
+    ground_truths: Optional[int] = None
+    reference_rows: Optional[int] = None
+    ground_truth_unmatched: int = 0
 
     def to_json(self) -> dict:
         d = asdict(self)
@@ -130,13 +135,39 @@ def _reusable(plan_path: Path, fingerprint: dict, shard_size: int, collect_refer
     return old
 
 
+def _fill_ground_truth(batch: pa.Table, keyed: dict, matched: set) -> pa.Table:
+    """``batch`` with empty ground truths / references filled from ``keyed`` (keys used go into ``matched``)."""
+    n = batch.num_rows
+    cids = batch.column("conversation_id").to_pylist()
+    idxs = batch.column("turn_index").to_pylist()
+    names = batch.column_names
+    gt = batch.column("ground_truth_assistant").to_pylist() if "ground_truth_assistant" in names else [None] * n
+    refs = batch.column("references").to_pylist() if "references" in names else [None] * n
+    for i, key in enumerate(zip(cids, idxs)):
+        hit = keyed.get(key)
+        if hit is None:
+            continue
+        matched.add(key)
+        if _blank_text(gt[i]) and not _blank_text(hit[0]):
+            gt[i] = hit[0]
+        if not refs[i] and hit[1]:
+            refs[i] = hit[1]
+    for name, values, typ in (("ground_truth_assistant", gt, pa.string()), ("references", refs, pa.list_(pa.string()))):
+        arr = pa.array(values, typ)
+        batch = batch.set_column(names.index(name), name, arr) if name in names else batch.append_column(name, arr)
+        names = batch.column_names
+    return batch
+
+
 def plan_job(source, work_dir: Path, *, shard_size: int, batch_size: int = 65_536,
              collect_references: bool = False, check_columns: Optional[Callable[[list], None]] = None,
-             transcripts=None) -> Plan:
+             transcripts=None, ground_truth: Optional[str] = None) -> Plan:
     """Shard ``source`` into ``work_dir/shards/*.arrow`` (or reuse a matching earlier plan).
 
     ``check_columns`` sees the input's column names with the first batch (before anything is
-    written) and raises to refuse them.
+    written) and raises to refuse them. ``ground_truth`` is a file of reference replies keyed by
+    ``(conversation_id, turn_index)`` (:func:`adherence.data.read_ground_truth`); it fills each turn
+    whose own ``ground_truth_assistant`` / ``references`` is empty.
     """
     if shard_size < 1:
         raise ValueError(f"`shard_size` must be >= 1, got {shard_size}")
@@ -146,6 +177,12 @@ def plan_job(source, work_dir: Path, *, shard_size: int, batch_size: int = 65_53
     if transcripts is not None:  # how the input is read is part of what was planned
         fingerprint["read"] = {"input_format": transcripts.input_format, "role": transcripts.role,
                                "strict": transcripts.strict}
+    keyed: Optional[dict] = None
+    if ground_truth is not None:
+        from ..data import read_ground_truth
+
+        fingerprint["ground_truth"] = input_fingerprint(ground_truth)
+        keyed = read_ground_truth(ground_truth)
     if plan_path.exists():
         old = _reusable(plan_path, fingerprint, shard_size, collect_references)
         if old is not None:
@@ -161,11 +198,19 @@ def plan_job(source, work_dir: Path, *, shard_size: int, batch_size: int = 65_53
     references: list[str] = []
     schema: Optional[pa.Schema] = None
     offset = 0
+    n_truths = n_refs = 0
+    matched: set = set()
     done = False
     try:
         for batch in iter_batches(source, TURNS, batch_size=batch_size, transcripts=transcripts):
             if schema is None and check_columns is not None:
                 check_columns(batch.column_names)
+            if keyed is not None:
+                batch = _fill_ground_truth(batch, keyed, matched)
+            if "ground_truth_assistant" in batch.column_names:
+                n_truths += sum(not _blank_text(g) for g in batch.column("ground_truth_assistant").to_pylist())
+            if "references" in batch.column_names:
+                n_refs += sum(bool(r) for r in batch.column("references").to_pylist())
             batch = batch.append_column("_row", pa.array(np.arange(offset, offset + batch.num_rows), pa.int64()))
             offset += batch.num_rows
             if schema is None:
@@ -203,6 +248,7 @@ def plan_job(source, work_dir: Path, *, shard_size: int, batch_size: int = 65_53
         reference_file = str(work_dir / "references.json")
         _write_json_atomic(Path(reference_file), references)
     skipped = [list(x) for x in transcripts.skipped] if transcripts is not None else []
-    plan = Plan(str(source), fingerprint, shard_size, offset, shards, reference_file, skipped)
+    plan = Plan(str(source), fingerprint, shard_size, offset, shards, reference_file, skipped, n_truths, n_refs,
+                0 if keyed is None else len(keyed) - len(matched))
     _write_json_atomic(plan_path, plan.to_json())
     return plan

@@ -12,7 +12,7 @@ import pyarrow as pa
 
 from .._registry import unknown_name
 
-__all__ = ["RoleConfig", "MethodResult", "Method", "METHODS", "get_method", "text_column"]
+__all__ = ["RoleConfig", "MethodResult", "Method", "METHODS", "get_method", "text_column", "missing_references"]
 
 # name -> "module:Class"; modules load only when the method is used.
 METHODS = {
@@ -123,6 +123,23 @@ def get_method(name: str) -> "Method":
     return getattr(importlib.import_module(module), cls)()
 
 
+def missing_references(method: str, reference_pool: str, ground_truths: int, reference_rows: int) -> str:
+    """Why ``method`` cannot score an input with these counts of reference texts ('' when it can)."""
+    m = get_method(method)
+    if not m.needs_reference_texts:
+        return ""
+    if method == "knn" and reference_pool == "per_turn" and reference_rows:
+        return ""
+    if ground_truths:
+        return ""
+    without = [name for name in METHODS if not get_method(name).needs_reference_texts]
+    need = "ground_truth_assistant (or references)" if method == "knn" and reference_pool == "per_turn" \
+        else "ground_truth_assistant"
+    return (f"no turn has a {need}: method {method!r} compares each turn with reference replies; give them as a "
+            "column, as \"reference\" on each assistant message of a transcript, or with --ground-truth FILE "
+            f"(conversation_id, turn_index, ground_truth_assistant), or use a method that needs none: {', '.join(without)}")
+
+
 def text_column(turns: pa.Table, name: str) -> list:
     """Column values as a list of str-or-None, or all None when the column is absent."""
     if name not in turns.column_names:
@@ -165,6 +182,9 @@ class Method(ABC):
 
     name: str = ""
     needs_ground_truth: bool = True
+    # Compares turns with reference replies (each turn's ground_truth_assistant, knn's references, or the set's
+    # ground truths as a pool): an input without any cannot be scored at all.
+    needs_reference_texts: bool = True
 
     def uses_dataset_references(self, config: RoleConfig) -> bool:
         """Whether scores depend on the whole scored set's ground truths (sharded runs share them)."""

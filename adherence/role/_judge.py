@@ -12,6 +12,7 @@ __all__ = ["LlmJudgeMethod"]
 class LlmJudgeMethod(Method):
     name = "llm_judge"
     needs_ground_truth = False
+    needs_reference_texts = False
 
     def prepare(self, config, resources):
         resources.judge  # noqa: B018 - builds the backend: a bad model or server address fails the job early

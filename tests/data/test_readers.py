@@ -178,6 +178,7 @@ def test_writer_writes_run_metadata(tmp_path, turns):
 
 MINIMAL = {
     "turns": {"conversation_id": ["a"], "turn_index": [0], "role": ["r"], "assistant": ["x"]},
+    "ground_truth": {"conversation_id": ["a"], "turn_index": [0], "ground_truth_assistant": ["Hello!"]},
     "turn_scores": {"conversation_id": ["a"], "turn_index": [0], "method": ["cosine"], "score": [None], "status": ["unscored"]},
     "session_scores": {"conversation_id": ["a"], "n_turns": [3], "score": [0.7], "adherent": [True]},
     "rubric_items": {"question_id": ["q1"], "question": ["Is it JSON?"], "category": ["Format Adherence"], "kind": ["objective"]},
