@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import Optional
 
 from .main import Command
 
@@ -48,16 +49,67 @@ def format_evaluation(result: dict) -> str:
     return "\n".join(lines)
 
 
+# Label values that read as the positive (adherent) class, and their negatives.
+_POSITIVE_WORDS = ("adherent", "adheres", "yes", "true", "1", "pass", "passed", "positive", "good", "ok", "compliant",
+                   "in_role", "in-role")
+
+
+def _metadata(path) -> Optional[dict]:
+    """The run metadata beside ``path`` (an `adherence score` output), or None."""
+    from ..data import metadata_path
+
+    try:
+        meta = json.loads(metadata_path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError, TypeError):
+        return None
+    return meta if isinstance(meta, dict) else None
+
+
+def resolve_columns(table, meta: Optional[dict], score: Optional[str], label: Optional[str],
+                    positive: Optional[str], prediction: Optional[str], *, file: str) -> tuple:
+    """The score, label, positive value and prediction column to evaluate: the flags given, else what an
+    `adherence score` output's metadata and the data say; a one-line DataError when one cannot be told."""
+    from ..data import DataError
+
+    cols = table.column_names
+    scored_output = meta is not None and ("engine" in meta or "method" in (meta.get("config") or {}))
+    if score is None:
+        if "score" not in cols:
+            raise DataError(f"no `score` column: give --score (columns are: {', '.join(cols)})", file=file)
+        score = "score"
+    if label is None:
+        if "label" not in cols:
+            raise DataError(f"no `label` column: give --label (columns are: {', '.join(cols)})", file=file)
+        label = "label"
+    if positive is None:
+        if label not in cols:
+            raise DataError(f"no label column {label!r}; columns are: {', '.join(cols)}", file=file, column=label)
+        values = sorted({str(v) for v in table.column(label).to_pylist() if v is not None})
+        hits = [v for v in values if v.strip().lower() in _POSITIVE_WORDS]
+        if len(hits) != 1:
+            raise DataError(f"give --positive: which label is the adherent class? values: {', '.join(values[:20])}"
+                            f"{', ...' if len(values) > 20 else ''}", file=file, column=label)
+        positive = hits[0]
+    if prediction is None and scored_output and "prediction" in cols:
+        prediction = "prediction"
+    elif prediction is not None and prediction.lower() == "none":
+        prediction = None
+    return score, label, positive, prediction
+
+
 class EvaluateCommand(Command):
     name = "evaluate"
     help = "how well a score column separates labels"
 
     def add_args(self, p: argparse.ArgumentParser) -> None:
         p.add_argument("input", help="table to read: .parquet, .jsonl, .csv, or an adapter .json")
-        p.add_argument("--score", required=True, help="score column (higher = more adherent)")
-        p.add_argument("--label", required=True, help="label column")
-        p.add_argument("--positive", required=True, help="label value of the positive class, e.g. adherent")
-        p.add_argument("--prediction", help="optional 0/1 prediction column (adds F1, macro F1, kappa)")
+        p.add_argument("--score", help="score column, higher = more adherent (default: `score` when the table has "
+                       "one, as every `adherence score` output does)")
+        p.add_argument("--label", help="label column (default: `label` when the table has one)")
+        p.add_argument("--positive", help="label value of the positive class (default: the label that reads as "
+                       "positive -- adherent, yes, true, 1, pass, ... -- when exactly one does)")
+        p.add_argument("--prediction", help="0/1 prediction column, adds F1, macro F1, kappa (default: `prediction` "
+                       "of an `adherence score` output; `--prediction none` for none)")
         p.add_argument("--bootstrap", type=int, default=1000, metavar="N", help="bootstrap resamples for CIs (0: none; default 1000)")
         p.add_argument("--seed", type=int, default=42, help="bootstrap seed (default 42)")
         p.add_argument("--level", type=float, default=0.95, help="confidence level (default 0.95)")
@@ -73,30 +125,32 @@ class EvaluateCommand(Command):
         if args.bootstrap < 0:
             raise ValueError(f"--bootstrap must be >= 0, got {args.bootstrap}")
         table = read_table(args.input, format=args.format)
+        meta = _metadata(args.input)
+        score, label, positive, prediction = resolve_columns(table, meta, args.score, args.label, args.positive,
+                                                             args.prediction, file=str(args.input))
+        args.prediction = prediction
         result, labels, scores = evaluate_table(
             table,
-            score=args.score,
-            label=args.label,
-            positive=args.positive,
-            prediction=args.prediction,
+            score=score,
+            label=label,
+            positive=positive,
+            prediction=prediction,
             n_bootstrap=args.bootstrap,
             seed=args.seed,
             level=args.level,
             file=str(args.input),
             return_rows=True,
         )
+        if (args.score, args.label, args.positive) != (score, label, positive):
+            print(f"evaluating score={score!r} label={label!r} positive={positive!r}"
+                  + (f" prediction={prediction!r}" if prediction else "") + " (defaults; override with --score, "
+                  "--label, --positive, --prediction)", file=sys.stderr)
         result["input"] = str(args.input)
         if args.prediction:
             result["prediction_column"] = args.prediction
         if args.html:
-            from ..data import metadata_path
             from ..report import write_evaluation_html
 
-            meta = None
-            try:
-                meta = json.loads(metadata_path(args.input).read_text(encoding="utf-8"))
-            except (OSError, ValueError):
-                pass
             path = write_evaluation_html(args.html, result, labels, scores, title=f"adherence evaluate: {args.input}",
                                          meta=meta if isinstance(meta, dict) else None)
             print(f"wrote {path}", file=sys.stderr)

@@ -195,7 +195,8 @@ def evaluate_table(
         raise DataError("no row has both a score and a label to evaluate", file=file, column=score)
     if not (y[keep] == 1).any():
         values = sorted({v for v in labels if v is not None})
-        out["note"] = f"no row has label {positive_text!r}; labels present: {', '.join(values)}"
+        raise DataError(f"no scored row has label {positive_text!r}, so nothing is positive; labels present: "
+                        f"{', '.join(values)}", file=file, column=label)
     out.update(evaluate_scores(y[keep], s[keep], y_pred=p, n_bootstrap=n_bootstrap, seed=seed, level=level))
     if p is not None:  # rows = true class, columns = predicted class
         yk = y[keep]
