@@ -148,6 +148,18 @@ class BenchCommand(Command):
                           f"{_fmt(m['separation']):>12}{_fmt(m['auc']):>8}{_fmt(m['ap']):>8}")
             if any("n_records" in m for by_n in res.values() for m in by_n.values()):
                 print("* the file has fewer records than n; all of them were used")
+            for method, by_n in res.items():
+                low = [k.split("=")[1] for k, m in by_n.items() if m["auc"] is not None and m["auc"] < 0.5]
+                if low:
+                    print(f"note: {method}'s AUC is below 0.5 at n = {', '.join(low)}: its scores rank violations "
+                          "above adherent turns on this file (higher still means adherent; 1 - AUC is how well the "
+                          "reversed score would separate).")
+                    if method == "pca_mahalanobis":
+                        print("  why: PCA keeps at most n - 1 components, the references' own subspace; a turn unlike "
+                              "every reference projects near its centre (small whitened distance, high score), while "
+                              "a paraphrase of one reference lands where the references lie, at the rim of the "
+                              "whitened cloud (large distance, low score). Use it with many more references than "
+                              "components.")
             return 0
         if args.bench == "engine":
             from ..bench import bench_engine

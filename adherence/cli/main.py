@@ -142,14 +142,28 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if threading.current_thread() is threading.main_thread():
         previous_sigterm = signal.signal(signal.SIGTERM, _on_sigterm)
     previous_format = warnings.formatwarning
-    # One line per warning, without the source path and line that mean nothing to a user.
-    warnings.formatwarning = lambda message, category, *_a, **_k: f"warning: {message}\n"
+    # One line per warning, without the source path and line that mean nothing to a user, on a line of its
+    # own above any progress bar. (Only the format is replaced: a caller recording warnings still gets them.)
+    warnings.formatwarning = format_warning
     try:
         return _run(args)
     finally:
         warnings.formatwarning = previous_format
         if previous_sigterm is not None:
             signal.signal(signal.SIGTERM, previous_sigterm)
+
+
+def format_warning(message, category, filename, lineno, line=None) -> str:
+    """``warning: MESSAGE``; running progress bars are cleared first, so the warning starts its own line (the
+    bars redraw below it on their next update)."""
+    tqdm = sys.modules.get("tqdm")
+    if tqdm is not None:
+        try:
+            for bar in list(getattr(tqdm.tqdm, "_instances", ())):
+                bar.clear()
+        except (OSError, ValueError, AttributeError):
+            pass  # a bar on a closed stream: the warning is still written
+    return f"warning: {message}\n"
 
 
 def _run(args) -> int:
