@@ -61,3 +61,14 @@ def smollm_judge():
     from adherence.judges._transformers import TransformersBackend
 
     return TransformersBackend(device="cpu", progress=False)
+
+
+# Starting a Ray or Spark cluster, a vLLM engine or a llama.cpp server is never quick: such tests are `slow`
+# too, so `pytest -m "not slow"` is the quick subset (README: Development).
+_SLOW_MARKERS = ("ray", "spark", "vllm", "llamacpp")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if any(item.get_closest_marker(m) for m in _SLOW_MARKERS) and not item.get_closest_marker("slow"):
+            item.add_marker(pytest.mark.slow)

@@ -1,9 +1,12 @@
 import json
 
+import pytest
+
 from adherence.cli.main import main
 from adherence.data import example_path
 
 
+@pytest.mark.slow
 def test_persona_bench_times_the_parts_and_checks_a_baseline(tmp_path, capsys):
     human = example_path("persona") / "human.csv"
     base = tmp_path / "cpu.json"

@@ -88,4 +88,4 @@ def test_device_cuda_without_cuda_stops_before_any_work_in_one_line(tmp_path, ca
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1
     assert err[0].startswith("adherence score: error: --device cuda, but CUDA sees no GPU on this machine")
-    assert time.perf_counter() - start < 10 and not list(tmp_path.iterdir())  # nothing loaded, nothing written
+    assert time.perf_counter() - start < 30 and not list(tmp_path.iterdir())  # nothing loaded, nothing written

@@ -85,6 +85,7 @@ def test_llm_judge_method_through_score_turns(tiny_judge, turns):
     assert res.describe()["judge"]["backend"] == "transformers"
 
 
+@pytest.mark.slow
 def test_bundled_judge_warns_it_is_a_smoke_test(smollm_judge, turns):
     with pytest.warns(UserWarning, match="smoke-test judge"):
         judge = RoleJudge(JudgeConfig(backend="transformers", backend_options={"device": "cpu", "progress": False}))

@@ -26,6 +26,7 @@ def _top(outputs):
     return [dict(o.top_logprobs) for o in outputs]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("judge_name", ["tiny_judge", "smollm_judge"])
 def test_packed_equals_separate_forward_passes(request, judge_name):
     judge = request.getfixturevalue(judge_name)
@@ -117,6 +118,7 @@ def _independent_p_yes(judge, requests):
     return np.array(out)
 
 
+@pytest.mark.slow
 def test_exact_p_yes_matches_an_independent_full_softmax(smollm_judge):
     from adherence.judges._parse import p_yes_from_sums, variant_sets
 

@@ -67,6 +67,7 @@ def test_attention_features_it_cannot_honour_are_refused():
             _tree_attention._attention(None, q, q, q, None, sliding_window=2)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("judge_name", ["tiny_judge", "smollm_judge"])
 def test_backend_tree_path_equals_dense_mask_and_separate_passes(request, judge_name):
     judge = request.getfixturevalue(judge_name)
@@ -182,6 +183,7 @@ def test_flex_layout_mask_and_attention_equal_the_tree_definition():
         assert float(diff.max()) < 1e-5
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("judge_name", ["tiny_judge", "smollm_judge"])
 def test_backend_flex_path_equals_dense_mask_and_separate_passes(request, judge_name):
     if not _tree_attention.flex_available():

@@ -90,6 +90,7 @@ def test_dispatch_and_errors():
         fused_scores(x, mu=torch.zeros(8))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("knn", ["tiles", "rows"])
 def test_knn_paths_match_reference_over_a_shared_pool(dtype, knn):

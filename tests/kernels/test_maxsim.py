@@ -61,6 +61,7 @@ def test_bad_offsets_are_rejected():
 
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("nq,nd,dim,max_q,max_d", [(1, 1, 16, 2, 3), (4, 7, 384, 40, 300), (3, 5, 769, 70, 129)])
 @pytest.mark.parametrize("strided", [False, True])

@@ -17,6 +17,7 @@ def exported(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow
 def test_export_loads_without_gguf_and_scores_the_same(exported, smollm_judge):
     from adherence.judges._transformers import TransformersBackend
 
