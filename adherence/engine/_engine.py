@@ -21,6 +21,7 @@ import pyarrow.parquet as pq
 
 from ..data import DataError, metadata_path, run_metadata
 from ..data._errors import skipped_summary
+from ..data._metadata import redact_secrets
 from ..data._io import _as_table, _check_file
 from ..data._validate import conform_schema as _conform_schema
 from ..role import RoleConfig, aggregate_sessions, get_method
@@ -28,7 +29,7 @@ from ..role._base import missing_references
 from ._executors import EngineError, check_reachable, get_executor
 from ._plan import _write_json_atomic, content_digest, plan_job, temp_path
 from ._safety import (PathLock, RemoteWorkDir, WorkDir, check_outputs, check_remote_output, output_format,
-                      reserved_columns)
+                      remove_dead_temporaries, reserved_columns)
 from ._storage import Remote, RemoteLease, as_target, write_json
 
 __all__ = ["Engine", "JobResult", "score"]
@@ -169,6 +170,13 @@ class Engine:
             out_path.parent.mkdir(parents=True, exist_ok=True)
             with contextlib.ExitStack() as stack:
                 stack.enter_context(PathLock(out_path.with_name(f".{out_path.name}.lock"), "the output"))
+                # The sessions file is an output too: a job writing it as its turn output must wait.
+                sessions_path.parent.mkdir(parents=True, exist_ok=True)
+                stack.enter_context(PathLock(sessions_path.with_name(f".{sessions_path.name}.lock"),
+                                             "the sessions output"))
+                # A job killed while publishing left its temporaries here; they are ours to remove now.
+                remove_dead_temporaries([out_path, sessions_path, metadata_path(out_path),
+                                         metadata_path(sessions_path)])
                 for key in ("output", "sessions"):
                     if key in remote:
                         obj = remote[key]
@@ -463,6 +471,7 @@ class Engine:
             if self.job:
                 meta["job"] = self.job
             meta["outputs"] = {"turns": self._names["turns"], "sessions": self._names["sessions"], "rows": written}
+            meta = redact_secrets(meta)  # an API key given as a flag or option never reaches disk
             for target in (out_path, sessions_path):
                 publisher.add_text(metadata_path(target), json.dumps(meta, indent=2, ensure_ascii=False,
                                                                      default=repr) + "\n")

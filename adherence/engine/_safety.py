@@ -15,6 +15,7 @@ import json
 import os
 import re
 import shutil
+import stat
 from pathlib import Path
 from typing import Optional
 
@@ -22,6 +23,7 @@ from ..data import DataError, metadata_path
 from ._executors import EngineError
 
 __all__ = ["OUTPUT_FORMATS", "output_format", "check_outputs", "WorkDir", "PathLock", "reserved_columns",
+           "remove_dead_temporaries",
            "is_adherence_output", "PRODUCER"]
 
 PRODUCER = "adherence"
@@ -130,31 +132,63 @@ def check_outputs(source, output: Path, sessions: Path, work: Path) -> None:
 
 
 class PathLock:
-    """An exclusive, non-blocking ``flock`` on a lock file; a second job gets a one-line error."""
+    """An exclusive, non-blocking ``flock`` on a lock file; a second job gets a one-line error.
+
+    The lock file is opened without following symlinks (``O_NOFOLLOW``) and must be a regular file: a
+    symlink or anything else planted at its path is refused, never written through. Holding the
+    ``flock`` is not enough on its own, because the holder removes the file when it is done: a second
+    process may have opened the old file just before, and would then lock a file no longer at the path
+    while a third locks the new one. So after ``flock`` succeeds the lock checks that the path still
+    names the very file it locked (same device and inode) and otherwise starts again; the holder
+    unlinks the path while it still holds the ``flock`` and closes after. Together no two processes
+    ever hold the same path.
+    """
 
     def __init__(self, path: Path, what: str) -> None:
         self.path, self.what = path, what
         self.fd: Optional[int] = None
 
+    def _open(self) -> int:
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise DataError(f"the lock file of {self.what} is a symbolic link; refusing to follow it "
+                                "(remove it if no adherence job is running)", file=self.path) from None
+            raise
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise DataError(f"the lock file of {self.what} is not a regular file; refusing to use it", file=self.path)
+        return fd
+
     def acquire(self) -> "PathLock":
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            os.close(fd)
-            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                try:
-                    holder = self.path.read_text().strip() or "?"
-                except OSError:
-                    holder = "?"
-                raise EngineError(f"{self.what} {self.path.parent} is in use by another adherence job (pid {holder}); "
-                                  "wait for it or choose another path") from None
-            raise
-        os.ftruncate(fd, 0)
-        os.write(fd, str(os.getpid()).encode())
-        self.fd = fd
-        return self
+        for _ in range(100):
+            fd = self._open()
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as exc:
+                os.close(fd)
+                if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                    try:
+                        holder = self.path.read_text().strip() or "?"
+                    except OSError:
+                        holder = "?"
+                    raise EngineError(f"{self.what} {self.path.parent} is in use by another adherence job (pid "
+                                      f"{holder}); wait for it or choose another path") from None
+                raise
+            try:
+                now = os.lstat(self.path)
+            except FileNotFoundError:
+                now = None
+            st = os.fstat(fd)
+            if now is not None and (now.st_dev, now.st_ino) == (st.st_dev, st.st_ino):
+                os.ftruncate(fd, 0)
+                os.write(fd, str(os.getpid()).encode())
+                self.fd = fd
+                return self
+            os.close(fd)  # the holder removed it after we opened it: lock the file now at the path
+        raise EngineError(f"could not lock {self.what} {self.path.parent}: its lock file keeps being replaced")
 
     def __enter__(self) -> "PathLock":
         return self.acquire()
@@ -163,15 +197,61 @@ class PathLock:
         self.release()
 
     def release(self, remove: bool = True) -> None:
+        """Drop the lock; with ``remove`` the lock file goes first, while still held (see the class docstring)."""
         if self.fd is None:
             return
         if remove:
             try:
-                self.path.unlink()
+                st, now = os.fstat(self.fd), os.lstat(self.path)
+                if (now.st_dev, now.st_ino) == (st.st_dev, st.st_ino):
+                    self.path.unlink()
             except OSError:
                 pass
         os.close(self.fd)  # closing drops the flock
         self.fd = None
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's live process
+    return True
+
+
+def remove_dead_temporaries(targets) -> list[str]:
+    """Remove the temporaries an earlier, killed job left beside ``targets`` (called holding their locks).
+
+    Only ``.<name>.<pid>-<8 hex>.tmp`` beside a target ``<name>`` (what :func:`temp_path` makes) whose
+    process is gone: a live process's temporaries are left alone. A temporary directory is removed only
+    if it holds nothing but Parquet parts. Returns the names removed.
+    """
+    removed = []
+    for target in targets:
+        target = Path(target)
+        pattern = re.compile(rf"^\.{re.escape(target.name)}\.(\d+)-[0-9a-f]{{8}}\.tmp$")
+        try:
+            entries = list(target.parent.iterdir())
+        except OSError:
+            continue
+        for q in entries:
+            m = pattern.match(q.name)
+            if m is None or _pid_alive(int(m.group(1))):
+                continue
+            try:
+                if q.is_symlink() or q.is_file():
+                    q.unlink()
+                elif q.is_dir() and all(re.match(r"^(part-\d{5}\.parquet|\..*\.tmp)$", r.name) and r.is_file()
+                                        for r in q.iterdir()):
+                    shutil.rmtree(q)
+                else:
+                    continue
+            except OSError:
+                continue
+            removed.append(q.name)
+    return removed
 
 
 class WorkDir:
