@@ -107,7 +107,8 @@ def add_judge_args(p: argparse.ArgumentParser, *, device: bool = True) -> argpar
                    "up, a failing one is backed off and its requests retried on the others")
     j.add_argument("--max-qps", type=float, metavar="Q",
                    help="openai backend: requests started per second over all endpoints (default: no cap)")
-    j.add_argument("--api-key", help="openai backend: API key (default: $OPENAI_API_KEY)")
+    j.add_argument("--api-key", help="openai backend: API key (default and preferred: $OPENAI_API_KEY -- a flag's "
+                   "value is visible to other users in the process list; it is never written to the run metadata)")
     j.add_argument("--concurrency", type=int, default=16, help="openai backend: requests in flight")
     j.add_argument("--request-timeout", type=float, default=60.0, metavar="S",
                    help="openai backend: seconds per request before it is retried")

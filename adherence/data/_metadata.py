@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as _dt
 import hashlib
 import json
+import re
 import os
 import platform
 import sys
@@ -12,7 +13,50 @@ from importlib import metadata as _im
 from pathlib import Path
 from typing import Any, Iterable, Optional, Union
 
-__all__ = ["run_metadata", "write_run_metadata", "metadata_path", "file_digest"]
+__all__ = ["run_metadata", "write_run_metadata", "metadata_path", "file_digest", "redact_secrets"]
+
+REDACTED = "<redacted>"
+# Option and key names whose values are secrets: never written to metadata, pages or logs.
+_SECRET_NAME = re.compile(r"(?:^|[_-])(?:api[_-]?key|access[_-]?key|secret(?:[_-]?access[_-]?key)?|token|password|"
+                          r"passwd|authorization|credentials?)$", re.I)
+
+
+
+def _is_secret(name: str) -> bool:
+    return bool(_SECRET_NAME.search(name.lstrip("-")))
+
+
+def redact_secrets(obj: Any) -> Any:
+    """A copy of ``obj`` with every secret replaced by ``<redacted>``: values of keys named like a secret
+    (``api_key``, ``--api-key``, ``token``, ``password``, ``Authorization``, ...) at any depth, and in a
+    command line (a list of strings) the value after such an option or after its ``=``.
+
+    Example:
+        >>> redact_secrets({"command": ["adherence", "score", "--api-key", "sk-1", "--x=1", "--token=t"],
+        ...                 "options": {"api_key": "sk-1", "model": "m"}})
+        {'command': ['adherence', 'score', '--api-key', '<redacted>', '--x=1', '--token=<redacted>'], 'options': {'api_key': '<redacted>', 'model': 'm'}}
+    """
+    if isinstance(obj, dict):
+        return {k: (REDACTED if isinstance(k, str) and _is_secret(k) and v not in (None, "", False)
+                    else redact_secrets(v)) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        if all(isinstance(x, str) for x in obj):
+            out, hide = [], False
+            for x in obj:
+                if hide:
+                    out.append(REDACTED)
+                    hide = False
+                elif x.startswith("-") and _is_secret(x.split("=", 1)[0]):
+                    if "=" in x:
+                        out.append(x.split("=", 1)[0] + "=" + REDACTED)
+                    else:
+                        out.append(x)
+                        hide = True
+                else:
+                    out.append(x)
+            return out if isinstance(obj, list) else tuple(out)
+        return [redact_secrets(x) for x in obj]
+    return obj
 
 # Distribution names whose versions make a result reproducible; only installed ones are listed,
 # and none of them is imported to find out.
@@ -107,10 +151,10 @@ def run_metadata(
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "versions": _versions(),
         "platform": platform.platform(),
-        "command": command if command is not None else list(sys.argv),
+        "command": redact_secrets(command if command is not None else list(sys.argv)),
         "seed": seed,
-        "config": _jsonable(config or {}),
-        "models": _jsonable(models or {}),
+        "config": redact_secrets(_jsonable(config or {})),
+        "models": redact_secrets(_jsonable(models or {})),
         "inputs": listed,
     }
 
@@ -125,6 +169,6 @@ def write_run_metadata(output: Union[str, os.PathLike], meta: dict) -> Path:
     """Write ``meta`` (from :func:`run_metadata`) beside ``output``, atomically."""
     target = metadata_path(output)
     tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(_jsonable(meta), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    tmp.write_text(json.dumps(redact_secrets(_jsonable(meta)), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     os.replace(tmp, target)
     return target

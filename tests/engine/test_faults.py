@@ -239,6 +239,7 @@ class FaultServer(LocalHTTPServer):
     def __init__(self, faults=None, *, status=None, models=("judge",), logprobs=True):
         self.faults, self.status, self.models, self.logprobs = dict(faults or {}), status, list(models), logprobs
         self.calls: list[tuple[float, str]] = []
+        self.auth: list = []  # the Authorization header of each POST
         self.lock = threading.Lock()
         server = self
 
@@ -263,6 +264,7 @@ class FaultServer(LocalHTTPServer):
                 self._send(200, json.dumps({"data": [{"id": m} for m in server.models]}).encode())
 
             def do_POST(self):
+                server.auth.append(self.headers.get("Authorization"))
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 if not self.path.startswith("/v1/"):
                     return self._send(404, b'{"error": "not found"}')
@@ -311,6 +313,29 @@ def _assistant(i):
         if r["turn_index"] >= last.get(r["conversation_id"], r)["turn_index"]:
             last[r["conversation_id"]] = r
     return list(last.values())[i]["assistant"]
+
+
+def test_an_api_key_never_reaches_disk_or_output(tmp_path, capsys):
+    key = "sk-PLANTED-7f3a9c"
+    job = tmp_path / "job.yaml"
+    job.write_text(f"api-key: {key}\nconcurrency: 2\n")
+    out = tmp_path / "o.parquet"
+    with FaultServer() as server:
+        assert main(["score", str(EXAMPLE), "-o", str(out), "--config", str(job), "--keep-work-dir",
+                     *_judge_args(server.url)]) == 0
+        proc = subprocess.run([sys.executable, "-m", "adherence", "score", str(EXAMPLE), "-o", str(tmp_path / "p.jsonl"),
+                               f"--api-key={key}", *_judge_args(server.url)], capture_output=True, text=True)
+        assert proc.returncode == 0 and key not in proc.stdout + proc.stderr
+    assert server.auth and set(server.auth) == {f"Bearer {key}"}  # the key was used...
+    captured = capsys.readouterr()
+    assert key not in captured.out + captured.err
+    files = [p for p in tmp_path.rglob("*") if p.is_file() and p != job]
+    assert len(files) >= 6 and any(p.name == "job.json" for p in files)
+    for p in files:  # ...and is in no output, metadata or work file (`grep -r` finds nothing)
+        assert key.encode() not in p.read_bytes(), p
+    meta = json.loads((tmp_path / "o.parquet.meta.json").read_text())
+    assert meta["job"]["options"]["api_key"] == "<redacted>"
+    assert json.loads((tmp_path / "p.jsonl.meta.json").read_text())["command"].count("--api-key=<redacted>") == 1
 
 
 def test_malformed_responses_fail_their_row_only(tmp_path, capsys):
