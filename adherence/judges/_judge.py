@@ -6,6 +6,7 @@ import itertools
 import logging
 import math
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal, Optional
 
@@ -312,6 +313,13 @@ class RoleJudge:
                     continue
                 else:
                     p, source, mass = p_yes_from_logprobs(o.top_logprobs, yes=yes, no=no, with_mass=True)
+                    if source == "fallback_0.5":  # no evidence either way: never a 0.5 that reads as a verdict
+                        tokens = list(o.top_logprobs)[:8] if isinstance(o.top_logprobs, Mapping) else \
+                            [t for t, _ in list(o.top_logprobs)[:8]]
+                        got.append((None, f"neither a yes nor a no token among the first token's top "
+                                    f"{len(o.top_logprobs)} log-probabilities (top: {', '.join(map(repr, tokens))})",
+                                    "unscored", o.truncated))
+                        continue
                 if not math.isfinite(p):
                     raise ValueError(f"P(yes) is {p}")
             except (ValueError, TypeError) as exc:

@@ -97,7 +97,8 @@ def p_yes_from_logprobs(top_logprobs: Mapping[str, float] | list, *, yes=YES_VAR
     ``top_logprobs`` maps token text to log-probability (or is a list of
     ``(token, logprob)``). Tokens match after strip + casefold. Returns
     ``(p_yes, source)``: source ``"logprobs"``, or ``"fallback_0.5"`` when
-    neither a yes nor a no variant is among them; with ``with_mass``,
+    neither a yes nor a no variant is among them (the judge then marks the row
+    unscored: 0.5 is no verdict); a token listed twice counts once; with ``with_mass``,
     ``(p_yes, source, mass)`` where mass is the yes+no probability found among
     the top-k (a lower bound of the whole-vocabulary mass). ``yes``/``no``: the
     normalised variant sets (:func:`variant_sets`).
@@ -112,7 +113,11 @@ def p_yes_from_logprobs(top_logprobs: Mapping[str, float] | list, *, yes=YES_VAR
     """
     items = top_logprobs.items() if isinstance(top_logprobs, Mapping) else top_logprobs
     ys, ns = [], []
+    seen = set()
     for token, lp in items:
+        if token in seen:  # the same token listed twice counts once
+            continue
+        seen.add(token)
         if math.isnan(float(lp)) or float(lp) > 0:
             raise ValueError(f"invalid log-probability {lp!r} for token {token!r}")
         t = normalize_token(token)

@@ -291,6 +291,11 @@ class FaultServer(LocalHTTPServer):
             top = [{"token": "Yes", "logprob": float("-inf")}, {"token": "No", "logprob": float("-inf")}]
         elif fault == "empty-top":
             top = []
+        elif fault == "neither":
+            top = [{"token": "The", "logprob": math.log(0.6)}, {"token": "I", "logprob": math.log(0.3)}]
+        elif fault == "yes-twice":
+            top = [{"token": "Yes", "logprob": math.log(0.4)}, {"token": "Yes", "logprob": math.log(0.4)},
+                   {"token": "No", "logprob": math.log(0.4)}]
         first = {"token": "Yes", "logprob": math.log(0.7), "top_logprobs": top}
         if fault == "no-token":
             first = {"top_logprobs": top, "logprob": -0.1}
@@ -336,6 +341,20 @@ def test_an_api_key_never_reaches_disk_or_output(tmp_path, capsys):
     meta = json.loads((tmp_path / "o.parquet.meta.json").read_text())
     assert meta["job"]["options"]["api_key"] == "<redacted>"
     assert json.loads((tmp_path / "p.jsonl.meta.json").read_text())["command"].count("--api-key=<redacted>") == 1
+
+
+def test_a_judge_without_yes_or_no_leaves_the_turn_unscored_and_a_repeated_token_counts_once(tmp_path, capsys):
+    neither, twice = _assistant(0), _assistant(1)
+    out = tmp_path / "o.parquet"
+    with FaultServer({neither: "neither", twice: "yes-twice"}) as server:
+        assert main(["score", str(EXAMPLE), "-o", str(out), *_judge_args(server.url)]) == 0
+    rows = {r["assistant"]: r for r in pq.read_table(out).to_pylist()}
+    r = rows[neither]
+    assert r["status"] == "unscored" and r["score"] is None and r["prediction"] is None
+    assert "neither a yes nor a no token" in r["error"] and "'The'" in r["error"]
+    assert rows[twice]["status"] == "ok" and rows[twice]["score"] == pytest.approx(0.5)  # not 2/3
+    others = [x for a, x in rows.items() if a not in (neither, twice)]
+    assert all(x["status"] == "ok" and x["score"] == pytest.approx(0.7) for x in others)
 
 
 def test_malformed_responses_fail_their_row_only(tmp_path, capsys):

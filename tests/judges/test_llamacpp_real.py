@@ -56,7 +56,7 @@ def test_continuous_scores_from_the_servers_logprobs(server, reference, tmp_path
     assert _score(url, out) == 0
     got = read_turn_scores(out)
     assert got.num_rows == 28 and set(got.column("status").to_pylist()) == {"ok"}
-    assert set(got.column("p_yes_source").to_pylist()) <= {"logprobs", "fallback_0.5"}
+    assert set(got.column("p_yes_source").to_pylist()) == {"logprobs"}
     diff = np.abs(np.array(got.column("score").to_pylist()) - np.array(reference["score"]))
     print(f"llama.cpp vs in-process: max |dP(yes)| {diff.max():.4f}, mean {diff.mean():.4f}")
     # Q4_1 weights served vs the same weights de-quantised to fp32 in-process: measured max 0.036

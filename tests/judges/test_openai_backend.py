@@ -15,8 +15,8 @@ def _backend(server, **kw):
     return get_backend("openai", model="tiny", base_url=server.url, backoff=0.01, **kw)
 
 
-def test_logprobs_over_http_equal_in_process(tiny_judge, turns):
-    with ChatServer(tiny_judge) as server:
+def test_logprobs_over_http_equal_in_process(tiny_yes_no_judge, turns):
+    with ChatServer(tiny_yes_no_judge) as server:
         judge = RoleJudge(JudgeConfig(model="tiny", backend="openai"), backend=_backend(server, concurrency=4))
         cols = judge.score(turns)
     assert set(cols["status"]) == {"ok"}
@@ -28,27 +28,28 @@ def test_logprobs_over_http_equal_in_process(tiny_judge, turns):
     for cid in dict.fromkeys(r["conversation_id"] for r in rows):
         grp = [r for r in rows if r["conversation_id"] == cid]
         reqs = turn_requests(cid, grp[0]["role"], [g["user"] for g in grp], [g["assistant"] for g in grp])
-        outs = tiny_judge.first_token_logprobs([JudgeRequest((r.content,)) for r in reqs])
+        outs = tiny_yes_no_judge.first_token_logprobs([JudgeRequest((r.content,)) for r in reqs])
         ref += [p_yes_from_logprobs(o.top_logprobs)[0] for o in outs]
     np.testing.assert_allclose(cols["score"], ref, atol=1e-6)
+    assert np.std(cols["score"]) > 0.05  # real P(yes) values, not the no-evidence case
 
 
-def test_retries_then_per_row_errors(tiny_judge, turns):
-    with ChatServer(tiny_judge, fail_first=2) as server:
+def test_retries_then_per_row_errors(tiny_yes_no_judge, turns):
+    with ChatServer(tiny_yes_no_judge, fail_first=2) as server:
         backend = _backend(server, max_retries=3)
         cols = RoleJudge(JudgeConfig(model="tiny", backend="openai"), backend=backend).score(turns)
         assert set(cols["status"]) == {"ok"}
         assert backend.calls == 3 * turns.num_rows  # two failures then success, per prompt
     # the last turn of the first conversation: its text is in no other prompt's history
     victim = turns.column("assistant")[3].as_py()
-    with ChatServer(tiny_judge, always_fail=victim) as server:
+    with ChatServer(tiny_yes_no_judge, always_fail=victim) as server:
         cols = RoleJudge(JudgeConfig(model="tiny", backend="openai"), backend=_backend(server, max_retries=1)).score(turns)
     assert cols["status"][3] == "error" and "HTTP 500" in cols["error"][3]
     assert cols["status"].count("ok") == turns.num_rows - 1
 
 
-def test_provider_without_logprobs(tiny_judge, turns):
-    with ChatServer(tiny_judge, logprobs=False) as server:
+def test_provider_without_logprobs(tiny_yes_no_judge, turns):
+    with ChatServer(tiny_yes_no_judge, logprobs=False) as server:
         with pytest.raises(ValueError, match="binary-fallback"):
             RoleJudge(JudgeConfig(model="tiny", backend="openai"), backend=_backend(server)).score(turns)
         judge = RoleJudge(JudgeConfig(model="tiny", backend="openai", binary_fallback=True), backend=_backend(server))
@@ -95,15 +96,15 @@ class _Counting(ChatServer):
         self.httpd.server_close()
 
 
-def test_a_fleet_spreads_requests_and_survives_an_endpoint_killed_mid_run(tiny_judge, turns):
+def test_a_fleet_spreads_requests_and_survives_an_endpoint_killed_mid_run(tiny_yes_no_judge, turns):
     import threading
 
     many = turns
     for _ in range(3):
         many = __import__("pyarrow").concat_tables([many, turns])
-    with ChatServer(tiny_judge) as one:
+    with ChatServer(tiny_yes_no_judge) as one:
         want = RoleJudge(JudgeConfig(model="tiny", backend="openai"), backend=_backend(one, concurrency=2)).score(many)
-    a, b, c = _Counting(tiny_judge), _Counting(tiny_judge), _Counting(tiny_judge)
+    a, b, c = _Counting(tiny_yes_no_judge), _Counting(tiny_yes_no_judge), _Counting(tiny_yes_no_judge)
     with a, b:
         c.thread.start()
         fleet = get_backend("openai", model="tiny", base_url=[a.url, b.url, c.url], backoff=0.01, max_retries=2,
@@ -128,10 +129,10 @@ def test_a_fleet_spreads_requests_and_survives_an_endpoint_killed_mid_run(tiny_j
     assert a.answered + b.answered + c.answered >= many.num_rows + 3
 
 
-def test_max_qps_caps_the_request_rate_over_the_fleet(tiny_judge, turns):
+def test_max_qps_caps_the_request_rate_over_the_fleet(tiny_yes_no_judge, turns):
     import time
 
-    with ChatServer(tiny_judge) as a, ChatServer(tiny_judge) as b:
+    with ChatServer(tiny_yes_no_judge) as a, ChatServer(tiny_yes_no_judge) as b:
         fleet = get_backend("openai", model="tiny", base_url=[a.url, b.url], max_qps=10, concurrency=8)
         start = time.perf_counter()
         cols = RoleJudge(JudgeConfig(model="tiny", backend="openai"), backend=fleet).score(turns)
@@ -142,8 +143,8 @@ def test_max_qps_caps_the_request_rate_over_the_fleet(tiny_judge, turns):
         get_backend("openai", model="tiny", base_url=a.url, max_qps=0)
 
 
-def test_a_fleet_with_one_dead_endpoint_warns_and_scores_on_the_others(tiny_judge, turns):
-    with ChatServer(tiny_judge) as a:
+def test_a_fleet_with_one_dead_endpoint_warns_and_scores_on_the_others(tiny_yes_no_judge, turns):
+    with ChatServer(tiny_yes_no_judge) as a:
         fleet = get_backend("openai", model="tiny", base_url=[a.url, "http://127.0.0.1:9/v1"], backoff=0.01,
                             max_retries=1, timeout=2)
         with pytest.warns(UserWarning, match=r"cannot reach judge server http://127.0.0.1:9/v1 .*skipped until"):

@@ -24,7 +24,10 @@ def test_continuous_scores_every_turn(tiny_judge, turns):
     assert set(cols["p_yes_source"]) == {"full_vocab"}  # in-process: exact over the whole vocabulary
     assert all(0.0 < m <= 1.0 for m in cols["yes_no_mass"])
     top = _judge(tiny_judge, full_vocab=False).score(turns)
-    assert set(top["p_yes_source"]) <= {"logprobs", "fallback_0.5"}
+    # a random judge's top-20 rarely holds yes or no: such a turn is unscored with its reason, never a 0.5
+    for status, score, source, error in zip(top["status"], top["score"], top["p_yes_source"], top["error"]):
+        assert (status, source) == ("ok", "logprobs") or (
+            status == "unscored" and score is None and "neither a yes nor a no token" in error), (status, error)
 
 
 def test_rows_are_scored_in_conversation_order_whatever_the_input_order(tiny_judge, turns):
