@@ -8,6 +8,7 @@ import hashlib
 import json
 import os
 import shutil
+import stat
 import tempfile
 import time
 import warnings
@@ -28,8 +29,8 @@ from ..role import RoleConfig, aggregate_sessions, get_method
 from ..role._base import missing_references
 from ._executors import EngineError, check_reachable, get_executor
 from ._plan import _write_json_atomic, content_digest, plan_job, temp_path
-from ._safety import (PathLock, RemoteWorkDir, WorkDir, check_outputs, check_remote_output, output_format,
-                      remove_dead_temporaries, reserved_columns)
+from ._safety import (PathLock, RemoteWorkDir, WorkDir, check_outputs, check_remote_output, check_replaceable,
+                      output_format, remove_dead_temporaries, reserved_columns)
 from ._storage import Remote, RemoteLease, as_target, write_json
 
 __all__ = ["Engine", "JobResult", "score"]
@@ -177,6 +178,9 @@ class Engine:
                 # A job killed while publishing left its temporaries here; they are ours to remove now.
                 remove_dead_temporaries([out_path, sessions_path, metadata_path(out_path),
                                          metadata_path(sessions_path)])
+                # What the targets are now, checked: publish replaces them only if they are still that.
+                self._targets = {p: _identity(p) for p in (out_path, sessions_path, metadata_path(out_path),
+                                                           metadata_path(sessions_path))}
                 for key in ("output", "sessions"):
                     if key in remote:
                         obj = remote[key]
@@ -404,7 +408,7 @@ class Engine:
         rescale = self._rescaler(shard_files)
         schema = pa.unify_schemas([pq.read_schema(f) for f in shard_files], promote_options="permissive")
         schema = pa.schema([f for f in schema if f.name != "_row"])
-        publisher = Publisher()
+        publisher = Publisher(getattr(self, "_targets", None))
         try:
             sink = _TableSink(temp_path(out_path), output_format(out_path), schema)
             publisher.add(sink.path, out_path)
@@ -558,6 +562,22 @@ def _spill(source, path: Path) -> None:
             tmp.unlink()
 
 
+def _identity(path: Path) -> tuple:
+    """What ``path`` is, without following it: its (device, inode, type) or None, and its directory's (device,
+    inode) through any links (a directory swapped for a link elsewhere changes it)."""
+    try:
+        st = os.lstat(path)
+        own = (st.st_dev, st.st_ino, stat.S_IFMT(st.st_mode))
+    except FileNotFoundError:
+        own = None
+    try:
+        pst = os.stat(path.parent)
+        parent = (pst.st_dev, pst.st_ino)
+    except OSError:
+        parent = None
+    return own, parent
+
+
 class Publisher:
     """Files written under temporary names, renamed into place together once all are complete.
 
@@ -566,8 +586,20 @@ class Publisher:
     temporary is left (after a failure, every one of them).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, targets: Optional[dict] = None) -> None:
         self.moves: list[tuple[Path, Path]] = []
+        self.targets = targets or {}  # final path -> its identity when the job checked it (see _identity)
+
+    def _recheck(self) -> None:
+        """Every target is still what the start-up check saw (under the job's locks): nothing that appeared,
+        was replaced, or had its directory swapped (for a symlink elsewhere) since is ever overwritten."""
+        for _, final in self.moves:
+            if final in self.targets and _identity(final) != self.targets[final]:
+                raise EngineError(f"{final} changed while the job ran (created, replaced, or its directory "
+                                  "swapped); refusing to replace it: nothing was published and the finished shards "
+                                  "are kept for --resume")
+            if final.is_dir() and not final.is_symlink():
+                check_replaceable(final, "the output")
 
     def add(self, tmp: Path, final: Path) -> None:
         self.moves.append((tmp, final))
@@ -589,6 +621,7 @@ class Publisher:
         if main:
             signal.pthread_sigmask(signal.SIG_BLOCK, held)
         try:
+            self._recheck()
             for tmp, final in self.moves:
                 if final.is_dir() and not final.is_symlink():
                     # An earlier directory output (checked to be ours): swap it out, then remove it.

@@ -22,8 +22,8 @@ from typing import Optional
 from ..data import DataError, metadata_path
 from ._executors import EngineError
 
-__all__ = ["OUTPUT_FORMATS", "output_format", "check_outputs", "WorkDir", "PathLock", "reserved_columns",
-           "remove_dead_temporaries",
+__all__ = ["OUTPUT_FORMATS", "output_format", "check_outputs", "check_replaceable", "WorkDir", "PathLock",
+           "reserved_columns", "remove_dead_temporaries",
            "is_adherence_output", "PRODUCER"]
 
 PRODUCER = "adherence"
@@ -31,8 +31,11 @@ OUTPUT_FORMATS = {".parquet": "parquet", ".pq": "parquet", ".jsonl": "jsonl", ".
 # Columns every scored row gets; an input column of the same name would be silently replaced.
 _OUTPUT_COLUMNS = ("method", "score", "prediction", "status", "error", "reason", "p_yes_source", "truncated", "yes_no_mass", "_row")
 
-# Entries of a work directory, and what may live inside its folders.
-_WORK_FILES = {"job.json", "plan.json", "references.json", "input.parquet", "lock", "failed.json"}
+# Entries of a work directory, and what may live inside its folders. A work directory is the engine's only
+# when its marker says so (written when a job made or adopted it): entries named like these in any other
+# directory are the user's.
+WORK_MARKER = ".adherence-work.json"
+_WORK_FILES = {"job.json", "plan.json", "references.json", "input.parquet", "lock", "failed.json", WORK_MARKER}
 _WORK_DIRS = {"shards": re.compile(r"^(input-\d{5}\.arrow|\..*\.tmp)$"),
               "out": re.compile(r"^(shard-\d{5}\.(parquet|done\.json)|\..*\.tmp)$")}
 _TMP = re.compile(r"^\..*\.tmp$")
@@ -82,7 +85,8 @@ def _inside(child: Path, parent: Path) -> bool:
     return c == p or p in c.parents
 
 
-def _check_replaceable(path: Path, what: str) -> None:
+def check_replaceable(path: Path, what: str) -> None:
+    """Refuse (one line) to replace ``path`` unless adherence wrote it and nothing else lives in it."""
     meta = metadata_path(path)
     if path.exists() or path.is_symlink():
         if not (path.is_file() or path.is_dir()) or path.is_symlink():
@@ -91,7 +95,8 @@ def _check_replaceable(path: Path, what: str) -> None:
             raise DataError(f"{what} exists and was not written by adherence (no {meta.name} of ours beside it); "
                             "refusing to overwrite it: remove it or choose another path", file=path)
         if path.is_dir():
-            foreign = [p.name for p in path.iterdir() if not re.match(r"^part-\d{5}\.parquet$", p.name)]
+            foreign = [p.name for p in path.iterdir() if not re.match(r"^part-\d{5}\.parquet$", p.name)
+                       or p.is_symlink() or not p.is_file()]  # a user's folder named part-00001.parquet is not ours
             if foreign:
                 raise DataError(f"{what} is a directory holding files adherence did not write ({foreign[0]!r}, ...); "
                                 "refusing to replace it", file=path)
@@ -127,8 +132,8 @@ def check_outputs(source, output: Path, sessions: Path, work: Path) -> None:
             continue
         if not os.access(p.parent, os.W_OK | os.X_OK):
             raise DataError(f"cannot write the {what}: directory {p.parent} is not writable", file=p)
-    _check_replaceable(output, "the output")
-    _check_replaceable(sessions, "the sessions output")
+    check_replaceable(output, "the output")
+    check_replaceable(sessions, "the sessions output")
 
 
 class PathLock:
@@ -211,6 +216,12 @@ class PathLock:
         self.fd = None
 
 
+def _write_marker(path: Path, obj: dict) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        json.dump(obj, fh)
+
+
 def _pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -265,22 +276,47 @@ class WorkDir:
     def __init__(self, path: Path, *, resume: bool) -> None:
         self.path, self.resume = path, resume
         self.created = False
-        self.ours = False  # created by this job, or holding an earlier adherence job's entries
+        self.ours = False  # made by an adherence job (this one or an earlier one): removed when done
+        self.adopted = False  # an empty directory someone else made: its contents are ours, itself is not
         self.lock = PathLock(path / "lock", "the work directory")
+
+    def _marker(self) -> Optional[dict]:
+        q = self.path / WORK_MARKER
+        if q.is_symlink() or not q.is_file():
+            return None
+        try:
+            m = json.loads(q.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        return m if isinstance(m, dict) and m.get("producer") == PRODUCER else None
 
     def __enter__(self) -> "WorkDir":
         p = self.path
-        if p.exists() and not p.is_dir():
+        if p.is_symlink() or (p.exists() and not p.is_dir()):
             raise DataError("the work directory path exists and is not a directory", file=p)
         if not p.exists():
             p.mkdir(parents=True)
             self.created = True
-        self.ours = self.created or any(q.name in _WORK_FILES or q.name in _WORK_DIRS for q in p.iterdir())
+        marker = self._marker()
+        if not self.created and marker is None:
+            entries = sorted(q.name for q in p.iterdir())
+            if entries:
+                # Names prove nothing: a user's input.parquet or job.json is not ours to clear.
+                raise DataError(f"the work directory holds files adherence did not write ({entries[0]}, ...; no "
+                                f"{WORK_MARKER} of ours); refusing to use or clear it: pass another --work-dir",
+                                file=p)
+            self.adopted = True
+        self.ours = self.created or (marker is not None and bool(marker.get("created")))
         foreign = self.foreign_entries()
         if foreign:
             raise DataError(f"the work directory holds files adherence did not write ({foreign[0]}, ...); "
                             "refusing to use or clear it: pass another --work-dir", file=p)
         self.lock.acquire()
+        if marker is None:
+            try:
+                _write_marker(p / WORK_MARKER, {"producer": PRODUCER, "created": self.created, "pid": os.getpid()})
+            except FileExistsError:  # another job adopted it between our look and our lock, and is done
+                pass
         if not self.resume:
             self.clear(keep_lock=True)
         else:
@@ -289,13 +325,19 @@ class WorkDir:
         return self
 
     def __exit__(self, exc_type, *_) -> None:
-        if exc_type is not None and self.created and not any((self.path / "out").glob("*.done.json")):
+        if exc_type is not None and (self.created or self.adopted) \
+                and not any((self.path / "out").glob("*.done.json")):
             self.clear(keep_lock=True)  # nothing worth resuming: leave no trace of a job that failed early
             self.lock.release()
             try:
-                self.path.rmdir()
+                (self.path / WORK_MARKER).unlink()
             except OSError:
                 pass
+            if self.created:
+                try:
+                    self.path.rmdir()
+                except OSError:
+                    pass
             return
         self.lock.release()
 
@@ -312,9 +354,10 @@ class WorkDir:
         return out
 
     def clear(self, keep_lock: bool = False) -> None:
-        """Remove the engine's own entries (never anything else: foreign entries were refused on entry)."""
+        """Remove the engine's own entries (never anything else: foreign entries were refused on entry); the
+        marker stays until :meth:`remove`."""
         for q in list(self.path.iterdir()):
-            if keep_lock and q.name == "lock":
+            if (keep_lock and q.name == "lock") or q.name == WORK_MARKER:
                 continue
             if q.name in _WORK_DIRS and q.is_dir():
                 shutil.rmtree(q)
@@ -326,6 +369,10 @@ class WorkDir:
         (an empty directory someone else made for the job stays)."""
         self.clear(keep_lock=True)
         self.lock.release(remove=True)
+        try:
+            (self.path / WORK_MARKER).unlink()
+        except OSError:
+            pass
         if self.ours:
             try:
                 self.path.rmdir()
