@@ -27,6 +27,9 @@ __all__ = ["OpenAIBackend", "LogprobsUnsupported", "JudgeUnavailable"]
 _MAX_RETRY_AFTER = 120.0
 
 
+_NO_LOGPROBS = "judge server: the response carries no token log-probabilities (an error body or logprobs: null)"
+
+
 class LogprobsUnsupported(RuntimeError):
     """The server answered without log-probabilities."""
 
@@ -97,6 +100,7 @@ class OpenAIBackend(JudgeBackend):
         self.api_key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
         self.concurrency, self.timeout, self.max_retries, self.backoff = concurrency, timeout, max_retries, backoff
         self.supports_logprobs = True
+        self._seen_logprobs = False  # some response carried log-probs: the server has them
         self.calls = 0
         self.stats = {"prompt_tokens": 0, "generated_tokens": 0}  # from the servers' `usage`, when they send it
 
@@ -238,6 +242,7 @@ class OpenAIBackend(JudgeBackend):
             except LogprobsUnsupported:
                 self.supports_logprobs = False
                 raise LogprobsUnsupported(f"judge server {where} returns no log-probabilities") from None
+            self._seen_logprobs = True
 
     def _headers(self) -> dict:
         return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
@@ -302,14 +307,21 @@ class OpenAIBackend(JudgeBackend):
                     self._count_usage(resp)
                     try:
                         if logprobs:
-                            return JudgeOutput(top_logprobs=self.parse_logprobs(resp))
+                            out = JudgeOutput(top_logprobs=self.parse_logprobs(resp))
+                            self._seen_logprobs = True
+                            return out
                         return JudgeOutput(text=self.parse_text(resp))
                     except LogprobsUnsupported:
-                        raise
+                        # One response without log-probs (an error body, `logprobs: null`) costs its row; only a
+                        # server that never sends any is one without log-probs (decided below).
+                        return JudgeOutput(error=_NO_LOGPROBS)
                     except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
                         return JudgeOutput(error=f"judge server: malformed response ({type(exc).__name__}: {exc})")
 
-            return list(await asyncio.gather(*(one(r) for r in requests)))
+            outs = list(await asyncio.gather(*(one(r) for r in requests)))
+        if logprobs and outs and not self._seen_logprobs and all(o.error == _NO_LOGPROBS for o in outs):
+            raise LogprobsUnsupported("the server returned no token log-probabilities for any request")
+        return outs
 
     def _count_usage(self, resp) -> None:
         usage = resp.get("usage") if isinstance(resp, dict) else None

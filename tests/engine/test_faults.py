@@ -282,6 +282,12 @@ class FaultServer(LocalHTTPServer):
         fault = next((f for text, f in self.faults.items() if text in content), None)
         if fault == "not-json":
             return 200, b"<html>proxy error</html>"
+        if fault == "error-body":
+            return 200, b'{"error": {"message": "upstream overloaded"}}'
+        if fault == "logprobs-null":
+            choice = {"index": 0, "message": {"role": "assistant", "content": "Yes"}, "finish_reason": "stop",
+                      "logprobs": None}
+            return 200, json.dumps({"choices": [choice]}).encode()
         if fault == "retry-after" and seen == 1:
             return 429, b'{"error": "slow down"}', [("Retry-After", "1")]
         top = [{"token": "Yes", "logprob": math.log(0.7)}, {"token": "No", "logprob": math.log(0.3)}]
@@ -341,6 +347,21 @@ def test_an_api_key_never_reaches_disk_or_output(tmp_path, capsys):
     meta = json.loads((tmp_path / "o.parquet.meta.json").read_text())
     assert meta["job"]["options"]["api_key"] == "<redacted>"
     assert json.loads((tmp_path / "p.jsonl.meta.json").read_text())["command"].count("--api-key=<redacted>") == 1
+
+
+@pytest.mark.parametrize("fallback", [False, True])
+def test_one_response_without_logprobs_costs_one_row_not_the_job(tmp_path, capsys, fallback):
+    bad = {_assistant(0): "error-body", _assistant(2): "logprobs-null"}
+    out = tmp_path / "o.parquet"
+    with FaultServer(bad) as server:
+        rc = main(["score", str(EXAMPLE), "-o", str(out), *_judge_args(server.url),
+                   *(["--binary-fallback"] if fallback else [])])
+    assert rc == 0
+    rows = {r["assistant"]: r for r in pq.read_table(out).to_pylist()}
+    for text in bad:
+        assert rows[text]["status"] == "error" and "no token log-probabilities" in rows[text]["error"]
+    others = [r for a, r in rows.items() if a not in bad]
+    assert len(others) == 26 and all(r["status"] == "ok" and r["p_yes_source"] == "logprobs" for r in others)
 
 
 def test_a_judge_without_yes_or_no_leaves_the_turn_unscored_and_a_repeated_token_counts_once(tmp_path, capsys):
