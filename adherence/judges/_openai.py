@@ -27,6 +27,7 @@ __all__ = ["OpenAIBackend", "LogprobsUnsupported", "JudgeUnavailable"]
 _MAX_RETRY_AFTER = 120.0
 
 
+MAX_RESPONSE_BYTES = 16 * 2**20
 _NO_LOGPROBS = "judge server: the response carries no token log-probabilities (an error body or logprobs: null)"
 
 
@@ -247,6 +248,21 @@ class OpenAIBackend(JudgeBackend):
     def _headers(self) -> dict:
         return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
 
+    async def _request(self, client, url: str, body: dict):
+        """POST ``body``; the answer is read at most ``MAX_RESPONSE_BYTES`` far (a chat completion with
+        top-20 log-probs is a few kB)."""
+        import httpx
+
+        async with client.stream("POST", url, json=body) as r:
+            chunks, size = [], 0
+            async for chunk in r.aiter_bytes():
+                size += len(chunk)
+                if size > MAX_RESPONSE_BYTES:
+                    raise httpx.DecodingError(f"the answer exceeds {MAX_RESPONSE_BYTES // 2**20} MiB; refusing to "
+                                              "read more")
+                chunks.append(chunk)
+        return httpx.Response(r.status_code, headers=r.headers, content=b"".join(chunks), request=r.request)
+
     async def _post(self, client, body: dict) -> dict:
         import httpx
 
@@ -258,7 +274,13 @@ class OpenAIBackend(JudgeBackend):
                 await asyncio.sleep(wait_up)
             await self._throttle()
             try:
-                r = await client.post(f"{url}/chat/completions", json=body)
+                try:
+                    # The whole request -- connect, send, every byte of the answer -- within the timeout
+                    # (httpx's own timeouts are per read: a server trickling a byte a second never trips them).
+                    r = await asyncio.wait_for(self._request(client, f"{url}/chat/completions", body),
+                                               timeout=self.timeout)
+                except asyncio.TimeoutError:
+                    raise httpx.ReadTimeout(f"no complete answer within --request-timeout {self.timeout:g} s") from None
                 self.calls += 1
                 if r.status_code == 400 and "logprob" in r.text.lower() and body.get("logprobs"):
                     raise LogprobsUnsupported(f"the server rejected logprobs: {r.text[:200]}")
@@ -273,7 +295,7 @@ class OpenAIBackend(JudgeBackend):
                         return r.json()
                     except ValueError as exc:
                         raise RuntimeError(f"malformed response (not JSON: {exc}): {r.text[:80]!r}") from None
-            except (httpx.TransportError, httpx.TimeoutException) as exc:
+            except (httpx.TransportError, httpx.TimeoutException, httpx.DecodingError) as exc:
                 last = f"{type(exc).__name__}: {exc}"
                 wait = None
             except httpx.HTTPStatusError as exc:

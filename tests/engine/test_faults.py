@@ -268,7 +268,21 @@ class FaultServer(LocalHTTPServer):
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 if not self.path.startswith("/v1/"):
                     return self._send(404, b'{"error": "not found"}')
-                self._send(*server.answer(body))
+                answer = server.answer(body)
+                if answer[0] == "trickle":  # one byte a second of a never-ending answer
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", "1000000")
+                    self.end_headers()
+                    try:
+                        for _ in range(600):
+                            self.wfile.write(b" ")
+                            self.wfile.flush()
+                            time.sleep(1.0)
+                    except OSError:
+                        pass
+                    return
+                self._send(*answer)
 
         self._listen(Handler)
 
@@ -282,6 +296,10 @@ class FaultServer(LocalHTTPServer):
         fault = next((f for text, f in self.faults.items() if text in content), None)
         if fault == "not-json":
             return 200, b"<html>proxy error</html>"
+        if fault == "trickle":
+            return ("trickle",)
+        if fault == "huge":
+            return 200, b'{"pad": "' + b"x" * (40 * 2**20) + b'", "choices": []}'
         if fault == "error-body":
             return 200, b'{"error": {"message": "upstream overloaded"}}'
         if fault == "logprobs-null":
@@ -347,6 +365,21 @@ def test_an_api_key_never_reaches_disk_or_output(tmp_path, capsys):
     meta = json.loads((tmp_path / "o.parquet.meta.json").read_text())
     assert meta["job"]["options"]["api_key"] == "<redacted>"
     assert json.loads((tmp_path / "p.jsonl.meta.json").read_text())["command"].count("--api-key=<redacted>") == 1
+
+
+def test_the_request_timeout_bounds_the_whole_answer_and_its_size(tmp_path, capsys):
+    slow, huge = _assistant(0), _assistant(1)
+    out = tmp_path / "o.parquet"
+    t0 = time.perf_counter()
+    with FaultServer({slow: "trickle", huge: "huge"}) as server:
+        rc = main(["score", str(EXAMPLE), "-o", str(out), *_judge_args(server.url, "--request-timeout", "2",
+                                                                         "--max-retries", "1")])
+    elapsed = time.perf_counter() - t0
+    assert rc == 0 and elapsed < 120  # was: one read timeout per byte, 140 s a turn
+    rows = {r["assistant"]: r for r in pq.read_table(out).to_pylist()}
+    assert rows[slow]["status"] == "error" and "within --request-timeout 2 s" in rows[slow]["error"]
+    assert rows[huge]["status"] == "error" and "exceeds 16 MiB" in rows[huge]["error"]
+    assert sum(r["status"] == "ok" for r in rows.values()) == 26
 
 
 @pytest.mark.parametrize("fallback", [False, True])
