@@ -22,7 +22,9 @@ def _judge_args(p: argparse.ArgumentParser, cache: bool = True) -> None:
 def _backend(args, progress: bool = False):
     from ._common import make_backend
 
-    return make_backend(args, progress=progress and not args.no_progress)
+    backend = make_backend(args, progress=progress and not args.no_progress)
+    backend.preflight(logprobs=False)  # a server that cannot answer stops the audit before its first question
+    return backend
 
 
 def _fmt(v) -> str:

@@ -382,6 +382,21 @@ def test_the_request_timeout_bounds_the_whole_answer_and_its_size(tmp_path, caps
     assert sum(r["status"] == "ok" for r in rows.values()) == 26
 
 
+@pytest.mark.parametrize("status", [401, None])
+def test_audit_run_checks_the_judge_server_before_its_first_question(tmp_path, capsys, status):
+    audit = EXAMPLE.parent / "audit"
+    kw = {"status": status} if status else {"models": ["other-model"]}
+    with FaultServer(**kw) as server:
+        rc = main(["audit", "run", "--rubric", str(audit / "rubric.yaml"), "--artifacts",
+                   str(audit / "artifacts.jsonl"), "--runs", "2", "-o", str(tmp_path / "out"), "--backend", "openai",
+                   "--base-url", server.url, "--judge-model", "judge", "--no-progress"])
+        calls = server.calls
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 1 and len(err) == 1, err
+    assert ("refused the credentials" if status else "does not serve model 'judge'") in err[0]
+    assert len(calls) <= 1 and not (tmp_path / "out").exists()  # no question was sent
+
+
 @pytest.mark.parametrize("fallback", [False, True])
 def test_one_response_without_logprobs_costs_one_row_not_the_job(tmp_path, capsys, fallback):
     bad = {_assistant(0): "error-body", _assistant(2): "logprobs-null"}
