@@ -40,13 +40,44 @@ def _yaml_load(text: str):
     return yaml.load(text, Loader=Loader)  # noqa: S506 - a SafeLoader subclass
 
 
+# Options whose values are files or directories: a relative value in a job file names a path beside the job
+# file (as an include would), not beside wherever the job happens to be started from.
+PATH_OPTIONS = {"input", "output", "sessions_output", "work_dir", "role_file", "judge_template", "judge_cache",
+                "ground_truth", "rubric", "artifacts", "reference", "simulation", "system_prompt", "html",
+                "persona_csv", "benchmark", "corpus"}
+# Model options may be a local path or a hub / server name: resolved only when the path beside the job file exists.
+MODEL_OPTIONS = {"judge_model", "encoder", "nli_model"}
+MAX_JOB_FILE_BYTES = 1 << 20
+
+
+def _no_aliases(text: str, path: str) -> None:
+    """Refuse YAML anchors and aliases: a job file has no use for them, and a few hundred bytes of nested
+    aliases expand to gigabytes wherever the options are copied or written out."""
+    import yaml
+
+    from ..data import DataError
+
+    try:
+        for event in yaml.parse(text, Loader=yaml.SafeLoader):
+            if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
+                mark = event.start_mark
+                raise DataError(f"line {mark.line + 1}: YAML anchors and aliases (&name, *name) are not allowed in a "
+                                "job file; write the values out", file=path)
+    except yaml.YAMLError:
+        return  # the loader reports it with its line and column
+
+
 def _load(path: str) -> dict:
     from ..data import DataError
 
     try:
+        if Path(path).stat().st_size > MAX_JOB_FILE_BYTES:
+            raise DataError(f"the job file is larger than {MAX_JOB_FILE_BYTES // 1024} KiB; is it a job file?",
+                            file=path)
         text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise DataError(f"cannot read the job file ({exc})", file=path) from None
+    _no_aliases(text, path)
     try:
         data = _yaml_load(text)
     except Exception as exc:  # noqa: BLE001 - yaml's errors carry the line and column
@@ -56,6 +87,19 @@ def _load(path: str) -> dict:
     if not isinstance(data, dict):
         raise DataError(f"the job file must hold a mapping of option: value, got {type(data).__name__}", file=path)
     return data
+
+
+def _beside_job_file(dest: str, value, base: Path):
+    """A relative path option resolved against the job file's directory (URIs, ``bundled:`` and ``-`` kept)."""
+    if isinstance(value, list):
+        return [_beside_job_file(dest, v, base) for v in value]
+    if dest not in PATH_OPTIONS | MODEL_OPTIONS or not isinstance(value, str) or not value or value == "-" \
+            or "://" in value or value.startswith("bundled:") or Path(value).expanduser().is_absolute():
+        return value
+    resolved = base / value
+    if dest in MODEL_OPTIONS and not resolved.exists():
+        return value  # a hub id or a served model's name
+    return str(resolved)
 
 
 def apply_job_file(parser: argparse.ArgumentParser, path: str) -> dict:
@@ -91,6 +135,7 @@ def apply_job_file(parser: argparse.ArgumentParser, path: str) -> dict:
                 if v not in action.choices:
                     raise DataError(f"option {key!r}: {v!r} is not one of {', '.join(map(str, action.choices))}",
                                     file=path)
+        value = _beside_job_file(dest, value, Path(path).resolve().parent)
         action.required = False  # given by the file; a flag on the command line still overrides it
         values[dest] = value
     parser.set_defaults(**values)

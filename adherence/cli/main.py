@@ -129,6 +129,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parser.parse_args(argv)
     if job_values:
         args._job_file, args._job_values = job, job_values
+        from ._jobfile import MODEL_OPTIONS, PATH_OPTIONS
+
+        used = [f"{d.replace('_', '-')}={getattr(args, d)}" for d, v in job_values.items()
+                if d in PATH_OPTIONS | MODEL_OPTIONS and getattr(args, d, None) == v and v is not None]
+        if used and not getattr(args, "quiet", False):  # which files the job file points at, resolved
+            print(f"{job}: {', '.join(used)}", file=sys.stderr)
     if getattr(args, "_command", None) is None:
         parser.print_help()
         return 0 if not argv else 2

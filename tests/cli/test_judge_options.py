@@ -143,3 +143,32 @@ def test_judge_dtype_reaches_the_model_and_the_metadata(tmp_path, tiny_llama_dir
     assert all(m["tree_attention"] and m["prefix_sharing"] and m["device"] == "cpu" for m in metas)
     a, b = _scores(fp32), _scores(bf16)
     assert 0 < np.abs(a - b).max() < 0.05  # really ran in bf16: close to fp32, not equal
+
+
+def test_job_file_paths_resolve_beside_it_and_an_alias_bomb_is_refused(tmp_path, capsys, monkeypatch):
+    import time
+
+    jobs = tmp_path / "jobs"
+    jobs.mkdir()
+    (jobs / "role.txt").write_text("You are the cooking assistant of a recipe site.")
+    chats = jobs / "chats.jsonl"
+    chats.write_text(json.dumps({"messages": [{"role": "user", "content": "Hi"},
+                                              {"role": "assistant", "content": "Hello! What shall we cook?"}]}) + "\n")
+    job = jobs / "job.yaml"
+    job.write_text("input: chats.jsonl\nrole-file: role.txt\ndry-run: true\n")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)  # started from another directory: the job file's paths still mean its neighbours
+    assert main(["score", "--config", str(job)]) == 0
+    captured = capsys.readouterr()
+    assert f"input={chats}" in captured.err and f"role-file={jobs / 'role.txt'}" in captured.err  # shown, resolved
+    assert "1 turns" in captured.out or "turns: 1" in captured.out or "1 turn" in captured.out
+    # a 500-byte billion-laughs: refused at once, no memory blow-up
+    bomb = ["a: &a [x, x, x, x, x, x, x, x, x]"] + [f"{chr(98 + i)}: &{chr(98 + i)} " + "[" + ", ".join(
+        [f"*{chr(97 + i)}"] * 9) + "]" for i in range(8)]
+    job.write_text("\n".join(bomb) + "\nthreshold: 0.5\n")
+    t0 = time.perf_counter()
+    assert main(["score", "--config", str(job)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "anchors and aliases" in err and "line 1" in err and len(err.splitlines()) == 1
+    assert time.perf_counter() - t0 < 30
