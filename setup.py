@@ -66,7 +66,7 @@ setup(
         "scipy>=1.10",  # sparse TF-IDF / BM25 matrices
     ],
     extras_require=EXTRAS,
-    entry_points={"console_scripts": ["adherence=adherence.cli.main:main"]},
+    entry_points={"console_scripts": ["adherence=adherence.cli.main:console_main"]},
     classifiers=[
         "Programming Language :: Python :: 3",
         "Topic :: Scientific/Engineering :: Artificial Intelligence",

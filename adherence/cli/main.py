@@ -66,7 +66,7 @@ def _user_errors() -> tuple:
     from .._optional import MissingDependencyError
     from ..data import DataError
 
-    return (DataError, MissingDependencyError, FileNotFoundError, ValueError)
+    return (DataError, MissingDependencyError, ValueError)
 
 
 class _ErrorsOnly:
@@ -112,6 +112,62 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     """Exit codes: 0 done; 1 the job failed (a shard failed, nothing scored, error rate above
     ``--max-error-rate``, disk full, ...); 2 bad input, options or configuration; 130 / 143
     interrupted by SIGINT / SIGTERM (no partial output is published)."""
+    import signal
+    import threading
+    import warnings
+
+    # SIGTERM and the warning format are the process's; called in-process (a job calling main()),
+    # both are put back on return. The handler goes in first: a signal while the options are read
+    # still ends as 143 / 130.
+    previous_sigterm = None
+    if threading.current_thread() is threading.main_thread():
+        previous_sigterm = signal.signal(signal.SIGTERM, _on_sigterm)
+    previous_format = warnings.formatwarning
+    # One line per warning, without the source path and line that mean nothing to a user, on a line of its
+    # own above any progress bar. (Only the format is replaced: a caller recording warnings still gets them.)
+    warnings.formatwarning = format_warning
+    engine = sys.modules.get("adherence.engine._engine")
+    if engine is not None:
+        engine.PUBLISHED.clear()
+    try:
+        return _main(argv)
+    except KeyboardInterrupt as exc:
+        return _interrupted(exc)
+    finally:
+        warnings.formatwarning = previous_format
+        if previous_sigterm is not None:
+            signal.signal(signal.SIGTERM, previous_sigterm)
+
+
+def _interrupted(exc: KeyboardInterrupt) -> int:
+    """130 (SIGINT) / 143 (SIGTERM) with one line; 0 when the job had already published its output."""
+    what = "terminated" if isinstance(exc, Terminated) else "interrupted"
+    engine = sys.modules.get("adherence.engine._engine")
+    published = list(engine.PUBLISHED) if engine is not None else []
+    if published:
+        print(f"adherence: {what} after the output was published; {published[0]} is complete", file=sys.stderr)
+        return 0
+    print(f"adherence: {what}; nothing partial was published", file=sys.stderr)
+    return 143 if isinstance(exc, Terminated) else 130
+
+
+def console_main() -> None:
+    """The ``adherence`` command: :func:`main`, then exit with its code -- a signal arriving after the job
+    ended (its output published) no longer changes that code."""
+    import signal
+
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        code = main()
+    except KeyboardInterrupt as exc:  # before or after main's own handlers
+        code = _interrupted(exc)
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)
+    sys.stdout.flush()
+    sys.exit(code)
+
+
+def _main(argv: Optional[Sequence[str]]) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     selected = next((a for a in argv if a in COMMANDS), None)
     parser = _parser(selected)
@@ -138,25 +194,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if getattr(args, "_command", None) is None:
         parser.print_help()
         return 0 if not argv else 2
-    import signal
-    import threading
-    import warnings
-
-    # SIGTERM and the warning format are the process's; called in-process (a job calling main()),
-    # both are put back on return.
-    previous_sigterm = None
-    if threading.current_thread() is threading.main_thread():
-        previous_sigterm = signal.signal(signal.SIGTERM, _on_sigterm)
-    previous_format = warnings.formatwarning
-    # One line per warning, without the source path and line that mean nothing to a user, on a line of its
-    # own above any progress bar. (Only the format is replaced: a caller recording warnings still gets them.)
-    warnings.formatwarning = format_warning
-    try:
-        return _run(args)
-    finally:
-        warnings.formatwarning = previous_format
-        if previous_sigterm is not None:
-            signal.signal(signal.SIGTERM, previous_sigterm)
+    return _run(args)
 
 
 def format_warning(message, category, filename, lineno, line=None) -> str:
@@ -186,12 +224,8 @@ def _run(args) -> int:
     except _user_errors() as exc:
         print(f"adherence {args.command}: error: {exc}", file=sys.stderr)
         return 2
-    except Terminated:
-        print("adherence: terminated; nothing partial was published", file=sys.stderr)
-        return 143
-    except KeyboardInterrupt:
-        print("adherence: interrupted; nothing partial was published", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        return _interrupted(exc)
     except RecursionError:
         print(f"adherence {args.command}: error: input nested too deeply to process", file=sys.stderr)
         return 2

@@ -562,6 +562,11 @@ def _spill(source, path: Path) -> None:
             tmp.unlink()
 
 
+# Every path published in this process (the command line reads it when a signal arrives: after a publish the
+# output is complete, and the job did not fail).
+PUBLISHED: list = []
+
+
 def _identity(path: Path) -> tuple:
     """What ``path`` is, without following it: its (device, inode, type) or None, and its directory's (device,
     inode) through any links (a directory swapped for a link elsewhere changes it)."""
@@ -622,6 +627,7 @@ class Publisher:
             signal.pthread_sigmask(signal.SIG_BLOCK, held)
         try:
             self._recheck()
+            published = [final for _, final in self.moves]
             for tmp, final in self.moves:
                 if final.is_dir() and not final.is_symlink():
                     # An earlier directory output (checked to be ours): swap it out, then remove it.
@@ -632,6 +638,7 @@ class Publisher:
                 else:
                     os.replace(tmp, final)
             self.moves = []
+            PUBLISHED.extend(published)  # a signal delivered from here on finds the job's outputs complete
         finally:
             if main:
                 signal.pthread_sigmask(signal.SIG_UNBLOCK, held)
