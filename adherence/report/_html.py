@@ -30,6 +30,12 @@ def pyplot():
 
 
 def figure_svg(fig) -> str:
+    """The figure as inline SVG. Every text is drawn literally: a label, file name or title holding ``$``
+    is the user's text, never matplotlib mathtext (which would fail on it or change it)."""
+    from matplotlib.text import Text
+
+    for t in fig.findobj(Text):
+        t.set_parse_math(False)
     buf = io.StringIO()
     fig.savefig(buf, format="svg", bbox_inches="tight")
     pyplot().close(fig)

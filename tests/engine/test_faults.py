@@ -624,6 +624,18 @@ def test_evaluate_prediction_on_a_score_output_with_error_rows(tmp_path, capsys)
     assert res["n_unscored"] == 1 and res["n"] == 27 and res["macro_f1"] is not None
 
 
+def test_dollar_signs_in_labels_and_file_names_are_drawn_literally(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    labels = ["costs $x^$ or $\\undefinedmacro$", "adherent", "half $ sign"]
+    rows = [{"score": i / 30, "label": labels[i % 3]} for i in range(30)]
+    src = write_table(pa.Table.from_pylist(rows), tmp_path / "price_$x^2$.jsonl")
+    page = tmp_path / "e.html"
+    assert main(["evaluate", str(src), "--html", str(page), "--bootstrap", "0"]) == 0
+    html = page.read_text()
+    assert "Traceback" not in capsys.readouterr().err
+    assert "costs $x^$ or $\\undefinedmacro$" in html  # in the per-label table; the plots drew it too
+
+
 def test_evaluate_page_escapes_every_value(tmp_path):
     pytest.importorskip("matplotlib")
     evil = ["<script>alert(1)</script>", "--><img src=x onerror=alert(2)><!--", "<b>x</b>"]
