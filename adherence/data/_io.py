@@ -141,11 +141,20 @@ def check_utf8(path: PathLike, chunk_size: int = 1 << 24) -> None:
 # --------------------------------------------------------------------------- raw readers
 
 
+MAX_LINE_BYTES = 256 * 2**20  # one JSONL record; a longer line is refused before it is held in memory
+
+
 def _jsonl_records(path: Path) -> Iterator[tuple[int, int, Any]]:
     """``(row, line, record)`` per non-blank line (1-based), with errors naming both."""
     row = 0
     with open(path, "rb") as fh:
-        for line_no, raw in enumerate(fh, start=1):
+        for line_no, raw in enumerate(iter(lambda: fh.readline(MAX_LINE_BYTES + 1), b""), start=1):
+            if len(raw) > MAX_LINE_BYTES:
+                raise DataError(f"a line longer than {MAX_LINE_BYTES // 2**20} MiB; one JSONL record per line is "
+                                "expected (is this a JSON array or a dump without newlines?)", file=path,
+                                row=row + 1, line=line_no)
+            if line_no == 1 and raw.startswith(b"\xef\xbb\xbf"):
+                raw = raw[3:]  # a UTF-8 byte-order mark (what some Windows tools write) is not data
             try:
                 text = raw.decode("utf-8")
             except UnicodeDecodeError as exc:

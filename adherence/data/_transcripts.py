@@ -115,6 +115,22 @@ def _messages(record: dict, fmt: str) -> list[tuple[str, Optional[str], dict]]:
     return out
 
 
+def _label(v: Any) -> Optional[str]:
+    if v is None or isinstance(v, str):
+        return v
+    if isinstance(v, (bool, int)):
+        return str(v).lower() if isinstance(v, bool) else str(v)
+    raise ValueError(f"a message's label must be text, got {type(v).__name__} {v!r}"[:160])
+
+
+def _weight(v: Any) -> Optional[float]:
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not v == v or v in (float("inf"), float("-inf")):
+        raise ValueError(f"a message's weight must be a finite number, got {v!r}"[:160])
+    return float(v)
+
+
 def transcript_turns(record: dict, fmt: str, *, conversation_id: str, role: Optional[str] = None) -> list[dict]:
     """The turns of one transcript (see the module docstring); raises ValueError when malformed."""
     system, turns, pending = [], [], []
@@ -131,16 +147,21 @@ def transcript_turns(record: dict, fmt: str, *, conversation_id: str, role: Opti
         elif kind == "tool_call":
             pending.append(f"[tool call] {text or ''}".rstrip())
         else:  # assistant
-            calls = [_call_text(c) for c in (m.get("tool_calls") or [])]
+            tool_calls = m.get("tool_calls") or []
+            if not isinstance(tool_calls, list):
+                raise ValueError(f"an assistant message's tool_calls must be a list, got {type(tool_calls).__name__}")
+            calls = [_call_text(c) for c in tool_calls]
             if m.get("function_call"):
                 calls.append(_call_text(m["function_call"]))
             if text is not None and text.strip():
                 turns.append({"user": "\n\n".join(pending) if pending else None, "assistant": text,
-                              "label": m.get("label"), "weight": m.get("weight"),
+                              "label": _label(m.get("label")), "weight": _weight(m.get("weight")),
                               "ground_truth_assistant": m.get("reference"), "references": m.get("references")})
                 pending = list(calls)
             else:
                 pending.extend(calls)  # tool calls alone are history, not a judged turn
+    if not turns:
+        raise ValueError("no assistant message with text (nothing to score)")
     role_text = "\n\n".join(system) if system else role
     cid = record.get("conversation_id", record.get("id"))
     cid = conversation_id if cid is None else str(cid)
@@ -165,13 +186,20 @@ def explode_transcripts(records: Iterable[tuple[int, Optional[int], Any]], fmt: 
     from ._io import records_to_table
 
     rows: list[dict] = []
+    seen: dict = {}  # conversation id -> the record that first used it
     for record_no, line_no, record in records:
         try:
             if not isinstance(record, dict):
                 raise ValueError(f"expected a JSON object, got {type(record).__name__}")
             if detect_transcript(record) != fmt:
                 raise ValueError(f"not an {fmt} transcript (no {'messages' if fmt == 'openai' else 'conversations'} list)")
-            rows.extend(transcript_turns(record, fmt, conversation_id=str(record_no), role=opts.role))
+            turns = transcript_turns(record, fmt, conversation_id=str(record_no), role=opts.role)
+            cid = turns[0]["conversation_id"]
+            if cid in seen:
+                hint = " (a record without an id is named by its record number)" if cid.isdigit() else ""
+                raise ValueError(f"conversation id {cid!r} was already used by record {seen[cid]}{hint}")
+            seen[cid] = record_no
+            rows.extend(turns)
         except ValueError as exc:
             if opts.strict:
                 raise DataError(f"malformed {fmt} transcript: {exc}", file=file, row=record_no, line=line_no) from None

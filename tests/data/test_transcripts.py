@@ -175,3 +175,55 @@ def test_cli_scores_transcripts_end_to_end(tmp_path, tiny_llama_dir, capsys):
     assert meta["summary"]["skipped_records"]["count"] == 1
     assert main(["score", str(src), "-o", str(tmp_path / "p.parquet"), "--method", "kl", "--strict-input"]) == 2
     assert "malformed openai transcript" in capsys.readouterr().err
+
+
+def test_dirty_transcripts_cost_their_record_only_and_are_counted(tmp_path):
+    """Each bad record is skipped with its reason and counted (an error with --strict-input, naming its line);
+    the good ones are read. Before: a traceback, a whole-job failure, or records vanishing uncounted."""
+    import json
+    import warnings
+
+    def msgs(reply, **extra):
+        return [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": reply, **extra}]
+
+    records = [
+        {"id": "good-1", "messages": msgs("Hello!")},
+        {"id": "calls", "messages": [{"role": "assistant", "content": "x", "tool_calls": 5}]},
+        {"id": "empty", "messages": []},
+        {"id": "no-reply", "messages": [{"role": "user", "content": "anyone?"}]},
+        {"id": "blank", "messages": msgs("   ")},
+        {"id": "bad-label", "messages": msgs("ok", label={"a": 1})},
+        {"id": "bad-weight", "messages": msgs("ok", weight="heavy")},
+        {"id": "good-1", "messages": msgs("again")},  # a repeated id
+        {"messages": msgs("no id: record 9")},
+        {"id": "9", "messages": msgs("collides with record 9's fallback id")},
+        {"id": "good-2", "messages": msgs("Fine.", label=1, weight=2)},
+    ]
+    path = tmp_path / "chats.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + "\n".join(json.dumps(r) for r in records).encode() + b"\n")  # with a BOM
+    opts = TranscriptOptions()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        turns = pa.concat_tables(list(iter_batches(path, TURNS, transcripts=opts)))
+    assert turns.column("conversation_id").to_pylist() == ["good-1", "9", "good-2"]
+    assert turns.column("label").to_pylist()[-1] == "1" and turns.column("weight").to_pylist()[-1] == 2.0
+    reasons = dict(opts.skipped)
+    assert len(opts.skipped) == 8 and "skipped 8 malformed transcript(s)" in str(caught[-1].message)
+    assert "tool_calls must be a list" in reasons["record 2"]
+    assert all("no assistant message with text" in reasons[f"record {i}"] for i in (3, 4, 5))
+    assert "label must be text" in reasons["record 6"] and "weight must be a finite number" in reasons["record 7"]
+    assert "'good-1' was already used by record 1" in reasons["record 8"]
+    assert "'9' was already used by record 9" in reasons["record 10"] and "record number" in reasons["record 10"]
+    with pytest.raises(DataError, match=r"chats.jsonl: row 2, line 2: malformed openai transcript: .*tool_calls"):
+        list(iter_batches(path, TURNS, transcripts=TranscriptOptions(strict=True)))
+
+
+def test_an_overlong_jsonl_line_is_one_error_before_it_is_held_in_memory(tmp_path, monkeypatch):
+    import adherence.data._io as io_mod
+
+    monkeypatch.setattr(io_mod, "MAX_LINE_BYTES", 4096)  # the real cap is 256 MiB
+    path = tmp_path / "dump.jsonl"
+    path.write_text('{"messages": [{"role": "assistant", "content": "ok"}]}\n'
+                    + '{"messages": [{"role": "assistant", "content": "' + "x" * 10_000 + '"}]}\n')
+    with pytest.raises(DataError, match=r"dump.jsonl: row 2, line 2: a line longer than 0 MiB"):
+        list(iter_batches(path, TURNS))
