@@ -130,3 +130,51 @@ def test_spark_refuses_what_it_cannot_do(spark, turns):
         score_dataframe(df, method="mahalanobis")
     with pytest.raises(ValueError, match="input column 'score' would be replaced"):
         score_dataframe(df.withColumnRenamed("rater_score", "score"), method="cosine")
+
+
+@pytest.mark.spark
+def test_spark_a_null_or_repeated_key_is_that_rows_error(spark, turns):
+    """As in the engine's rows: the job completes, the bad rows say why, the others are the engine's scores."""
+    from adherence.spark import score_dataframe
+
+    rows = turns.to_pylist()
+    dup = dict(rows[3], assistant="a second reply under the same key")
+    orphan = dict(rows[5], conversation_id=None)
+    dirty = pa.Table.from_pylist(rows + [dup, orphan], schema=turns.schema)
+    out = score_dataframe(spark.createDataFrame(dirty.to_pandas()), method="cosine", chunk_rows=5)
+    got = pa.Table.from_pandas(out.toPandas(), preserve_index=False).to_pylist()
+    assert len(got) == len(rows) + 2
+    errors = sorted((r["error"] or "") for r in got if r["status"] == "error")
+    assert len(errors) == 2
+    assert errors[0].startswith("duplicate key (conversation_id=") and "null conversation_id" in errors[1]
+    good = pa.Table.from_pylist([r for r in got if r["status"] != "error"])
+    ref = adherence.score(turns, method="cosine", n_bootstrap=0)
+    by_key = _by_key(good)
+    want = _by_key(ref)
+    for k, w in want.items():
+        if w["conversation_id"] == rows[3]["conversation_id"] and w["turn_index"] == rows[3]["turn_index"]:
+            assert by_key[k]["assistant"] in (rows[3]["assistant"],)  # the first of the two keeps the key
+        assert by_key[k]["score"] == pytest.approx(w["score"], abs=1e-6), k
+
+
+def test_a_scoring_call_that_raises_marks_its_rows_and_the_next_call_scores(turns, monkeypatch):
+    """A one-off exception inside a platform worker's scoring costs that call's rows (status=error with the
+    reason), not the pipeline; the worker keeps its models and scores the next call."""
+    from adherence.role import _platform
+
+    scorer = _platform.ConversationScorer(RoleConfig(method="cosine", progress=False))
+    original, calls = _platform.score_turns, []
+
+    def flaky(*a, **k):
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+        return original(*a, **k)
+
+    monkeypatch.setattr(_platform, "score_turns", flaky)
+    first = scorer(turns.slice(0, 4)).to_pylist()
+    assert [r["status"] for r in first] == ["error"] * 4
+    assert first[0]["error"].startswith("scoring failed: RuntimeError: CUDA error")
+    assert [r["conversation_id"] for r in first] == turns.slice(0, 4).column("conversation_id").to_pylist()
+    second = scorer(turns.slice(0, 4)).to_pylist()
+    assert [r["status"] for r in second] == ["ok"] * 4

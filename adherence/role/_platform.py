@@ -56,11 +56,60 @@ class ConversationScorer:
         get_method(config.method).prepare(config, self.resources)
 
     def __call__(self, table: pa.Table, schema: Optional[pa.Schema] = None) -> pa.Table:
+        """Score ``table``; a row with a null or repeated key, and every row of a call whose scoring raised,
+        comes back with ``status=error`` and the reason (as in the engine) instead of failing the pipeline."""
         schema = schema or output_schema(table.schema)
         if table.num_rows == 0:
             return schema.empty_table()
-        scored = score_turns(table, self.config.method, config=self.config, resources=self.resources)
-        return conform_schema(scored, schema)
+        problems = _key_problems(table)
+        good = [i for i in range(table.num_rows) if i not in problems]
+        parts, order = [], []
+        if good:
+            subset = table if len(good) == table.num_rows else table.take(pa.array(good, pa.int64()))
+            try:
+                scored = score_turns(subset, self.config.method, config=self.config, resources=self.resources)
+                parts.append(conform_schema(scored, schema))
+            except (KeyboardInterrupt, MemoryError):
+                raise
+            except Exception as exc:  # noqa: BLE001 - the rows carry the failure, the pipeline goes on
+                reason = f"scoring failed: {type(exc).__name__}: {' '.join(str(exc).split())}"[:500]
+                parts.append(_error_rows(subset, schema, [reason] * subset.num_rows, self.config.method))
+            order += good
+        if problems:
+            idx = sorted(problems)
+            parts.append(_error_rows(table.take(pa.array(idx, pa.int64())), schema, [problems[i] for i in idx],
+                                     self.config.method))
+            order += idx
+        out = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
+        if order != list(range(table.num_rows)):  # back to the input's row order
+            out = out.take(pa.array(sorted(range(len(order)), key=order.__getitem__), pa.int64()))
+        return out
+
+
+def _key_problems(table: pa.Table) -> dict:
+    """Row -> why its key is unusable: a null conversation_id or turn_index, or a key seen earlier."""
+    names = table.column_names
+    cids = table.column("conversation_id").to_pylist() if "conversation_id" in names else [None] * table.num_rows
+    idxs = table.column("turn_index").to_pylist() if "turn_index" in names else [None] * table.num_rows
+    out, seen = {}, {}
+    for i, key in enumerate(zip(cids, idxs)):
+        if key[0] is None or key[1] is None:
+            out[i] = f"null {'conversation_id' if key[0] is None else 'turn_index'}: the turn cannot be placed"
+        elif key in seen:
+            out[i] = f"duplicate key (conversation_id={key[0]!r}, turn_index={key[1]!r}); first at row {seen[key] + 1}"
+        else:
+            seen[key] = i
+    return out
+
+
+def _error_rows(table: pa.Table, schema: pa.Schema, reasons: list, method: str) -> pa.Table:
+    n = table.num_rows
+    cols = {f.name: table.column(f.name) for f in schema if f.name in table.column_names}
+    filled = {"method": pa.array([method] * n, pa.string()), "status": pa.array(["error"] * n, pa.string()),
+              "error": pa.array(reasons, pa.string())}
+    arrays = [filled.get(f.name, cols.get(f.name, pa.nulls(n, f.type))) for f in schema]
+    return pa.Table.from_arrays([a.cast(f.type) if a.type != f.type else a for a, f in zip(arrays, schema)],
+                                schema=schema)
 
 
 _SCORERS: dict[Any, ConversationScorer] = {}
