@@ -157,7 +157,9 @@ class AuditCommand(Command):
         out = Path(args.output)
         path = out / "metrics.json"
         if not path.exists():
-            raise FileNotFoundError(f"{path} not found: run `adherence audit run ... -o {out}` first")
+            from ..data import DataError
+
+            raise DataError(f"no metrics.json: run `adherence audit run ... -o {out}` first", file=path)
         metrics = json.loads(path.read_text(encoding="utf-8"))
         print(json.dumps(metrics, indent=2) if args.json else format_metrics(metrics))
         html = write_audit_html(args.html or out / "report.html", metrics, title=f"adherence audit: {out}")

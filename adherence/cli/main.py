@@ -210,6 +210,21 @@ def format_warning(message, category, filename, lineno, line=None) -> str:
     return f"warning: {message}\n"
 
 
+def _names_an_argument(filename, args) -> bool:
+    if filename is None:
+        return False
+    given = []
+    for v in vars(args).values():
+        given.extend(v if isinstance(v, list) else [v])
+    from pathlib import Path
+
+    try:
+        missing = Path(filename).resolve()
+        return any(isinstance(v, str) and v and Path(v).resolve() in (missing, *missing.parents) for v in given)
+    except (OSError, ValueError):
+        return False
+
+
 def _run(args) -> int:
     quiet = bool(getattr(args, "quiet", False))
     try:
@@ -224,6 +239,11 @@ def _run(args) -> int:
     except _user_errors() as exc:
         print(f"adherence {args.command}: error: {exc}", file=sys.stderr)
         return 2
+    except FileNotFoundError as exc:
+        # A path the user gave that is not there is bad input (2); any other file vanishing mid-job is the
+        # job's failure (1).
+        print(f"adherence {args.command}: error: {exc}", file=sys.stderr)
+        return 2 if _names_an_argument(exc.filename, args) else 1
     except KeyboardInterrupt as exc:
         return _interrupted(exc)
     except RecursionError:

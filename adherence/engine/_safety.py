@@ -21,6 +21,7 @@ from typing import Optional
 
 from ..data import DataError, metadata_path
 from ._executors import EngineError
+from ._storage import _pid_alive
 
 __all__ = ["OUTPUT_FORMATS", "output_format", "check_outputs", "check_replaceable", "WorkDir", "PathLock",
            "reserved_columns", "remove_dead_temporaries",
@@ -220,16 +221,6 @@ def _write_marker(path: Path, obj: dict) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
     with os.fdopen(fd, "w", encoding="utf-8") as fh:
         json.dump(obj, fh)
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # someone else's live process
-    return True
 
 
 def remove_dead_temporaries(targets) -> list[str]:
