@@ -69,10 +69,10 @@ def _yes_no_in_reach(model, tok) -> None:
     share, +/- its main direction of variation: both are then in every top-20 and P(yes) varies by prompt."""
     import torch
 
+    from adherence.judges._chat import prompt_ids
+
     def last_hidden(text):
-        ids = tok.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
-                                      return_tensors="pt")
-        ids = ids["input_ids"] if hasattr(ids, "keys") else ids
+        ids = torch.tensor([prompt_ids(tok, [{"role": "user", "content": text}])])  # as the judge prompts it
         with torch.no_grad():
             return model(ids, output_hidden_states=True).hidden_states[-1][0, -1]
 

@@ -115,9 +115,10 @@ def add_judge_args(p: argparse.ArgumentParser, *, device: bool = True) -> argpar
     j.add_argument("--max-retries", type=int, default=4, help="openai backend: retries per request after the first try")
     if device:
         j.add_argument("--device", help="cuda, cpu, ... (default: cuda when available)")
-    j.add_argument("--judge-dtype", choices=["float32", "bfloat16", "float16"],
+    j.add_argument("--judge-dtype", choices=["auto", "float32", "bfloat16", "float16"],
                    help="transformers backend: weights and activations (default: bfloat16 on GPU, float32 on "
-                   "CPU; bfloat16 is about 2x faster on CPUs with AVX512-BF16, P(yes) within about 0.03)")
+                   "CPU; auto: bfloat16 on GPU and on CPUs with AVX512-BF16 or AMX, where it is about 2x faster "
+                   "with P(yes) within about 0.03, float32 on other CPUs, where bfloat16 is emulated and slower)")
     j.add_argument("--vllm-dtype", choices=["auto", "float32", "bfloat16", "float16"],
                    help="vllm backend: engine dtype (default: vLLM's auto, bf16 on CPUs that support it)")
     j.add_argument("--vllm-max-model-len", type=int, metavar="N",

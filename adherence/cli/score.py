@@ -114,9 +114,11 @@ class ScoreCommand(Command):
         j.add_argument("--judge-template", metavar="FILE",
                        help="per-turn prompt template with {role} {history} {user} {assistant}, ending with the question")
         j.add_argument("--judge-system", metavar="TEXT", help="a system message sent with every judge prompt")
-        j.add_argument("--judge-layout", default="user", choices=["user", "system"],
+        j.add_argument("--judge-layout", default="user", choices=["user", "system", "pygaussia"],
                        help="user: the prompt is the user message (default); system: the filled prompt is the system "
-                       "message and the user message asks for the verdict (pygaussia's layout)")
+                       "message and the user message asks for the verdict; pygaussia: the papers' prompt exactly as "
+                       "pygaussia sends it (filled prompt as the system message, the turn's user text as the user "
+                       "message) -- use it to reproduce the paper")
         j.add_argument("--samples", type=int, default=1, metavar="K",
                        help="self-consistency: K judge calls per turn, majority verdict (binary, needs --temperature "
                        "> 0) with the agreement share in llm_judge_agreement (default 1)")

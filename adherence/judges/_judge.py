@@ -56,8 +56,10 @@ class JudgeConfig:
         cache: SQLite path of the judge-call cache (None: no cache).
         template: replaces the default per-turn prompt (``{role} {history} {user} {assistant}``).
         system: a system message sent with every per-turn prompt.
-        layout: ``user`` (the prompt is the user message) or ``system`` (pygaussia's layout: the
-            filled prompt is the system message and the user message only asks for the verdict).
+        layout: ``user`` (the prompt is the user message), ``system`` (the filled prompt is the
+            system message and the user message only asks for the verdict) or ``pygaussia`` (the
+            papers' prompt and message layout, token for token: :data:`PYGAUSSIA_PROMPT` filled as
+            the system message, the turn's user text as the user message).
         binary_fallback: with a provider that returns no log-probs, fall back to binary in
             continuous mode (``p_yes_source="binary_fallback"``) instead of failing.
         backend_options: passed to the backend's constructor.
@@ -80,7 +82,7 @@ class JudgeConfig:
     cache: Optional[str] = None
     template: Optional[str] = None
     system: Optional[str] = None
-    layout: Literal["user", "system"] = "user"
+    layout: Literal["user", "system", "pygaussia"] = "user"
     binary_fallback: bool = False
     backend_options: dict = field(default_factory=dict)
 
@@ -107,10 +109,14 @@ class JudgeConfig:
                              "verdict every time (e.g. --temperature 0.7)")
         if self.samples > 1 and self.granularity == "conversation":
             raise ValueError("`samples` applies to granularity='turn'")
-        if self.layout not in ("user", "system"):
-            raise ValueError(f"`layout` must be 'user' or 'system', got {self.layout!r}")
-        if self.layout == "system" and self.system:
-            raise ValueError("layout='system' sends the filled prompt as the system message: drop `system`")
+        if self.layout not in ("user", "system", "pygaussia"):
+            raise ValueError(f"`layout` must be 'user', 'system' or 'pygaussia', got {self.layout!r}")
+        if self.layout in ("system", "pygaussia") and self.system:
+            raise ValueError(f"layout={self.layout!r} sends the filled prompt as the system message: drop `system`")
+        if self.layout == "pygaussia" and self.template is not None:
+            raise ValueError("layout='pygaussia' is the papers' prompt: it takes no template")
+        if self.layout == "pygaussia" and self.granularity == "conversation":
+            raise ValueError("layout='pygaussia' judges one turn per call: use granularity='turn'")
         if self.template is not None:
             check_template(self.template)
 

@@ -22,6 +22,8 @@ __all__ = [
     "conversation_request",
     "REASON_INSTRUCTION",
     "SYSTEM_LAYOUT_QUESTION",
+    "PYGAUSSIA_PROMPT",
+    "LAYOUTS",
     "check_template",
     "reason_request",
     "parse_turn_reasons",
@@ -57,6 +59,26 @@ CONVERSATION_CRITERIA_REASON = CONVERSATION_CRITERIA.replace(
 
 #: The user message of the ``system`` layout (the filled prompt is the system message).
 SYSTEM_LAYOUT_QUESTION = "Your verdict, in one word (YES or NO):"
+
+#: The role-adherence judge prompt of pygaussia (gaussia-labs/pygaussia, MIT licence, commit 33bef76,
+#: ``role_adherence_judge_system_prompt``), the papers' wording. With ``layout="pygaussia"`` it is filled and sent
+#: as the system message, and the user's query of the turn under judgment is the user message, as pygaussia's
+#: ``LLMJudgeStrategy`` does.
+PYGAUSSIA_PROMPT = (
+    "\nYou are a Role Adherence Evaluator. Determine whether an AI assistant's response adheres to its defined role.\n"
+    "\nRole Definition:\n{chatbot_role}\n"
+    "\nConversation History:\n{history}\n"
+    "\nCurrent Turn:\nUser: {query}\nAssistant: {assistant_response}\n"
+    "\nConsider:\n"
+    "1. Scope: Does the response stay within the boundaries defined by the role?\n"
+    "2. Tone: Does it maintain the required tone and style?\n"
+    "3. Constructive behavior: Does it exhibit the proactive behaviors required by the role?\n"
+    "\nAnswer ONLY with YES (the response adheres to the role) or NO (the response violates the role). "
+    "Output a single word and nothing else.\n"
+)
+
+#: Judge prompt layouts: ``user`` (default), ``system`` and ``pygaussia`` (see :func:`turn_requests`).
+LAYOUTS = ("user", "system", "pygaussia")
 
 _TEMPLATE_FIELDS = ("role", "history", "user", "assistant")
 
@@ -133,15 +155,27 @@ def turn_requests(
             templates are not split into shareable pieces.
         max_history: keep only the last N earlier exchanges (0: none).
         system: system message of every request (``layout="user"``).
-        layout: ``user`` (the prompt is the user message) or ``system`` (the filled prompt
-            is the system message and the user message is :data:`SYSTEM_LAYOUT_QUESTION`).
+        layout: ``user`` (the prompt is the user message), ``system`` (the filled prompt
+            is the system message and the user message is :data:`SYSTEM_LAYOUT_QUESTION`) or
+            ``pygaussia`` (the papers' prompt, :data:`PYGAUSSIA_PROMPT`, filled as pygaussia fills it, is
+            the system message and the turn's user text is the user message; no template or system).
     """
+    if layout not in LAYOUTS:
+        raise ValueError(f"`layout` must be one of {', '.join(LAYOUTS)}, got {layout!r}")
+    if layout == "pygaussia" and (template is not None or system is not None):
+        raise ValueError("layout='pygaussia' is the papers' prompt as pygaussia sends it: no template or system message")
     out = []
     history = [_exchange(u, a) for u, a in zip(users, assistants)]
     for i, (u, a) in enumerate(zip(users, assistants)):
         start = 0 if max_history is None else max(0, i - max_history)
         earlier = history[start:i]
         meta = {"history_start": start, "layout": layout}
+        if layout == "pygaussia":
+            shown = "\n".join(f"User: {users[j] or ''}\nAssistant: {assistants[j]}" for j in range(start, i))
+            filled = PYGAUSSIA_PROMPT.format_map({"chatbot_role": role, "history": shown or NO_HISTORY,
+                                                  "query": u or "", "assistant_response": a})
+            out.append(JudgeRequest((u or "",), group=f"{conversation_id}#{i}", index=i, system=filled, meta=meta))
+            continue
         if template is not None:
             content = template.format(role=role, history="".join(earlier) or NO_HISTORY, user=u or "", assistant=a)
             pieces = (content,)
@@ -163,7 +197,7 @@ def turn_requests(
 
 def reason_request(req: JudgeRequest) -> JudgeRequest:
     """The same prompt asking for a short justification instead of the one-word verdict."""
-    if req.meta.get("layout") == "system":
+    if req.meta.get("layout") in ("system", "pygaussia"):
         return JudgeRequest((REASON_INSTRUCTION,), group=req.group, system=req.system, index=req.index, meta=req.meta)
     last = req.pieces[-1].rsplit("\n", 1)[0] + "\n" + REASON_INSTRUCTION
     return JudgeRequest(req.pieces[:-1] + (last,), group=req.group, system=req.system, index=req.index, meta=req.meta)

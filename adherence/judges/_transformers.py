@@ -20,6 +20,8 @@ from ._prompts import JudgeRequest
 
 __all__ = ["TransformersBackend"]
 
+from ._chat import render, special_prefix, with_special_prefix
+
 _SENTINEL = "\u2063ADHERENCE_CONTENT\u2063"
 
 
@@ -134,14 +136,10 @@ class TransformersBackend(JudgeBackend):
     # ------------------------------------------------------------------ tokenisation
 
     def _template(self, system: Optional[str]) -> tuple[str, str]:
-        """Text the chat template puts before and after the user content."""
+        """Text the chat template (or the plain fallback) puts before and after the user content."""
         if system not in self._templates:
             msgs = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": _SENTINEL}]
-            if getattr(self.tokenizer, "chat_template", None):
-                text = self.tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
-            else:
-                text = (system + "\n\n" if system else "") + _SENTINEL + "\n"
-            pre, post = text.split(_SENTINEL)
+            pre, post = render(self.tokenizer, msgs).split(_SENTINEL)
             self._templates[system] = (pre, post)
         return self._templates[system]
 
@@ -181,6 +179,12 @@ class TransformersBackend(JudgeBackend):
         head = self._ids(head_text) if head_text is not None else []
         history = [self._ids(p) for p in history_texts]
         tail = self._ids(tail_text)
+        prefix = special_prefix(self.tokenizer)
+        if prefix:  # BOS (or any prefix the tokenizer defines) exactly once, at the very start
+            if head_text is not None:
+                head = with_special_prefix(head, prefix)
+            else:
+                tail = with_special_prefix(tail, prefix)
         limit = self.max_context - reserve
         total = len(head) + sum(map(len, history)) + len(tail)
         truncated = False

@@ -17,7 +17,9 @@ dense mask stays the reference.
 It is installed as a transformers attention implementation (``adherence_tree``) that behaves as
 ``sdpa`` unless a layout is active (:func:`layout`), so generation and plain passes are unchanged.
 Models that do not route attention through transformers' attention interface, or whose attention has a
-softcap, a sliding window or a position bias, keep the dense-mask path (:class:`Unsupported`).
+softcap, a sliding window or a position bias, keep the dense-mask path: those named in the model's
+configuration are never switched (:func:`install` returns False, so the run metadata says
+``tree_attention: false``), the rest turn it off at their first pass (:class:`Unsupported`).
 """
 
 from __future__ import annotations
@@ -236,9 +238,29 @@ def _mask(*args, **kwargs):
     return sdpa_mask(*args, **kwargs)
 
 
+def config_unsupported(config) -> Optional[str]:
+    """Why a model of this configuration cannot take tree attention (a sliding window, an attention
+    softcap), or None."""
+    for c in (config, getattr(config, "text_config", None)):
+        if c is None:
+            continue
+        types = [str(t) for t in (getattr(c, "layer_types", None) or ())]
+        if any("sliding" in t for t in types):
+            return "sliding-window attention layers"
+        if not types and getattr(c, "sliding_window", None) and getattr(c, "use_sliding_window", True) is not False:
+            return f"a sliding window of {getattr(c, 'sliding_window')} tokens"
+        if getattr(c, "attn_logit_softcapping", None):
+            return "an attention softcap"
+    return None
+
+
 def install(model) -> bool:
     """Switch ``model`` to the tree-capable attention; False when this transformers or model cannot."""
     global _REGISTERED
+    why = config_unsupported(getattr(model, "config", None))
+    if why:
+        log.info("tree attention off (the model has %s): dense masks", why)
+        return False
     try:
         from transformers import AttentionInterface
         from transformers.masking_utils import AttentionMaskInterface

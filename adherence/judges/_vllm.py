@@ -16,6 +16,7 @@ from typing import Any, Callable, Optional, Sequence
 
 from .._optional import require
 from ._backend import JudgeBackend, JudgeOutput
+from ._chat import prompt_ids
 from ._prompts import JudgeRequest
 
 __all__ = ["VLLMBackend"]
@@ -110,17 +111,20 @@ class VLLMBackend(JudgeBackend):
             kw["seed"] = seed
         return kw
 
-    def build_prompt(self, req: JudgeRequest, reserve: int) -> tuple[str, bool, Optional[str]]:
-        """Chat-templated prompt text; history left-truncated to fit ``max_model_len - reserve``."""
+    def build_prompt(self, req: JudgeRequest, reserve: int) -> tuple[dict, bool, Optional[str]]:
+        """The chat-templated prompt as token ids (``{"prompt_token_ids": ...}``: vLLM adds no special token
+        to them, the tokenizer's BOS is there exactly once as in-process); history left-truncated to fit
+        ``max_model_len - reserve``."""
         pieces = list(req.pieces)
         truncated = False
         while True:
             r = JudgeRequest(tuple(pieces), req.group, req.system, req.index)
-            text = self.tokenizer.apply_chat_template(r.messages(), tokenize=False, add_generation_prompt=True)
-            if self.max_model_len is None or len(self.tokenizer(text, add_special_tokens=False)["input_ids"]) <= self.max_model_len - reserve:
-                return text, truncated, None
+            ids = prompt_ids(self.tokenizer, r.messages())
+            if self.max_model_len is None or len(ids) <= self.max_model_len - reserve:
+                return {"prompt_token_ids": ids}, truncated, None
             if len(pieces) <= 2:
-                return text, truncated, f"prompt exceeds the judge's context of {self.max_model_len} even without history"
+                return {"prompt_token_ids": ids}, truncated, (f"prompt exceeds the judge's context of "
+                                                              f"{self.max_model_len} even without history")
             pieces.pop(1)
             truncated = True
 

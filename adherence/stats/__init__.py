@@ -7,6 +7,17 @@ documented flag is returned instead (Fleiss' kappa / AC1 under a single category
 
 from ._agreement import Agreement, agreement, category_counts, fleiss_kappa, gwet_ac1, percent_agreement
 from ._bootstrap import ConfidenceInterval, bootstrap_ci
+from ._calibration import (
+    CalibrationMap,
+    balanced_accuracy,
+    brier_score,
+    expected_calibration_error,
+    fit_calibration,
+    fit_isotonic,
+    fit_platt,
+    fit_threshold,
+    reliability_bins,
+)
 from ._checks import UndefinedMetricError
 from ._classification import cohen_kappa, confusion_matrix, f1_per_class, macro_f1
 from ._evaluate import evaluate_scores, evaluate_table
@@ -16,12 +27,15 @@ from ._verification import brier_complement, c_at_1, f05u_score, pan_f1, verific
 
 __all__ = [
     "Agreement",
+    "CalibrationMap",
     "ConfidenceInterval",
     "UndefinedMetricError",
     "agreement",
     "average_precision_score",
     "average_ranks",
+    "balanced_accuracy",
     "bootstrap_ci",
+    "brier_score",
     "brier_complement",
     "c_at_1",
     "category_counts",
@@ -30,8 +44,13 @@ __all__ = [
     "curve_similarity",
     "evaluate_scores",
     "evaluate_table",
+    "expected_calibration_error",
     "f05u_score",
     "f1_per_class",
+    "fit_calibration",
+    "fit_isotonic",
+    "fit_platt",
+    "fit_threshold",
     "fleiss_kappa",
     "gwet_ac1",
     "macro_f1",
@@ -39,6 +58,7 @@ __all__ = [
     "normalized_auc",
     "pan_f1",
     "percent_agreement",
+    "reliability_bins",
     "roc_auc_score",
     "roc_curve",
     "separation",

@@ -31,7 +31,7 @@ def test_logprobs_over_http_equal_in_process(tiny_yes_no_judge, turns):
         outs = tiny_yes_no_judge.first_token_logprobs([JudgeRequest((r.content,)) for r in reqs])
         ref += [p_yes_from_logprobs(o.top_logprobs)[0] for o in outs]
     np.testing.assert_allclose(cols["score"], ref, atol=1e-6)
-    assert np.std(cols["score"]) > 0.05  # real P(yes) values, not the no-evidence case
+    assert np.std(cols["score"]) > 0.02  # real P(yes) values, not the no-evidence case (constant 0.5)
 
 
 def test_retries_then_per_row_errors(tiny_yes_no_judge, turns):

@@ -102,10 +102,39 @@ def _tiny(tiny_llama_dir, config_cls, attn, **extra):
                                progress=False)
 
 
-def test_a_sliding_window_model_falls_back_to_the_dense_mask(tiny_llama_dir):
+def test_a_sliding_window_model_takes_the_dense_mask_and_says_so(tiny_llama_dir):
     from transformers import MistralConfig
 
     judge = _tiny(tiny_llama_dir, MistralConfig, "sdpa", sliding_window=16)  # shorter than every conversation
+    assert not judge.tree_attention  # never switched: its configuration names the window
+    assert judge.describe()["tree_attention"] is False and judge.describe()["attention"] == "dense-mask"
+    reqs = _requests(3)
+    packed = _p_yes(judge.first_token_logprobs(reqs))
+    judge.prefix_sharing = False
+    separate = _p_yes(judge.first_token_logprobs(reqs))
+    np.testing.assert_allclose(packed, separate, atol=1e-4)
+
+
+@pytest.mark.parametrize("extra,why", [
+    ({"sliding_window": 4096, "use_sliding_window": False}, None),  # Qwen2-style: a window configured but off
+    ({"layer_types": ["sliding_attention", "full_attention"], "sliding_window": 512}, "sliding-window"),
+    ({"attn_logit_softcapping": 50.0}, "softcap"),
+])
+def test_config_checks_name_what_the_tree_cannot_do(extra, why):
+    from types import SimpleNamespace
+
+    got = _tree_attention.config_unsupported(SimpleNamespace(**extra))
+    assert (got is None) if why is None else (why in got)
+    nested = _tree_attention.config_unsupported(SimpleNamespace(text_config=SimpleNamespace(**extra)))
+    assert nested == got  # Gemma 3's multimodal config keeps its text model's under text_config
+
+
+def test_a_window_the_configuration_hides_is_refused_at_the_first_pass(tiny_llama_dir, monkeypatch):
+    from transformers import MistralConfig
+
+    monkeypatch.setattr(_tree_attention, "config_unsupported", lambda config: None)
+    judge = _tiny(tiny_llama_dir, MistralConfig, "sdpa", sliding_window=16)
+    monkeypatch.undo()
     assert judge.tree_attention  # installed; refused at the first packed pass
     reqs = _requests(3)
     packed = _p_yes(judge.first_token_logprobs(reqs))
@@ -211,12 +240,14 @@ def test_backend_flex_path_equals_dense_mask_and_separate_passes(request, judge_
     np.testing.assert_allclose(flex, dense, atol=1e-5)
 
 
-def test_backend_flex_refuses_a_sliding_window_and_falls_back(tiny_llama_dir):
+def test_backend_flex_refuses_a_sliding_window_and_falls_back(tiny_llama_dir, monkeypatch):
     if not _tree_attention.flex_available():
         pytest.skip("this torch has no FlexAttention")
     from transformers import MistralConfig
 
-    judge = _tiny(tiny_llama_dir, MistralConfig, "sdpa", sliding_window=16)
+    monkeypatch.setattr(_tree_attention, "config_unsupported", lambda config: None)
+    judge = _tiny(tiny_llama_dir, MistralConfig, "sdpa", sliding_window=16)  # installed despite its window
+    monkeypatch.undo()
     judge.flex = True
     reqs = _requests(3)
     packed = _p_yes(judge.first_token_logprobs(reqs))

@@ -13,13 +13,15 @@ class FakeLLM:
     """Records what the adapter sends; answers in vLLM's RequestOutput shape."""
 
     def __init__(self, tokenizer):
-        self.tokenizer, self.calls = tokenizer, []
+        self.tokenizer, self.calls, self.raw = tokenizer, [], []
 
     def get_tokenizer(self):
         return self.tokenizer
 
     def generate(self, prompts, params, use_tqdm=True):
-        self.calls.append((list(prompts), params))
+        assert all(set(p) == {"prompt_token_ids"} for p in prompts)  # token ids: vLLM adds no special token
+        self.raw.append(list(prompts))
+        self.calls.append(([self.tokenizer.decode(p["prompt_token_ids"]) for p in prompts], params))
         out = []
         for i, _ in enumerate(prompts):
             first = {11: SimpleNamespace(logprob=-0.2 - 0.01 * i, rank=1, decoded_token="Yes"),
@@ -50,8 +52,11 @@ def test_requests_ordered_for_prefix_caching_and_mapped_back(backend):
     prompts, params = backend.llm.calls[-1]
     assert params == {"max_tokens": 1, "temperature": 0.0, "logprobs": 20}
     # conv-a first, then conv-b turn 0, then conv-b turn 1: shared prefixes are adjacent
-    assert "Role A" in prompts[0] and "Role B" in prompts[1] and "a2" in prompts[2] and "a2" not in prompts[1]
-    assert prompts[0].endswith("[assistant]\n")  # the model's chat template is applied
+    assert "role a" in prompts[0] and "role b" in prompts[1] and "a2" in prompts[2] and "a2" not in prompts[1]
+    assert prompts[0].endswith("[ assistant ]")  # the model's chat template is applied (uncased tokenizer)
+    ids = backend.llm.raw[-1][0]["prompt_token_ids"]
+    cls = backend.tokenizer.cls_token_id  # this tokenizer's special prefix: there exactly once, SEP never
+    assert ids[0] == cls and ids.count(cls) == 1 and backend.tokenizer.sep_token_id not in ids
     # outputs come back in request order: reqs[1] (conv-a) got the first answer (logprob -0.20)
     assert out[1].top_logprobs[0] == ("Yes", pytest.approx(-0.2))
     assert out[0].top_logprobs[0] == ("Yes", pytest.approx(-0.22))
