@@ -117,6 +117,10 @@ class EvaluateCommand(Command):
         p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
         p.add_argument("-o", "--output", help="also write the results as JSON here")
         p.add_argument("--html", metavar="OUT", help="write an HTML page with the ROC curve and score distributions")
+        p.add_argument("--calibration", metavar="CAL.json",
+                       help="apply a calibration from `adherence calibrate`: predictions become score >= its "
+                       "threshold, and balanced accuracy and ECE are shown before and after (with a reliability "
+                       "diagram on the --html page)")
 
     def run(self, args: argparse.Namespace) -> int:
         from ..data import read_table
@@ -126,8 +130,30 @@ class EvaluateCommand(Command):
             raise ValueError(f"--bootstrap must be >= 0, got {args.bootstrap}")
         table = read_table(args.input, format=args.format)
         meta = _metadata(args.input)
+        cal = None
+        if args.calibration:
+            from ..role._calibration import load_calibration
+
+            cal = load_calibration(args.calibration)
+            if args.prediction not in (None, "none"):
+                raise ValueError("give --prediction or --calibration, not both (the calibration decides predictions)")
         score, label, positive, prediction = resolve_columns(table, meta, args.score, args.label, args.positive,
-                                                             args.prediction, file=str(args.input))
+                                                             "none" if cal else args.prediction, file=str(args.input))
+        if cal is not None:
+            import numpy as np
+            import pyarrow as pa
+
+            from ..data._validate import cast_column
+
+            cfg_method = ((meta or {}).get("config") or {}).get("method")
+            if cfg_method:
+                cal.check_method(cfg_method)
+            raw = cast_column(table.column(score), pa.float64(), column=score, file=str(args.input))
+            valid = np.asarray(raw.is_valid())
+            vals = raw.to_numpy(zero_copy_only=False).astype(np.float64)
+            pred = [int(v >= cal.threshold) if k and not np.isnan(v) else None for v, k in zip(vals, valid)]
+            prediction = "_calibrated_prediction"
+            table = table.append_column(prediction, pa.array(pred, pa.int8()))
         args.prediction = prediction
         result, labels, scores = evaluate_table(
             table,
@@ -148,11 +174,24 @@ class EvaluateCommand(Command):
         result["input"] = str(args.input)
         if args.prediction:
             result["prediction_column"] = args.prediction
+        calibration = None
+        if cal is not None:
+            from ..stats import assess_calibration
+
+            y = (labels == str(positive)).astype("int8")
+            calibration = assess_calibration(y, scores, threshold=cal.threshold, cmap=cal.map,
+                                             n_bootstrap=args.bootstrap, seed=args.seed, level=args.level)
+            calibration.update(rule=cal.data.get("rule"), target=cal.data.get("target"), file=str(args.calibration),
+                               threshold_ci=(cal.data.get("fit") or {}).get("threshold_ci"),
+                               after_label=f"after ({args.calibration}: threshold {cal.threshold:.4g}, "
+                                           f"{cal.map.method} map)")
+            result["calibration"] = calibration
+            result["prediction_column"] = f"score >= {cal.threshold:.6g} ({args.calibration})"
         if args.html:
             from ..report import write_evaluation_html
 
             path = write_evaluation_html(args.html, result, labels, scores, title=f"adherence evaluate: {args.input}",
-                                         meta=meta if isinstance(meta, dict) else None)
+                                         meta=meta if isinstance(meta, dict) else None, calibration=calibration)
             print(f"wrote {path}", file=sys.stderr)
         for m, why in result["undefined"].items():
             print(f"warning: {m} is undefined: {why}", file=sys.stderr)
@@ -166,4 +205,9 @@ class EvaluateCommand(Command):
             print(json.dumps(result, indent=2, allow_nan=False))
         else:
             print(format_evaluation(result))
+            if calibration is not None:
+                from .calibrate import format_calibration
+
+                print("\ncalibration " + str(args.calibration) + ":\n"
+                      + format_calibration(calibration, after_label=calibration["after_label"]))
         return 0

@@ -15,6 +15,8 @@ from ._jobfile import apply_job_file, job_file_argument
 COMMANDS = {
     "score": ("adherence.cli.score:ScoreCommand", "score assistant turns for role adherence"),
     "evaluate": ("adherence.cli.evaluate:EvaluateCommand", "how well a score column separates labels"),
+    "calibrate": ("adherence.cli.calibrate:CalibrateCommand",
+                  "fit a threshold and a probability map on labelled scores, checked on held-out rows"),
     "audit": ("adherence.cli.audit:AuditCommand", "instruction-adherence audits with judge stability"),
     "persona": ("adherence.cli.persona:PersonaCommand",
                 "EVAL4SIM: persona adherence, consistency and naturalness of simulations vs a human corpus"),

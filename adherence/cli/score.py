@@ -79,7 +79,11 @@ class ScoreCommand(Command):
         p.add_argument("--references", dest="reference_pool", default="per_turn", choices=["per_turn", "dataset"],
                        help="knn reference pool: each turn's references, or every ground truth of the set")
         p.add_argument("--alpha", default="median", help="Mahalanobis scale: a number or 'median' (default)")
-        p.add_argument("--threshold", type=float, default=0.5, help="adherence threshold (default 0.5)")
+        p.add_argument("--threshold", type=float, help="adherence threshold: prediction = score >= threshold "
+                       "(default 0.5, or the --calibration file's)")
+        p.add_argument("--calibration", metavar="CAL.json",
+                       help="apply a calibration from `adherence calibrate`: its threshold decides `prediction` and "
+                       "sessions, and `calibrated_score` holds the mapped probability (recorded in the metadata)")
         p.add_argument("--strict", action="store_true",
                        help="a session is 1 only if every turn was scored and reaches the threshold (an unscored or "
                        "error turn makes it 0)")
@@ -206,9 +210,23 @@ class ScoreCommand(Command):
                 max_history=args.max_history, template=template, system=args.judge_system, layout=args.judge_layout,
                 samples=args.samples,
             )
+        threshold, calibration = args.threshold, None
+        if args.calibration:
+            from ..role._calibration import load_calibration
+
+            cal = load_calibration(args.calibration)
+            cal.check_method(args.method)
+            if threshold is not None:
+                raise ValueError("give --threshold or --calibration, not both (the calibration file holds the "
+                                 f"threshold: {cal.threshold:.6g})")
+            if args.method in ("mahalanobis", "pca_mahalanobis") and args.alpha == "median":
+                raise ValueError(f"--calibration with --method {args.method} needs a fixed --alpha: with 'median' "
+                                 "the score's scale depends on each job, so a fitted threshold does not carry over")
+            threshold = cal.threshold
+            calibration = dict(cal.describe(), map=cal.map.to_dict())
         config = RoleConfig(
             method=args.method, encoder=args.encoder, reference_pool=args.reference_pool, alpha=args.alpha,
-            threshold=args.threshold, strict_mode=args.strict, session_mode=args.session_mode, nli_model=args.nli_model,
+            threshold=0.5 if threshold is None else threshold, calibration=calibration, strict_mode=args.strict, session_mode=args.session_mode, nli_model=args.nli_model,
             bertscore_layer=args.bertscore_layer, bertscore_idf=args.idf, bertscore_baseline=args.baseline,
             device=args.device, batch_size=args.batch_size, progress=not args.no_progress, judge=judge,
         )

@@ -23,8 +23,11 @@ __all__ = ["JudgeConfig", "RoleJudge", "SMOKE_TEST_WARNING", "cached_calls"]
 log = logging.getLogger(__name__)
 
 SMOKE_TEST_WARNING = (
-    "no judge model given: using the bundled SmolLM2-135M-Instruct, a smoke-test judge whose verdicts carry "
-    "little signal; pass --judge-model for real scoring"
+    "no judge model given: using the bundled SmolLM2-135M-Instruct, a smoke-test judge that shows the pipeline "
+    "works but cannot judge: its P(yes) stays between about 0.1 and 0.55 on every turn (AUC 0.45 and 0.70 on the "
+    "bundled examples), so at threshold 0.5 nearly every turn reads as a violation. Pass --judge-model for real "
+    "scoring, fit a threshold on labelled turns with `adherence calibrate`, or where reference replies exist use "
+    "--method cosine or bertscore"
 )
 
 
@@ -109,6 +112,12 @@ class JudgeConfig:
                              "verdict every time (e.g. --temperature 0.7)")
         if self.samples > 1 and self.granularity == "conversation":
             raise ValueError("`samples` applies to granularity='turn'")
+        if (self.samples > 1 and self.output_mode == "continuous" and not self.include_reason
+                and self.backend in ("transformers", "vllm")):
+            # Refused here, before any model loads: in-process log-probs are deterministic.
+            raise ValueError(f"samples={self.samples} in continuous mode: the {self.backend} backend's P(yes) is "
+                             "exact and deterministic, so every sample is the same; for self-consistency use binary verdicts "
+                             "sampled at temperature > 0 (--output-mode binary --temperature 0.7), or an openai server")
         if self.layout not in ("user", "system", "pygaussia"):
             raise ValueError(f"`layout` must be 'user', 'system' or 'pygaussia', got {self.layout!r}")
         if self.layout in ("system", "pygaussia") and self.system:

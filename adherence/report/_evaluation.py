@@ -12,7 +12,7 @@ import numpy as np
 from ..stats import UndefinedMetricError, roc_curve
 from ._html import figure_svg, page, pyplot, table_html
 
-__all__ = ["evaluation_html", "write_evaluation_html"]
+__all__ = ["calibration_sections", "evaluation_html", "write_evaluation_html"]
 
 _METRICS = ("auc", "ap", "mean_positive", "mean_negative", "separation", "f1_positive", "f1_negative", "macro_f1", "kappa")
 
@@ -79,6 +79,92 @@ def _by_label_svg(labels: np.ndarray, s: np.ndarray, positive: str) -> str:
     return figure_svg(fig)
 
 
+def _reliability_svg(cal: dict) -> str:
+    """Reliability diagram: observed adherent share against mean predicted probability per bin, before and after."""
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(4.8, 4.4))
+    ax.plot([0, 1], [0, 1], ls="--", color="#999", lw=1, label="perfectly calibrated")
+    for key, name, color, marker in (("before", "raw score", "#c0392b", "s"), ("after", cal.get("after_label", "calibrated"),
+                                                                                 "#1f5fa8", "o")):
+        rel = (cal.get(key) or {}).get("reliability")
+        if not rel:
+            continue
+        pts = [(mp, fp, c) for mp, fp, c in zip(rel["mean_probability"], rel["fraction_positive"], rel["count"]) if c]
+        ece = cal[key].get("ece")
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], color=color, marker=marker, lw=1.5,
+                label=f"{name} (ECE {ece:.3f})" if ece is not None else name)
+        for mp, fp, c in pts:
+            ax.annotate(str(c), (mp, fp), textcoords="offset points", xytext=(4, -10), fontsize=7, color=color)
+    ax.set_xlim(0, 1)
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_xlabel("mean predicted probability (bin)")
+    ax.set_ylabel("observed adherent share")
+    ax.set_title("Reliability diagram (numbers: turns per bin)")
+    ax.legend(loc="upper left", fontsize=8)
+    return figure_svg(fig)
+
+
+def _threshold_svg(y: np.ndarray, s: np.ndarray, positive: str, threshold: float, default: float) -> str:
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(5.2, 4.4))
+    lo, hi = float(min(np.min(s), threshold, default)), float(max(np.max(s), threshold, default))
+    bins = np.linspace(lo, hi if hi > lo else lo + 1e-9, 31)
+    for value, name, color in ((1, positive, "#2a9d55"), (0, f"not {positive}", "#c0392b")):
+        vs = s[y == value]
+        if len(vs):
+            ax.hist(vs, bins=bins, alpha=0.55, color=color, label=f"{name} (n={len(vs)})")
+    ax.axvline(default, color="#777", ls=":", lw=1.5, label=f"uncalibrated threshold {default:g}")
+    ax.axvline(threshold, color="#1f5fa8", lw=2, label=f"calibrated threshold {threshold:.4g}")
+    ax.set_xlabel("raw score")
+    ax.set_ylabel("turns")
+    ax.set_title("Where the threshold falls")
+    ax.legend(fontsize=8)
+    return figure_svg(fig)
+
+
+def _ci_text(v, ci) -> str:
+    if v is None:
+        return "—"
+    if ci and ci[0] is not None:
+        return f"{v:.4f} [{ci[0]:.4f}, {ci[1]:.4f}]"
+    return f"{v:.4f}"
+
+
+def calibration_sections(cal: dict, y: Optional[np.ndarray] = None, s: Optional[np.ndarray] = None, *,
+                         positive: str = "positive") -> list:
+    """HTML sections of a calibration (``fit_calibration`` output, or an applied one from ``evaluate
+    --calibration``): threshold with its interval, before/after table, reliability diagram."""
+    level = int(round(100 * cal.get("ci_level", 0.95)))
+    before, after = cal.get("before") or {}, cal.get("after") or {}
+    after_label = cal.get("after_label", "after")
+    rows = []
+    for key, name in (("balanced_accuracy", "balanced accuracy"), ("ece", f"ECE ({cal.get('n_bins', 10)} bins)"),
+                      ("brier", "Brier score"), ("predicted_positive_share", f"share predicted {positive}")):
+        rows.append([name, _ci_text(before.get(key), before.get(f"{key}_ci")),
+                     _ci_text(after.get(key), after.get(f"{key}_ci"))])
+    thr = cal["threshold"]
+    rule, target = cal.get("rule", ""), cal.get("target")
+    about = [["threshold on the raw score", _ci_text(thr, cal.get("threshold_ci"))],
+             ["rule", rule if target is None else f"{rule} (target {target})"],
+             ["probability map", (cal.get("map") or {}).get("method")],
+             ["calibrated probability at the threshold", cal.get("threshold_probability")]]
+    if cal.get("auc") is not None:
+        about.append(["AUC of the raw score", cal.get("auc")])
+    out = ["<h2>Calibration</h2>",
+           f"<p class='meta'>{level}% percentile bootstrap intervals in brackets. Before: the raw score at threshold "
+           f"{before.get('threshold', 0.5):g}, read as a probability.</p>",
+           table_html(["", "value"], about),
+           table_html(["measure", f"before (score >= {before.get('threshold', 0.5):g})", after_label], rows)]
+    if cal.get("note"):
+        out.append(f'<p class="warn">{html.escape(str(cal["note"]))}</p>')
+    figs = [_reliability_svg(dict(cal, after_label=after_label))]
+    if y is not None and s is not None:
+        figs.append(_threshold_svg(np.asarray(y), np.asarray(s, dtype=np.float64), positive, thr,
+                                   float(before.get("threshold", 0.5))))
+    out.append("<div class='figs'>" + "".join(figs) + "</div>")
+    return out
+
+
 def _provenance(meta: dict) -> tuple[list, bool]:
     """Rows describing how the scores were made (from the scoring run's metadata) and whether the judge
     was the bundled smoke-test one."""
@@ -117,10 +203,12 @@ def _confusion_html(conf: dict, positive: str) -> str:
 
 
 def evaluation_html(result: dict, labels: Sequence, scores: Sequence, *, title: str = "adherence evaluate",
-                    meta: Optional[dict] = None) -> str:
+                    meta: Optional[dict] = None, calibration: Optional[dict] = None) -> str:
     """Render an evaluation (``evaluate_table`` output) with its kept rows' labels and scores.
 
     ``meta``: the scoring run's metadata (``<scores>.meta.json``), shown as where the scores came from.
+    ``calibration``: a calibration's before/after (``fit_calibration`` or ``evaluate --calibration``), shown
+    with its reliability diagram.
     """
     labels = np.asarray(labels, dtype=object)
     s = np.asarray(scores, dtype=np.float64)
@@ -146,8 +234,12 @@ def evaluation_html(result: dict, labels: Sequence, scores: Sequence, *, title: 
         about, smoke = _provenance(meta)
         if smoke:
             sections.append('<p class="warn">These scores come from the bundled SmolLM2-135M-Instruct, a smoke-test '
-                            "judge that shows the pipeline works; its verdicts carry little signal. Score with "
-                            "<code>--judge-model</code> for real results.</p>")
+                            "judge that shows the pipeline works but cannot judge: its P(yes) stays between about "
+                            "0.1 and 0.55 on every turn (AUC 0.45 and 0.70 on the bundled examples), so at the "
+                            "default threshold 0.5 nearly every turn reads as a violation. Score with "
+                            "<code>--judge-model</code> for real results, fit a threshold on labelled turns with "
+                            "<code>adherence calibrate</code>, or, where reference replies exist, use "
+                            "<code>--method cosine</code> or <code>bertscore</code>.</p>")
         sections += ["<h2>Where the scores come from</h2>", table_html(["what", "value"], about)]
     else:
         sections.append('<p class="meta">No run metadata beside the input: method and models unknown.</p>')
@@ -158,6 +250,8 @@ def evaluation_html(result: dict, labels: Sequence, scores: Sequence, *, title: 
     ]
     if result.get("note"):
         sections.append(f'<p class="warn">{html.escape(str(result["note"]))}</p>')
+    if calibration:
+        sections += calibration_sections(calibration, y, s, positive=positive)
     if result.get("confusion"):
         sections += [f"<h2>Confusion matrix ({html.escape(str(result.get('prediction_column')))})</h2>",
                      _confusion_html(result["confusion"], positive)]
@@ -175,9 +269,10 @@ def evaluation_html(result: dict, labels: Sequence, scores: Sequence, *, title: 
 
 def write_evaluation_html(
     path: Union[str, os.PathLike], result: dict, labels: Sequence, scores: Sequence, *, title: str = "adherence evaluate",
-    meta: Optional[dict] = None,
+    meta: Optional[dict] = None, calibration: Optional[dict] = None,
 ) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(evaluation_html(result, labels, scores, title=title, meta=meta), encoding="utf-8")
+    path.write_text(evaluation_html(result, labels, scores, title=title, meta=meta, calibration=calibration),
+                    encoding="utf-8")
     return path

@@ -52,6 +52,9 @@ class RoleConfig:
             score 1 only if every turn was scored and reaches it.
         session_mode: ``mean`` (mean turn score) or ``threshold_mean`` (mean of the
             thresholded turn decisions).
+        calibration: an applied calibration file (``Calibration.describe()`` plus its ``map``): each
+            scored row also gets ``calibrated_score``, the mapped probability; ``threshold`` is the
+            calibration's.
         device, batch_size, progress: execution options.
     """
 
@@ -72,6 +75,7 @@ class RoleConfig:
     threshold: float = 0.5
     strict_mode: bool = False
     session_mode: str = "mean"
+    calibration: Optional[dict] = None
     device: Optional[str] = None
     batch_size: Optional[int] = None  # encoder texts per batch (default: the encoder's, by device)
     progress: bool = True

@@ -64,6 +64,11 @@ def score_turns(
         "status": pa.array(status, pa.string()),
         "error": pa.array(errors, pa.string()),
     }
+    if config.calibration:
+        from ..stats import CalibrationMap
+
+        mapped = CalibrationMap.from_dict(config.calibration["map"])(np.where(ok, score, 0.0))
+        cols["calibrated_score"] = pa.array([float(v) if k else None for v, k in zip(mapped, ok)], pa.float64())
     for name, values in result.extra.items():
         # Contract columns (reason, p_yes_source, truncated) keep their names; diagnostics get the method prefix.
         own = name in TURN_SCORES.names or name.startswith(config.method)

@@ -9,6 +9,7 @@ from ._agreement import Agreement, agreement, category_counts, fleiss_kappa, gwe
 from ._bootstrap import ConfidenceInterval, bootstrap_ci
 from ._calibration import (
     CalibrationMap,
+    assess_calibration,
     balanced_accuracy,
     brier_score,
     expected_calibration_error,
@@ -28,6 +29,7 @@ from ._verification import brier_complement, c_at_1, f05u_score, pan_f1, verific
 __all__ = [
     "Agreement",
     "CalibrationMap",
+    "assess_calibration",
     "ConfidenceInterval",
     "UndefinedMetricError",
     "agreement",

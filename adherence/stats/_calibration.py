@@ -23,6 +23,7 @@ from ._checks import UndefinedMetricError, as_binary, check_same_length
 
 __all__ = [
     "CalibrationMap",
+    "assess_calibration",
     "balanced_accuracy",
     "brier_score",
     "expected_calibration_error",
@@ -120,7 +121,9 @@ def fit_threshold(y_true: Any, y_score: Any, rule: str = "youden", target: Optio
     Candidates are the observed scores. ``youden``: the one maximising TPR - FPR (the highest such
     score on ties). ``precision``: the lowest score whose precision reaches ``target`` (most recall
     at that precision). ``recall``: the highest score whose recall reaches ``target`` (fewest false
-    positives at that recall).
+    positives at that recall). The threshold returned lies halfway between the chosen score and the
+    next lower observed one, so it decides the fitted rows exactly as the chosen score does, and new
+    rows falling in between go to the nearer side (at the lowest score: that score).
 
     Raises:
         UndefinedMetricError: a single class, or no threshold reaches the target precision.
@@ -143,14 +146,16 @@ def fit_threshold(y_true: Any, y_score: Any, rule: str = "youden", target: Optio
     pos, neg = float(y.sum()), float(len(y) - y.sum())
     tpr, fpr = tp / pos, fp / neg
     if rule == "youden":
-        return float(cand[int(np.argmax(tpr - fpr))])
-    if rule == "recall":
-        return float(cand[int(np.flatnonzero(tpr >= target - 1e-12)[0])])
-    precision = tp / (tp + fp)
-    ok = np.flatnonzero(precision >= target - 1e-12)
-    if not len(ok):
-        raise UndefinedMetricError(f"no threshold reaches precision {target} (the best is {precision.max():.4f})")
-    return float(cand[int(ok[-1])])
+        j = int(np.argmax(tpr - fpr))
+    elif rule == "recall":
+        j = int(np.flatnonzero(tpr >= target - 1e-12)[0])
+    else:
+        precision = tp / (tp + fp)
+        ok = np.flatnonzero(precision >= target - 1e-12)
+        if not len(ok):
+            raise UndefinedMetricError(f"no threshold reaches precision {target} (the best is {precision.max():.4f})")
+        j = int(ok[-1])
+    return float(cand[j]) if j + 1 == len(cand) else float((cand[j] + cand[j + 1]) / 2.0)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -420,3 +425,44 @@ def fit_calibration(
         out["note"] = (f"AUC {out['auc']:.3f} < 0.5: higher scores go with the negative class here, so no threshold "
                        "of the form score >= t predicts well; check --positive and the score's direction")
     return out
+
+
+def assess_calibration(
+    y_true: Any,
+    y_score: Any,
+    *,
+    threshold: float,
+    cmap: CalibrationMap,
+    default_threshold: float = 0.5,
+    n_bins: int = 10,
+    n_bootstrap: int = 1000,
+    seed: int = 42,
+    level: float = 0.95,
+) -> dict:
+    """A fitted calibration applied to (new) labelled scores: ``before`` (the raw score at
+    ``default_threshold``) and ``after`` (``threshold`` and ``cmap``), in :func:`fit_calibration`'s shape."""
+    y, s = _arrays(y_true, y_score)
+    _both_classes(y)
+    raw_prob = s if _in_unit(s) else None
+    raw_pred = (s >= default_threshold).astype(np.int8)
+    pred = (s >= threshold).astype(np.int8)
+    prob = cmap(s)
+    before = _measures(y, raw_pred, raw_prob, n_bins)
+    after = _measures(y, pred, prob if cmap.method != "none" or raw_prob is not None else None, n_bins)
+    boot = dict(n_bootstrap=n_bootstrap, seed=seed, level=level)
+    ece = lambda yy, pp: expected_calibration_error(yy, pp, n_bins)  # noqa: E731
+    before["balanced_accuracy_ci"] = _ci(balanced_accuracy, y, raw_pred, **boot)
+    after["balanced_accuracy_ci"] = _ci(balanced_accuracy, y, pred, **boot)
+    before["ece_ci"] = _ci(ece, y, raw_prob, **boot) if raw_prob is not None else None
+    after["ece_ci"] = _ci(ece, y, prob, **boot) if after["ece"] is not None else None
+    before["threshold"] = default_threshold
+    if raw_prob is not None:
+        before["reliability"] = reliability_bins(y, raw_prob, n_bins)
+    if after["ece"] is not None:
+        after["reliability"] = reliability_bins(y, prob, n_bins)
+    from ._ranking import roc_auc_score
+
+    return {"n": int(len(y)), "n_positive": int(y.sum()), "n_negative": int(len(y) - y.sum()),
+            "auc": float(roc_auc_score(y, s)), "threshold": float(threshold), "threshold_ci": None,
+            "threshold_probability": float(cmap(np.array([threshold]))[0]), "map": cmap.to_dict(),
+            "n_bins": n_bins, "ci_level": level, "bootstrap_resamples": n_bootstrap, "before": before, "after": after}

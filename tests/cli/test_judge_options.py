@@ -1,6 +1,7 @@
 """The judge's options through the CLI, a job file and the Python API, on a real (tiny, random-weight) judge."""
 
 import json
+import time
 
 import numpy as np
 import pytest
@@ -172,3 +173,23 @@ def test_job_file_paths_resolve_beside_it_and_an_alias_bomb_is_refused(tmp_path,
     err = capsys.readouterr().err.strip()
     assert "anchors and aliases" in err and "line 1" in err and len(err.splitlines()) == 1
     assert time.perf_counter() - t0 < 30
+
+
+@pytest.mark.parametrize("flags,message", [
+    (["--samples", "3"], "exact and deterministic"),
+    (["--judge-layout", "pygaussia", "--judge-system", "x"], "drop `system`"),
+    (["--judge-layout", "pygaussia", "--granularity", "conversation", "--output-mode", "binary"], "one turn per call"),
+    (["--granularity", "conversation"], "output_mode='binary'"),
+])
+def test_options_that_cannot_combine_are_refused_before_any_model_loads(tmp_path, flags, message):
+    import subprocess
+    import sys
+
+    out = tmp_path / "o.parquet"
+    t0 = time.perf_counter()
+    p = subprocess.run([sys.executable, "-m", "adherence", "score", str(example_path("role")), "-o", str(out), *flags],
+                       capture_output=True, text=True, timeout=600)
+    elapsed = time.perf_counter() - t0
+    assert p.returncode == 2 and message in p.stderr and len(p.stderr.strip().splitlines()) == 1
+    assert not out.exists() and not list(tmp_path.iterdir())
+    assert elapsed < 20, elapsed  # 0.3 s here: no model, no torch import

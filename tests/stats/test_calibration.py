@@ -59,19 +59,29 @@ def test_ece_refuses_scores_outside_unit_interval():
         expected_calibration_error([0, 1], [0.2, 1.3])
 
 
+def _halfway_below(s, t):
+    """Halfway between the chosen score ``t`` and the next lower observed score (``t`` at the lowest)."""
+    lower = s[s < t]
+    return t if not len(lower) else (t + lower.max()) / 2
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_thresholds_match_sklearn_curves(seed):
     rng = np.random.default_rng(seed)
     y = rng.integers(0, 2, 150)
     s = np.round(rng.random(150) + 0.4 * y, 2 if seed % 2 else 6)  # with and without ties
     fpr, tpr, thr = roc_curve(y, s, drop_intermediate=False)
-    assert fit_threshold(y, s, "youden") == pytest.approx(thr[int(np.argmax(tpr - fpr))])
+    t = fit_threshold(y, s, "youden")
+    assert t == pytest.approx(_halfway_below(s, thr[int(np.argmax(tpr - fpr))]))
+    # the fitted rows are decided as at sklearn's threshold
+    assert np.array_equal(s >= t, s >= thr[int(np.argmax(tpr - fpr))])
     for target in (0.6, 0.8, 0.95):
-        assert fit_threshold(y, s, "recall", target) == pytest.approx(thr[int(np.flatnonzero(tpr >= target)[0])])
+        ref = thr[int(np.flatnonzero(tpr >= target)[0])]
+        assert fit_threshold(y, s, "recall", target) == pytest.approx(_halfway_below(s, ref))
         prec, _, pthr = precision_recall_curve(y, s, drop_intermediate=False)
         reachable = pthr[prec[:-1] >= target]
         if len(reachable):
-            assert fit_threshold(y, s, "precision", target) == pytest.approx(reachable.min())
+            assert fit_threshold(y, s, "precision", target) == pytest.approx(_halfway_below(s, reachable.min()))
         else:
             with pytest.raises(UndefinedMetricError, match="precision"):
                 fit_threshold(y, s, "precision", target)

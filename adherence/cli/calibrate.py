@@ -1,0 +1,141 @@
+"""``adherence calibrate``: fit a threshold and a probability map on labelled scores."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from .main import Command
+
+
+def _cell(m: dict, key: str) -> str:
+    v, ci = m.get(key), m.get(f"{key}_ci")
+    if v is None:
+        return "n/a"
+    return f"{v:.4f}" + (f" [{ci[0]:.4f}, {ci[1]:.4f}]" if ci and ci[0] is not None else "")
+
+
+def format_calibration(cal: dict, *, after_label: str) -> str:
+    """Plain-text before/after table of a calibration."""
+    level = int(round(100 * cal.get("ci_level", 0.95)))
+    b, a = cal["before"], cal["after"]
+    target = "" if cal.get("target") is None else f", target {cal['target']}"
+    thr_ci = cal.get("threshold_ci")
+    lines = [
+        f"{cal['n']} labelled turns ({cal['n_positive']} positive, {cal['n_negative']} negative)"
+        + (f", AUC {cal['auc']:.4f}" if cal.get("auc") is not None else ""),
+        f"threshold ({cal['rule']}{target}): score >= {cal['threshold']:.6g}"
+        + (f"  {level}% CI [{thr_ci[0]:.6g}, {thr_ci[1]:.6g}]" if thr_ci and thr_ci[0] is not None else "")
+        + (f"  (calibrated probability there {cal['threshold_probability']:.3f})"
+           if cal.get("threshold_probability") is not None else ""),
+        f"probability map: {cal['map']['method']}",
+        "",
+    ]
+    left = f"before (score >= {b.get('threshold', 0.5):g})"
+    w = max(30, len(left) + 2)
+    lines.append(f"{'':<26}{left:<{w}}{after_label}")
+    for key, name in (("balanced_accuracy", "balanced accuracy"), ("ece", f"ECE ({cal.get('n_bins', 10)} bins)"),
+                      ("brier", "Brier score"), ("predicted_positive_share", "share predicted positive")):
+        lines.append(f"{name:<26}{_cell(b, key):<{w}}{_cell(a, key)}")
+    if cal.get("note"):
+        lines.append(f"note: {cal['note']}")
+    return "\n".join(lines)
+
+
+class CalibrateCommand(Command):
+    name = "calibrate"
+    help = "fit a threshold and a probability map on labelled scores, checked on held-out rows"
+
+    def add_args(self, p: argparse.ArgumentParser) -> None:
+        p.add_argument("input", help="labelled scores: an `adherence score` output with a label column (.parquet, "
+                       ".jsonl, .csv), or any table with a score and a label column")
+        p.add_argument("-o", "--output", required=True, metavar="CAL.json",
+                       help="the calibration file, for `score --calibration` and `evaluate --calibration`")
+        p.add_argument("--score", help="score column (default: `score`)")
+        p.add_argument("--label", help="label column (default: `label`)")
+        p.add_argument("--positive", help="label value of the adherent class (default: the one label that reads as "
+                       "positive -- adherent, yes, true, 1, ...)")
+        p.add_argument("--map", dest="map_method", default="platt", choices=["platt", "isotonic", "none"],
+                       help="probability map: platt (a sigmoid of the score, default), isotonic (monotone steps, "
+                       "needs more labels), none")
+        p.add_argument("--rule", default="youden", choices=["youden", "precision", "recall"],
+                       help="threshold: youden (max TPR - FPR, default), precision / recall (reach --target)")
+        p.add_argument("--target", type=float, help="target precision or recall of the adherent class (--rule "
+                       "precision / recall)")
+        p.add_argument("--folds", type=int, default=5, help="cross-validation folds for the held-out check (default 5)")
+        p.add_argument("--bins", type=int, default=10, help="reliability bins for ECE (default 10)")
+        p.add_argument("--bootstrap", type=int, default=1000, metavar="N", help="bootstrap resamples (default 1000)")
+        p.add_argument("--seed", type=int, default=42, help="folds and bootstrap seed (default 42)")
+        p.add_argument("--level", type=float, default=0.95, help="confidence level (default 0.95)")
+        p.add_argument("--format", help="override the input format (parquet, jsonl, csv, json)")
+        p.add_argument("--html", metavar="OUT", help="also write a page with the reliability diagram and threshold")
+        p.add_argument("--json", action="store_true", help="print the calibration file instead of a table")
+
+    def run(self, args: argparse.Namespace) -> int:
+        from pathlib import Path
+
+        from ..data import DataError, read_table
+        from ..engine._plan import _write_json_atomic, content_digest
+        from ..role._calibration import FORMAT
+        from ..stats import UndefinedMetricError, evaluate_table, fit_calibration
+        from .evaluate import _metadata, resolve_columns
+
+        if args.bootstrap < 0:
+            raise ValueError(f"--bootstrap must be >= 0, got {args.bootstrap}")
+        if args.rule == "youden" and args.target is not None:
+            raise ValueError("--target applies to --rule precision or recall")
+        if args.rule != "youden" and (args.target is None or not 0 < args.target <= 1):
+            raise ValueError(f"--rule {args.rule} needs --target in (0, 1], e.g. --target 0.9")
+        table = read_table(args.input, format=args.format)
+        meta = _metadata(args.input)
+        score, label, positive, _ = resolve_columns(table, meta, args.score, args.label, args.positive, "none",
+                                                    file=str(args.input))
+        if (args.score, args.label, args.positive) != (score, label, positive):
+            print(f"calibrating score={score!r} against label={label!r} positive={positive!r} (defaults; override "
+                  "with --score, --label, --positive)", file=sys.stderr)
+        result, labels, scores = evaluate_table(table, score=score, label=label, positive=positive, n_bootstrap=0,
+                                                file=str(args.input), return_rows=True)
+        y = (labels == str(positive)).astype("int8")
+        try:
+            cal = fit_calibration(y, scores, method=args.map_method, rule=args.rule, target=args.target,
+                                  folds=args.folds, n_bins=args.bins, n_bootstrap=args.bootstrap, seed=args.seed,
+                                  level=args.level)
+        except UndefinedMetricError as exc:
+            raise DataError(f"cannot calibrate: {exc}", file=str(args.input), column=label) from None
+        cfg = (meta or {}).get("config") or {}
+        models = (meta or {}).get("models") or {}
+        source = {"input": str(args.input), "input_digest": content_digest(Path(args.input)),
+                  "score_column": score, "label_column": label, "positive": str(positive),
+                  "method": cfg.get("method"), "judge": (models.get("judge") or {}).get("model"),
+                  "judge_layout": (cfg.get("judge") or {}).get("layout"),
+                  "encoder": (models.get("encoder") or {}).get("name"),
+                  "n_unscored": result["n_unscored"], "n_unlabeled": result["n_unlabeled"]}
+        from .._version import __version__
+
+        doc = {"format": FORMAT, "threshold": cal["threshold"], "map": cal["map"], "rule": cal["rule"],
+               "target": cal["target"], "source": source, "fit": cal, "adherence": __version__}
+        import hashlib
+
+        doc["digest"] = "sha256:" + hashlib.sha256(json.dumps({k: doc[k] for k in ("threshold", "map")},
+                                                              sort_keys=True).encode()).hexdigest()[:16]
+        out = Path(args.output)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        _write_json_atomic(out, doc)
+        after_label = f"after (held-out, {cal['folds']}-fold)"
+        if args.html:
+            from ..report import write_evaluation_html
+
+            full = evaluate_table(table, score=score, label=label, positive=positive, n_bootstrap=args.bootstrap,
+                                  seed=args.seed, level=args.level, file=str(args.input))
+            full["input"] = str(args.input)
+            path = write_evaluation_html(args.html, full, labels, scores, meta=meta,
+                                         title=f"adherence calibrate: {args.input}",
+                                         calibration=dict(cal, after_label=after_label))
+            print(f"wrote {path}", file=sys.stderr)
+        print(f"wrote {out}", file=sys.stderr)
+        if args.json:
+            print(json.dumps(doc, indent=2, allow_nan=False))
+        else:
+            print(format_calibration(cal, after_label=after_label))
+        return 0

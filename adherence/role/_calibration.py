@@ -1,0 +1,81 @@
+"""Calibration files: what ``adherence calibrate`` writes and ``score --calibration`` / ``evaluate
+--calibration`` apply.
+
+A calibration file (JSON) holds the threshold on the raw score, the probability map, what the scores it was
+fitted on came from (method, judge or encoder, input digest), and the fit's held-out check. Applying it sets
+the decision threshold (``prediction = score >= threshold``) and adds ``calibrated_score``, the mapped
+probability; the raw ``score`` is kept.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Optional, Union
+
+import numpy as np
+
+__all__ = ["FORMAT", "Calibration", "load_calibration"]
+
+FORMAT = "adherence-calibration/1"
+
+
+class Calibration:
+    """A loaded calibration file."""
+
+    def __init__(self, data: dict, path: Optional[str] = None) -> None:
+        from ..stats import CalibrationMap
+
+        self.data = data
+        self.path = path
+        self.threshold = float(data["threshold"])
+        self.map = CalibrationMap.from_dict(data["map"])
+        self.source = data.get("source") or {}
+
+    @property
+    def method(self) -> Optional[str]:
+        return self.source.get("method")
+
+    def apply(self, scores: Any) -> np.ndarray:
+        """The calibrated probability of each raw score (NaN stays NaN)."""
+        s = np.asarray(scores, dtype=np.float64)
+        out = np.full(s.shape, np.nan)
+        ok = ~np.isnan(s)
+        out[ok] = self.map(s[ok])
+        return out
+
+    def describe(self) -> dict:
+        """What a run's metadata records about the calibration it applied."""
+        return {"path": self.path, "digest": self.data.get("digest"), "threshold": self.threshold,
+                "map": self.map.method, "rule": self.data.get("rule"), "target": self.data.get("target"),
+                "fitted_on": self.source}
+
+    def check_method(self, method: str) -> None:
+        """A calibration fitted on one method's scores means nothing on another's."""
+        if self.method and method != self.method:
+            raise ValueError(f"{self.path}: this calibration was fitted on {self.method} scores; the run scores with "
+                             f"{method} (fit one on {method} scores with `adherence calibrate`)")
+
+
+def load_calibration(path: Union[str, os.PathLike]) -> Calibration:
+    """Read and check a calibration file; a ValueError naming the file and what is wrong."""
+    from ..data import DataError
+
+    p = Path(path)
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise DataError(f"not a calibration file ({exc})", file=str(path)) from None
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise DataError(f"not a calibration file (no \"format\": \"{FORMAT}\"; write one with `adherence calibrate`)",
+                        file=str(path))
+    try:
+        cal = Calibration(data, str(path))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise DataError(f"malformed calibration file ({exc})", file=str(path)) from None
+    if not np.isfinite(cal.threshold):
+        raise DataError("malformed calibration file (the threshold is not a number)", file=str(path))
+    return cal

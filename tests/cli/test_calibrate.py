@@ -1,0 +1,101 @@
+"""`adherence calibrate`, and a calibration applied by `score --calibration` and `evaluate --calibration`."""
+
+import json
+
+import numpy as np
+import pytest
+from sklearn.metrics import balanced_accuracy_score
+
+from adherence.cli.main import main
+from adherence.data import example_path, metadata_path, read_turn_scores
+from adherence.stats import CalibrationMap, fit_threshold
+
+
+def _labelled(path, n=200, seed=0):
+    """A squeezed judge's scores with labels: informative, every score below 0.5."""
+    rng = np.random.default_rng(seed)
+    s = rng.uniform(0.15, 0.25, n)
+    y = rng.random(n) < 1 / (1 + np.exp(-60 * (s - 0.2)))
+    rows = [{"conversation_id": f"c{i}", "turn_index": 0, "score": float(v), "label": "adherent" if t else "tone_violation"}
+            for i, (v, t) in enumerate(zip(s, y))]
+    rows.append({"conversation_id": "unscored", "turn_index": 0, "score": None, "label": "adherent"})
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return y.astype(int), s
+
+
+def test_calibrate_writes_a_file_that_score_evaluate_understand(tmp_path, capsys):
+    y, s = _labelled(tmp_path / "labelled.jsonl")
+    cal_path = tmp_path / "cal.json"
+    assert main(["calibrate", str(tmp_path / "labelled.jsonl"), "-o", str(cal_path), "--bootstrap", "200",
+                 "--html", str(tmp_path / "cal.html")]) == 0
+    out = capsys.readouterr()
+    assert "positive='adherent'" in out.err  # defaults said out loud
+    assert "balanced accuracy" in out.out and "held-out, 5-fold" in out.out
+    cal = json.loads(cal_path.read_text())
+    assert cal["format"] == "adherence-calibration/1"
+    assert cal["threshold"] == pytest.approx(fit_threshold(y, s))
+    assert cal["fit"]["n"] == 200 and cal["source"]["n_unscored"] == 1
+    assert cal["fit"]["before"]["balanced_accuracy"] == 0.5 and cal["fit"]["after"]["balanced_accuracy"] > 0.7
+    assert cal["source"]["input_digest"].startswith("sha256:")
+    page = (tmp_path / "cal.html").read_text()
+    assert "Reliability diagram" in page and "Calibration" in page and page.count("<svg") >= 3
+
+    # evaluate --calibration: predictions are score >= the file's threshold; balanced accuracy checked by sklearn
+    assert main(["evaluate", str(tmp_path / "labelled.jsonl"), "--calibration", str(cal_path), "--bootstrap", "100",
+                 "--json", "--html", str(tmp_path / "ev.html")]) == 0
+    res = json.loads(capsys.readouterr().out)
+    pred = (s >= cal["threshold"]).astype(int)
+    assert res["calibration"]["after"]["balanced_accuracy"] == pytest.approx(balanced_accuracy_score(y, pred))
+    assert res["calibration"]["before"]["balanced_accuracy"] == pytest.approx(balanced_accuracy_score(y, s >= 0.5))
+    assert res["confusion"]["tp"] == int(((y == 1) & (pred == 1)).sum())
+    probs = CalibrationMap.from_dict(cal["map"])(s)
+    assert res["calibration"]["after"]["brier"] == pytest.approx(float(np.mean((probs - y) ** 2)))
+    assert "Reliability diagram" in (tmp_path / "ev.html").read_text()
+
+
+def test_calibrate_refuses_what_it_cannot_fit(tmp_path, capsys):
+    p = tmp_path / "few.jsonl"
+    p.write_text("".join(json.dumps({"score": v, "label": lab}) + "\n"
+                         for v, lab in [(0.1, "adherent"), (0.2, "adherent"), (0.3, "no"), (0.4, "no")]))
+    assert main(["calibrate", str(p), "-o", str(tmp_path / "c.json"), "--positive", "adherent"]) == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]  # the line before says which columns were taken
+    assert "5-fold" in last and str(p) in last and "error" in last
+    assert not (tmp_path / "c.json").exists()
+    assert main(["calibrate", str(p), "-o", str(tmp_path / "c.json"), "--rule", "precision"]) == 2
+    assert "--target" in capsys.readouterr().err
+
+
+def test_score_applies_a_calibration_and_records_it(tmp_path, capsys):
+    """Calibrate cosine scores of the bundled example, then score with the file: the threshold decides predictions
+    and sessions, `calibrated_score` is the mapped probability, and the metadata names the file."""
+    src = example_path("role")
+    first = tmp_path / "cos.parquet"
+    assert main(["score", str(src), "--method", "cosine", "-o", str(first), "--no-progress", "--bootstrap", "0"]) == 0
+    cal_path = tmp_path / "cal.json"
+    assert main(["calibrate", str(first), "-o", str(cal_path), "--bootstrap", "50", "--folds", "3"]) == 0
+    cal = json.loads(cal_path.read_text())
+    assert cal["source"]["method"] == "cosine"
+    second = tmp_path / "cos_cal.parquet"
+    assert main(["score", str(src), "--method", "cosine", "-o", str(second), "--no-progress", "--bootstrap", "0",
+                 "--calibration", str(cal_path)]) == 0
+    t = read_turn_scores(second).to_pylist()
+    m = CalibrationMap.from_dict(cal["map"])
+    for r in t:
+        assert r["prediction"] == int(r["score"] >= cal["threshold"])
+        assert r["calibrated_score"] == pytest.approx(float(m(np.array([r["score"]]))[0]))
+    meta = json.loads(metadata_path(second).read_text())
+    assert meta["config"]["calibration"]["path"] == str(cal_path)
+    assert meta["config"]["threshold"] == cal["threshold"]
+    capsys.readouterr()
+    # a calibration of another method's scores, or one with --threshold, is refused before anything runs
+    assert main(["score", str(src), "--method", "bertscore", "-o", str(tmp_path / "x.parquet"),
+                 "--calibration", str(cal_path)]) == 2
+    assert "fitted on cosine scores" in capsys.readouterr().err
+    assert main(["score", str(src), "--method", "cosine", "-o", str(tmp_path / "x.parquet"), "--threshold", "0.4",
+                 "--calibration", str(cal_path)]) == 2
+    assert "not both" in capsys.readouterr().err
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"threshold": 0.3}')
+    assert main(["score", str(src), "--method", "cosine", "-o", str(tmp_path / "x.parquet"),
+                 "--calibration", str(bad)]) == 2
+    assert "not a calibration file" in capsys.readouterr().err and not (tmp_path / "x.parquet").exists()
