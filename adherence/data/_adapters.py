@@ -27,7 +27,7 @@ import pyarrow.csv as pacsv
 
 from ._contracts import PERSONA_CONVERSATIONS, PERSONAS, TURNS
 from ._errors import DataError, warn_skipped
-from ._io import CSV_PARSE, check_utf8, records_to_table
+from ._formats import CSV_PARSE, check_utf8, load_json, records_to_table
 from ._validate import KeyTracker, conform
 
 PathLike = Union[str, os.PathLike]
@@ -77,17 +77,6 @@ def _scalar(value: Any) -> Any:
     if isinstance(value, (dict, list)):
         return json.dumps(value, ensure_ascii=False)
     return value
-
-
-def _load_json(path: PathLike) -> Any:
-    check_utf8(path)
-    try:
-        with open(path, encoding="utf-8") as fh:
-            return json.load(fh)
-    except json.JSONDecodeError as exc:
-        raise DataError(f"invalid JSON ({exc.msg}, character {exc.colno})", file=path, line=exc.lineno) from None
-    except RecursionError:
-        raise DataError("JSON nested too deeply to read", file=path) from None
 
 
 def _finish(records: list[dict], contract, file: str) -> pa.Table:
@@ -165,7 +154,7 @@ def turns_from_flat_benchmark(records_in: list, *, file: str = "<json>", prefix:
 
 def read_json_turns(path: PathLike) -> pa.Table:
     """Read a ``.json`` file of turns in pygaussia-style or flat benchmark layout (auto-detected)."""
-    obj = _load_json(path)
+    obj = load_json(path)
     file = str(path)
     first = obj[0] if isinstance(obj, list) and obj else obj
     if isinstance(first, dict) and "conversation" in first:

@@ -1,350 +1,49 @@
 """Readers and writers for Parquet, JSONL and CSV, streaming in record batches.
 
-Every reader checks the file before trusting it (empty file, non-UTF-8 text,
-unparseable lines) and, when given a contract, casts each batch to it and
-checks the contract's key across the whole stream. Errors name file, row and
-column (:class:`DataError`).
+The dispatch above the formats (:mod:`._formats`), the adapters (:mod:`._adapters`) and chat
+transcripts (:mod:`._transcripts`): a source is detected, read by its format's reader or exploded from
+transcripts, and, when given a contract, each batch is cast to it and the contract's key is checked
+across the whole stream. Errors name file, row and column (:class:`DataError`).
 """
 
 from __future__ import annotations
 
-import codecs
 import json
 import math
 import os
-import re
 from pathlib import Path
-from typing import Any, Iterator, Optional, Union
+from typing import Any, Iterator, Optional
 
 import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
+from ._adapters import read_json_turns, read_personachat
 from ._contracts import Contract
 from ._errors import DataError, warn_skipped
-from ._validate import KeyTracker, _cast_one, cast_column, conform
-
-PathLike = Union[str, os.PathLike]
-Source = Union[PathLike, pa.Table, pa.RecordBatch]
+from ._formats import (  # noqa: F401 - re-exported: the engine reads files through this module
+    CSV_PARSE,
+    DEFAULT_BATCH_SIZE,
+    FORMATS,
+    MAX_LINE_BYTES,
+    PathLike,
+    Source,
+    _arrow_batches,
+    _check_file,
+    _csv_batches,
+    _jsonl_batches,
+    _jsonl_records,
+    _parquet_batches,
+    _parquet_files,
+    check_utf8,
+    detect_format,
+    load_json,
+    records_to_table,
+)
+from ._transcripts import TranscriptOptions, detect_transcript, explode_transcripts
+from ._validate import KeyTracker, conform
 
 __all__ = ["detect_format", "iter_batches", "read_table", "write_table", "FORMATS"]
-
-FORMATS = ("parquet", "jsonl", "csv", "json", "personachat", "arrow", "hf_dataset")
-_EXTENSIONS = {
-    ".arrow": "arrow",
-    ".feather": "arrow",
-    ".ipc": "arrow",
-    ".parquet": "parquet",
-    ".pq": "parquet",
-    ".jsonl": "jsonl",
-    ".ndjson": "jsonl",
-    ".csv": "csv",
-    ".json": "json",
-    ".txt": "personachat",
-}
-DEFAULT_BATCH_SIZE = 65_536
-# Conversation text spans lines inside quoted CSV fields.
-CSV_PARSE = pacsv.ParseOptions(newlines_in_values=True)
-
-
-def detect_format(path: PathLike, format: Optional[str] = None) -> str:
-    """The format of ``path``: ``format`` if given, else from the extension (a directory is Parquet)."""
-    if format is not None:
-        if format not in FORMATS:
-            raise DataError(f"unknown format {format!r}; expected one of {', '.join(FORMATS)}", file=path)
-        return format
-    p = Path(path)
-    if p.is_dir():
-        # A Hugging Face `Dataset.save_to_disk` directory: Arrow stream files + state.json.
-        return "hf_dataset" if (p / "state.json").is_file() else "parquet"
-    fmt = _EXTENSIONS.get(p.suffix.lower())
-    if fmt is None:
-        raise DataError(
-            f"cannot tell the format from the extension {p.suffix!r}; use one of "
-            f"{', '.join(sorted(_EXTENSIONS))} or pass format=",
-            file=path,
-        )
-    return fmt
-
-
-def _check_file(path: PathLike) -> Path:
-    p = Path(path)
-    if not p.exists():
-        raise DataError("no such file or directory", file=path)
-    if not (p.is_file() or p.is_dir()):
-        # A FIFO or device would block or stream forever; only regular files and directories are read.
-        raise DataError("not a regular file or directory (a pipe, socket or device cannot be read as input)", file=path)
-    if not os.access(p, os.R_OK | (os.X_OK if p.is_dir() else 0)):
-        raise DataError("permission denied: the input is not readable", file=path)
-    if p.is_file() and p.stat().st_size == 0:
-        raise DataError("file is empty", file=path)
-    if p.is_dir() and not (p / "state.json").is_file() and not any(_parquet_files(p)):
-        raise DataError("the directory holds no .parquet files (nor a Hugging Face dataset saved with "
-                        "save_to_disk)", file=path)
-    return p
-
-
-def _parquet_files(directory: Path) -> list[Path]:
-    """Data files of a Parquet dataset directory (hidden and ``_``-prefixed entries are not data)."""
-    return sorted(q for q in directory.rglob("*") if q.is_file() and not any(
-        part.startswith((".", "_")) for part in q.relative_to(directory).parts))
-
-
-_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
-
-
-def _check_surrogates(record: dict, *, file, row: int, line: int) -> None:
-    """A lone UTF-16 surrogate (``"\\ud800"``) decodes into Python but cannot be stored as UTF-8 text."""
-    def walk(value, column):
-        if isinstance(value, str):
-            try:
-                value.encode("utf-8")
-            except UnicodeEncodeError:
-                raise DataError("text holds a lone UTF-16 surrogate escape (e.g. \\ud800), which is not valid "
-                                "Unicode text", file=file, row=row, line=line, column=column) from None
-        elif isinstance(value, dict):
-            for v in value.values():
-                walk(v, column)
-        elif isinstance(value, list):
-            for v in value:
-                walk(v, column)
-
-    for key, value in record.items():
-        walk(value, key)
-
-
-def check_utf8(path: PathLike, chunk_size: int = 1 << 24) -> None:
-    """Raise :class:`DataError` naming the line of the first byte that is not UTF-8."""
-    decoder = codecs.getincrementaldecoder("utf-8")()
-    line = 1
-    with open(path, "rb") as fh:
-        while True:
-            chunk = fh.read(chunk_size)
-            final = not chunk
-            try:
-                decoder.decode(chunk, final=final)
-            except UnicodeDecodeError as exc:
-                # exc.start is relative to the decoder's buffered input; the buffer holds at most
-                # 3 pending bytes, so locating within this chunk is exact enough to name the line.
-                pos = max(0, exc.start - len(exc.object) + len(chunk))
-                line += chunk[:pos].count(b"\n")
-                raise DataError(
-                    f"not valid UTF-8 text (byte 0x{exc.object[exc.start]:02x}); re-encode the file as UTF-8",
-                    file=path,
-                    line=line,
-                ) from None
-            if final:
-                return
-            line += chunk.count(b"\n")
-
-
-# --------------------------------------------------------------------------- raw readers
-
-
-MAX_LINE_BYTES = 256 * 2**20  # one JSONL record; a longer line is refused before it is held in memory
-
-
-def _jsonl_records(path: Path) -> Iterator[tuple[int, int, Any]]:
-    """``(row, line, record)`` per non-blank line (1-based), with errors naming both."""
-    row = 0
-    with open(path, "rb") as fh:
-        for line_no, raw in enumerate(iter(lambda: fh.readline(MAX_LINE_BYTES + 1), b""), start=1):
-            if len(raw) > MAX_LINE_BYTES:
-                raise DataError(f"a line longer than {MAX_LINE_BYTES // 2**20} MiB; one JSONL record per line is "
-                                "expected (is this a JSON array or a dump without newlines?)", file=path,
-                                row=row + 1, line=line_no)
-            if line_no == 1 and raw.startswith(b"\xef\xbb\xbf"):
-                raw = raw[3:]  # a UTF-8 byte-order mark (what some Windows tools write) is not data
-            try:
-                text = raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise DataError(
-                    f"not valid UTF-8 text (byte 0x{raw[exc.start]:02x}); re-encode the file as UTF-8",
-                    file=path,
-                    row=row + 1,
-                    line=line_no,
-                ) from None
-            if not text.strip():
-                continue
-            row += 1
-            try:
-                record = json.loads(text)
-            except json.JSONDecodeError as exc:
-                raise DataError(
-                    f"invalid JSON ({exc.msg} at character {exc.colno})", file=path, row=row, line=line_no
-                ) from None
-            except RecursionError:
-                raise DataError("JSON nested too deeply to read", file=path, row=row, line=line_no) from None
-            if _SURROGATE.search(raw):
-                _check_surrogates(record, file=path, row=row, line=line_no)
-            yield row, line_no, record
-
-
-def _jsonl_batches(path: Path, contract: Optional[Contract], batch_size: int) -> Iterator[pa.Table]:
-    records: list[dict] = []
-    row_offset = 0
-    for row, line_no, record in _jsonl_records(path):
-        if not isinstance(record, dict):
-            raise DataError(f"expected a JSON object per line, got {type(record).__name__}", file=path, row=row,
-                            line=line_no)
-        records.append(record)
-        if len(records) >= batch_size:
-            yield records_to_table(records, contract, file=str(path), row_offset=row_offset)
-            row_offset += len(records)
-            records = []
-    if records:
-        yield records_to_table(records, contract, file=str(path), row_offset=row_offset)
-
-
-def records_to_table(
-    records: list[dict],
-    contract: Optional[Contract] = None,
-    *,
-    file: Optional[str] = None,
-    row_offset: int = 0,
-) -> pa.Table:
-    """Build a table from dict records; contract columns get their types, others are inferred.
-
-    Values that cannot be put in one typed column produce a :class:`DataError`
-    naming the row and column.
-    """
-    names: dict[str, None] = {}
-    for r in records:
-        for k in r:
-            names.setdefault(k, None)
-    arrays, fields = [], []
-    for name in names:
-        values = [r.get(name) for r in records]
-        target = None
-        if contract is not None and name in contract.names:
-            target = contract.column(name).type
-        arr = _array_from_values(values, target, column=name, file=file, row_offset=row_offset)
-        arrays.append(arr)
-        fields.append(pa.field(name, arr.type))
-    return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
-
-
-def _array_from_values(values: list, target, *, column: str, file, row_offset: int) -> pa.Array:
-    if target is not None:
-        # Infer first and cast safely, so 1.5 is not truncated into an int32 column.
-        try:
-            inferred = pa.array(values)
-        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
-            inferred = None
-        if inferred is not None:
-            return cast_column(inferred, target, column=column, file=file, row_offset=row_offset)
-        out = []
-        for i, v in enumerate(values):
-            try:
-                out.append(_cast_one(v, target))
-            except (ValueError, json.JSONDecodeError) as exc:
-                raise DataError(
-                    f"expected {target}, got {v!r:.60} ({exc})", file=file, row=row_offset + i + 1, column=column
-                ) from None
-        return pa.array(out, type=target)
-    try:
-        return pa.array(values)
-    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
-        first = next((v for v in values if v is not None), None)
-        for i, v in enumerate(values):
-            if v is not None and type(v) is not type(first):
-                if isinstance(v, (int, float)) and isinstance(first, (int, float)) and not isinstance(v, bool):
-                    continue
-                raise DataError(
-                    f"mixed types in one column: {type(first).__name__} earlier, {type(v).__name__} here",
-                    file=file,
-                    row=row_offset + i + 1,
-                    column=column,
-                ) from None
-        # Same Python type but Arrow still refuses (e.g. nested dicts with differing keys): keep as JSON text.
-        return pa.array([None if v is None else json.dumps(v, ensure_ascii=False) for v in values], type=pa.string())
-
-
-def _csv_batches(path: Path, contract: Optional[Contract], batch_size: int) -> Iterator[pa.Table]:
-    check_utf8(path)
-    # Contract columns are read as text and cast by ``conform`` so that a bad value is reported
-    # with its row; other columns are inferred by Arrow.
-    column_types = {c.name: pa.string() for c in contract.columns} if contract else {}
-    read_options = pacsv.ReadOptions(block_size=1 << 24)
-    # Only an empty unquoted cell is null: "NA", "N/A", "null", "NaN", "None" are text people write.
-    convert = pacsv.ConvertOptions(
-        column_types=column_types, strings_can_be_null=True, quoted_strings_can_be_null=False, null_values=[""]
-    )
-    try:
-        reader = pacsv.open_csv(path, read_options=read_options, parse_options=CSV_PARSE, convert_options=convert)
-    except pa.ArrowInvalid as exc:
-        raise DataError(f"cannot parse CSV: {exc}", file=path) from None
-    names = reader.schema.names
-    dup = next((n for i, n in enumerate(names) if n in names[:i]), None)
-    if dup is not None:
-        raise DataError(f"the header names column {dup!r} twice", file=path, line=1, column=dup)
-    while True:
-        try:
-            batch = reader.read_next_batch()
-        except StopIteration:
-            return
-        except pa.ArrowInvalid as exc:
-            raise DataError(f"cannot parse CSV: {exc}", file=path) from None
-        table = pa.Table.from_batches([batch])
-        for start in range(0, table.num_rows, batch_size):
-            yield table.slice(start, batch_size)
-
-
-def _parquet_batches(path: Path, batch_size: int) -> Iterator[pa.Table]:
-    try:
-        if path.is_dir():
-            import pyarrow.dataset as ds
-
-            files = _parquet_files(path)
-            schemas = []
-            for f in files:
-                try:
-                    schemas.append(pq.read_schema(f))
-                except (pa.ArrowInvalid, OSError) as exc:
-                    raise DataError(f"not a readable Parquet file ({exc})", file=f) from None
-            try:
-                # Files with different columns are read with the union of them (missing values null),
-                # never with the first file's columns only.
-                schema = pa.unify_schemas(schemas, promote_options="permissive")
-            except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
-                raise DataError(f"the Parquet files of this directory have incompatible columns ({exc})",
-                                file=path) from None
-            batches = ds.dataset([str(f) for f in files], format="parquet", schema=schema).to_batches(
-                batch_size=batch_size)
-        else:
-            batches = pq.ParquetFile(path).iter_batches(batch_size=batch_size)
-        for batch in batches:
-            yield pa.Table.from_batches([batch])
-    except (pa.ArrowInvalid, OSError) as exc:
-        raise DataError(f"not a readable Parquet file ({exc})", file=path) from None
-
-
-def _arrow_files(path: Path) -> list[Path]:
-    if path.is_file():
-        return [path]
-    try:  # save_to_disk lists its shards in order in state.json
-        names = [f["filename"] for f in json.loads((path / "state.json").read_text())["_data_files"]]
-        return [path / n for n in names]
-    except (OSError, ValueError, KeyError, TypeError):
-        return sorted(path.glob("*.arrow"))
-
-
-def _arrow_batches(path: Path, batch_size: int) -> Iterator[pa.Table]:
-    """Arrow IPC files, stream or file format (Hugging Face datasets write streams)."""
-    for f in _arrow_files(path):
-        try:
-            try:
-                reader = pa.ipc.open_stream(f)
-                batches = iter(reader)
-            except pa.ArrowInvalid:
-                reader = pa.ipc.open_file(f)
-                batches = (reader.get_batch(i) for i in range(reader.num_record_batches))
-            for batch in batches:
-                t = pa.Table.from_batches([batch])
-                for start in range(0, t.num_rows, batch_size):
-                    yield t.slice(start, batch_size)
-        except (pa.ArrowInvalid, OSError) as exc:
-            raise DataError(f"not a readable Arrow IPC file ({exc})", file=f) from None
 
 
 def _table_transcript_kind(schema: pa.Schema) -> Optional[str]:
@@ -364,17 +63,13 @@ def _transcript_kind(opts, detect) -> Optional[str]:
 
 def _transcript_source(path: Path, fmt: str, opts) -> Optional[tuple[str, Iterator]]:
     """``(kind, records)`` when ``path`` holds transcripts (forced or detected), else None."""
-    from ._transcripts import detect_transcript
-
     if opts.input_format == "turns":
         return None
     if fmt == "jsonl":
         kind = _transcript_kind(opts, lambda: detect_transcript(next((r for _, _, r in _jsonl_records(path)), None)))
         return (kind, _jsonl_records(path)) if kind else None
     if fmt == "json":
-        from ._adapters import _load_json
-
-        obj = _load_json(path)
+        obj = load_json(path)
         items = obj if isinstance(obj, list) else [obj]
         kind = _transcript_kind(opts, lambda: detect_transcript(items[0]) if items else None)
         return (kind, ((i, None, r) for i, r in enumerate(items, start=1))) if kind else None
@@ -403,8 +98,6 @@ def _raw_batches(path: Path, fmt: str, contract: Optional[Contract], batch_size:
     if transcripts is not None:
         found = _transcript_source(path, fmt, transcripts)
         if found is not None:
-            from ._transcripts import explode_transcripts
-
             yield from explode_transcripts(found[1], found[0], transcripts, file=str(path), batch_size=batch_size)
             return
     if fmt == "parquet":
@@ -416,14 +109,10 @@ def _raw_batches(path: Path, fmt: str, contract: Optional[Contract], batch_size:
     elif fmt == "csv":
         yield from _csv_batches(path, contract, batch_size)
     elif fmt == "json":
-        from ._adapters import read_json_turns
-
         table = read_json_turns(path)
         for start in range(0, table.num_rows, batch_size):
             yield table.slice(start, batch_size)
     elif fmt == "personachat":
-        from ._adapters import read_personachat
-
         table = read_personachat(path).conversations
         for start in range(0, table.num_rows, batch_size):
             yield table.slice(start, batch_size)
@@ -484,8 +173,6 @@ def iter_batches(
     if batch_size <= 0:
         raise ValueError(f"`batch_size` must be positive, got {batch_size}")
     if transcripts is None and contract is not None and contract.name == "turns":
-        from ._transcripts import TranscriptOptions
-
         transcripts = TranscriptOptions()
     if isinstance(source, pa.RecordBatchReader):
         source = source.read_all()
@@ -496,8 +183,6 @@ def iter_batches(
 
         def open_raw():
             if kind:
-                from ._transcripts import explode_transcripts
-
                 records = ((i, None, r) for i, r in enumerate(table.to_pylist(), start=1))
                 return explode_transcripts(records, kind, transcripts, file=file, batch_size=batch_size)
             return (table.slice(s, batch_size) for s in range(0, table.num_rows, batch_size))

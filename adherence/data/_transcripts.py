@@ -23,6 +23,7 @@ from typing import Any, Iterable, Iterator, Optional
 import pyarrow as pa
 
 from ._errors import DataError
+from ._formats import records_to_table
 
 __all__ = ["TranscriptOptions", "TRANSCRIPT_FORMATS", "detect_transcript", "transcript_turns", "explode_transcripts"]
 
@@ -183,7 +184,6 @@ def explode_transcripts(records: Iterable[tuple[int, Optional[int], Any]], fmt: 
     raises :class:`DataError` naming the file, record and line).
     """
     from ._contracts import TURNS
-    from ._io import records_to_table
 
     rows: list[dict] = []
     seen: dict = {}  # conversation id -> the record that first used it

@@ -24,6 +24,11 @@ log = logging.getLogger(__name__)
 
 SMOKE_TEST_WARNING = (
     "no judge model given: using the bundled SmolLM2-135M-Instruct, a smoke-test judge that shows the pipeline "
+    "works but cannot judge; pass --judge-model for real results"
+)
+#: What the bundled judge cannot do on role adherence, measured (README: adherence calibrate).
+ROLE_SMOKE_TEST_WARNING = (
+    "no judge model given: using the bundled SmolLM2-135M-Instruct, a smoke-test judge that shows the pipeline "
     "works but cannot judge: its P(yes) stays between about 0.1 and 0.55 on every turn (AUC 0.45 and 0.70 on the "
     "bundled examples), so at threshold 0.5 nearly every turn reads as a violation. Pass --judge-model for real "
     "scoring, fit a threshold on labelled turns with `adherence calibrate`, or where reference replies exist use "
@@ -193,7 +198,7 @@ class RoleJudge:
         self.config = config
         if backend is None:
             if config.model is None and config.backend == "transformers" and "loaded" not in config.backend_options:
-                warnings.warn(SMOKE_TEST_WARNING, stacklevel=2)
+                warnings.warn(ROLE_SMOKE_TEST_WARNING, stacklevel=2)
             opts = dict(config.backend_options)
             opts.setdefault("model", config.model)
             backend = get_backend(config.backend, **opts)

@@ -219,9 +219,9 @@ def test_dirty_transcripts_cost_their_record_only_and_are_counted(tmp_path):
 
 
 def test_an_overlong_jsonl_line_is_one_error_before_it_is_held_in_memory(tmp_path, monkeypatch):
-    import adherence.data._io as io_mod
+    import adherence.data._formats as formats
 
-    monkeypatch.setattr(io_mod, "MAX_LINE_BYTES", 4096)  # the real cap is 256 MiB
+    monkeypatch.setattr(formats, "MAX_LINE_BYTES", 4096)  # the real cap is 256 MiB
     path = tmp_path / "dump.jsonl"
     path.write_text('{"messages": [{"role": "assistant", "content": "ok"}]}\n'
                     + '{"messages": [{"role": "assistant", "content": "' + "x" * 10_000 + '"}]}\n')
