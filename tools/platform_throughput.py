@@ -49,7 +49,6 @@ def main() -> int:
     tmp = Path(tempfile.mkdtemp(prefix="adherence-platforms-"))
     src = tmp / "turns.parquet"
     make_turns(args.turns, src)
-    turns = pq.read_table(src)
     report = {"bench": "platforms", "turns": args.turns, "method": args.method, "workers": args.workers,
               "device": "cpu", "cpus": os.cpu_count(), "platform": platform.platform(), "paths": {}}
 
@@ -100,7 +99,7 @@ def main() -> int:
     print(json.dumps(report["paths"]["spark"]), flush=True)
     spark.stop()
 
-    for name, p in report["paths"].items():
+    for p in report["paths"].values():
         p["ratio_to_engine"] = p["turns_per_s"] / report["paths"]["engine"]["turns_per_s"]
     report["paths"]["ray_data"]["ratio_to_engine_on_ray"] = (report["paths"]["ray_data"]["turns_per_s"]
                                                             / report["paths"]["engine_ray"]["turns_per_s"])

@@ -21,12 +21,11 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
+from gaussia.metrics.role_adherence import LLMJudgeStrategy
+from gaussia.schemas import Batch
 from langchain_core.language_models.chat_models import BaseChatModel
 from langchain_core.messages import AIMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
-
-from gaussia.metrics.role_adherence import LLMJudgeStrategy
-from gaussia.schemas import Batch
 
 CAPTURED: list = []
 

@@ -21,7 +21,6 @@ import json
 import os
 import platform
 import random
-import resource
 import signal
 import subprocess
 import sys

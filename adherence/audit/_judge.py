@@ -164,6 +164,6 @@ def _numbered_lines(text: str, items: list, out: dict) -> dict:
             continue
         why = m.group(3).strip()
         if not why:  # the justification may follow on the next non-empty line
-            why = next((l.strip() for l in lines[n + 1 : n + 3] if l.strip() and not _NUMBERED.match(l)), "")
+            why = next((ln.strip() for ln in lines[n + 1 : n + 3] if ln.strip() and not _NUMBERED.match(ln)), "")
         out[order[k].question_id] = ("Yes" if m.group(2).lower() == "yes" else "No", why or None)
     return out

@@ -141,7 +141,7 @@ def stability_tables(judgments: pa.Table, encoder, *, ks: Optional[Sequence[int]
             strategy[q] = choose_strategy([r["justification"] for r in judge_rows if r["question_id"] == q])
     # Embed every distinct fingerprint once.
     fps = {}
-    for (j, g, q), items in by.items():
+    for (_, _, q), items in by.items():
         for it in items:
             it["fp"] = fingerprint(it["justification"], strategy[q])
             if it["fp"] is not None:

@@ -69,12 +69,12 @@ def measured_peaks(device) -> dict:
     a = torch.randn(n, n, device=device, dtype=dtype, generator=g)
     b = torch.randn(n, n, device=device, dtype=dtype, generator=g)
     mm = min(timed(lambda: torch.mm(a, b), 10 if cuda else 3, device, warmup=3 if cuda else 1))
-    del a, b
+    a = b = None  # free the operands (the timed closure is done with them)
     size = (1 << 30) if cuda else (64 << 20)
     src = torch.empty(size, dtype=torch.uint8, device=device).fill_(1)
     dst = torch.empty_like(src)
     cp = min(timed(lambda: dst.copy_(src), 20 if cuda else 3, device, warmup=3 if cuda else 1))
-    del src, dst
+    src = dst = None
     out = {"matmul_flops": 2.0 * n ** 3 / mm, "matmul_shape": [n, n, n], "matmul_dtype": str(dtype).replace("torch.", ""),
            "copy_bytes_per_s": 2.0 * size / cp, "copy_bytes": size}
     _CACHE[key] = out

@@ -146,7 +146,7 @@ def bench_kernels(
             cfg["speedup"] = cfg["backends"]["torch_compile"]["median_s"] / tri
             cfg["speedup_vs_torch_eager"] = cfg["backends"]["torch_eager"]["median_s"] / tri
         result["configs"][name] = cfg
-        del inp
+        inp = None  # free this size before the next
 
     for K in pools:
         rows = min(batch, max(64, int(pool_flop / (2 * K * dim))))
@@ -184,7 +184,7 @@ def bench_kernels(
             cfg["speedup_vs_torch_compile"] = cfg["backends"]["torch_compile"]["median_s"] / tri
             cfg["tuned_config"] = _tuned_config()
         result["configs"][f"knn_pool_{K}"] = cfg
-        del x, pool
+        x = pool = None
 
     result["correct"] = all(c.get("correctness", {}).get("passed", True) for c in result["configs"].values())
     result["ratio_to_peak"] = result["configs"]["fused"]["ratio_to_peak"]

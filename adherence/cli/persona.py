@@ -52,7 +52,7 @@ def format_persona(results: dict) -> str:
             c = res.get("consistency")
             if c and "score" in c:
                 lines.append(f"{name:<{W}}" + "".join(f"{c[k]:>9.4f}" for k in keys))
-    for name, res in results.items():
+    for res in results.values():
         for dim in ("adherence", "consistency", "naturalness"):
             if isinstance(res.get(dim), dict) and "error" in res[dim]:
                 lines.append(f"error: {dim}: {res[dim]['error']}")
@@ -61,7 +61,7 @@ def format_persona(results: dict) -> str:
         if sk:
             lines.append(f"warning: {name}: {sk['count']} malformed record(s) skipped ({', '.join(sk['first'])}"
                          f"{', ...' if sk['count'] > len(sk['first']) else ''})")
-    for name, res in results.items():
+    for res in results.values():
         nat = res.get("naturalness")
         if isinstance(nat, dict) and "skipped" in nat:
             lines += ["", f"naturalness skipped: {nat['skipped']}"]

@@ -18,6 +18,7 @@ from ._adapters import (
 from ._contracts import (
     ARTIFACTS,
     CONTRACTS,
+    GROUND_TRUTH,
     JUDGMENTS,
     P_YES_SOURCES,
     PERSONA_CONVERSATIONS,
@@ -25,7 +26,6 @@ from ._contracts import (
     RUBRIC_ITEMS,
     SESSION_SCORES,
     TURN_SCORES,
-    GROUND_TRUTH,
     TURN_STATUS,
     TURNS,
     Column,
@@ -38,13 +38,13 @@ from ._readers import (
     EXAMPLES,
     example_path,
     read_artifacts,
+    read_ground_truth,
     read_judgments,
     read_persona_corpus,
     read_rubric_items,
     read_session_scores,
     read_turn_scores,
     read_turns,
-    read_ground_truth,
 )
 from ._transcripts import TRANSCRIPT_FORMATS, TranscriptOptions, transcript_turns
 from ._validate import conform

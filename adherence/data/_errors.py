@@ -48,7 +48,7 @@ class DataError(ValueError):
             head = f"{self.file}: {head}" if head else self.file
         return f"{head}: {self.reason}" if head else self.reason
 
-    def located(self, file: Optional[str] = None, row_offset: int = 0) -> "DataError":
+    def located(self, file: Optional[str] = None, row_offset: int = 0) -> DataError:
         """Return a copy with the file filled in and the row shifted by ``row_offset``."""
         return DataError(
             self.reason,

@@ -5,9 +5,9 @@ from __future__ import annotations
 import datetime as _dt
 import hashlib
 import json
-import re
 import os
 import platform
+import re
 import sys
 from importlib import metadata as _im
 from pathlib import Path

@@ -11,12 +11,12 @@ import pyarrow as pa
 from ._adapters import PersonaCorpus, read_personachat, read_synthetic_persona_chat
 from ._contracts import (
     ARTIFACTS,
+    GROUND_TRUTH,
     JUDGMENTS,
     PERSONA_CONVERSATIONS,
     PERSONAS,
     RUBRIC_ITEMS,
     SESSION_SCORES,
-    GROUND_TRUTH,
     TURN_SCORES,
     TURNS,
 )

@@ -22,15 +22,24 @@ import pyarrow.parquet as pq
 
 from ..data import DataError, metadata_path, run_metadata
 from ..data._errors import skipped_summary
-from ..data._metadata import redact_secrets
 from ..data._io import _as_table, _check_file
+from ..data._metadata import redact_secrets
 from ..data._validate import conform_schema as _conform_schema
 from ..role import RoleConfig, aggregate_sessions, get_method
 from ..role._base import missing_references
 from ._executors import EngineError, check_reachable, get_executor
 from ._plan import _write_json_atomic, content_digest, plan_job, temp_path
-from ._safety import (PathLock, RemoteWorkDir, WorkDir, check_outputs, check_remote_output, check_replaceable,
-                      output_format, remove_dead_temporaries, reserved_columns)
+from ._safety import (
+    PathLock,
+    RemoteWorkDir,
+    WorkDir,
+    check_outputs,
+    check_remote_output,
+    check_replaceable,
+    output_format,
+    remove_dead_temporaries,
+    reserved_columns,
+)
 from ._storage import Remote, RemoteLease, as_target, write_json
 
 __all__ = ["Engine", "JobResult", "score"]
@@ -539,7 +548,7 @@ def _publish_remote(pairs: list) -> None:
         metas.append((local, obj, meta_obj, meta))
     for local, obj, _, _ in metas:
         obj.upload(local)
-    for _, obj, meta_obj, meta in metas:
+    for _, _, meta_obj, meta in metas:
         meta["outputs"]["digests"] = digests
         meta_obj.write_bytes((json.dumps(dict(meta, published=True), indent=2, ensure_ascii=False, default=repr)
                               + "\n").encode("utf-8"))

@@ -7,8 +7,8 @@ import os
 import time
 import uuid
 import warnings
-from pathlib import Path
 from abc import ABC, abstractmethod
+from pathlib import Path
 from typing import Callable, Optional
 
 from .._optional import require
@@ -132,7 +132,7 @@ class RayExecutor(Executor):
             if fit < 1:
                 raise ValueError(f"a Ray worker needs {c:g} CPU but the Ray cluster has {cpus:g}")
             warnings.warn(f"{num_workers} Ray workers x {c:g} CPU do not fit the cluster's {cpus:g} CPUs; "
-                          f"running {fit} worker(s)")
+                          f"running {fit} worker(s)", stacklevel=2)
             num_workers = fit
         return num_workers
 

@@ -61,7 +61,7 @@ class Plan:
         return d
 
     @classmethod
-    def from_json(cls, d: dict) -> "Plan":
+    def from_json(cls, d: dict) -> Plan:
         d = dict(d)
         d["shards"] = [ShardInfo(**s) for s in d["shards"]]
         return cls(**d)

@@ -167,7 +167,7 @@ class PathLock:
             raise DataError(f"the lock file of {self.what} is not a regular file; refusing to use it", file=self.path)
         return fd
 
-    def acquire(self) -> "PathLock":
+    def acquire(self) -> PathLock:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         for _ in range(100):
             fd = self._open()
@@ -196,7 +196,7 @@ class PathLock:
             os.close(fd)  # the holder removed it after we opened it: lock the file now at the path
         raise EngineError(f"could not lock {self.what} {self.path.parent}: its lock file keeps being replaced")
 
-    def __enter__(self) -> "PathLock":
+    def __enter__(self) -> PathLock:
         return self.acquire()
 
     def __exit__(self, *exc) -> None:
@@ -281,7 +281,7 @@ class WorkDir:
             return None
         return m if isinstance(m, dict) and m.get("producer") == PRODUCER else None
 
-    def __enter__(self) -> "WorkDir":
+    def __enter__(self) -> WorkDir:
         p = self.path
         if p.is_symlink() or (p.exists() and not p.is_dir()):
             raise DataError("the work directory path exists and is not a directory", file=p)
@@ -428,7 +428,7 @@ class RemoteWorkDir:
                 out.append(rel)
         return out
 
-    def __enter__(self) -> "RemoteWorkDir":
+    def __enter__(self) -> RemoteWorkDir:
         if self.obj.is_file():
             raise DataError("the work directory is an object, not a prefix", file=self.obj.uri)
         foreign = self.foreign_entries()

@@ -76,7 +76,7 @@ class Remote:
 
     # -------------------------------------------------------------- naming
 
-    def __truediv__(self, name: str) -> "Remote":
+    def __truediv__(self, name: str) -> Remote:
         base = self.uri.split("?", 1)[0].rstrip("/")
         return Remote(f"{base}/{name}{self._query}", self.fs)
 
@@ -85,11 +85,11 @@ class Remote:
         return self.path.rsplit("/", 1)[-1]
 
     @property
-    def parent(self) -> "Remote":
+    def parent(self) -> Remote:
         base = self.uri.split("?", 1)[0].rstrip("/")
         return Remote(base.rsplit("/", 1)[0] + self._query, self.fs)
 
-    def with_name(self, name: str) -> "Remote":
+    def with_name(self, name: str) -> Remote:
         return self.parent / name
 
     def __str__(self) -> str:
@@ -304,7 +304,7 @@ class RemoteLease:
                           f"{held.get('host', '?')}, pid {held.get('pid', '?')}, lease renewed {age:.0f} s ago); "
                           f"wait for it, or for its lease to lapse ({self.ttl:.0f} s after its last renewal)")
 
-    def acquire(self) -> "RemoteLease":
+    def acquire(self) -> RemoteLease:
         held = self._holder()
         if held and held.get("token") != self.token:
             fresh = time.time() - float(held.get("heartbeat", 0)) < float(held.get("ttl", self.ttl))
@@ -336,7 +336,7 @@ class RemoteLease:
             if held and held.get("token") == self.token:
                 self.obj.delete()
 
-    def __enter__(self) -> "RemoteLease":
+    def __enter__(self) -> RemoteLease:
         return self.acquire()
 
     def __exit__(self, *exc) -> None:

@@ -40,7 +40,7 @@ class TokenBatch:
         return self.offsets[1:] - self.offsets[:-1]
 
     @classmethod
-    def from_list(cls, tensors: Sequence, dim: int, n_chunks=None, dtype=None) -> "TokenBatch":
+    def from_list(cls, tensors: Sequence, dim: int, n_chunks=None, dtype=None) -> TokenBatch:
         import torch
 
         lens = torch.tensor([len(t) for t in tensors], dtype=torch.int64)

@@ -91,7 +91,7 @@ class LateInteractionIndex:
     def __len__(self) -> int:
         return len(self.ids)
 
-    def add(self, texts: Sequence[str], ids: Optional[Sequence[str]] = None) -> "LateInteractionIndex":
+    def add(self, texts: Sequence[str], ids: Optional[Sequence[str]] = None) -> LateInteractionIndex:
         """Encode documents (chunked when long) and append them."""
         texts = list(texts)
         ids = [str(len(self.ids) + i) for i in range(len(texts))] if ids is None else [str(i) for i in ids]
@@ -99,7 +99,7 @@ class LateInteractionIndex:
             raise ValueError(f"{len(texts)} texts but {len(ids)} ids")
         return self.add_tokens(self.encoder.encode_documents(texts), ids)
 
-    def add_tokens(self, batch: TokenBatch, ids: Sequence[str]) -> "LateInteractionIndex":
+    def add_tokens(self, batch: TokenBatch, ids: Sequence[str]) -> LateInteractionIndex:
         """Append precomputed document token embeddings (any float dtype; stored as float16)."""
         import torch
 
@@ -254,7 +254,7 @@ class LateInteractionIndex:
 
     @classmethod
     def load(cls, directory: Union[str, Path], *, encoder: Union[None, str, LateInteractionEncoder] = None,
-             device: Optional[str] = None, backend: str = "auto", mmap: bool = True) -> "LateInteractionIndex":
+             device: Optional[str] = None, backend: str = "auto", mmap: bool = True) -> LateInteractionIndex:
         """Open a saved index; the encoder (the saved one unless given) loads when queries need encoding."""
         import torch
 

@@ -45,7 +45,7 @@ class JudgeOutput:
         return out
 
     @classmethod
-    def from_json(cls, d: dict) -> "JudgeOutput":
+    def from_json(cls, d: dict) -> JudgeOutput:
         lp = d.get("top_logprobs")
         yn = d.get("yes_no")
         return cls([tuple(x) for x in lp] if lp is not None else None, d.get("text"), bool(d.get("truncated")),

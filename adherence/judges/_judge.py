@@ -15,8 +15,14 @@ import pyarrow as pa
 from ._backend import JudgeBackend, JudgeOutput, get_backend
 from ._cache import JudgeCache
 from ._parse import p_yes_from_logprobs, p_yes_from_sums, parse_turn_verdicts, parse_yes_no, variant_sets
-from ._prompts import (JudgeRequest, check_template, conversation_request, parse_turn_reasons, reason_request,
-                       turn_requests)
+from ._prompts import (
+    JudgeRequest,
+    check_template,
+    conversation_request,
+    parse_turn_reasons,
+    reason_request,
+    turn_requests,
+)
 
 __all__ = ["JudgeConfig", "RoleJudge", "SMOKE_TEST_WARNING", "cached_calls"]
 

@@ -188,7 +188,7 @@ class OpenAIBackend(JudgeBackend):
         if len(failures) == len(self.base_urls):
             raise failures[0]
         for exc in failures:
-            warnings.warn(f"{exc}; that endpoint is skipped until it answers")
+            warnings.warn(f"{exc}; that endpoint is skipped until it answers", stacklevel=2)
 
     def _preflight_one(self, where: str, logprobs: bool) -> None:
         import httpx

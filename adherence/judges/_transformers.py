@@ -86,9 +86,9 @@ class TransformersBackend(JudgeBackend):
         self.dtype = pick_dtype(self.device, dtype)
         if loaded is not None:  # (model, tokenizer, name): e.g. a random-weight model built from a config
             m, self.tokenizer, name = loaded
-            from ..models import ResolvedModel
-
             from pathlib import Path
+
+            from ..models import ResolvedModel
 
             self.resolved = ResolvedModel(name, Path("."), "in-memory")
         else:
@@ -491,7 +491,7 @@ class TransformersBackend(JudgeBackend):
 
     @classmethod
     def tokenizer_only(cls, model: Optional[str] = None, *, max_context: Optional[int] = None,
-                       prefix_sharing: bool = True) -> "TransformersBackend":
+                       prefix_sharing: bool = True) -> TransformersBackend:
         """A backend that can plan and count tokens (:meth:`count_tokens`) but holds no weights."""
         from transformers import AutoConfig, AutoTokenizer
 

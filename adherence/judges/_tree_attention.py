@@ -248,7 +248,7 @@ def config_unsupported(config) -> Optional[str]:
         if any("sliding" in t for t in types):
             return "sliding-window attention layers"
         if not types and getattr(c, "sliding_window", None) and getattr(c, "use_sliding_window", True) is not False:
-            return f"a sliding window of {getattr(c, 'sliding_window')} tokens"
+            return f"a sliding window of {c.sliding_window} tokens"
         if getattr(c, "attn_logit_softcapping", None):
             return "an attention softcap"
     return None

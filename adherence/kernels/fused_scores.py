@@ -16,7 +16,6 @@ reference otherwise. Arithmetic is float32 whatever the input dtype.
 
 from __future__ import annotations
 
-
 import torch
 
 from .._optional import is_available

@@ -103,7 +103,7 @@ class Encoder:
         # Text -> embedding, least recently used first; bounded by bytes so a job over millions of
         # unique turns keeps flat memory (a text shared by many turns is still encoded once).
         self.cache_bytes = int(cache_bytes)
-        self._cache: "OrderedDict[str, torch.Tensor]" = OrderedDict()
+        self._cache: OrderedDict[str, torch.Tensor] = OrderedDict()
         self._cache_used = 0
 
     @property

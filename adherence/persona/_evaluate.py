@@ -238,7 +238,7 @@ def _compare(results: dict, ref_name: str, cfg: PersonaConfig) -> None:
                 d["similarity"] = human_similarity(d["score"], r["score"])
             d["offset"] = float(d["score"] - r["score"])
         _rank([results[n].get(dim, {}) for n in sims])
-    for name, res in results.items():
+    for res in results.values():
         vals = [res[d]["similarity"] for d in cfg.dimensions
                 if isinstance(res.get(d), dict) and res[d].get("similarity") is not None]
         res["e4s"] = float(sum(vals) / len(vals)) if vals else None

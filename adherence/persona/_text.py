@@ -77,7 +77,7 @@ class TfidfVectorizer:
         n = self.ngram
         return [text[i : i + n] for i in range(len(text) - n + 1)]
 
-    def fit(self, texts: Sequence[str]) -> "TfidfVectorizer":
+    def fit(self, texts: Sequence[str]) -> TfidfVectorizer:
         counts = [Counter(self._terms(t)) for t in texts]
         total: Counter = Counter()
         df: Counter = Counter()

@@ -119,7 +119,7 @@ def _unknown(name: str) -> str:
     return unknown_name("method", name, METHODS)
 
 
-def get_method(name: str) -> "Method":
+def get_method(name: str) -> Method:
     """Instantiate the method registered under ``name`` (lazy import)."""
     if name not in METHODS:
         raise ValueError(_unknown(name))
@@ -194,7 +194,7 @@ class Method(ABC):
         """Whether scores depend on the whole scored set's ground truths (sharded runs share them)."""
         return False
 
-    def prepare(self, config: RoleConfig, resources: "Resources") -> None:
+    def prepare(self, config: RoleConfig, resources: Resources) -> None:
         """Load models and check job-level inputs before any row is scored.
 
         Errors here are configuration errors and stop the job, while problems with
@@ -217,7 +217,7 @@ class Method(ABC):
         return out
 
     @abstractmethod
-    def score(self, turns: pa.Table, config: RoleConfig, resources: "Resources") -> MethodResult:
+    def score(self, turns: pa.Table, config: RoleConfig, resources: Resources) -> MethodResult:
         """Score every row of ``turns``; rows with an error keep NaN."""
 
 

@@ -53,7 +53,7 @@ class NliMethod(Method):
     def prepare(self, config, resources):
         self._model(config, resources)
 
-    def _model(self, config, resources) -> "NliModel":
+    def _model(self, config, resources) -> NliModel:
         if not config.nli_model:
             raise ValueError(
                 "method 'nli' needs an NLI model: pass nli_model=PATH (CLI: --nli-model PATH) pointing to a local "

@@ -196,7 +196,7 @@ class CalibrationMap:
         return {"method": "none"}
 
     @classmethod
-    def from_dict(cls, d: dict) -> "CalibrationMap":
+    def from_dict(cls, d: dict) -> CalibrationMap:
         m = d.get("method")
         if m == "platt":
             return cls("platt", a=float(d["a"]), b=float(d["b"]))

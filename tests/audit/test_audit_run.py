@@ -1,6 +1,6 @@
-import pyarrow.parquet as pq
 import json
 
+import pyarrow.parquet as pq
 import pytest
 
 from adherence.audit import AuditConfig, load_rubric, parse_audit_answer, repair_json, run_audit

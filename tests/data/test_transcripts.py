@@ -8,7 +8,7 @@ import pytest
 
 import adherence
 from adherence.cli.main import main
-from adherence.data import DataError, TranscriptOptions, example_path, iter_batches, read_turns, TURNS
+from adherence.data import TURNS, DataError, TranscriptOptions, example_path, iter_batches, read_turns
 
 ROLE = "You are a bank assistant. Only discuss banking."
 

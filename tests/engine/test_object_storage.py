@@ -137,7 +137,7 @@ def test_a_live_lease_refuses_a_second_job_and_a_released_one_does_not(s3, local
     out = f"{s3}/t4/scores.parquet"
     lease = RemoteLease(Remote(out + ".work") / "lock", "the work directory").acquire()
     try:
-        with pytest.raises(Exception, match=r"in use by another adherence job \(host .*pid %d" % os.getpid()):
+        with pytest.raises(Exception, match=rf"in use by another adherence job \(host .*pid {os.getpid()}"):
             Engine(method="cosine", progress=False).run(src, out)
         assert not Remote(out).exists()
     finally:

@@ -1,7 +1,7 @@
+import json
+
 import pytest
 from scipy.special import expit, logsumexp
-
-import json
 
 from adherence.judges import conversation_request, p_yes_from_logprobs, parse_turn_verdicts, parse_yes_no
 
