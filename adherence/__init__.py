@@ -12,10 +12,21 @@ from ._version import __version__
 # The façades load on first use: `import adherence` (and the command line's start) stays a few milliseconds,
 # so a signal in a job's first second meets the command line's handlers, not a half-done import.
 _EXPORTS = {
-    "DataError": "data", "example_path": "data", "read_table": "data", "read_turns": "data", "write_table": "data",
-    "Engine": "engine", "JobResult": "engine", "score": "engine", "LateInteractionIndex": "index",
-    "PersonaConfig": "persona", "evaluate_persona": "persona", "RoleConfig": "role",
-    "aggregate_sessions": "role", "score_turns": "role", "evaluate_table": "stats",
+    "DataError": "data",
+    "example_path": "data",
+    "read_table": "data",
+    "read_turns": "data",
+    "write_table": "data",
+    "Engine": "engine",
+    "JobResult": "engine",
+    "score": "engine",
+    "LateInteractionIndex": "index",
+    "PersonaConfig": "persona",
+    "evaluate_persona": "persona",
+    "RoleConfig": "role",
+    "aggregate_sessions": "role",
+    "score_turns": "role",
+    "evaluate_table": "stats",
 }
 
 

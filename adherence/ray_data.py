@@ -59,14 +59,23 @@ def _add_bucket(batch: pa.Table, n_buckets: int) -> pa.Table:
     import numpy as np
 
     enc = batch.column("conversation_id").combine_chunks().cast(pa.string()).dictionary_encode()
-    of_value = np.array([zlib.crc32((v or "").encode("utf-8")) % n_buckets for v in enc.dictionary.to_pylist()],
-                        dtype=np.int32)
+    of_value = np.array(
+        [zlib.crc32((v or "").encode("utf-8")) % n_buckets for v in enc.dictionary.to_pylist()], dtype=np.int32
+    )
     ids = of_value[enc.indices.to_numpy(zero_copy_only=False)] if len(of_value) else np.zeros(0, np.int32)
     return batch.append_column(_BUCKET, pa.array(ids, pa.int32()))
 
 
-def score_dataset(ds, *, concurrency: int = 1, num_gpus: Optional[float] = None, num_cpus: Optional[float] = None,
-                  num_partitions: Optional[int] = None, rows_per_call: int = 8192, **options: Any):
+def score_dataset(
+    ds,
+    *,
+    concurrency: int = 1,
+    num_gpus: Optional[float] = None,
+    num_cpus: Optional[float] = None,
+    num_partitions: Optional[int] = None,
+    rows_per_call: int = 8192,
+    **options: Any,
+):
     """Turn scores of a Ray ``Dataset`` of turns, whole conversations per scoring call.
 
     Rows are grouped into buckets of whole conversations (crc32 of ``conversation_id``, about
@@ -100,10 +109,15 @@ def score_dataset(ds, *, concurrency: int = 1, num_gpus: Optional[float] = None,
         need = concurrency * (1.0 if num_cpus is None else num_cpus)
         if total and need >= total:
             # Actors hold their CPUs for the whole run; the grouping shuffle would wait forever.
-            raise ValueError(f"{concurrency} actor(s) x {need / concurrency:g} CPU would take all {total:g} CPUs of the "
-                             "Ray cluster and leave none for the grouping shuffle: lower `concurrency` or `num_cpus`")
-    kwargs: dict = {"fn_constructor_kwargs": options, "batch_format": "pyarrow",
-                    "compute": ActorPoolStrategy(size=concurrency)}
+            raise ValueError(
+                f"{concurrency} actor(s) x {need / concurrency:g} CPU would take all {total:g} CPUs of the "
+                "Ray cluster and leave none for the grouping shuffle: lower `concurrency` or `num_cpus`"
+            )
+    kwargs: dict = {
+        "fn_constructor_kwargs": options,
+        "batch_format": "pyarrow",
+        "compute": ActorPoolStrategy(size=concurrency),
+    }
     if num_gpus is not None:
         kwargs["num_gpus"] = num_gpus
     if num_cpus is not None:

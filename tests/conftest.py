@@ -36,9 +36,18 @@ def _tiny_llama(path, yes_no_in_reach: bool = False):
         "{% for m in messages %}[{{ m['role'] }}]\n{{ m['content'] }}\n{% endfor %}"
         "{% if add_generation_prompt %}[assistant]\n{% endif %}"
     )
-    cfg = LlamaConfig(vocab_size=tok.vocab_size, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
-                      pad_token_id=tok.pad_token_id, eos_token_id=tok.sep_token_id, bos_token_id=tok.cls_token_id)
+    cfg = LlamaConfig(
+        vocab_size=tok.vocab_size,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=1024,
+        pad_token_id=tok.pad_token_id,
+        eos_token_id=tok.sep_token_id,
+        bos_token_id=tok.cls_token_id,
+    )
     torch.manual_seed(0)
     model = LlamaForCausalLM(cfg).eval()
     if yes_no_in_reach:

@@ -93,8 +93,13 @@ def spark():
     from pyspark.sql import SparkSession
 
     os.environ["PYSPARK_PYTHON"] = sys.executable
-    session = (SparkSession.builder.master("local[2]").appName("adherence-tests").config("spark.ui.enabled", "false")
-               .config("spark.sql.shuffle.partitions", "3").getOrCreate())
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("adherence-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "3")
+        .getOrCreate()
+    )
     yield session
     session.stop()
 

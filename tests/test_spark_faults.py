@@ -48,8 +48,13 @@ def test_a_python_worker_killed_mid_task_is_retried_and_no_row_is_lost(tmp_path)
     turns = synthetic_turns(40)
     want = adherence.score(turns, method="cosine", n_bootstrap=0)
     os.environ["PYSPARK_PYTHON"] = sys.executable
-    spark = (SparkSession.builder.master("local[2,4]").appName("adherence-faults").config("spark.ui.enabled", "false")
-             .config("spark.sql.shuffle.partitions", "2").getOrCreate())
+    spark = (
+        SparkSession.builder.master("local[2,4]")
+        .appName("adherence-faults")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .getOrCreate()
+    )
     killed: list = []
 
     def kill_one_mid_task():
@@ -72,8 +77,9 @@ def test_a_python_worker_killed_mid_task_is_retried_and_no_row_is_lost(tmp_path)
         killer.start()
         sc = spark.sparkContext
         sc.setJobGroup("scoring", "scoring under a fault")
-        out = score_dataframe(spark.createDataFrame(turns.to_pandas()), method="cosine", chunk_rows=16,
-                              num_partitions=2)
+        out = score_dataframe(
+            spark.createDataFrame(turns.to_pandas()), method="cosine", chunk_rows=16, num_partitions=2
+        )
         got = out.toPandas()
         killer.join()
         tracker = sc.statusTracker()
@@ -86,8 +92,12 @@ def test_a_python_worker_killed_mid_task_is_retried_and_no_row_is_lost(tmp_path)
     assert len(got) == turns.num_rows
     keys = list(zip(got["conversation_id"], got["turn_index"]))
     assert len(set(keys)) == len(keys)  # nothing twice
-    ref = dict(zip(zip(want.column("conversation_id").to_pylist(), want.column("turn_index").to_pylist()),
-                   want.column("score").to_pylist()))
+    ref = dict(
+        zip(
+            zip(want.column("conversation_id").to_pylist(), want.column("turn_index").to_pylist()),
+            want.column("score").to_pylist(),
+        )
+    )
     assert set(keys) == set(ref)  # nothing lost
     for k, score in zip(keys, got["score"]):
         assert score == pytest.approx(ref[k], abs=1e-6)

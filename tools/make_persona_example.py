@@ -39,8 +39,16 @@ def main(src):
     OUT.mkdir(parents=True, exist_ok=True)
     _write("human.csv", human)
     _write("sim_faithful.csv", later)
-    drift = [dict(r, **{"user 1 personas": later[(i + 1) % N]["user 1 personas"],
-                        "user 2 personas": later[(i + 1) % N]["user 2 personas"]}) for i, r in enumerate(later)]
+    drift = [
+        dict(
+            r,
+            **{
+                "user 1 personas": later[(i + 1) % N]["user 1 personas"],
+                "user 2 personas": later[(i + 1) % N]["user 2 personas"],
+            },
+        )
+        for i, r in enumerate(later)
+    ]
     _write("sim_persona_drift.csv", drift)
     swapped = []
     user2 = [_user2_lines(r["Best Generated Conversation"]) for r in later]

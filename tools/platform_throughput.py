@@ -27,8 +27,12 @@ from soak import make_turns  # noqa: E402
 
 
 def _scores(t: pa.Table) -> dict:
-    return dict(zip(zip(t.column("conversation_id").to_pylist(), t.column("turn_index").to_pylist()),
-                    t.column("score").to_pylist()))
+    return dict(
+        zip(
+            zip(t.column("conversation_id").to_pylist(), t.column("turn_index").to_pylist()),
+            t.column("score").to_pylist(),
+        )
+    )
 
 
 def _max_diff(got: pa.Table, ref: dict) -> float:
@@ -49,8 +53,16 @@ def main() -> int:
     tmp = Path(tempfile.mkdtemp(prefix="adherence-platforms-"))
     src = tmp / "turns.parquet"
     make_turns(args.turns, src)
-    report = {"bench": "platforms", "turns": args.turns, "method": args.method, "workers": args.workers,
-              "device": "cpu", "cpus": os.cpu_count(), "platform": platform.platform(), "paths": {}}
+    report = {
+        "bench": "platforms",
+        "turns": args.turns,
+        "method": args.method,
+        "workers": args.workers,
+        "device": "cpu",
+        "cpus": os.cpu_count(),
+        "platform": platform.platform(),
+        "paths": {},
+    }
 
     t = time.perf_counter()
     ref_table = adherence.score(src, method=args.method, n_bootstrap=0)
@@ -64,21 +76,33 @@ def main() -> int:
 
     from adherence.ray_data import score_dataset
 
-    ray.init(address="local", num_cpus=args.workers, include_dashboard=False, log_to_driver=False, _node_ip_address="127.0.0.1")
+    ray.init(
+        address="local",
+        num_cpus=args.workers,
+        include_dashboard=False,
+        log_to_driver=False,
+        _node_ip_address="127.0.0.1",
+    )
     # The engine on the same Ray cluster: the yardstick for Ray Data.
     t = time.perf_counter()
     ray_engine = adherence.score(src, method=args.method, n_bootstrap=0, executor="ray", num_workers=args.workers)
     s = time.perf_counter() - t
-    report["paths"]["engine_ray"] = {"seconds": s, "turns_per_s": args.turns / s,
-                                     "max_abs_diff": _max_diff(ray_engine, ref)}
+    report["paths"]["engine_ray"] = {
+        "seconds": s,
+        "turns_per_s": args.turns / s,
+        "max_abs_diff": _max_diff(ray_engine, ref),
+    }
     print(json.dumps(report["paths"]["engine_ray"]), flush=True)
     t = time.perf_counter()
     # Actors hold their CPUs: one is left to the grouping shuffle.
     ds = score_dataset(ray.data.read_parquet(str(src)), method=args.method, concurrency=max(1, args.workers - 1))
     got = pa.concat_tables(ray.get(ds.to_arrow_refs()), promote_options="permissive")
     ray_s = time.perf_counter() - t
-    report["paths"]["ray_data"] = {"seconds": ray_s, "turns_per_s": args.turns / ray_s,
-                                   "max_abs_diff": _max_diff(got, ref)}
+    report["paths"]["ray_data"] = {
+        "seconds": ray_s,
+        "turns_per_s": args.turns / ray_s,
+        "max_abs_diff": _max_diff(got, ref),
+    }
     print(json.dumps(report["paths"]["ray_data"]), flush=True)
     ray.shutdown()
 
@@ -87,22 +111,30 @@ def main() -> int:
 
     from adherence.spark import score_dataframe
 
-    spark = (SparkSession.builder.master(f"local[{args.workers}]").config("spark.ui.enabled", "false")
-             .config("spark.driver.memory", "4g").getOrCreate())
+    spark = (
+        SparkSession.builder.master(f"local[{args.workers}]")
+        .config("spark.ui.enabled", "false")
+        .config("spark.driver.memory", "4g")
+        .getOrCreate()
+    )
     t = time.perf_counter()
     out = score_dataframe(spark.read.parquet(str(src)), method=args.method, num_partitions=args.workers)
     out.write.mode("overwrite").parquet(str(tmp / "spark-out"))
     spark_s = time.perf_counter() - t
     got = pq.read_table(tmp / "spark-out")
-    report["paths"]["spark"] = {"seconds": spark_s, "turns_per_s": args.turns / spark_s,
-                                "max_abs_diff": _max_diff(got, ref)}
+    report["paths"]["spark"] = {
+        "seconds": spark_s,
+        "turns_per_s": args.turns / spark_s,
+        "max_abs_diff": _max_diff(got, ref),
+    }
     print(json.dumps(report["paths"]["spark"]), flush=True)
     spark.stop()
 
     for p in report["paths"].values():
         p["ratio_to_engine"] = p["turns_per_s"] / report["paths"]["engine"]["turns_per_s"]
-    report["paths"]["ray_data"]["ratio_to_engine_on_ray"] = (report["paths"]["ray_data"]["turns_per_s"]
-                                                            / report["paths"]["engine_ray"]["turns_per_s"])
+    report["paths"]["ray_data"]["ratio_to_engine_on_ray"] = (
+        report["paths"]["ray_data"]["turns_per_s"] / report["paths"]["engine_ray"]["turns_per_s"]
+    )
     report["correct"] = all(p["max_abs_diff"] <= 1e-6 for p in report["paths"].values())
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report, indent=2) + "\n")

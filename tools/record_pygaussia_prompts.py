@@ -36,11 +36,19 @@ class ChatOpenAI(BaseChatModel):  # the name is what pygaussia's provider check 
         return "recorder"
 
     def _generate(self, messages, stop=None, run_manager=None, **kwargs):
-        CAPTURED.append({"messages": [{"role": {"system": "system", "human": "user"}[m.type], "content": m.content}
-                                      for m in messages], "params": {k: v for k, v in kwargs.items()}})
+        CAPTURED.append(
+            {
+                "messages": [
+                    {"role": {"system": "system", "human": "user"}[m.type], "content": m.content} for m in messages
+                ],
+                "params": {k: v for k, v in kwargs.items()},
+            }
+        )
         top = [{"token": "YES", "logprob": -0.5}, {"token": "NO", "logprob": -1.0}]
-        msg = AIMessage(content="YES", response_metadata={"logprobs": {"content": [{"token": "YES", "logprob": -0.5,
-                                                                                      "top_logprobs": top}]}})
+        msg = AIMessage(
+            content="YES",
+            response_metadata={"logprobs": {"content": [{"token": "YES", "logprob": -0.5, "top_logprobs": top}]}},
+        )
         return ChatResult(generations=[ChatGeneration(message=msg)])
 
 
@@ -53,32 +61,66 @@ def _records() -> list[dict]:
     out = []
     for cid, turns in list(convs.items())[:4]:
         turns.sort(key=lambda r: r["turn_index"])
-        out.append({"conversation_id": cid, "role": turns[0]["role"],
-                    "turns": [{"user": t["user"], "assistant": t["assistant"]} for t in turns]})
-    out.append({"conversation_id": "edge-empty-user", "role": "You are a terse assistant.",
-                "turns": [{"user": "", "assistant": "Hello."}, {"user": "Why {so} short?\nReally?", "assistant": "Brevity {is} {my} role.\n"}]})
+        out.append(
+            {
+                "conversation_id": cid,
+                "role": turns[0]["role"],
+                "turns": [{"user": t["user"], "assistant": t["assistant"]} for t in turns],
+            }
+        )
+    out.append(
+        {
+            "conversation_id": "edge-empty-user",
+            "role": "You are a terse assistant.",
+            "turns": [
+                {"user": "", "assistant": "Hello."},
+                {"user": "Why {so} short?\nReally?", "assistant": "Brevity {is} {my} role.\n"},
+            ],
+        }
+    )
     return out
 
 
 def main() -> None:
     strategy = LLMJudgeStrategy(ChatOpenAI())
-    rev = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
-                         cwd=Path(sys.modules["gaussia"].__file__).parent).stdout.strip()
+    rev = subprocess.run(
+        ["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=Path(sys.modules["gaussia"].__file__).parent
+    ).stdout.strip()
     records = []
     for conv in _records():
         history: list = []
         for i, t in enumerate(conv["turns"]):
-            turn = Batch(qa_id=f"{conv['conversation_id']}-{i}", query=t["user"], assistant=t["assistant"],
-                         ground_truth_assistant="")
+            turn = Batch(
+                qa_id=f"{conv['conversation_id']}-{i}",
+                query=t["user"],
+                assistant=t["assistant"],
+                ground_truth_assistant="",
+            )
             CAPTURED.clear()
             strategy.score(turn, list(history), conv["role"])
             history.append(turn)
             (call,) = CAPTURED
-            records.append({"conversation_id": conv["conversation_id"], "turn_index": i, "role": conv["role"],
-                            "turns": conv["turns"][: i + 1], "messages": call["messages"], "params": call["params"]})
-    json.dump({"source": "gaussia-labs/pygaussia", "commit": rev or os.environ.get("PYGAUSSIA_COMMIT", "unknown"),
-               "builder": "gaussia.metrics.role_adherence.LLMJudgeStrategy.score", "records": records},
-              sys.stdout, indent=1, ensure_ascii=False)
+            records.append(
+                {
+                    "conversation_id": conv["conversation_id"],
+                    "turn_index": i,
+                    "role": conv["role"],
+                    "turns": conv["turns"][: i + 1],
+                    "messages": call["messages"],
+                    "params": call["params"],
+                }
+            )
+    json.dump(
+        {
+            "source": "gaussia-labs/pygaussia",
+            "commit": rev or os.environ.get("PYGAUSSIA_COMMIT", "unknown"),
+            "builder": "gaussia.metrics.role_adherence.LLMJudgeStrategy.score",
+            "records": records,
+        },
+        sys.stdout,
+        indent=1,
+        ensure_ascii=False,
+    )
     sys.stdout.write("\n")
 
 

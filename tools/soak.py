@@ -43,14 +43,16 @@ def make_turns(n: int, path: Path, seed: int = 0) -> None:
         m = min(step, n - start)
         idx = np.arange(start, start + m)
         conv = idx // 8
-        t = pa.table({
-            "conversation_id": pa.array([f"c{c:07d}" for c in conv]),
-            "turn_index": pa.array((idx % 8).astype(np.int32)),
-            "role": pa.array(["You are a helpful bank assistant."] * m),
-            "user": pa.array([f"question {i % 97}" for i in idx]),
-            "assistant": pa.array([replies[k] for k in rng.integers(0, 400, m)]),
-            "ground_truth_assistant": pa.array([truths[k] for k in rng.integers(0, 400, m)]),
-        })
+        t = pa.table(
+            {
+                "conversation_id": pa.array([f"c{c:07d}" for c in conv]),
+                "turn_index": pa.array((idx % 8).astype(np.int32)),
+                "role": pa.array(["You are a helpful bank assistant."] * m),
+                "user": pa.array([f"question {i % 97}" for i in idx]),
+                "assistant": pa.array([replies[k] for k in rng.integers(0, 400, m)]),
+                "ground_truth_assistant": pa.array([truths[k] for k in rng.integers(0, 400, m)]),
+            }
+        )
         if writer is None:
             writer = pq.ParquetWriter(path, t.schema)
         writer.write_table(t)
@@ -58,16 +60,31 @@ def make_turns(n: int, path: Path, seed: int = 0) -> None:
 
 
 def score_cmd(src: Path, out: Path, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "adherence", "score", str(src), "-o", str(out), "--method", "cosine",
-            "--shard-size", "50000", "--no-progress", *extra]
+    return [
+        sys.executable,
+        "-m",
+        "adherence",
+        "score",
+        str(src),
+        "-o",
+        str(out),
+        "--method",
+        "cosine",
+        "--shard-size",
+        "50000",
+        "--no-progress",
+        *extra,
+    ]
 
 
 def run_measured(cmd: list[str]) -> dict:
     """Run ``cmd`` in a fresh wrapper process so that ``ru_maxrss`` is this command's peak alone."""
-    wrapper = ("import resource, subprocess, sys, time, json\n"
-               "t = time.perf_counter(); rc = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL).returncode\n"
-               "print(json.dumps({'rc': rc, 'seconds': time.perf_counter() - t,\n"
-               "                  'peak_rss_mb': resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}))\n")
+    wrapper = (
+        "import resource, subprocess, sys, time, json\n"
+        "t = time.perf_counter(); rc = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL).returncode\n"
+        "print(json.dumps({'rc': rc, 'seconds': time.perf_counter() - t,\n"
+        "                  'peak_rss_mb': resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}))\n"
+    )
     res = subprocess.run([sys.executable, "-c", wrapper, *cmd], capture_output=True, text=True, check=True)
     return json.loads(res.stdout.strip().splitlines()[-1])
 
@@ -81,13 +98,19 @@ def killed_runs(src: Path, out: Path, kills: int, seed: int, clean_s: float) -> 
         cmd = score_cmd(src, out, *(["--resume"] if k or log else []))
         # A background shell starts children with SIGINT ignored; give the job the default disposition,
         # as a terminal or an orchestrator would, so that SIGINT really interrupts it.
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        proc = subprocess.Popen(
+            cmd,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        )
         t0 = time.perf_counter()
         if during_merge:
             # The merge writes the output under a temporary name beside it: kill when it appears.
-            while proc.poll() is None and not any(p.name.startswith(f".{out.name}.") and p.name.endswith(".tmp")
-                                                  for p in out.parent.iterdir()):
+            while proc.poll() is None and not any(
+                p.name.startswith(f".{out.name}.") and p.name.endswith(".tmp") for p in out.parent.iterdir()
+            ):
                 time.sleep(0.01)
             time.sleep(rnd.uniform(0.0, 0.5))
         else:
@@ -96,9 +119,18 @@ def killed_runs(src: Path, out: Path, kills: int, seed: int, clean_s: float) -> 
         if proc.poll() is None:
             proc.send_signal(sig)
         rc = proc.wait()
-        log.append({"kill": k + 1, "signal": sig.name, "after_s": round(time.perf_counter() - t0, 2),
-                    "during_merge": during_merge, "state_at_kill": state, "rc": rc,
-                    "output_published": out.exists(), "stderr_tail": (proc.stderr.read() or "").strip()[-200:]})
+        log.append(
+            {
+                "kill": k + 1,
+                "signal": sig.name,
+                "after_s": round(time.perf_counter() - t0, 2),
+                "during_merge": during_merge,
+                "state_at_kill": state,
+                "rc": rc,
+                "output_published": out.exists(),
+                "stderr_tail": (proc.stderr.read() or "").strip()[-200:],
+            }
+        )
         print(json.dumps(log[-1]), flush=True)
     res = subprocess.run(score_cmd(src, out, "--resume"), capture_output=True, text=True)
     log.append({"final_resume_rc": res.returncode, "summary": res.stdout.strip()})
@@ -117,8 +149,14 @@ def main() -> int:
     args = ap.parse_args()
     scratch = Path(args.dir or tempfile.mkdtemp(prefix="adherence-soak-"))
     scratch.mkdir(parents=True, exist_ok=True)
-    report: dict = {"bench": "soak", "turns": args.turns, "kills": args.kills, "platform": platform.platform(),
-                    "cpus": os.cpu_count(), "python": platform.python_version()}
+    report: dict = {
+        "bench": "soak",
+        "turns": args.turns,
+        "kills": args.kills,
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+    }
     src = scratch / f"turns-{args.turns}.parquet"
     if not src.exists():
         make_turns(args.turns, src)

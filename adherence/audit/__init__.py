@@ -7,7 +7,25 @@ from ._run import AuditConfig, artifact_variables, run_audit
 from ._stability import choose_strategy, dbscan_cosine, dominant_share, fingerprint, stability_tables
 
 __all__ = [
-    "AuditConfig", "CATEGORIES", "CHECKS", "CheckError", "Rubric", "RubricItem", "artifact_variables", "audit_request",
-    "choose_strategy", "dbscan_cosine", "dominant_share", "draft_rubric", "fingerprint", "load_rubric",
-    "parse_audit_answer", "repair_json", "run_audit", "run_check", "stability_tables", "validate_check", "word_count",
+    "AuditConfig",
+    "CATEGORIES",
+    "CHECKS",
+    "CheckError",
+    "Rubric",
+    "RubricItem",
+    "artifact_variables",
+    "audit_request",
+    "choose_strategy",
+    "dbscan_cosine",
+    "dominant_share",
+    "draft_rubric",
+    "fingerprint",
+    "load_rubric",
+    "parse_audit_answer",
+    "repair_json",
+    "run_audit",
+    "run_check",
+    "stability_tables",
+    "validate_check",
+    "word_count",
 ]

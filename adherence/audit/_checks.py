@@ -16,8 +16,16 @@ import json
 import re
 from typing import Any, Callable, Optional
 
-__all__ = ["CHECKS", "run_check", "validate_check", "fill_placeholders", "placeholders", "parse_json_object", "word_count",
-           "CheckError"]
+__all__ = [
+    "CHECKS",
+    "run_check",
+    "validate_check",
+    "fill_placeholders",
+    "placeholders",
+    "parse_json_object",
+    "word_count",
+    "CheckError",
+]
 
 
 class CheckError(ValueError):
@@ -118,7 +126,9 @@ def _word_count(output, spec):
     n = word_count(text)
     lo, hi = spec.get("min"), spec.get("max")
     ok = (lo is None or n >= lo) and (hi is None or n <= hi)
-    bounds = " and ".join(b for b in ((f">= {lo}" if lo is not None else ""), (f"<= {hi}" if hi is not None else "")) if b)
+    bounds = " and ".join(
+        b for b in ((f">= {lo}" if lo is not None else ""), (f"<= {hi}" if hi is not None else "")) if b
+    )
     return _yes(ok), f"{where} has {n} words (required {bounds})"
 
 
@@ -154,7 +164,9 @@ def _first_sentence(output, spec):
     first = _SENTENCE_END.split(text.strip(), maxsplit=1)[0] if text.strip() else ""
     values = [v for v in spec["values"] if isinstance(v, str) and v]
     missing = [v for v in values if v not in first]
-    return _yes(not missing), f"first sentence {first[:80]!r}; missing {missing}" if missing else f"first sentence contains {values}"
+    return _yes(
+        not missing
+    ), f"first sentence {first[:80]!r}; missing {missing}" if missing else f"first sentence contains {values}"
 
 
 def _first_person(output, spec):
@@ -162,7 +174,9 @@ def _first_person(output, spec):
     if text is None:
         return "No", where
     found = sorted({m.group(0).lower() for m in _FIRST_PERSON.finditer(text)})
-    return _yes(bool(found)), f"first-person pronouns in {where}: {found}" if found else f"no first-person pronoun in {where}"
+    return _yes(
+        bool(found)
+    ), f"first-person pronouns in {where}: {found}" if found else f"no first-person pronoun in {where}"
 
 
 CHECKS: dict[str, tuple[Callable, tuple]] = {
@@ -224,4 +238,3 @@ def run_check(spec: dict, output: Optional[str], variables: Optional[dict] = Non
     if spec.get("negate"):
         answer = "No" if answer == "Yes" else "Yes"
     return answer, evidence
-

@@ -17,7 +17,7 @@ _PROMPT = (
     "quoted or counted from the output.\n\n<prompt>\n{prompt}\n</prompt>\n\n<output>\n{output}\n</output>\n\n"
     "Questions:\n{questions}\n\n"
     "Answer with JSON only, one key per category, in this form:\n"
-    "{{\"<category>\": [{{\"question\": \"<the question>\", \"justification\": \"<evidence>\", \"answer\": \"Yes\" or \"No\"}}]}}"
+    '{{"<category>": [{{"question": "<the question>", "justification": "<evidence>", "answer": "Yes" or "No"}}]}}'
 )
 
 
@@ -34,8 +34,9 @@ def audit_request(filled_prompt: str, output: str, items: list, *, group: str = 
             cat = i.category
             lines.append(f"[{cat}]")
         lines.append(f"{n}. {i.question}")
-    return JudgeRequest((_PROMPT.format(prompt=filled_prompt or "", output=output or "", questions="\n".join(lines)),),
-                        group=group)
+    return JudgeRequest(
+        (_PROMPT.format(prompt=filled_prompt or "", output=output or "", questions="\n".join(lines)),), group=group
+    )
 
 
 _FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.DOTALL | re.IGNORECASE)
@@ -90,7 +91,12 @@ def repair_json(text: Optional[str]) -> Any:
         try:
             import ast
 
-            fixed = re.sub(r",\s*([}\]])", r"\1", body).replace("true", "True").replace("false", "False").replace("null", "None")
+            fixed = (
+                re.sub(r",\s*([}\]])", r"\1", body)
+                .replace("true", "True")
+                .replace("false", "False")
+                .replace("null", "None")
+            )
             obj = ast.literal_eval(fixed)
             if isinstance(obj, dict):
                 return obj
@@ -145,7 +151,10 @@ def parse_audit_answer(text: Optional[str], items: list) -> dict:
     if unmatched and len(entries) == len(items) and all(v == (None, None) for v in out.values()):
         for i, e in zip(items, entries):
             answer = parse_yes_no(str(e.get("answer", "")))
-            out[i.question_id] = ({1: "Yes", 0: "No"}.get(answer), str(e["justification"]) if e.get("justification") else None)
+            out[i.question_id] = (
+                {1: "Yes", 0: "No"}.get(answer),
+                str(e["justification"]) if e.get("justification") else None,
+            )
     return out
 
 

@@ -38,14 +38,33 @@ class Rubric:
     ignored: list = field(default_factory=list)  # [{instruction, reason}]
 
     def table(self) -> pa.Table:
-        return pa.Table.from_pylist([
-            {"question_id": i.question_id, "question": i.question, "category": i.category, "kind": i.kind,
-             "check": json.dumps(i.check) if i.check else None} for i in self.items])
+        return pa.Table.from_pylist(
+            [
+                {
+                    "question_id": i.question_id,
+                    "question": i.question,
+                    "category": i.category,
+                    "kind": i.kind,
+                    "check": json.dumps(i.check) if i.check else None,
+                }
+                for i in self.items
+            ]
+        )
 
     def to_json(self) -> dict:
-        return {"questions": [{"id": i.question_id, "question": i.question, "category": i.category, "kind": i.kind,
-                               **({"check": i.check} if i.check else {})} for i in self.items],
-                "ignored": self.ignored}
+        return {
+            "questions": [
+                {
+                    "id": i.question_id,
+                    "question": i.question,
+                    "category": i.category,
+                    "kind": i.kind,
+                    **({"check": i.check} if i.check else {}),
+                }
+                for i in self.items
+            ],
+            "ignored": self.ignored,
+        }
 
     def save(self, path: Union[str, os.PathLike]) -> Path:
         path = Path(path)
@@ -84,8 +103,16 @@ def load_rubric(path: Union[str, os.PathLike]) -> Rubric:
         raise DataError("no such file or directory", file=path)
     if path.suffix.lower() in (".parquet", ".csv", ".jsonl"):
         t = read_table(path, RUBRIC_ITEMS)
-        raw = [{"id": r["question_id"], "question": r["question"], "category": r["category"], "kind": r["kind"],
-                "check": json.loads(r["check"]) if r.get("check") else None} for r in t.to_pylist()]
+        raw = [
+            {
+                "id": r["question_id"],
+                "question": r["question"],
+                "category": r["category"],
+                "kind": r["kind"],
+                "check": json.loads(r["check"]) if r.get("check") else None,
+            }
+            for r in t.to_pylist()
+        ]
         ignored = []
     else:
         obj = _load_obj(path)
@@ -102,8 +129,12 @@ def load_rubric(path: Union[str, os.PathLike]) -> Rubric:
             if not q.get(key):
                 raise DataError(f"question {qid!r}: missing {key!r}", file=path, row=n, column=key)
         if q["kind"] not in ("objective", "subjective"):
-            raise DataError(f"question {qid!r}: kind must be objective or subjective, got {q['kind']!r}",
-                            file=path, row=n, column="kind")
+            raise DataError(
+                f"question {qid!r}: kind must be objective or subjective, got {q['kind']!r}",
+                file=path,
+                row=n,
+                column="kind",
+            )
         if qid in seen:
             raise DataError(f"duplicate question id {qid!r}", file=path, row=n, column="id")
         seen.add(qid)
@@ -120,11 +151,11 @@ def load_rubric(path: Union[str, os.PathLike]) -> Rubric:
 _DRAFT = (
     "You are a QA engineer. Below is the system prompt of an application.\n\n<system_prompt>\n{prompt}\n</system_prompt>\n\n"
     "List the {kind} instructions it gives, as yes/no questions a reviewer can answer about one output. "
-    "{kind_rule} Conditional instructions (\"if ..., then ...\") do not become questions; put them under "
-    "\"ignored\" with the reason, and so do instructions of the other kind.\n"
+    '{kind_rule} Conditional instructions ("if ..., then ...") do not become questions; put them under '
+    '"ignored" with the reason, and so do instructions of the other kind.\n'
     "Group the questions by category: " + ", ".join(CATEGORIES) + ".\n"
-    "Answer with JSON only: {{\"questions\": [{{\"category\": \"...\", \"question\": \"...\"}}], "
-    "\"ignored\": [{{\"instruction\": \"...\", \"reason\": \"...\"}}]}}"
+    'Answer with JSON only: {{"questions": [{{"category": "...", "question": "..."}}], '
+    '"ignored": [{{"instruction": "...", "reason": "..."}}]}}'
 )
 _KIND_RULE = {
     "objective": "Objective instructions can be verified without judgment (format, length, required fields or values).",
@@ -134,8 +165,10 @@ _KIND_RULE = {
 
 def rubric_prompts(system_prompt: str) -> dict:
     """The two drafting prompts (objective, subjective)."""
-    return {kind: _DRAFT.format(prompt=system_prompt.strip(), kind=kind, kind_rule=_KIND_RULE[kind])
-            for kind in ("objective", "subjective")}
+    return {
+        kind: _DRAFT.format(prompt=system_prompt.strip(), kind=kind, kind_rule=_KIND_RULE[kind])
+        for kind in ("objective", "subjective")
+    }
 
 
 def _extract_json(text: str):
@@ -144,8 +177,9 @@ def _extract_json(text: str):
     return repair_json(text)
 
 
-def draft_rubric(system_prompt: str, backend, *, max_tokens: int = 512, seed: int = 0,
-                 stop: Optional[list] = None) -> tuple[Rubric, list]:
+def draft_rubric(
+    system_prompt: str, backend, *, max_tokens: int = 512, seed: int = 0, stop: Optional[list] = None
+) -> tuple[Rubric, list]:
     """Draft objective and subjective questions with an LLM in two passes; returns (rubric, raw answers).
 
     Generation ends at ``max_tokens`` or at the end of the requested JSON (``stop``, default ``"]}"``).
@@ -157,8 +191,13 @@ def draft_rubric(system_prompt: str, backend, *, max_tokens: int = 512, seed: in
 
     prompts = rubric_prompts(system_prompt)
     kinds = list(prompts)
-    outs = backend.generate([JudgeRequest((prompts[k],)) for k in kinds], max_tokens=max_tokens, temperature=0.0,
-                            seed=seed, stop=["]}"] if stop is None else stop)
+    outs = backend.generate(
+        [JudgeRequest((prompts[k],)) for k in kinds],
+        max_tokens=max_tokens,
+        temperature=0.0,
+        seed=seed,
+        stop=["]}"] if stop is None else stop,
+    )
     items, ignored, raw = [], [], []
     for kind, out in zip(kinds, outs):
         text = out.text or ""
@@ -172,7 +211,9 @@ def draft_rubric(system_prompt: str, backend, *, max_tokens: int = 512, seed: in
                     questions.append((cat, q["question"].strip()))
             for ig in obj.get("ignored") or []:
                 if isinstance(ig, dict) and ig.get("instruction"):
-                    ignored.append({"instruction": str(ig["instruction"]), "reason": str(ig.get("reason", "")), "pass": kind})
+                    ignored.append(
+                        {"instruction": str(ig["instruction"]), "reason": str(ig.get("reason", "")), "pass": kind}
+                    )
         else:
             for line in text.splitlines():
                 line = re.sub(r"^[\s\-*\d.)]+", "", line).strip()

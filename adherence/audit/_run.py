@@ -84,13 +84,19 @@ def _check_placeholders(code_items, rows: list[dict], artifacts) -> None:
         for item in code_items:
             unknown = sorted(placeholders(item.check) - set(variables))
             if unknown:
-                raise DataError(f"question {item.question_id!r} uses placeholder {{{unknown[0]}}}, which artifact "
-                                f"{row['artifact_id']!r} does not provide (its variables: "
-                                f"{', '.join(sorted(variables)) or 'none'})", file=file, row=n, column=unknown[0])
+                raise DataError(
+                    f"question {item.question_id!r} uses placeholder {{{unknown[0]}}}, which artifact "
+                    f"{row['artifact_id']!r} does not provide (its variables: "
+                    f"{', '.join(sorted(variables)) or 'none'})",
+                    file=file,
+                    row=n,
+                    column=unknown[0],
+                )
 
 
-def run_audit(rubric: Rubric, artifacts, backend, *, config: Optional[AuditConfig] = None,
-              judge_name: Optional[str] = None) -> pa.Table:
+def run_audit(
+    rubric: Rubric, artifacts, backend, *, config: Optional[AuditConfig] = None, judge_name: Optional[str] = None
+) -> pa.Table:
     """Judgments for every (artifact, run, question): code checks answered by code, the rest by the judge.
 
     A question the judge did not answer parseably has ``answer=null`` (unscored), never "No".
@@ -117,23 +123,49 @@ def run_audit(rubric: Rubric, artifacts, backend, *, config: Optional[AuditConfi
         for run in range(config.runs):
             for i in code_items:
                 answer, evidence = code[i.question_id]
-                out.append(dict(artifact_id=row["artifact_id"], generator=row["generator"], judge="code", run=run,
-                                question_id=i.question_id, answer=answer, justification=evidence, source="code",
-                                raw=None))
+                out.append(
+                    dict(
+                        artifact_id=row["artifact_id"],
+                        generator=row["generator"],
+                        judge="code",
+                        run=run,
+                        question_id=i.question_id,
+                        answer=answer,
+                        justification=evidence,
+                        source="code",
+                        raw=None,
+                    )
+                )
     if judge_items:
-        requests = [audit_request(r["filled_prompt"], r["output"], judge_items, group=f"{r['artifact_id']}|{r['generator']}")
-                    for r in rows]
+        requests = [
+            audit_request(r["filled_prompt"], r["output"], judge_items, group=f"{r['artifact_id']}|{r['generator']}")
+            for r in rows
+        ]
         budget = config.budget(len(judge_items))
         step = 6  # artifacts per call: batched generation, and a progress bar that moves
-        bar = tqdm(total=config.runs * len(rows), desc=f"judging ({judge})", unit="answer", leave=False,
-                   disable=not config.progress, dynamic_ncols=True)
+        bar = tqdm(
+            total=config.runs * len(rows),
+            desc=f"judging ({judge})",
+            unit="answer",
+            leave=False,
+            disable=not config.progress,
+            dynamic_ncols=True,
+        )
         for run in range(config.runs):
             answers = []
             for a in range(0, len(requests), step):
-                answers += cached_calls(backend, cache, "audit", requests[a:a + step], repeat=run, max_tokens=budget,
-                                        temperature=config.temperature, seed=config.seed + run,
-                                        stop=list(config.stop) or None)
-                bar.update(len(requests[a:a + step]))
+                answers += cached_calls(
+                    backend,
+                    cache,
+                    "audit",
+                    requests[a : a + step],
+                    repeat=run,
+                    max_tokens=budget,
+                    temperature=config.temperature,
+                    seed=config.seed + run,
+                    stop=list(config.stop) or None,
+                )
+                bar.update(len(requests[a : a + step]))
             for k, row in enumerate(rows):
                 o = answers[k]
                 parsed = parse_audit_answer(o.text if o.error is None else None, judge_items)
@@ -141,8 +173,18 @@ def run_audit(rubric: Rubric, artifacts, backend, *, config: Optional[AuditConfi
                     answer, why = parsed[i.question_id]
                     if o.error:
                         why = f"judge call failed: {o.error}"
-                    out.append(dict(artifact_id=row["artifact_id"], generator=row["generator"], judge=judge, run=run,
-                                    question_id=i.question_id, answer=answer, justification=why, source="judge",
-                                    raw=o.text if o.error is None else None))
+                    out.append(
+                        dict(
+                            artifact_id=row["artifact_id"],
+                            generator=row["generator"],
+                            judge=judge,
+                            run=run,
+                            question_id=i.question_id,
+                            answer=answer,
+                            justification=why,
+                            source="judge",
+                            raw=o.text if o.error is None else None,
+                        )
+                    )
         bar.close()
     return read_table(pa.Table.from_pylist(out), JUDGMENTS)

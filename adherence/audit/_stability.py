@@ -48,7 +48,9 @@ def fingerprint(justification: Optional[str], strategy: str) -> Optional[str]:
         quotes = sorted({next(g for g in m.groups() if g).strip() for m in _QUOTE.finditer(justification)})
         return " | ".join(quotes) if quotes else justification.strip().casefold()
     if strategy == "assertion":
-        words = justification.casefold().translate(str.maketrans(string.punctuation, " " * len(string.punctuation))).split()
+        words = (
+            justification.casefold().translate(str.maketrans(string.punctuation, " " * len(string.punctuation))).split()
+        )
         return " ".join(w for w in words if w not in _STOP)
     raise ValueError(f"unknown fingerprint strategy {strategy!r}; available: {', '.join(STRATEGIES)}")
 
@@ -107,8 +109,14 @@ def _matrix(rows: list, artifacts: list, runs: list) -> np.ndarray:
     return m
 
 
-def stability_tables(judgments: pa.Table, encoder, *, ks: Optional[Sequence[int]] = None, eps: float = 0.05,
-                     strategy: Optional[dict] = None) -> dict:
+def stability_tables(
+    judgments: pa.Table,
+    encoder,
+    *,
+    ks: Optional[Sequence[int]] = None,
+    eps: float = 0.05,
+    strategy: Optional[dict] = None,
+) -> dict:
     """Per-question verdict and reasoning stability for each k (first k runs) and pooled, and per-artifact volatility.
 
     Stability is the judge's: it is computed for judge-answered questions only, per judge x
@@ -133,7 +141,8 @@ def stability_tables(judgments: pa.Table, encoder, *, ks: Optional[Sequence[int]
     by = {}
     for r in judge_rows:
         by.setdefault((r["judge"], r["generator"], r["question_id"]), []).append(
-            {"artifact": r["artifact_id"], "run": r["run"], "answer": r["answer"], "justification": r["justification"]})
+            {"artifact": r["artifact_id"], "run": r["run"], "answer": r["answer"], "justification": r["justification"]}
+        )
     judged_q = [q for q in questions if source[q] == "judge"]
     # Fingerprint strategy per judge-answered question, from all its justifications unless overridden.
     for q in judged_q:
@@ -154,19 +163,25 @@ def stability_tables(judgments: pa.Table, encoder, *, ks: Optional[Sequence[int]
     for q in questions:
         answers = [r["answer"] for r in rows if r["question_id"] == q]
         given = [a for a in answers if a is not None]
-        result_q[q] = {"source": source[q], "answers": len(answers), "unscored": len(answers) - len(given),
-                       "yes_rate": (sum(a == "Yes" for a in given) / len(given)) if given else None}
+        result_q[q] = {
+            "source": source[q],
+            "answers": len(answers),
+            "unscored": len(answers) - len(given),
+            "yes_rate": (sum(a == "Yes" for a in given) / len(given)) if given else None,
+        }
         if source[q] == "code":
             # Deterministic code: the same answer on every run by construction, so no stability statistic.
             result_q[q]["strategy"] = None
             continue
         result_q[q]["strategy"] = strategy[q]
-        result_q[q]["unscored_by_judge"] = {j: sum(1 for r in judge_rows if r["question_id"] == q and r["judge"] == j
-                                                   and r["answer"] is None) for j in judges}
+        result_q[q]["unscored_by_judge"] = {
+            j: sum(1 for r in judge_rows if r["question_id"] == q and r["judge"] == j and r["answer"] is None)
+            for j in judges
+        }
         for k in ks:
             runs = all_runs[:k]
             per_stratum = []
-            for (j, g) in strata:
+            for j, g in strata:
                 items = [it for it in by.get((j, g, q), []) if it["run"] in runs]
                 if not items:
                     continue
@@ -175,8 +190,12 @@ def stability_tables(judgments: pa.Table, encoder, *, ks: Optional[Sequence[int]
                 entry = {}
                 try:
                     a = agreement(m)
-                    entry.update(percent_agreement=a.percent_agreement, gwet_ac1=a.gwet_ac1,
-                                 fleiss_kappa=a.fleiss_kappa, fleiss_imputed=a.fleiss_imputed)
+                    entry.update(
+                        percent_agreement=a.percent_agreement,
+                        gwet_ac1=a.gwet_ac1,
+                        fleiss_kappa=a.fleiss_kappa,
+                        fleiss_imputed=a.fleiss_imputed,
+                    )
                 except UndefinedMetricError:
                     entry.update(percent_agreement=None, gwet_ac1=None, fleiss_kappa=None, fleiss_imputed=None)
                 shares = []
@@ -198,15 +217,32 @@ def stability_tables(judgments: pa.Table, encoder, *, ks: Optional[Sequence[int]
             for art in sorted({r["artifact_id"] for r in mine}):
                 s = []
                 for run in all_runs:
-                    answers = [r["answer"] for r in mine if r["artifact_id"] == art and r["run"] == run
-                               and r["answer"] is not None]
+                    answers = [
+                        r["answer"]
+                        for r in mine
+                        if r["artifact_id"] == art and r["run"] == run and r["answer"] is not None
+                    ]
                     s.append(sum(a == "Yes" for a in answers) / len(answers) if answers else None)
                 vals = np.array([v for v in s if v is not None], dtype=float)
-                artifacts_out.append({"judge": j or "code", "generator": g, "artifact_id": art, "s_per_run": s,
-                                      "mean": float(vals.mean()) if len(vals) else None,
-                                      "std": float(vals.std(ddof=1)) if len(vals) > 1 else None})
-    return {"ks": ks, "strata": [list(s) for s in strata], "judges": judges, "questions": result_q, "pooled": pooled,
-            "artifacts": artifacts_out, "eps": eps}
+                artifacts_out.append(
+                    {
+                        "judge": j or "code",
+                        "generator": g,
+                        "artifact_id": art,
+                        "s_per_run": s,
+                        "mean": float(vals.mean()) if len(vals) else None,
+                        "std": float(vals.std(ddof=1)) if len(vals) > 1 else None,
+                    }
+                )
+    return {
+        "ks": ks,
+        "strata": [list(s) for s in strata],
+        "judges": judges,
+        "questions": result_q,
+        "pooled": pooled,
+        "artifacts": artifacts_out,
+        "eps": eps,
+    }
 
 
 def _macro(entries: list) -> dict:

@@ -9,4 +9,14 @@ from .maxsim import bench_maxsim
 from .persona import bench_persona
 from .role_paper import DEFAULT_METHODS, role_paper
 
-__all__ = ["DEFAULT_METHODS", "bench_encoder", "bench_engine", "bench_judge", "bench_judge_race", "bench_kernels", "bench_maxsim", "bench_persona", "role_paper"]
+__all__ = [
+    "DEFAULT_METHODS",
+    "bench_encoder",
+    "bench_engine",
+    "bench_judge",
+    "bench_judge_race",
+    "bench_kernels",
+    "bench_maxsim",
+    "bench_persona",
+    "role_paper",
+]

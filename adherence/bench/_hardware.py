@@ -75,7 +75,12 @@ def measured_peaks(device) -> dict:
     dst = torch.empty_like(src)
     cp = min(timed(lambda: dst.copy_(src), 20 if cuda else 3, device, warmup=3 if cuda else 1))
     src = dst = None
-    out = {"matmul_flops": 2.0 * n ** 3 / mm, "matmul_shape": [n, n, n], "matmul_dtype": str(dtype).replace("torch.", ""),
-           "copy_bytes_per_s": 2.0 * size / cp, "copy_bytes": size}
+    out = {
+        "matmul_flops": 2.0 * n**3 / mm,
+        "matmul_shape": [n, n, n],
+        "matmul_dtype": str(dtype).replace("torch.", ""),
+        "copy_bytes_per_s": 2.0 * size / cp,
+        "copy_bytes": size,
+    }
     _CACHE[key] = out
     return dict(out)

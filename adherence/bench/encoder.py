@@ -45,9 +45,17 @@ def _synthetic(n: int, seed: int) -> list:
     return [f"{i} " + " ".join(rng.choice(_WORDS, k)) for i, k in enumerate(lens)]
 
 
-def bench_encoder(*, texts: int = 2000, persona_csv: Optional[str] = None, model: Optional[str] = None,
-                  device: Optional[str] = None, dtype: Optional[str] = None, repeats: int = 3,
-                  tolerance: float = 1e-3, seed: int = 0) -> dict:
+def bench_encoder(
+    *,
+    texts: int = 2000,
+    persona_csv: Optional[str] = None,
+    model: Optional[str] = None,
+    device: Optional[str] = None,
+    dtype: Optional[str] = None,
+    repeats: int = 3,
+    tolerance: float = 1e-3,
+    seed: int = 0,
+) -> dict:
     """Benchmark dict (``bench="encoder"``): correctness, per backend texts/s and tokens/s, ``speedup``."""
     import torch
     from sentence_transformers import SentenceTransformer
@@ -70,8 +78,9 @@ def bench_encoder(*, texts: int = 2000, persona_csv: Optional[str] = None, model
     st_run = st32 if run_dtype == torch.float32 else st(run_dtype)
 
     def st_encode(m, bs):
-        return m.encode(corpus, batch_size=bs, convert_to_tensor=True, normalize_embeddings=True,
-                        show_progress_bar=False)
+        return m.encode(
+            corpus, batch_size=bs, convert_to_tensor=True, normalize_embeddings=True, show_progress_bar=False
+        )
 
     mine = ours.encode(corpus).float().cpu()
     ref32 = st_encode(st32, 32).float().cpu()
@@ -82,24 +91,40 @@ def bench_encoder(*, texts: int = 2000, persona_csv: Optional[str] = None, model
     cos_run = (mine * ref_run).sum(1).min().item()
     passed = (1 - cos32) <= tolerance
     if not passed:
-        raise RuntimeError(f"encoder embeddings differ from sentence-transformers: lowest cosine {cos32} "
-                           f"< 1 - {tolerance}")
+        raise RuntimeError(
+            f"encoder embeddings differ from sentence-transformers: lowest cosine {cos32} < 1 - {tolerance}"
+        )
     result = {
         "bench": "encoder",
-        "args": {"texts": len(corpus), "source": Path(persona_csv).name if persona_csv else "synthetic",
-                 "model": ours.name, "dtype": str(run_dtype).replace("torch.", ""), "repeats": repeats},
+        "args": {
+            "texts": len(corpus),
+            "source": Path(persona_csv).name if persona_csv else "synthetic",
+            "model": ours.name,
+            "dtype": str(run_dtype).replace("torch.", ""),
+            "repeats": repeats,
+        },
         "device": device_name(dev),
-        "versions": {"torch": torch.__version__, "python": platform.python_version(),
-                     "sentence_transformers": __import__("sentence_transformers").__version__},
+        "versions": {
+            "torch": torch.__version__,
+            "python": platform.python_version(),
+            "sentence_transformers": __import__("sentence_transformers").__version__,
+        },
         "tokens": n_tokens,
-        "correctness": {"checked_against": "sentence-transformers encode (float32)", "max_abs_difference": d32,
-                        "min_cosine": cos32, "tolerance": tolerance, "passed": passed,
-                        "same_dtype": {"max_abs_difference": d_run, "min_cosine": cos_run}},
+        "correctness": {
+            "checked_against": "sentence-transformers encode (float32)",
+            "max_abs_difference": d32,
+            "min_cosine": cos32,
+            "tolerance": tolerance,
+            "passed": passed,
+            "same_dtype": {"max_abs_difference": d_run, "min_cosine": cos_run},
+        },
         "correct": passed,
         "backends": {},
     }
-    backends = {"adherence": lambda: ours.encode(corpus),
-                "sentence_transformers (float32, batch 32)": lambda: st_encode(st32, 32)}
+    backends = {
+        "adherence": lambda: ours.encode(corpus),
+        "sentence_transformers (float32, batch 32)": lambda: st_encode(st32, 32),
+    }
     if st_run is not st32:
         backends[f"sentence_transformers ({result['args']['dtype']}, batch 256)"] = lambda: st_encode(st_run, 256)
     for name, fn in backends.items():

@@ -26,8 +26,9 @@ __all__ = ["bench_engine", "write_synthetic_parquet"]
 _ROLE = "You are the support assistant of a bank. Help with accounts, cards and transfers."
 
 
-def write_synthetic_parquet(path: Path, n_turns: int, *, turns_per_conversation: int = 4, pool: int = 500,
-                            seed: int = 0, batch: int = 100_000) -> Path:
+def write_synthetic_parquet(
+    path: Path, n_turns: int, *, turns_per_conversation: int = 4, pool: int = 500, seed: int = 0, batch: int = 100_000
+) -> Path:
     """Write ``n_turns`` turns in batches (flat memory), texts drawn from ``pool`` sentences."""
     rng = np.random.default_rng(seed)
     words = "account card transfer fee balance refund limit statement deposit branch online secure".split()
@@ -37,14 +38,16 @@ def write_synthetic_parquet(path: Path, n_turns: int, *, turns_per_conversation:
         for start in range(0, n_turns, batch):
             n = min(batch, n_turns - start)
             idx = np.arange(start, start + n)
-            table = pa.table({
-                "conversation_id": pa.array([f"c{i // turns_per_conversation:08d}" for i in idx]),
-                "turn_index": pa.array(idx % turns_per_conversation, pa.int32()),
-                "role": pa.array([_ROLE] * n),
-                "user": pa.array(texts[rng.integers(0, pool, n)].tolist()),
-                "assistant": pa.array(texts[rng.integers(0, pool, n)].tolist()),
-                "ground_truth_assistant": pa.array(texts[rng.integers(0, pool, n)].tolist()),
-            })
+            table = pa.table(
+                {
+                    "conversation_id": pa.array([f"c{i // turns_per_conversation:08d}" for i in idx]),
+                    "turn_index": pa.array(idx % turns_per_conversation, pa.int32()),
+                    "role": pa.array([_ROLE] * n),
+                    "user": pa.array(texts[rng.integers(0, pool, n)].tolist()),
+                    "assistant": pa.array(texts[rng.integers(0, pool, n)].tolist()),
+                    "ground_truth_assistant": pa.array(texts[rng.integers(0, pool, n)].tolist()),
+                }
+            )
             if writer is None:
                 writer = pq.ParquetWriter(path, table.schema)
             writer.write_table(table)
@@ -79,9 +82,16 @@ def _run_child(args: dict) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def bench_engine(*, turns: int = 1_000_000, small: Optional[int] = None, method: str = "cosine",
-                 shard_size: int = 100_000, workers: int = 1, executors=("local", "ray"),
-                 work_dir: Optional[str] = None) -> dict:
+def bench_engine(
+    *,
+    turns: int = 1_000_000,
+    small: Optional[int] = None,
+    method: str = "cosine",
+    shard_size: int = 100_000,
+    workers: int = 1,
+    executors=("local", "ray"),
+    work_dir: Optional[str] = None,
+) -> dict:
     """Benchmark dict: correctness, per executor and input size turns/s and peak RSS, the ray/local ratio."""
     from ..engine import Engine
     from ..role import score_turns
@@ -92,12 +102,18 @@ def bench_engine(*, turns: int = 1_000_000, small: Optional[int] = None, method:
     try:
         check = write_synthetic_parquet(root / "check.parquet", 2_000)
         direct = score_turns(pq.read_table(check), method, progress=False)
-        eng = Engine(method=method, shard_size=300, progress=False, n_bootstrap=0).run(check, root / "check-out.parquet")
+        eng = Engine(method=method, shard_size=300, progress=False, n_bootstrap=0).run(
+            check, root / "check-out.parquet"
+        )
         got = pq.read_table(eng.output)
 
         def by_key(t):
-            return dict(zip(zip(t.column("conversation_id").to_pylist(), t.column("turn_index").to_pylist()),
-                            t.column("score").to_pylist()))
+            return dict(
+                zip(
+                    zip(t.column("conversation_id").to_pylist(), t.column("turn_index").to_pylist()),
+                    t.column("score").to_pylist(),
+                )
+            )
 
         a, b = by_key(got), by_key(direct)
         diff = max(abs(a[k] - b[k]) for k in b) if a.keys() == b.keys() else float("inf")
@@ -108,8 +124,16 @@ def bench_engine(*, turns: int = 1_000_000, small: Optional[int] = None, method:
         for n in sizes:
             src = write_synthetic_parquet(root / f"in-{n}.parquet", n)
             for ex in executors:
-                r = _run_child({"method": method, "shard_size": shard_size, "executor": ex, "workers": workers,
-                                "input": str(src), "output": str(root / f"out-{ex}-{n}.parquet")})
+                r = _run_child(
+                    {
+                        "method": method,
+                        "shard_size": shard_size,
+                        "executor": ex,
+                        "workers": workers,
+                        "input": str(src),
+                        "output": str(root / f"out-{ex}-{n}.parquet"),
+                    }
+                )
                 r["turns_per_s"] = r["turns"] / r["elapsed_s"]
                 runs.setdefault(ex, {})[f"n={n}"] = r
         result = {

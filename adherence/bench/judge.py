@@ -38,23 +38,40 @@ __all__ = ["bench_judge", "synthetic_conversations", "RANDOM_CONFIGS"]
 
 # Random-weight configs of real architectures (no download): name -> LlamaConfig kwargs.
 RANDOM_CONFIGS = {
-    "llama-tiny": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                       num_key_value_heads=2),
-    "smollm2-135m": dict(hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9,
-                         num_key_value_heads=3, rope_theta=100000.0, tie_word_embeddings=True),
-    "llama-3-8b": dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
-                       num_key_value_heads=8, rope_theta=500000.0),
+    "llama-tiny": dict(
+        hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2
+    ),
+    "smollm2-135m": dict(
+        hidden_size=576,
+        intermediate_size=1536,
+        num_hidden_layers=30,
+        num_attention_heads=9,
+        num_key_value_heads=3,
+        rope_theta=100000.0,
+        tie_word_embeddings=True,
+    ),
+    "llama-3-8b": dict(
+        hidden_size=4096,
+        intermediate_size=14336,
+        num_hidden_layers=32,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        rope_theta=500000.0,
+    ),
 }
 
-_WORDS = ("account card transfer fee balance refund loan rate branch savings payment limit statement deposit "
-          "question answer please thanks help order delivery reset password laptop network recipe oven salt "
-          "minutes steps policy support service today tomorrow weekly monthly online mobile secure verify").split()
+_WORDS = (
+    "account card transfer fee balance refund loan rate branch savings payment limit statement deposit "
+    "question answer please thanks help order delivery reset password laptop network recipe oven salt "
+    "minutes steps policy support service today tomorrow weekly monthly online mobile secure verify"
+).split()
 _ROLE = "You are a support assistant for a bank. Stay on banking topics, be polite."
 _VARIANTS = (sorted(YES_VARIANTS), sorted(NO_VARIANTS))
 
 
-def synthetic_conversations(n: int, turns: int, words_per_turn: int, seed: int = 0,
-                            role_words: Optional[int] = None) -> list:
+def synthetic_conversations(
+    n: int, turns: int, words_per_turn: int, seed: int = 0, role_words: Optional[int] = None
+) -> list:
     """``n`` conversations of ``turns`` (user, assistant) exchanges of random words (seeded): users say
     ``words_per_turn // 2`` words, assistants ``words_per_turn``; the role is a fixed sentence, or
     ``role_words`` random words after it."""
@@ -75,8 +92,10 @@ def _tokenizer():
 
     tok = AutoTokenizer.from_pretrained(str(resolve_model("bundled:all-MiniLM-L6-v2").path))
     tok.model_max_length = 1 << 20  # the judge's own limit (max_position_embeddings) applies, not the encoder's 512
-    tok.chat_template = ("{% for m in messages %}[{{ m['role'] }}]\n{{ m['content'] }}\n{% endfor %}"
-                         "{% if add_generation_prompt %}[assistant]\n{% endif %}")
+    tok.chat_template = (
+        "{% for m in messages %}[{{ m['role'] }}]\n{{ m['content'] }}\n{% endfor %}"
+        "{% if add_generation_prompt %}[assistant]\n{% endif %}"
+    )
     return tok
 
 
@@ -91,14 +110,16 @@ def random_backend(name: str, *, device=None, dtype=None, **kwargs):
     if name not in RANDOM_CONFIGS:
         raise ValueError(f"unknown random config {name!r}; available: {', '.join(RANDOM_CONFIGS)}")
     tok = _tokenizer()
-    cfg = LlamaConfig(vocab_size=tok.vocab_size, max_position_embeddings=8192, pad_token_id=tok.pad_token_id,
-                      **RANDOM_CONFIGS[name])
+    cfg = LlamaConfig(
+        vocab_size=tok.vocab_size, max_position_embeddings=8192, pad_token_id=tok.pad_token_id, **RANDOM_CONFIGS[name]
+    )
     torch.manual_seed(0)
     on = device or ("cuda" if torch.cuda.is_available() else "cpu")
     with torch.device(on):
         model = LlamaForCausalLM(cfg)
-    return TransformersBackend(loaded=(model, tok, f"random:{name}"), device=device, dtype=dtype, progress=False,
-                               **kwargs)
+    return TransformersBackend(
+        loaded=(model, tok, f"random:{name}"), device=device, dtype=dtype, progress=False, **kwargs
+    )
 
 
 def _flop_model(backend) -> dict:
@@ -109,9 +130,13 @@ def _flop_model(backend) -> dict:
     total = sum(p.numel() for p in m.parameters())
     body = total - emb_in.numel() - (0 if emb_out.data_ptr() == emb_in.data_ptr() else emb_out.numel())
     head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-    return {"body_parameters": body, "layers": cfg.num_hidden_layers,
-            "attention_width": cfg.num_attention_heads * head_dim, "hidden": cfg.hidden_size,
-            "vocab": emb_out.shape[0]}
+    return {
+        "body_parameters": body,
+        "layers": cfg.num_hidden_layers,
+        "attention_width": cfg.num_attention_heads * head_dim,
+        "hidden": cfg.hidden_size,
+        "vocab": emb_out.shape[0],
+    }
 
 
 def _work(backend, reqs: list, shared: bool, fm: dict) -> dict:
@@ -130,10 +155,17 @@ def _work(backend, reqs: list, shared: bool, fm: dict) -> dict:
         pairs += len(trunk) * (len(trunk) + 1) // 2
         pairs += sum(prefix * len(t) + len(t) * (len(t) + 1) // 2 for _, prefix, t in branches)
     reads = sum(1 for p in plans if not p.error)
-    flop = (2.0 * fm["body_parameters"] * tokens + 4.0 * fm["layers"] * fm["attention_width"] * pairs
-            + 2.0 * fm["hidden"] * fm["vocab"] * reads)
-    return {"forward_tokens": tokens, "attended_pairs": pairs, "flop": flop,
-            "prompt_tokens": sum(len(p.ids) for p in plans if not p.error)}
+    flop = (
+        2.0 * fm["body_parameters"] * tokens
+        + 4.0 * fm["layers"] * fm["attention_width"] * pairs
+        + 2.0 * fm["hidden"] * fm["vocab"] * reads
+    )
+    return {
+        "forward_tokens": tokens,
+        "attended_pairs": pairs,
+        "flop": flop,
+        "prompt_tokens": sum(len(p.ids) for p in plans if not p.error),
+    }
 
 
 def _p_yes(outs) -> np.ndarray:
@@ -161,11 +193,18 @@ def _check(backend, reqs, tolerance: float) -> dict:
     a, b = _p_yes(shared), _p_yes(separate)
     err = float(np.nanmax(np.abs(a - b))) if np.isfinite(a).any() else math.nan
     ok = bool(np.isfinite(a).all() and np.isfinite(b).all() and err <= tolerance)
-    return {"checked_against": "separate passes (exact whole-vocabulary P(yes))", "turns": len(reqs),
-            "max_abs_p_yes_difference": err, "mean_abs_p_yes_difference": float(np.nanmean(np.abs(a - b))),
-            "p_yes_range": [float(np.nanmin(a)), float(np.nanmax(a))], "tolerance": tolerance, "passed": ok,
-            "dtype": str(backend.dtype).replace("torch.", ""), "model": backend.model_id,
-            "attention": backend.describe().get("attention")}
+    return {
+        "checked_against": "separate passes (exact whole-vocabulary P(yes))",
+        "turns": len(reqs),
+        "max_abs_p_yes_difference": err,
+        "mean_abs_p_yes_difference": float(np.nanmean(np.abs(a - b))),
+        "p_yes_range": [float(np.nanmin(a)), float(np.nanmax(a))],
+        "tolerance": tolerance,
+        "passed": ok,
+        "dtype": str(backend.dtype).replace("torch.", ""),
+        "model": backend.model_id,
+        "attention": backend.describe().get("attention"),
+    }
 
 
 def _requests(convs) -> list:
@@ -178,6 +217,7 @@ def _requests(convs) -> list:
 def _unique_requests(backend, n: int, prompt_tokens: int, role_words: int, seed: int) -> list:
     """``n`` one-turn prompts of about ``prompt_tokens`` tokens: the exchange's words are solved from two
     trial lengths (the template and the role are a fixed overhead, tokens grow linearly with words)."""
+
     def mean_tokens(w):
         reqs = _requests(synthetic_conversations(4, 1, w, seed, role_words=role_words))
         return sum(len(backend._plan(r).ids) for r in reqs) / len(reqs)
@@ -232,8 +272,9 @@ def _engine_run(backend, turns: int, convs_turns: int, role_tokens: int, turn_to
     n_conv = -(-turns // convs_turns)
     words = max(2, round(turn_tokens * 2 / 3))
     rows = {"conversation_id": [], "turn_index": [], "role": [], "user": [], "assistant": []}
-    for cid, role, users, assistants in synthetic_conversations(n_conv, convs_turns, words, seed,
-                                                                role_words=role_tokens):
+    for cid, role, users, assistants in synthetic_conversations(
+        n_conv, convs_turns, words, seed, role_words=role_tokens
+    ):
         for t, (u, a) in enumerate(zip(users, assistants)):
             rows["conversation_id"].append(cid)
             rows["turn_index"].append(t)
@@ -245,10 +286,17 @@ def _engine_run(backend, turns: int, convs_turns: int, role_tokens: int, turn_to
         src = f"{tmp}/turns.parquet"
         pq.write_table(table, src)
         loaded = (backend.model, backend.tokenizer, backend.model_id)
-        judge = JudgeConfig(backend_options={"loaded": loaded, "device": str(backend.device),
-                                             "dtype": str(backend.dtype).replace("torch.", ""), "progress": False})
-        engine = Engine(method="llm_judge", judge=judge, shard_size=max(1000, turns // 5), progress=False,
-                        n_bootstrap=0)
+        judge = JudgeConfig(
+            backend_options={
+                "loaded": loaded,
+                "device": str(backend.device),
+                "dtype": str(backend.dtype).replace("torch.", ""),
+                "progress": False,
+            }
+        )
+        engine = Engine(
+            method="llm_judge", judge=judge, shard_size=max(1000, turns // 5), progress=False, n_bootstrap=0
+        )
         sampler = _GpuSampler(backend.device) if backend.device.type == "cuda" else None
         cpu0, t0 = time.process_time(), time.perf_counter()
         res = engine.run(src, f"{tmp}/scores.parquet")
@@ -258,20 +306,43 @@ def _engine_run(backend, turns: int, convs_turns: int, role_tokens: int, turn_to
     statuses = out.column("status").to_pylist()
     stats = res.summary.get("judge_usage") or {}
     batches = stats.get("batches") or None
-    return {"turns": turns, "wall_s": wall, "turns_per_s": turns / wall, "projected_1m_turns_s": 1e6 * wall / turns,
-            "rows_out": out.num_rows, "ok_rows": statuses.count("ok"), "gpu_utilisation_mean": util,
-            "process_cpu_s": cpu, "forward_batches": batches,
-            "cpu_s_per_batch": cpu / batches if batches else None, "judge_stats": stats,
-            "summary": {k: v for k, v in res.summary.items() if isinstance(v, (int, float, str))}}
+    return {
+        "turns": turns,
+        "wall_s": wall,
+        "turns_per_s": turns / wall,
+        "projected_1m_turns_s": 1e6 * wall / turns,
+        "rows_out": out.num_rows,
+        "ok_rows": statuses.count("ok"),
+        "gpu_utilisation_mean": util,
+        "process_cpu_s": cpu,
+        "forward_batches": batches,
+        "cpu_s_per_batch": cpu / batches if batches else None,
+        "judge_stats": stats,
+        "summary": {k: v for k, v in res.summary.items() if isinstance(v, (int, float, str))},
+    }
 
 
 def bench_judge(
-    *, model: Optional[str] = None, random_config: Optional[str] = None, conversations: int = 8, turns: int = 10,
-    role_tokens: int = 200, turn_tokens: int = 100, unique: int = 32, prompt_tokens: int = 1000,
-    repeats: int = 3, device: Optional[str] = None, dtype: Optional[str] = None, tolerance: Optional[float] = None,
-    seed: int = 0, workloads: Sequence[str] = ("prefix", "unique", "full_vocab"),
-    fp32_check: Optional[str] = "smollm2-135m", batch_tokens: Optional[int] = None,
-    engine_turns: int = 0, engine_config: str = "smollm2-135m", on_progress=None,
+    *,
+    model: Optional[str] = None,
+    random_config: Optional[str] = None,
+    conversations: int = 8,
+    turns: int = 10,
+    role_tokens: int = 200,
+    turn_tokens: int = 100,
+    unique: int = 32,
+    prompt_tokens: int = 1000,
+    repeats: int = 3,
+    device: Optional[str] = None,
+    dtype: Optional[str] = None,
+    tolerance: Optional[float] = None,
+    seed: int = 0,
+    workloads: Sequence[str] = ("prefix", "unique", "full_vocab"),
+    fp32_check: Optional[str] = "smollm2-135m",
+    batch_tokens: Optional[int] = None,
+    engine_turns: int = 0,
+    engine_config: str = "smollm2-135m",
+    on_progress=None,
 ) -> dict:
     """Benchmark dict (``bench="judge"``): the measured peak, correctness checks, and per workload the
     timings, throughput, ``ratio_to_peak`` and ``speedup``/``overhead``. ``on_progress(result)`` is called
@@ -306,20 +377,31 @@ def bench_judge(
     fm = _flop_model(backend)
     tol = tolerance if tolerance is not None else (1e-4 if backend.dtype == torch.float32 else 1e-3)
     peaks = measured_peaks(dev) if dev.type == "cuda" else None
-    result.update({
-        "bench": "judge",
-        "args": {"model": backend.model_id, "dtype": str(backend.dtype).replace("torch.", ""),
-                 "conversations": conversations, "turns": turns, "role_tokens": role_tokens,
-                 "turn_tokens": turn_tokens, "unique": unique, "prompt_tokens": prompt_tokens, "repeats": repeats,
-                 "batch_tokens": backend.batch_tokens, "workloads": list(workloads)},
-        "device": device_name(dev),
-        "versions": {"torch": torch.__version__, "python": platform.python_version()},
-        "backend": backend.describe(),
-        "model": fm,
-        "peak": peaks,
-        "correctness": {},
-        "workloads": {},
-    })
+    result.update(
+        {
+            "bench": "judge",
+            "args": {
+                "model": backend.model_id,
+                "dtype": str(backend.dtype).replace("torch.", ""),
+                "conversations": conversations,
+                "turns": turns,
+                "role_tokens": role_tokens,
+                "turn_tokens": turn_tokens,
+                "unique": unique,
+                "prompt_tokens": prompt_tokens,
+                "repeats": repeats,
+                "batch_tokens": backend.batch_tokens,
+                "workloads": list(workloads),
+            },
+            "device": device_name(dev),
+            "versions": {"torch": torch.__version__, "python": platform.python_version()},
+            "backend": backend.describe(),
+            "model": fm,
+            "peak": peaks,
+            "correctness": {},
+            "workloads": {},
+        }
+    )
     # Exchanges of `turn_tokens` words: the user says a third, the assistant two thirds.
     words = max(2, round(turn_tokens * 2 / 3))
     prefix_reqs = _requests(synthetic_conversations(conversations, turns, words, seed, role_words=role_tokens))
@@ -335,8 +417,12 @@ def bench_judge(
         del small
 
     def rate(work, t):
-        out = {"turns_per_s": work["turns"] / t, "prompt_tokens_per_s": work["prompt_tokens"] / t,
-               "forward_tokens_per_s": work["forward_tokens"] / t, "achieved_tflop_per_s": work["flop"] / t / 1e12}
+        out = {
+            "turns_per_s": work["turns"] / t,
+            "prompt_tokens_per_s": work["prompt_tokens"] / t,
+            "forward_tokens_per_s": work["forward_tokens"] / t,
+            "achieved_tflop_per_s": work["flop"] / t / 1e12,
+        }
         if peaks:
             out["ratio_to_peak"] = work["flop"] / t / peaks["matmul_flops"]
         return out
@@ -349,29 +435,39 @@ def bench_judge(
             timing = _timing(backend, prefix_reqs, repeats, shared=shared)
             modes[name] = {**work, **timing, **rate(work, timing["median_s"])}
         result["workloads"]["prefix"] = {
-            "turns": len(prefix_reqs), "modes": modes,
+            "turns": len(prefix_reqs),
+            "modes": modes,
             "speedup": modes["separate"]["median_s"] / modes["prefix_sharing"]["median_s"],
-            "forward_token_ratio": modes["separate"]["forward_tokens"] / modes["prefix_sharing"]["forward_tokens"]}
+            "forward_token_ratio": modes["separate"]["forward_tokens"] / modes["prefix_sharing"]["forward_tokens"],
+        }
     if "unique" in workloads or "full_vocab" in workloads:
         say(f"unique workload: {len(unique_reqs)} prompts")
         work = dict(_work(backend, unique_reqs, True, fm), turns=len(unique_reqs))
         timing = _timing(backend, unique_reqs, repeats, shared=True)
-        entry = {**work, **timing, **rate(work, timing["median_s"]),
-                 "mean_prompt_tokens": work["prompt_tokens"] / len(unique_reqs)}
+        entry = {
+            **work,
+            **timing,
+            **rate(work, timing["median_s"]),
+            "mean_prompt_tokens": work["prompt_tokens"] / len(unique_reqs),
+        }
         if "unique" in workloads:
             result["workloads"]["unique"] = entry
         if "full_vocab" in workloads:
             say("full-vocabulary P(yes)")
             exact = _timing(backend, unique_reqs, repeats, shared=True, variants=_VARIANTS)
             result["workloads"]["full_vocab"] = {
-                "top_k_s": timing["median_s"], "full_vocab_s": exact["median_s"],
-                "overhead": exact["median_s"] / timing["median_s"] - 1.0}
+                "top_k_s": timing["median_s"],
+                "full_vocab_s": exact["median_s"],
+                "overhead": exact["median_s"] / timing["median_s"] - 1.0,
+            }
     backend.prefix_sharing = True
     if engine_turns:
         say(f"engine: {engine_turns} turns with random {engine_config}")
         eng = random_backend(engine_config, device=str(dev), dtype=dtype, **kw)
-        result["workloads"]["engine"] = {"model": eng.model_id, **_engine_run(eng, engine_turns, turns, role_tokens,
-                                                                               turn_tokens, seed + 2)}
+        result["workloads"]["engine"] = {
+            "model": eng.model_id,
+            **_engine_run(eng, engine_turns, turns, role_tokens, turn_tokens, seed + 2),
+        }
         del eng
     say("done")
     result["correct"] = all(c["passed"] for c in result["correctness"].values())

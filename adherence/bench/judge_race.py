@@ -23,16 +23,36 @@ def _table(convs: list) -> pa.Table:
     for cid, role, users, assistants in convs:
         for i, (u, a) in enumerate(zip(users, assistants)):
             rows.append({"conversation_id": cid, "turn_index": i, "role": role, "user": u, "assistant": a})
-    return pa.Table.from_pylist(rows).cast(pa.schema([("conversation_id", pa.string()), ("turn_index", pa.int32()),
-                                                      ("role", pa.string()), ("user", pa.string()),
-                                                      ("assistant", pa.string())]))
+    return pa.Table.from_pylist(rows).cast(
+        pa.schema(
+            [
+                ("conversation_id", pa.string()),
+                ("turn_index", pa.int32()),
+                ("role", pa.string()),
+                ("user", pa.string()),
+                ("assistant", pa.string()),
+            ]
+        )
+    )
 
 
 def bench_judge_race(
-    *, model: str, backends: Sequence[str] = ("transformers", "vllm"), dtype: str = "float32", unique: int = 64,
-    unique_words: int = 120, conversations: int = 8, turns: int = 8, words_per_turn: int = 40,
-    base_url: Optional[str] = None, served_model: Optional[str] = None, kv_cache_gb: float = 2.0,
-    max_model_len: int = 2048, tolerance: Optional[float] = None, server_tolerance: float = 0.05, seed: int = 0,
+    *,
+    model: str,
+    backends: Sequence[str] = ("transformers", "vllm"),
+    dtype: str = "float32",
+    unique: int = 64,
+    unique_words: int = 120,
+    conversations: int = 8,
+    turns: int = 8,
+    words_per_turn: int = 40,
+    base_url: Optional[str] = None,
+    served_model: Optional[str] = None,
+    kv_cache_gb: float = 2.0,
+    max_model_len: int = 2048,
+    tolerance: Optional[float] = None,
+    server_tolerance: float = 0.05,
+    seed: int = 0,
     prebuilt: Optional[dict] = None,
 ) -> dict:
     """Race ``backends`` on the same judge checkpoint (a transformers directory, e.g. from
@@ -63,11 +83,13 @@ def bench_judge_race(
         if prebuilt and name in prebuilt:
             built[name] = prebuilt[name]
         elif name == "transformers":
-            built[name] = TransformersBackend(model, device="cpu" if not torch.cuda.is_available() else None,
-                                              dtype=dtype, progress=False)
+            built[name] = TransformersBackend(
+                model, device="cpu" if not torch.cuda.is_available() else None, dtype=dtype, progress=False
+            )
         elif name == "vllm":
-            built[name] = get_backend("vllm", model=model, dtype=dtype, max_model_len=max_model_len,
-                                      kv_cache_gb=kv_cache_gb, progress=False)
+            built[name] = get_backend(
+                "vllm", model=model, dtype=dtype, max_model_len=max_model_len, kv_cache_gb=kv_cache_gb, progress=False
+            )
         elif name == "openai":
             if not base_url:
                 raise ValueError("the openai backend needs --base-url (e.g. a vllm server on 127.0.0.1)")
@@ -75,18 +97,32 @@ def bench_judge_race(
         else:
             raise ValueError(f"unknown backend {name!r}: transformers, vllm or openai")
         built[f"{name}:startup_s"] = time.perf_counter() - t
-    result = {"args": {"model": model, "backends": list(backends), "dtype": dtype, "unique": unique,
-                       "unique_words": unique_words, "conversations": conversations, "turns": turns,
-                       "words_per_turn": words_per_turn, "tolerance": tolerance,
-                       "server_tolerance": server_tolerance},
-              "device": f"cpu ({platform.machine()}, {torch.get_num_threads()} threads)"
-              if not torch.cuda.is_available() else torch.cuda.get_device_name(0),
-              "versions": {"torch": torch.__version__, "python": platform.python_version()},
-              "startup_s": {n: built[f"{n}:startup_s"] for n in backends}, "workloads": {}}
+    result = {
+        "args": {
+            "model": model,
+            "backends": list(backends),
+            "dtype": dtype,
+            "unique": unique,
+            "unique_words": unique_words,
+            "conversations": conversations,
+            "turns": turns,
+            "words_per_turn": words_per_turn,
+            "tolerance": tolerance,
+            "server_tolerance": server_tolerance,
+        },
+        "device": f"cpu ({platform.machine()}, {torch.get_num_threads()} threads)"
+        if not torch.cuda.is_available()
+        else torch.cuda.get_device_name(0),
+        "versions": {"torch": torch.__version__, "python": platform.python_version()},
+        "startup_s": {n: built[f"{n}:startup_s"] for n in backends},
+        "workloads": {},
+    }
     tf = built["transformers"]
-    result["transformers"] = {"batch_tokens": getattr(tf, "batch_tokens", None),
-                              "tree_attention": bool(getattr(tf, "tree_attention", False)),
-                              "prefix_sharing": bool(getattr(tf, "prefix_sharing", False))}
+    result["transformers"] = {
+        "batch_tokens": getattr(tf, "batch_tokens", None),
+        "tree_attention": bool(getattr(tf, "tree_attention", False)),
+        "prefix_sharing": bool(getattr(tf, "prefix_sharing", False)),
+    }
     try:
         import vllm
 
@@ -98,8 +134,12 @@ def bench_judge_race(
         reqs.config = JudgeConfig(model=model)
         per_turn, _, _ = reqs.requests(table)
         counts = counter.count_tokens([r for _, r in per_turn])
-        entry = {"turns": table.num_rows, "prompt_tokens": counts["prompt_tokens"],
-                 "transformers_forward_tokens": counts["forward_tokens"], "backends": {}}
+        entry = {
+            "turns": table.num_rows,
+            "prompt_tokens": counts["prompt_tokens"],
+            "transformers_forward_tokens": counts["forward_tokens"],
+            "backends": {},
+        }
         ref = None
         for name in backends:
             cfg = JudgeConfig(model=model, backend=name)
@@ -117,12 +157,15 @@ def bench_judge_race(
             tol = server_tolerance if name == "openai" else tolerance
             if diff > tol:
                 raise RuntimeError(f"{name} on {wname}: P(yes) differs from transformers by {diff} > {tol}")
-            entry["backends"][name] = {"seconds": sec, "turns_per_s": table.num_rows / sec,
-                                       "prompt_tokens_per_s": counts["prompt_tokens"] / sec,
-                                       "max_abs_p_yes_vs_transformers": diff,
-                                       "mean_abs_p_yes_vs_transformers": float(np.abs(p - ref).mean()),
-                                       "same_prediction_share": float(np.mean((p >= 0.5) == (ref >= 0.5))),
-                                       "p_yes_source": sorted(set(cols["p_yes_source"]))}
+            entry["backends"][name] = {
+                "seconds": sec,
+                "turns_per_s": table.num_rows / sec,
+                "prompt_tokens_per_s": counts["prompt_tokens"] / sec,
+                "max_abs_p_yes_vs_transformers": diff,
+                "mean_abs_p_yes_vs_transformers": float(np.abs(p - ref).mean()),
+                "same_prediction_share": float(np.mean((p >= 0.5) == (ref >= 0.5))),
+                "p_yes_source": sorted(set(cols["p_yes_source"])),
+            }
         base = entry["backends"]["transformers"]["turns_per_s"]
         for v in entry["backends"].values():
             v["ratio_vs_transformers"] = v["turns_per_s"] / base

@@ -49,7 +49,7 @@ def _inputs(B, D, K, V, dtype, device, seed=0):
 def _chunked(fn, x: torch.Tensor, K: int) -> torch.Tensor:
     """``fn`` over row chunks of ``x`` small enough for a [chunk, K] float32 matrix of <= 1 GiB."""
     step = max(1, (1 << 28) // max(K, 1))
-    return torch.cat([fn(x[i:i + step]) for i in range(0, x.shape[0], step)])
+    return torch.cat([fn(x[i : i + step]) for i in range(0, x.shape[0], step)])
 
 
 def _knn_chunk(xc: torch.Tensor, refs: torch.Tensor, rn: torch.Tensor) -> torch.Tensor:
@@ -86,8 +86,16 @@ def _entry(times: list, rows: int, work: float, unit: str) -> dict:
 
 
 def bench_kernels(
-    *, batch: int = 4096, dim: int = 384, refs: int = 64, vocab: int = 500, dtype: str = "float32",
-    repeats: int = 10, device: Optional[str] = None, pools: Sequence[int] = (), pool_flop: float = 2e14,
+    *,
+    batch: int = 4096,
+    dim: int = 384,
+    refs: int = 64,
+    vocab: int = 500,
+    dtype: str = "float32",
+    repeats: int = 10,
+    device: Optional[str] = None,
+    pools: Sequence[int] = (),
+    pool_flop: float = 2e14,
 ) -> dict:
     """Benchmark dict (``bench="kernels"``): the measured peaks, and per configuration the correctness
     check, per backend timings, ``ratio_to_peak`` and ``speedup``.
@@ -103,11 +111,17 @@ def bench_kernels(
     elem = torch.tensor([], dtype=dt).element_size()
     result = {
         "bench": "kernels",
-        "args": {"batch": batch, "dim": dim, "refs": refs, "vocab": vocab, "dtype": dtype, "repeats": repeats,
-                 "pools": list(pools)},
+        "args": {
+            "batch": batch,
+            "dim": dim,
+            "refs": refs,
+            "vocab": vocab,
+            "dtype": dtype,
+            "repeats": repeats,
+            "pools": list(pools),
+        },
         "device": device_name(dev),
-        "versions": {"torch": torch.__version__, "python": platform.python_version(),
-                     "triton": _triton_version()},
+        "versions": {"torch": torch.__version__, "python": platform.python_version(), "triton": _triton_version()},
         "peak": peaks,
         "configs": {},
     }
@@ -117,10 +131,16 @@ def bench_kernels(
         nan_same = bool(torch.equal(torch.isnan(got), torch.isnan(want)))
         ok = err <= tol and nan_same
         if not ok:
-            raise RuntimeError(f"kernels/{name}: the Triton kernel disagrees with the torch reference "
-                               f"(max abs error {err} > {tol}, or NaN where the reference has a value)")
-        return {"checked_against": "torch reference (float32 arithmetic)", "max_abs_error": err, "tolerance": tol,
-                "passed": True}
+            raise RuntimeError(
+                f"kernels/{name}: the Triton kernel disagrees with the torch reference "
+                f"(max abs error {err} > {tol}, or NaN where the reference has a value)"
+            )
+        return {
+            "checked_against": "torch reference (float32 arithmetic)",
+            "max_abs_error": err,
+            "tolerance": tol,
+            "passed": True,
+        }
 
     for name, k in (("fused", 0), ("fused_knn", refs)):
         inp = _inputs(batch, dim, max(k, 1), vocab, dt, dev)
@@ -135,8 +155,9 @@ def bench_kernels(
             backends["triton"] = lambda: fused_scores_triton(**inp)
             cfg["correctness"] = check(name, fused_scores_triton(**inp), fused_scores_reference(**inp))
             check(f"{name} (torch.compile)", compiled(**inp), fused_scores_reference(**inp))
-        cfg["backends"] = {b: _entry(timed(fn, repeats, dev), batch, cfg["bytes_per_call"], "bytes")
-                           for b, fn in backends.items()}
+        cfg["backends"] = {
+            b: _entry(timed(fn, repeats, dev), batch, cfg["bytes_per_call"], "bytes") for b, fn in backends.items()
+        }
         best = cfg["backends"].get("triton") or cfg["backends"]["torch_eager"]
         cfg["ratio_to_peak"] = best["gb_per_s"] * 1e9 / peaks["copy_bytes_per_s"]
         cfg["peak_kind"] = "copy_bytes_per_s"
@@ -171,8 +192,10 @@ def bench_kernels(
                 if not err64 <= 1e-4:
                     raise RuntimeError(f"kernels/knn_pool_{K}: float32 kNN off float64 by {err64} > 1e-4")
         reps = max(2, repeats // 4)
-        cfg["backends"] = {b: _entry(timed(fn, reps if b != "triton" else max(3, repeats // 2), dev), rows, flop,
-                                     "flop") for b, fn in backends.items()}
+        cfg["backends"] = {
+            b: _entry(timed(fn, reps if b != "triton" else max(3, repeats // 2), dev), rows, flop, "flop")
+            for b, fn in backends.items()
+        }
         best = cfg["backends"].get("triton") or cfg["backends"]["torch_eager"]
         cfg["ratio_to_peak"] = best["tflop_per_s"] * 1e12 / peaks["matmul_flops"]
         cfg["peak_kind"] = "matmul_flops"

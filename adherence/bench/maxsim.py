@@ -39,8 +39,8 @@ def _corpus(n_docs, mean_len, q_len, n_queries, dim, dtype, device, seed):
     # A shared direction makes token similarities positive, as in real (anisotropic) encoders; padded
     # baselines that score padding as 0 (PyLate) then agree with the exact definition.
     common = torch.randn(dim, generator=g) * 0.15
-    d = torch.nn.functional.normalize(torch.randn(int(d_off[-1]), dim, generator=g) / dim ** 0.5 + common, dim=-1)
-    q = torch.nn.functional.normalize(torch.randn(n_queries * q_len, dim, generator=g) / dim ** 0.5 + common, dim=-1)
+    d = torch.nn.functional.normalize(torch.randn(int(d_off[-1]), dim, generator=g) / dim**0.5 + common, dim=-1)
+    q = torch.nn.functional.normalize(torch.randn(n_queries * q_len, dim, generator=g) / dim**0.5 + common, dim=-1)
     d, q = d.to(dtype), q.to(dtype)
     q_off = torch.arange(0, n_queries * q_len + 1, q_len, dtype=torch.int64)
     return q.to(device), q_off.to(device), d.to(device), d_off.to(device), lens
@@ -49,7 +49,7 @@ def _corpus(n_docs, mean_len, q_len, n_queries, dim, dtype, device, seed):
 def _padded(q, q_off, d, d_off, pools, device):
     """Per query: ``(query [1, Lq, dim], documents [pool, max_len, dim] zero-padded, mask [pool, max_len])`` —
     the layout padded implementations take (float32 on CPU, the stored dtype on CUDA)."""
-    lens = (d_off[1:] - d_off[:-1])
+    lens = d_off[1:] - d_off[:-1]
     out = []
     for i, pool in enumerate(pools):
         L = int(lens[pool].max())
@@ -78,8 +78,10 @@ def _pylate_backends(device) -> dict:
         from pylate.scores import _flash_backend, _lik_backend
 
         names += [n for n, mod in (("flash", _flash_backend), ("lik", _lik_backend)) if mod.is_available()]
-    return {n: (lambda qq, docs, mask, n=n: pl.colbert_scores(qq, docs, documents_mask=mask, backend=n)[0].float())
-            for n in names}
+    return {
+        n: (lambda qq, docs, mask, n=n: pl.colbert_scores(qq, docs, documents_mask=mask, backend=n)[0].float())
+        for n in names
+    }
 
 
 def _torch_padded(qq, docs, mask):
@@ -87,9 +89,20 @@ def _torch_padded(qq, docs, mask):
     return sim.max(dim=2).values.sum(dim=1)
 
 
-def bench_maxsim(*, queries: int = 32, pool: int = 1000, corpus: int = 5000, doc_len: int = 300, query_len: int = 32,
-                 dim: int = 384, dtype: str = "float16", repeats: int = 5, device: Optional[str] = None,
-                 seed: int = 0, baseline: bool = True) -> dict:
+def bench_maxsim(
+    *,
+    queries: int = 32,
+    pool: int = 1000,
+    corpus: int = 5000,
+    doc_len: int = 300,
+    query_len: int = 32,
+    dim: int = 384,
+    dtype: str = "float16",
+    repeats: int = 5,
+    device: Optional[str] = None,
+    seed: int = 0,
+    baseline: bool = True,
+) -> dict:
     """Benchmark dict: arguments, device, versions, correctness, and median/spread time, queries/s, GB/s per backend."""
     dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     if pool > corpus:
@@ -116,8 +129,13 @@ def bench_maxsim(*, queries: int = 32, pool: int = 1000, corpus: int = 5000, doc
     tol = 1e-3 if dt == torch.float32 else 5e-2
     if err > tol:
         raise RuntimeError(f"MaxSim ({ours}) disagrees with the definition: max abs error {err} > {tol}")
-    correctness = {"checked_against": "maxsim_reference (per pair, float32)", "pairs_checked": int(len(sample)),
-                   "max_abs_error": err, "tolerance": tol, "passed": True}
+    correctness = {
+        "checked_against": "maxsim_reference (per pair, float32)",
+        "pairs_checked": int(len(sample)),
+        "max_abs_error": err,
+        "tolerance": tol,
+        "passed": True,
+    }
     elem = torch.tensor([], dtype=dt).element_size()
     pool_tokens = int(torch.stack([lens[p.cpu()].sum() for p in pools]).sum())
     bytes_read = pool_tokens * dim * elem + queries * query_len * dim * elem
@@ -125,11 +143,23 @@ def bench_maxsim(*, queries: int = 32, pool: int = 1000, corpus: int = 5000, doc
     peaks = measured_peaks(dev)
     result = {
         "bench": "maxsim",
-        "args": {"queries": queries, "pool": pool, "corpus": corpus, "doc_len": doc_len, "query_len": query_len,
-                 "dim": dim, "dtype": dtype, "repeats": repeats, "seed": seed},
+        "args": {
+            "queries": queries,
+            "pool": pool,
+            "corpus": corpus,
+            "doc_len": doc_len,
+            "query_len": query_len,
+            "dim": dim,
+            "dtype": dtype,
+            "repeats": repeats,
+            "seed": seed,
+        },
         "device": name,
-        "versions": {"torch": torch.__version__, "python": platform.python_version(),
-                     **({"triton": __import__("triton").__version__} if ours == "triton" else {})},
+        "versions": {
+            "torch": torch.__version__,
+            "python": platform.python_version(),
+            **({"triton": __import__("triton").__version__} if ours == "triton" else {}),
+        },
         "correctness": correctness,
         "correct": True,
         "peak": peaks,
@@ -150,7 +180,7 @@ def bench_maxsim(*, queries: int = 32, pool: int = 1000, corpus: int = 5000, doc
                 if _version(pkg):
                     versions[pkg] = _version(pkg)
         for label, fn in impl.items():
-            run_base = (lambda fn=fn: [fn(*args) for args in padded])
+            run_base = lambda fn=fn: [fn(*args) for args in padded]
             try:
                 scores = torch.stack(run_base()).flatten()
             except Exception as exc:  # a backend that cannot take these inputs is reported, not timed
@@ -162,8 +192,9 @@ def bench_maxsim(*, queries: int = 32, pool: int = 1000, corpus: int = 5000, doc
             correctness.setdefault("baseline_max_abs_error", {})[label] = berr
             baselines[f"baseline ({label})"] = run_base
             backends[f"baseline ({label})"] = run_base
-        backends["padded_pipeline (gather + pad + mask, before any baseline)"] = (
-            lambda: _padded(q, q_off, d, d_off, pools, dev))
+        backends["padded_pipeline (gather + pad + mask, before any baseline)"] = lambda: _padded(
+            q, q_off, d, d_off, pools, dev
+        )
     for label, fn in backends.items():
         times = timed(fn, repeats, dev)  # after a warm-up (compilation for Triton)
         entry = spread(times)

@@ -24,9 +24,16 @@ __all__ = ["bench_persona"]
 _LEXICAL = ("tfidf", "bm25")
 
 
-def bench_persona(*, reference: str, baseline: Optional[str] = None, device: Optional[str] = None,
-                  repeats: int = 10, dimensions=("adherence", "consistency"), tolerance: float = 0.01,
-                  limit: Optional[int] = None) -> dict:
+def bench_persona(
+    *,
+    reference: str,
+    baseline: Optional[str] = None,
+    device: Optional[str] = None,
+    repeats: int = 10,
+    dimensions=("adherence", "consistency"),
+    tolerance: float = 0.01,
+    limit: Optional[int] = None,
+) -> dict:
     """Benchmark dict (``bench="persona"``): wall time and its parts, AUCs, agreement with ``baseline``."""
     import torch
 
@@ -40,24 +47,31 @@ def bench_persona(*, reference: str, baseline: Optional[str] = None, device: Opt
     t = time.perf_counter()
     res = evaluate_persona(reference, config=cfg)
     wall = time.perf_counter() - t
-    (name, out), = res.items()
+    ((name, out),) = res.items()
     parts: dict = {}
     adh = out.get("adherence", {})
     for m, curve in adh.get("curves", {}).items():
         for k, v in curve.get("seconds", {}).items():
             parts[f"adherence/{m}/{k}"] = v
     if "seconds" in adh:
-        parts["adherence/other"] = round(adh["seconds"] - sum(v for k, v in parts.items()
-                                                              if k.startswith("adherence/")), 3)
+        parts["adherence/other"] = round(
+            adh["seconds"] - sum(v for k, v in parts.items() if k.startswith("adherence/")), 3
+        )
     if "consistency" in out and "seconds" in out["consistency"]:
         parts["consistency"] = out["consistency"]["seconds"]
     parts["loading_and_models"] = round(wall - sum(parts.values()), 3)
     aucs = {m: c["nauc"] for m, c in adh.get("curves", {}).items()}
     result = {
         "bench": "persona",
-        "args": {"reference": Path(reference).name, "dimensions": list(dimensions), "repeats": repeats,
-                 "pool_sizes": adh.get("pool_sizes"), "n_queries": adh.get("n_queries"),
-                 "n_documents": adh.get("n_documents"), "limit": limit},
+        "args": {
+            "reference": Path(reference).name,
+            "dimensions": list(dimensions),
+            "repeats": repeats,
+            "pool_sizes": adh.get("pool_sizes"),
+            "n_queries": adh.get("n_queries"),
+            "n_documents": adh.get("n_documents"),
+            "limit": limit,
+        },
         "device": device_name(dev),
         "versions": {"torch": torch.__version__, "python": platform.python_version()},
         "wall_s": wall,
@@ -74,13 +88,16 @@ def bench_persona(*, reference: str, baseline: Optional[str] = None, device: Opt
         diffs = {m: abs(aucs[m] - bcurves[m]["nauc"]) for m in aucs if m in bcurves}
         ok = all(d <= (1e-9 if m in _LEXICAL else tolerance) for m, d in diffs.items()) and bool(diffs)
         base_wall = sum(v.get("seconds", 0) for k, v in bres.items() if isinstance(v, dict))
-        result["correctness"] = {"checked_against": f"{Path(baseline).name} (nauc per retriever)",
-                                 "abs_differences": diffs, "tolerance": tolerance, "lexical_tolerance": 1e-9,
-                                 "passed": ok}
+        result["correctness"] = {
+            "checked_against": f"{Path(baseline).name} (nauc per retriever)",
+            "abs_differences": diffs,
+            "tolerance": tolerance,
+            "lexical_tolerance": 1e-9,
+            "passed": ok,
+        }
         result["correct"] = ok
         result["baseline_dimension_s"] = base_wall
         ours = sum(v.get("seconds", 0) for k, v in out.items() if isinstance(v, dict))
         result["dimension_s"] = ours
         result["speedup"] = base_wall / ours if ours else None
     return result
-

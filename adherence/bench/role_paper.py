@@ -56,8 +56,15 @@ def role_paper(
     if "label" not in turns.column_names:
         raise ValueError(f"{path}: the benchmark needs a 'label' column ('adherent' = positive)")
     methods = list(DEFAULT_METHODS) + (["bertscore"] if bertscore else []) + (["nli"] if nli_model else [])
-    base = RoleConfig(encoder=encoder, reference_pool="dataset", alpha="median", nli_model=nli_model,
-                      bertscore_layer=bertscore_layer, device=device, progress=progress)
+    base = RoleConfig(
+        encoder=encoder,
+        reference_pool="dataset",
+        alpha="median",
+        nli_model=nli_model,
+        bertscore_layer=bertscore_layer,
+        device=device,
+        progress=progress,
+    )
     resources = Resources(base)
     result: dict = {m: {} for m in methods}
     for n in sizes:

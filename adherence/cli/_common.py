@@ -7,8 +7,16 @@ import os
 import sys
 from typing import Iterator
 
-__all__ = ["HelpFormatter", "comma_ints", "add_judge_args", "judge_backend_options", "make_backend", "leaf_parsers",
-           "add_common_flags", "quiet_output"]
+__all__ = [
+    "HelpFormatter",
+    "comma_ints",
+    "add_judge_args",
+    "judge_backend_options",
+    "make_backend",
+    "leaf_parsers",
+    "add_common_flags",
+    "quiet_output",
+]
 
 
 class HelpFormatter(argparse.HelpFormatter):
@@ -17,8 +25,13 @@ class HelpFormatter(argparse.HelpFormatter):
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""
         default = action.default
-        if (action.option_strings and text and "default" not in text and default not in (None, False, [], "")
-                and default is not argparse.SUPPRESS):
+        if (
+            action.option_strings
+            and text
+            and "default" not in text
+            and default not in (None, False, [], "")
+            and default is not argparse.SUPPRESS
+        ):
             text += " (default: %(default)s)"
         return text
 
@@ -47,12 +60,15 @@ def add_common_flags(parser: argparse.ArgumentParser) -> None:
     for p in leaf_parsers(parser):
         have = {s for a in p._actions for s in a.option_strings}
         if "--no-progress" not in have:
-            p.add_argument("--no-progress", action="store_true",
-                           help="hide progress bars (ours, and model loading's)")
+            p.add_argument("--no-progress", action="store_true", help="hide progress bars (ours, and model loading's)")
         if "--quiet" not in have:
-            p.add_argument("-q", "--quiet", action="store_true",
-                           help="stderr shows errors only (no progress bars, warnings or notes); results still go to "
-                           "stdout and files")
+            p.add_argument(
+                "-q",
+                "--quiet",
+                action="store_true",
+                help="stderr shows errors only (no progress bars, warnings or notes); results still go to "
+                "stdout and files",
+            )
 
 
 class quiet_output:
@@ -96,39 +112,78 @@ class quiet_output:
 def add_judge_args(p: argparse.ArgumentParser, *, device: bool = True) -> argparse._ArgumentGroup:
     """The options of every command that runs a judge, with the same names and meanings everywhere."""
     j = p.add_argument_group("judge")
-    j.add_argument("--judge-model", help="judge: local path, hub id in the local cache, or the server's model name "
-                   "(default: the bundled SmolLM2-135M-Instruct, a smoke-test judge)")
-    j.add_argument("--backend", default="transformers", choices=["transformers", "vllm", "openai"],
-                   help="transformers: in-process; vllm: offline vllm.LLM; openai: any OpenAI-compatible "
-                   "server (vLLM, TGI, Ollama, llama.cpp) at --base-url")
-    j.add_argument("--base-url", action="append", metavar="URL",
-                   help="openai backend: server URL, e.g. http://127.0.0.1:8000/v1; repeat it (or give @FILE, one "
-                   "URL a line) for a fleet serving the same model: requests spread over the endpoints that are "
-                   "up, a failing one is backed off and its requests retried on the others")
-    j.add_argument("--max-qps", type=float, metavar="Q",
-                   help="openai backend: requests started per second over all endpoints (default: no cap)")
-    j.add_argument("--api-key", help="openai backend: API key (default and preferred: $OPENAI_API_KEY -- a flag's "
-                   "value is visible to other users in the process list; it is never written to the run metadata)")
+    j.add_argument(
+        "--judge-model",
+        help="judge: local path, hub id in the local cache, or the server's model name "
+        "(default: the bundled SmolLM2-135M-Instruct, a smoke-test judge)",
+    )
+    j.add_argument(
+        "--backend",
+        default="transformers",
+        choices=["transformers", "vllm", "openai"],
+        help="transformers: in-process; vllm: offline vllm.LLM; openai: any OpenAI-compatible "
+        "server (vLLM, TGI, Ollama, llama.cpp) at --base-url",
+    )
+    j.add_argument(
+        "--base-url",
+        action="append",
+        metavar="URL",
+        help="openai backend: server URL, e.g. http://127.0.0.1:8000/v1; repeat it (or give @FILE, one "
+        "URL a line) for a fleet serving the same model: requests spread over the endpoints that are "
+        "up, a failing one is backed off and its requests retried on the others",
+    )
+    j.add_argument(
+        "--max-qps",
+        type=float,
+        metavar="Q",
+        help="openai backend: requests started per second over all endpoints (default: no cap)",
+    )
+    j.add_argument(
+        "--api-key",
+        help="openai backend: API key (default and preferred: $OPENAI_API_KEY -- a flag's "
+        "value is visible to other users in the process list; it is never written to the run metadata)",
+    )
     j.add_argument("--concurrency", type=int, default=16, help="openai backend: requests in flight")
-    j.add_argument("--request-timeout", type=float, default=60.0, metavar="S",
-                   help="openai backend: seconds per request before it is retried")
+    j.add_argument(
+        "--request-timeout",
+        type=float,
+        default=60.0,
+        metavar="S",
+        help="openai backend: seconds per request before it is retried",
+    )
     j.add_argument("--max-retries", type=int, default=4, help="openai backend: retries per request after the first try")
     if device:
         j.add_argument("--device", help="cuda, cpu, ... (default: cuda when available)")
-    j.add_argument("--judge-dtype", choices=["auto", "float32", "bfloat16", "float16"],
-                   help="transformers backend: weights and activations (default: bfloat16 on GPU, float32 on "
-                   "CPU; auto: bfloat16 on GPU and on CPUs with AVX512-BF16 or AMX, where it is about 2x faster "
-                   "with P(yes) within about 0.03, float32 on other CPUs, where bfloat16 is emulated and slower)")
-    j.add_argument("--vllm-dtype", choices=["auto", "float32", "bfloat16", "float16"],
-                   help="vllm backend: engine dtype (default: vLLM's auto, bf16 on CPUs that support it)")
-    j.add_argument("--vllm-max-model-len", type=int, metavar="N",
-                   help="vllm backend: the engine's context (prompts are left-truncated to it)")
-    j.add_argument("--vllm-kv-cache-gb", type=float, metavar="GB",
-                   help="vllm backend on CPU: KV-cache size (VLLM_CPU_KVCACHE_SPACE; needed on small machines)")
-    j.add_argument("--vllm-gpu-memory", type=float, metavar="F",
-                   help="vllm backend on GPU: gpu_memory_utilization")
-    j.add_argument("--vllm-engine-args", metavar="JSON",
-                   help="vllm backend: more vllm.LLM keyword arguments as a JSON object (a mapping in --config)")
+    j.add_argument(
+        "--judge-dtype",
+        choices=["auto", "float32", "bfloat16", "float16"],
+        help="transformers backend: weights and activations (default: bfloat16 on GPU, float32 on "
+        "CPU; auto: bfloat16 on GPU and on CPUs with AVX512-BF16 or AMX, where it is about 2x faster "
+        "with P(yes) within about 0.03, float32 on other CPUs, where bfloat16 is emulated and slower)",
+    )
+    j.add_argument(
+        "--vllm-dtype",
+        choices=["auto", "float32", "bfloat16", "float16"],
+        help="vllm backend: engine dtype (default: vLLM's auto, bf16 on CPUs that support it)",
+    )
+    j.add_argument(
+        "--vllm-max-model-len",
+        type=int,
+        metavar="N",
+        help="vllm backend: the engine's context (prompts are left-truncated to it)",
+    )
+    j.add_argument(
+        "--vllm-kv-cache-gb",
+        type=float,
+        metavar="GB",
+        help="vllm backend on CPU: KV-cache size (VLLM_CPU_KVCACHE_SPACE; needed on small machines)",
+    )
+    j.add_argument("--vllm-gpu-memory", type=float, metavar="F", help="vllm backend on GPU: gpu_memory_utilization")
+    j.add_argument(
+        "--vllm-engine-args",
+        metavar="JSON",
+        help="vllm backend: more vllm.LLM keyword arguments as a JSON object (a mapping in --config)",
+    )
     return j
 
 
@@ -156,8 +211,12 @@ def base_urls(values) -> list:
 def judge_backend_options(args: argparse.Namespace, *, progress: bool = True, **extra) -> dict:
     """Constructor options of the chosen backend from the shared judge flags."""
     if args.backend == "transformers":
-        return {"device": getattr(args, "device", None), "dtype": getattr(args, "judge_dtype", None),
-                "progress": progress, **extra}
+        return {
+            "device": getattr(args, "device", None),
+            "dtype": getattr(args, "judge_dtype", None),
+            "progress": progress,
+            **extra,
+        }
     if args.backend == "openai":
         urls = base_urls(args.base_url)
         if not urls:
@@ -167,9 +226,14 @@ def judge_backend_options(args: argparse.Namespace, *, progress: bool = True, **
         max_qps = getattr(args, "max_qps", None)
         if max_qps is not None and not max_qps > 0:
             raise ValueError(f"--max-qps must be > 0, got {max_qps}")
-        return {"base_url": urls[0] if len(urls) == 1 else urls, "api_key": args.api_key,
-                "concurrency": args.concurrency, "timeout": args.request_timeout, "max_retries": args.max_retries,
-                **({"max_qps": max_qps} if max_qps else {})}
+        return {
+            "base_url": urls[0] if len(urls) == 1 else urls,
+            "api_key": args.api_key,
+            "concurrency": args.concurrency,
+            "timeout": args.request_timeout,
+            "max_retries": args.max_retries,
+            **({"max_qps": max_qps} if max_qps else {}),
+        }
     import json
 
     opts = {"progress": progress}
@@ -182,8 +246,12 @@ def judge_backend_options(args: argparse.Namespace, *, progress: bool = True, **
     if extra is not None and not isinstance(extra, dict):
         raise ValueError("--vllm-engine-args must be a JSON object of vllm.LLM keyword arguments")
     opts.update(extra or {})
-    for flag, key in (("vllm_dtype", "dtype"), ("vllm_max_model_len", "max_model_len"),
-                      ("vllm_kv_cache_gb", "kv_cache_gb"), ("vllm_gpu_memory", "gpu_memory_utilization")):
+    for flag, key in (
+        ("vllm_dtype", "dtype"),
+        ("vllm_max_model_len", "max_model_len"),
+        ("vllm_kv_cache_gb", "kv_cache_gb"),
+        ("vllm_gpu_memory", "gpu_memory_utilization"),
+    ):
         if getattr(args, flag) is not None:
             opts[key] = getattr(args, flag)
     return opts

@@ -33,18 +33,37 @@ def _yaml_load(text: str):
     class Loader(yaml.SafeLoader):
         pass
 
-    Loader.yaml_implicit_resolvers = {k: [r for r in v if r[0] != "tag:yaml.org,2002:bool"]
-                                      for k, v in yaml.SafeLoader.yaml_implicit_resolvers.items()}
-    Loader.add_implicit_resolver("tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"),
-                                 list("tTfF"))
+    Loader.yaml_implicit_resolvers = {
+        k: [r for r in v if r[0] != "tag:yaml.org,2002:bool"]
+        for k, v in yaml.SafeLoader.yaml_implicit_resolvers.items()
+    }
+    Loader.add_implicit_resolver(
+        "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
+    )
     return yaml.load(text, Loader=Loader)  # noqa: S506 - a SafeLoader subclass
 
 
 # Options whose values are files or directories: a relative value in a job file names a path beside the job
 # file (as an include would), not beside wherever the job happens to be started from.
-PATH_OPTIONS = {"input", "output", "sessions_output", "work_dir", "role_file", "judge_template", "judge_cache",
-                "ground_truth", "rubric", "artifacts", "reference", "simulation", "system_prompt", "html",
-                "persona_csv", "benchmark", "corpus"}
+PATH_OPTIONS = {
+    "input",
+    "output",
+    "sessions_output",
+    "work_dir",
+    "role_file",
+    "judge_template",
+    "judge_cache",
+    "ground_truth",
+    "rubric",
+    "artifacts",
+    "reference",
+    "simulation",
+    "system_prompt",
+    "html",
+    "persona_csv",
+    "benchmark",
+    "corpus",
+}
 # Model options may be a local path or a hub / server name: resolved only when the path beside the job file exists.
 MODEL_OPTIONS = {"judge_model", "encoder", "nli_model"}
 MAX_JOB_FILE_BYTES = 1 << 20
@@ -61,8 +80,11 @@ def _no_aliases(text: str, path: str) -> None:
         for event in yaml.parse(text, Loader=yaml.SafeLoader):
             if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
                 mark = event.start_mark
-                raise DataError(f"line {mark.line + 1}: YAML anchors and aliases (&name, *name) are not allowed in a "
-                                "job file; write the values out", file=path)
+                raise DataError(
+                    f"line {mark.line + 1}: YAML anchors and aliases (&name, *name) are not allowed in a "
+                    "job file; write the values out",
+                    file=path,
+                )
     except yaml.YAMLError:
         return  # the loader reports it with its line and column
 
@@ -72,8 +94,9 @@ def _load(path: str) -> dict:
 
     try:
         if Path(path).stat().st_size > MAX_JOB_FILE_BYTES:
-            raise DataError(f"the job file is larger than {MAX_JOB_FILE_BYTES // 1024} KiB; is it a job file?",
-                            file=path)
+            raise DataError(
+                f"the job file is larger than {MAX_JOB_FILE_BYTES // 1024} KiB; is it a job file?", file=path
+            )
         text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise DataError(f"cannot read the job file ({exc})", file=path) from None
@@ -93,8 +116,15 @@ def _beside_job_file(dest: str, value, base: Path):
     """A relative path option resolved against the job file's directory (URIs, ``bundled:`` and ``-`` kept)."""
     if isinstance(value, list):
         return [_beside_job_file(dest, v, base) for v in value]
-    if dest not in PATH_OPTIONS | MODEL_OPTIONS or not isinstance(value, str) or not value or value == "-" \
-            or "://" in value or value.startswith("bundled:") or Path(value).expanduser().is_absolute():
+    if (
+        dest not in PATH_OPTIONS | MODEL_OPTIONS
+        or not isinstance(value, str)
+        or not value
+        or value == "-"
+        or "://" in value
+        or value.startswith("bundled:")
+        or Path(value).expanduser().is_absolute()
+    ):
         return value
     resolved = base / value
     if dest in MODEL_OPTIONS and not resolved.exists():
@@ -107,7 +137,9 @@ def apply_job_file(parser: argparse.ArgumentParser, path: str) -> dict:
     from ..data import DataError
 
     data = _load(path)
-    actions = {a.dest: a for a in parser._actions if a.dest not in ("help", "config_file") and not a.dest.startswith("_")}
+    actions = {
+        a.dest: a for a in parser._actions if a.dest not in ("help", "config_file") and not a.dest.startswith("_")
+    }
     values = {}
     for key, value in data.items():
         dest = str(key).replace("-", "_").lstrip("_")
@@ -133,8 +165,9 @@ def apply_job_file(parser: argparse.ArgumentParser, path: str) -> dict:
         if action.choices is not None and value is not None:
             for v in value if isinstance(value, list) else [value]:
                 if v not in action.choices:
-                    raise DataError(f"option {key!r}: {v!r} is not one of {', '.join(map(str, action.choices))}",
-                                    file=path)
+                    raise DataError(
+                        f"option {key!r}: {v!r} is not one of {', '.join(map(str, action.choices))}", file=path
+                    )
         value = _beside_job_file(dest, value, Path(path).resolve().parent)
         action.required = False  # given by the file; a flag on the command line still overrides it
         values[dest] = value

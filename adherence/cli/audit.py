@@ -15,8 +15,9 @@ def _judge_args(p: argparse.ArgumentParser, cache: bool = True) -> None:
 
     add_judge_args(p)
     if cache:
-        p.add_argument("--judge-cache", help="SQLite judge-call cache: a re-run costs nothing, an interrupted one "
-                       "resumes")
+        p.add_argument(
+            "--judge-cache", help="SQLite judge-call cache: a re-run costs nothing, an interrupted one resumes"
+        )
 
 
 def _backend(args, progress: bool = False):
@@ -35,29 +36,45 @@ def format_metrics(metrics: dict) -> str:
     from ..report import audit_question_rows, code_question_rows
 
     judges = ", ".join(metrics.get("judges") or []) or "none (every question answered by code)"
-    lines = [f"judge: {judges}", "",
-             "pooled stability of the judge (judge-answered questions, macro-averaged over judge x generator)",
-             f"{'k':<6}{'agreement':>11}{'AC1':>8}{'Fleiss':>8}{'R_stab':>8}"]
+    lines = [
+        f"judge: {judges}",
+        "",
+        "pooled stability of the judge (judge-answered questions, macro-averaged over judge x generator)",
+        f"{'k':<6}{'agreement':>11}{'AC1':>8}{'Fleiss':>8}{'R_stab':>8}",
+    ]
     for k, m in metrics["pooled"].items():
-        lines.append(f"{k:<6}{_fmt(m['percent_agreement']):>11}{_fmt(m['gwet_ac1']):>8}{_fmt(m['fleiss_kappa']):>8}{_fmt(m['r_stab']):>8}")
+        lines.append(
+            f"{k:<6}{_fmt(m['percent_agreement']):>11}{_fmt(m['gwet_ac1']):>8}{_fmt(m['fleiss_kappa']):>8}{_fmt(m['r_stab']):>8}"
+        )
     last = f"k={metrics['ks'][-1]}"
     rows = audit_question_rows(metrics, last)
-    lines += ["", f"judge-answered questions ({last})",
-              f"{'question':<20}{'fingerprint':>12}{'answers':>9}{'unscored':>10}{'agreement':>11}{'AC1':>8}"
-              f"{'Fleiss':>8}{'R_stab':>8}"]
+    lines += [
+        "",
+        f"judge-answered questions ({last})",
+        f"{'question':<20}{'fingerprint':>12}{'answers':>9}{'unscored':>10}{'agreement':>11}{'AC1':>8}"
+        f"{'Fleiss':>8}{'R_stab':>8}",
+    ]
     for q, strat, n, un, pa_, ac1, fk, imp, rs in rows:
-        lines.append(f"{q:<20}{_fmt(strat):>12}{_fmt(n):>9}{_fmt(un):>10}{_fmt(pa_):>11}{_fmt(ac1):>8}"
-                     f"{_fmt(fk) + ('*' if imp else ''):>8}{_fmt(rs):>8}")
+        lines.append(
+            f"{q:<20}{_fmt(strat):>12}{_fmt(n):>9}{_fmt(un):>10}{_fmt(pa_):>11}{_fmt(ac1):>8}"
+            f"{_fmt(fk) + ('*' if imp else ''):>8}{_fmt(rs):>8}"
+        )
     if any(r[7] for r in rows):
         lines.append("* Fleiss' kappa undefined (one category in every answer): 1.0 imputed")
     code = code_question_rows(metrics)
     if code:
-        lines += ["", "code-answered questions (deterministic: no stability statistic)",
-                  f"{'question':<20}{'answers':>9}{'unscored':>10}{'yes-rate':>10}"]
+        lines += [
+            "",
+            "code-answered questions (deterministic: no stability statistic)",
+            f"{'question':<20}{'answers':>9}{'unscored':>10}{'yes-rate':>10}",
+        ]
         for q, n, un, yr in code:
             lines.append(f"{q:<20}{_fmt(n):>9}{_fmt(un):>10}{_fmt(yr):>10}")
-    lines += ["", "per artifact: adherence score S_i = yes / answered over runs (code + judge answers)",
-              f"{'artifact':<14}{'generator':>10}{'mean':>8}{'std':>8}"]
+    lines += [
+        "",
+        "per artifact: adherence score S_i = yes / answered over runs (code + judge answers)",
+        f"{'artifact':<14}{'generator':>10}{'mean':>8}{'std':>8}",
+    ]
     for a in metrics["artifacts"]:
         lines.append(f"{a['artifact_id']:<14}{a['generator']:>10}{_fmt(a['mean']):>8}{_fmt(a['std']):>8}")
     return "\n".join(lines)
@@ -71,20 +88,33 @@ class AuditCommand(Command):
         sub = p.add_subparsers(dest="audit", metavar="STEP", required=True)
         r = sub.add_parser("rubric", help="draft objective and subjective rubric questions from a system prompt")
         r.add_argument("--system-prompt", required=True, help="file holding the application's system prompt")
-        r.add_argument("-o", "--output", required=True, help="rubric file to write (.yaml or .json), for a person to review")
+        r.add_argument(
+            "-o", "--output", required=True, help="rubric file to write (.yaml or .json), for a person to review"
+        )
         r.add_argument("--max-tokens", type=int, default=512, help="token budget of each drafting pass")
         _judge_args(r, cache=False)
         run = sub.add_parser("run", help="answer the rubric for every artifact, k times")
         run.add_argument("--rubric", required=True, help="reviewed rubric file (.yaml or .json)")
-        run.add_argument("--artifacts", required=True, help="artifacts table {artifact_id, generator, filled_prompt, output, ...inputs}")
+        run.add_argument(
+            "--artifacts",
+            required=True,
+            help="artifacts table {artifact_id, generator, filled_prompt, output, ...inputs}",
+        )
         run.add_argument("--runs", type=int, default=5, help="independent judge runs k (default 5)")
         run.add_argument("--ks", help="comma-separated k values for the stability tables (default: 1..runs)")
-        run.add_argument("--temperature", type=float, default=0.7,
-                         help="sampling temperature of each run (0: greedy, every run identical)")
+        run.add_argument(
+            "--temperature",
+            type=float,
+            default=0.7,
+            help="sampling temperature of each run (0: greedy, every run identical)",
+        )
         run.add_argument("--seed", type=int, default=0, help="run r samples with seed + r")
-        run.add_argument("--max-tokens", type=int,
-                         help="answer budget per artifact and run, in tokens (default: 48 + 72 per judge-answered "
-                         "question; answers also end at the close of the requested JSON)")
+        run.add_argument(
+            "--max-tokens",
+            type=int,
+            help="answer budget per artifact and run, in tokens (default: 48 + 72 per judge-answered "
+            "question; answers also end at the close of the requested JSON)",
+        )
         run.add_argument("--encoder", help="encoder for reasoning stability (default: bundled all-MiniLM-L6-v2)")
         run.add_argument("--eps", type=float, default=0.05, help="DBSCAN cosine eps (default 0.05)")
         run.add_argument("-o", "--output", required=True, help="output directory")
@@ -105,11 +135,16 @@ class AuditCommand(Command):
             path = rubric.save(args.output)
             Path(str(path) + ".raw.json").write_text(json.dumps(raw, indent=2, ensure_ascii=False), encoding="utf-8")
             kinds = [i.kind for i in rubric.items]
-            print(f"drafted {len(rubric.items)} questions ({kinds.count('objective')} objective, "
-                  f"{kinds.count('subjective')} subjective), {len(rubric.ignored)} ignored instructions -> {path}")
+            print(
+                f"drafted {len(rubric.items)} questions ({kinds.count('objective')} objective, "
+                f"{kinds.count('subjective')} subjective), {len(rubric.ignored)} ignored instructions -> {path}"
+            )
             if not rubric.items:
-                print(f"adherence audit rubric: failed: the judge drafted no question (raw answers in {path}.raw.json); "
-                      "use a stronger --judge-model or write the rubric by hand", file=sys.stderr)
+                print(
+                    f"adherence audit rubric: failed: the judge drafted no question (raw answers in {path}.raw.json); "
+                    "use a stronger --judge-model or write the rubric by hand",
+                    file=sys.stderr,
+                )
                 return 1
             print("review and edit it (add code checks to objective questions) before running the audit")
             return 0
@@ -123,8 +158,14 @@ class AuditCommand(Command):
         from ..models import Encoder
 
         rubric = load_rubric(args.rubric)
-        config = AuditConfig(runs=args.runs, temperature=args.temperature, seed=args.seed, max_tokens=args.max_tokens,
-                             cache=args.judge_cache, progress=not args.no_progress)
+        config = AuditConfig(
+            runs=args.runs,
+            temperature=args.temperature,
+            seed=args.seed,
+            max_tokens=args.max_tokens,
+            cache=args.judge_cache,
+            progress=not args.no_progress,
+        )
         ks = [int(k) for k in args.ks.split(",")] if args.ks else list(range(1, args.runs + 1))
         if not all(1 <= k <= args.runs for k in ks):
             raise ValueError(f"--ks values must be in [1, {args.runs}], got {args.ks}")
@@ -133,9 +174,17 @@ class AuditCommand(Command):
         judgments = run_audit(rubric, args.artifacts, backend or _NoJudge(), config=config)
         out = Path(args.output)
         out.mkdir(parents=True, exist_ok=True)
-        meta = run_metadata(config={"audit": vars(config), "rubric": args.rubric, "ks": ks, "eps": args.eps,
-                                    "judge": backend.describe() if backend else None},
-                            seed=args.seed, inputs=[args.rubric, args.artifacts])
+        meta = run_metadata(
+            config={
+                "audit": vars(config),
+                "rubric": args.rubric,
+                "ks": ks,
+                "eps": args.eps,
+                "judge": backend.describe() if backend else None,
+            },
+            seed=args.seed,
+            inputs=[args.rubric, args.artifacts],
+        )
         write_table(judgments, out / "judgments.parquet", metadata=meta)
         metrics = stability_tables(judgments, Encoder(args.encoder, progress=False), ks=ks, eps=args.eps)
         (out / "metrics.json").write_text(json.dumps(metrics, indent=2), encoding="utf-8")
@@ -143,11 +192,16 @@ class AuditCommand(Command):
         sources = judgments.column("source").to_pylist()
         judged = [a for a, src in zip(answers, sources) if src == "judge"]
         print(format_metrics(metrics))
-        print(f"{judgments.num_rows} judgments: code {sources.count('code')}, judge {len(judged)} "
-              f"({judged.count(None)} unscored) -> {out}")
+        print(
+            f"{judgments.num_rows} judgments: code {sources.count('code')}, judge {len(judged)} "
+            f"({judged.count(None)} unscored) -> {out}"
+        )
         if judged and judged.count(None) == len(judged):
-            print("adherence audit run: failed: every judged answer is unscored (the judge's output could not be "
-                  f"parsed; see the justifications in {out / 'judgments.parquet'})", file=sys.stderr)
+            print(
+                "adherence audit run: failed: every judged answer is unscored (the judge's output could not be "
+                f"parsed; see the justifications in {out / 'judgments.parquet'})",
+                file=sys.stderr,
+            )
             return 1
         return 0
 

@@ -20,7 +20,10 @@ class BenchCommand(Command):
     def add_args(self, p: argparse.ArgumentParser) -> None:
         sub = p.add_subparsers(dest="bench", metavar="BENCH", required=True)
         rp = sub.add_parser("role-paper", help="role-adherence methods on a flat benchmark file at n = 15, 50, 150")
-        rp.add_argument("benchmark", help="flat benchmark JSON [{role, assistant, ground_truth_assistant, label}] or any turns table")
+        rp.add_argument(
+            "benchmark",
+            help="flat benchmark JSON [{role, assistant, ground_truth_assistant, label}] or any turns table",
+        )
         rp.add_argument("--sizes", default="15,50,150", help="comma-separated n (default 15,50,150)")
         rp.add_argument("--encoder", help="encoder path (default: bundled all-MiniLM-L6-v2)")
         rp.add_argument("--bertscore", action="store_true", help="include bertscore (with --encoder's model)")
@@ -29,16 +32,25 @@ class BenchCommand(Command):
         rp.add_argument("--device", help="cuda, cpu, ... (default: cuda when available)")
         rp.add_argument("--json", action="store_true", help="print JSON instead of the table")
         rp.add_argument("-o", "--output", help="also write the JSON here")
-        kb = sub.add_parser("kernels", help="fused scoring kernels vs torch eager: rows/s, GB/s, TFLOP/s and the ratio "
-                            "to the measured hardware peak (JSON)")
+        kb = sub.add_parser(
+            "kernels",
+            help="fused scoring kernels vs torch eager: rows/s, GB/s, TFLOP/s and the ratio "
+            "to the measured hardware peak (JSON)",
+        )
         kb.add_argument("--batch", type=int, default=4096, help="candidate rows scored per call")
         kb.add_argument("--dim", type=int, default=384, help="embedding dimension")
         kb.add_argument("--refs", type=int, default=64, help="reference embeddings per row (kNN-max)")
         kb.add_argument("--vocab", type=int, default=500, help="distribution size (KL)")
-        kb.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"], help="embedding dtype")
+        kb.add_argument(
+            "--dtype", default="float32", choices=["float32", "float16", "bfloat16"], help="embedding dtype"
+        )
         kb.add_argument("--repeats", type=int, default=10, help="timed repetitions (the median is reported)")
-        kb.add_argument("--pools", default="", help="comma-separated sizes of large shared kNN pools to time as "
-                        "well (e.g. 10000,100000,1000000; rows are chosen for ~2e14 FLOP per call)")
+        kb.add_argument(
+            "--pools",
+            default="",
+            help="comma-separated sizes of large shared kNN pools to time as "
+            "well (e.g. 10000,100000,1000000; rows are chosen for ~2e14 FLOP per call)",
+        )
         kb.add_argument("--device", help="cuda, cpu, ... (default: cuda when available)")
         kb.add_argument("-o", "--output", help="also write the JSON here")
         mb = sub.add_parser("maxsim", help="late-interaction MaxSim over 1000-document pools: queries/s (JSON)")
@@ -48,27 +60,42 @@ class BenchCommand(Command):
         mb.add_argument("--doc-len", type=int, default=300, help="mean document tokens")
         mb.add_argument("--query-len", type=int, default=32, help="query tokens")
         mb.add_argument("--dim", type=int, default=384, help="token embedding dimension")
-        mb.add_argument("--dtype", default="float16", choices=["float32", "float16", "bfloat16"],
-                        help="stored token embedding dtype")
+        mb.add_argument(
+            "--dtype",
+            default="float16",
+            choices=["float32", "float16", "bfloat16"],
+            help="stored token embedding dtype",
+        )
         mb.add_argument("--repeats", type=int, default=5, help="timed repetitions (the median is reported)")
         mb.add_argument("--no-baseline", action="store_true", help="skip the padded per-query baseline")
         mb.add_argument("--device", help="cuda, cpu, ... (default: cuda when available)")
         mb.add_argument("-o", "--output", help="also write the JSON here")
-        nb = sub.add_parser("encoder", help="sentence encoder vs sentence-transformers on the same texts: texts/s (JSON)")
+        nb = sub.add_parser(
+            "encoder", help="sentence encoder vs sentence-transformers on the same texts: texts/s (JSON)"
+        )
         nb.add_argument("--texts", type=int, default=2000, help="distinct texts to encode")
-        nb.add_argument("--persona-csv", help="take the texts from a Synthetic-Persona-Chat CSV's utterances "
-                        "(default: synthetic chat-length texts)")
+        nb.add_argument(
+            "--persona-csv",
+            help="take the texts from a Synthetic-Persona-Chat CSV's utterances (default: synthetic chat-length texts)",
+        )
         nb.add_argument("--encoder", help="encoder path (default: bundled all-MiniLM-L6-v2)")
-        nb.add_argument("--dtype", choices=["float32", "bfloat16", "float16"],
-                        help="our dtype (default: bf16 on GPU, fp32 on CPU)")
+        nb.add_argument(
+            "--dtype", choices=["float32", "bfloat16", "float16"], help="our dtype (default: bf16 on GPU, fp32 on CPU)"
+        )
         nb.add_argument("--repeats", type=int, default=3, help="timed repetitions (the median is reported)")
         nb.add_argument("--device", help="cuda, cpu, ... (default: cuda when available)")
         nb.add_argument("-o", "--output", help="also write the JSON here")
-        pb = sub.add_parser("persona", help="the EVAL4SIM protocol end to end on one corpus: wall time, where it "
-                            "goes, and agreement with a run elsewhere (JSON)")
+        pb = sub.add_parser(
+            "persona",
+            help="the EVAL4SIM protocol end to end on one corpus: wall time, where it "
+            "goes, and agreement with a run elsewhere (JSON)",
+        )
         pb.add_argument("reference", help="the corpus (e.g. Synthetic-Persona-Chat_valid.csv)")
-        pb.add_argument("--baseline", help="`adherence persona -o` JSON of the same corpus from another machine: AUCs "
-                        "checked against it, speedup over its time")
+        pb.add_argument(
+            "--baseline",
+            help="`adherence persona -o` JSON of the same corpus from another machine: AUCs "
+            "checked against it, speedup over its time",
+        )
         pb.add_argument("--repeats", type=int, default=10, help="random pools per query and pool size")
         pb.add_argument("--limit", type=int, help="read only the first N conversations")
         pb.add_argument("--device", help="cuda, cpu, ... (default: cuda when available)")
@@ -79,16 +106,27 @@ class BenchCommand(Command):
         eb.add_argument("--method", default="cosine", help="scoring method")
         eb.add_argument("--shard-size", type=int, default=100_000, help="turns per shard")
         eb.add_argument("--workers", type=int, default=1, help="Ray actors")
-        eb.add_argument("--executors", help="comma-separated executors to compare (default: local, and ray when "
-                        "it is installed)")
+        eb.add_argument(
+            "--executors", help="comma-separated executors to compare (default: local, and ray when it is installed)"
+        )
         eb.add_argument("-o", "--output", help="also write the JSON here")
-        jb = sub.add_parser("judge", help="judge turns/s without reuse (ratio to the measured matmul peak), with "
-                            "prefix sharing vs separate passes, and the cost of exact P(yes) (JSON; exit 1 when "
-                            "a correctness check fails)")
-        jb.add_argument("--judge-model", "--model", dest="judge_model",
-                        help="judge model (default: the bundled SmolLM2-135M-Instruct)")
-        jb.add_argument("--random-config", choices=["llama-tiny", "smollm2-135m", "llama-3-8b"],
-                        help="random-weight model of a real architecture instead of --model")
+        jb = sub.add_parser(
+            "judge",
+            help="judge turns/s without reuse (ratio to the measured matmul peak), with "
+            "prefix sharing vs separate passes, and the cost of exact P(yes) (JSON; exit 1 when "
+            "a correctness check fails)",
+        )
+        jb.add_argument(
+            "--judge-model",
+            "--model",
+            dest="judge_model",
+            help="judge model (default: the bundled SmolLM2-135M-Instruct)",
+        )
+        jb.add_argument(
+            "--random-config",
+            choices=["llama-tiny", "smollm2-135m", "llama-3-8b"],
+            help="random-weight model of a real architecture instead of --model",
+        )
         jb.add_argument("--conversations", type=int, default=8, help="prefix workload: conversations")
         jb.add_argument("--turns", type=int, default=10, help="prefix workload: assistant turns per conversation")
         jb.add_argument("--role-tokens", type=int, default=200, help="words of each role (about one token each)")
@@ -96,23 +134,41 @@ class BenchCommand(Command):
         jb.add_argument("--unique", type=int, default=32, help="unique workload: prompts (nothing shared)")
         jb.add_argument("--prompt-tokens", type=int, default=1000, help="unique workload: tokens per prompt")
         jb.add_argument("--workloads", default="prefix,unique,full_vocab", help="comma-separated workloads")
-        jb.add_argument("--fp32-check", default="smollm2-135m",
-                        help="random config also checked in fp32 (1e-4); 'none' to skip")
+        jb.add_argument(
+            "--fp32-check", default="smollm2-135m", help="random config also checked in fp32 (1e-4); 'none' to skip"
+        )
         jb.add_argument("--batch-tokens", type=int, help="tokens per forward pass (default: the backend's)")
-        jb.add_argument("--engine-turns", type=int, default=0,
-                        help="also run the engine end to end on this many turns (GPU utilisation, CPU time per "
-                        "batch, the 1M-turn projection); 0: skip")
-        jb.add_argument("--engine-config", default="smollm2-135m", choices=["llama-tiny", "smollm2-135m", "llama-3-8b"],
-                        help="random config of the engine run's judge")
+        jb.add_argument(
+            "--engine-turns",
+            type=int,
+            default=0,
+            help="also run the engine end to end on this many turns (GPU utilisation, CPU time per "
+            "batch, the 1M-turn projection); 0: skip",
+        )
+        jb.add_argument(
+            "--engine-config",
+            default="smollm2-135m",
+            choices=["llama-tiny", "smollm2-135m", "llama-3-8b"],
+            help="random config of the engine run's judge",
+        )
         jb.add_argument("--repeats", type=int, default=3, help="timed repetitions (the median is reported)")
         jb.add_argument("--device", help="cuda, cpu, ... (default: cuda when available)")
-        jb.add_argument("--dtype", choices=["float32", "bfloat16", "float16"],
-                        help="model dtype (default: bf16 on GPU, fp32 on CPU)")
+        jb.add_argument(
+            "--dtype",
+            choices=["float32", "bfloat16", "float16"],
+            help="model dtype (default: bf16 on GPU, fp32 on CPU)",
+        )
         jb.add_argument("-o", "--output", help="also write the JSON here")
-        jr = sub.add_parser("judge-race", help="transformers vs vLLM (and a server) on the same prompts, model and "
-                            "dtype: turns/s without reuse and on multi-turn conversations (JSON)")
-        jr.add_argument("--judge-model", required=True,
-                        help="a transformers judge directory (e.g. from `adherence models export-judge`)")
+        jr = sub.add_parser(
+            "judge-race",
+            help="transformers vs vLLM (and a server) on the same prompts, model and "
+            "dtype: turns/s without reuse and on multi-turn conversations (JSON)",
+        )
+        jr.add_argument(
+            "--judge-model",
+            required=True,
+            help="a transformers judge directory (e.g. from `adherence models export-judge`)",
+        )
         jr.add_argument("--backends", default="transformers,vllm", help="comma-separated: transformers, vllm, openai")
         jr.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"], help="dtype of every backend")
         jr.add_argument("--unique", type=int, default=64, help="prompts in the no-reuse workload")
@@ -130,8 +186,15 @@ class BenchCommand(Command):
             sizes = comma_ints(args.sizes, "--sizes")
             if not sizes or min(sizes) < 2:
                 raise ValueError("--sizes needs integers >= 2")
-            res = role_paper(args.benchmark, sizes=sizes, encoder=args.encoder, bertscore=args.bertscore,
-                             bertscore_layer=args.bertscore_layer, nli_model=args.nli_model, device=args.device)
+            res = role_paper(
+                args.benchmark,
+                sizes=sizes,
+                encoder=args.encoder,
+                bertscore=args.bertscore,
+                bertscore_layer=args.bertscore_layer,
+                nli_model=args.nli_model,
+                device=args.device,
+            )
             if args.output:
                 from pathlib import Path
 
@@ -144,22 +207,28 @@ class BenchCommand(Command):
             for method, by_n in res.items():
                 for key, m in by_n.items():
                     n = key.split("=")[1] + ("*" if "n_records" in m else "")
-                    print(f"{method:<17}{n:>6}{_fmt(m['adherent']):>10}{_fmt(m['violation']):>11}"
-                          f"{_fmt(m['separation']):>12}{_fmt(m['auc']):>8}{_fmt(m['ap']):>8}")
+                    print(
+                        f"{method:<17}{n:>6}{_fmt(m['adherent']):>10}{_fmt(m['violation']):>11}"
+                        f"{_fmt(m['separation']):>12}{_fmt(m['auc']):>8}{_fmt(m['ap']):>8}"
+                    )
             if any("n_records" in m for by_n in res.values() for m in by_n.values()):
                 print("* the file has fewer records than n; all of them were used")
             for method, by_n in res.items():
                 low = [k.split("=")[1] for k, m in by_n.items() if m["auc"] is not None and m["auc"] < 0.5]
                 if low:
-                    print(f"note: {method}'s AUC is below 0.5 at n = {', '.join(low)}: its scores rank violations "
-                          "above adherent turns on this file (higher still means adherent; 1 - AUC is how well the "
-                          "reversed score would separate).")
+                    print(
+                        f"note: {method}'s AUC is below 0.5 at n = {', '.join(low)}: its scores rank violations "
+                        "above adherent turns on this file (higher still means adherent; 1 - AUC is how well the "
+                        "reversed score would separate)."
+                    )
                     if method == "pca_mahalanobis":
-                        print("  why: PCA keeps at most n - 1 components, the references' own subspace; a turn unlike "
-                              "every reference projects near its centre (small whitened distance, high score), while "
-                              "a paraphrase of one reference lands where the references lie, at the rim of the "
-                              "whitened cloud (large distance, low score). Use it with many more references than "
-                              "components.")
+                        print(
+                            "  why: PCA keeps at most n - 1 components, the references' own subspace; a turn unlike "
+                            "every reference projects near its centre (small whitened distance, high score), while "
+                            "a paraphrase of one reference lands where the references lie, at the rim of the "
+                            "whitened cloud (large distance, low score). Use it with many more references than "
+                            "components."
+                        )
             return 0
         if args.bench == "engine":
             from ..bench import bench_engine
@@ -174,35 +243,71 @@ class BenchCommand(Command):
                 import importlib.util
 
                 executors = ("local", "ray") if importlib.util.find_spec("ray") else ("local",)
-            res = bench_engine(turns=args.turns, small=args.small, method=args.method, shard_size=args.shard_size,
-                               workers=args.workers, executors=executors)
+            res = bench_engine(
+                turns=args.turns,
+                small=args.small,
+                method=args.method,
+                shard_size=args.shard_size,
+                workers=args.workers,
+                executors=executors,
+            )
             return self._emit(res, args.output)
         if args.bench == "judge":
             from ..bench import bench_judge
 
-            if min(args.conversations, args.turns, args.role_tokens, args.turn_tokens, args.unique,
-                   args.prompt_tokens, args.repeats) < 1:
-                raise ValueError("--conversations, --turns, --role-tokens, --turn-tokens, --unique, --prompt-tokens "
-                                 "and --repeats must be >= 1")
+            if (
+                min(
+                    args.conversations,
+                    args.turns,
+                    args.role_tokens,
+                    args.turn_tokens,
+                    args.unique,
+                    args.prompt_tokens,
+                    args.repeats,
+                )
+                < 1
+            ):
+                raise ValueError(
+                    "--conversations, --turns, --role-tokens, --turn-tokens, --unique, --prompt-tokens "
+                    "and --repeats must be >= 1"
+                )
             fp32 = None if args.fp32_check.lower() == "none" else args.fp32_check
-            res = bench_judge(model=args.judge_model, random_config=args.random_config, conversations=args.conversations,
-                              turns=args.turns, role_tokens=args.role_tokens, turn_tokens=args.turn_tokens,
-                              unique=args.unique, prompt_tokens=args.prompt_tokens, repeats=args.repeats,
-                              device=args.device, dtype=args.dtype, fp32_check=fp32, batch_tokens=args.batch_tokens,
-                              workloads=[w.strip() for w in args.workloads.split(",") if w.strip()],
-                              engine_turns=args.engine_turns, engine_config=args.engine_config,
-                              on_progress=(lambda r: self._write(r, args.output)) if args.output else None)
+            res = bench_judge(
+                model=args.judge_model,
+                random_config=args.random_config,
+                conversations=args.conversations,
+                turns=args.turns,
+                role_tokens=args.role_tokens,
+                turn_tokens=args.turn_tokens,
+                unique=args.unique,
+                prompt_tokens=args.prompt_tokens,
+                repeats=args.repeats,
+                device=args.device,
+                dtype=args.dtype,
+                fp32_check=fp32,
+                batch_tokens=args.batch_tokens,
+                workloads=[w.strip() for w in args.workloads.split(",") if w.strip()],
+                engine_turns=args.engine_turns,
+                engine_config=args.engine_config,
+                on_progress=(lambda r: self._write(r, args.output)) if args.output else None,
+            )
             return self._emit(res, args.output)
         if args.bench == "judge-race":
             from ..bench import bench_judge_race
 
             if min(args.unique, args.conversations, args.turns) < 1:
                 raise ValueError("--unique, --conversations and --turns must be >= 1")
-            res = bench_judge_race(model=args.judge_model, backends=[b.strip() for b in args.backends.split(",")
-                                                                     if b.strip()],
-                                   dtype=args.dtype, unique=args.unique, conversations=args.conversations,
-                                   turns=args.turns, base_url=args.base_url, served_model=args.served_model,
-                                   kv_cache_gb=args.vllm_kv_cache_gb)
+            res = bench_judge_race(
+                model=args.judge_model,
+                backends=[b.strip() for b in args.backends.split(",") if b.strip()],
+                dtype=args.dtype,
+                unique=args.unique,
+                conversations=args.conversations,
+                turns=args.turns,
+                base_url=args.base_url,
+                served_model=args.served_model,
+                kv_cache_gb=args.vllm_kv_cache_gb,
+            )
             return self._emit(res, args.output)
         if args.bench == "kernels":
             from ..bench import bench_kernels
@@ -212,33 +317,63 @@ class BenchCommand(Command):
             pools = comma_ints(args.pools, "--pools")
             if pools and min(pools) < 1:
                 raise ValueError("--pools sizes must be >= 1")
-            res = bench_kernels(batch=args.batch, dim=args.dim, refs=args.refs, vocab=args.vocab, dtype=args.dtype,
-                                repeats=args.repeats, device=args.device, pools=pools)
+            res = bench_kernels(
+                batch=args.batch,
+                dim=args.dim,
+                refs=args.refs,
+                vocab=args.vocab,
+                dtype=args.dtype,
+                repeats=args.repeats,
+                device=args.device,
+                pools=pools,
+            )
             return self._emit(res, args.output)
         if args.bench == "encoder":
             from ..bench import bench_encoder
 
             if min(args.texts, args.repeats) < 1:
                 raise ValueError("--texts and --repeats must be >= 1")
-            res = bench_encoder(texts=args.texts, persona_csv=args.persona_csv, model=args.encoder,
-                                device=args.device, dtype=args.dtype, repeats=args.repeats)
+            res = bench_encoder(
+                texts=args.texts,
+                persona_csv=args.persona_csv,
+                model=args.encoder,
+                device=args.device,
+                dtype=args.dtype,
+                repeats=args.repeats,
+            )
             return self._emit(res, args.output)
         if args.bench == "persona":
             from ..bench import bench_persona
 
             if args.repeats < 1 or (args.limit is not None and args.limit < 2):
                 raise ValueError("--repeats must be >= 1 and --limit >= 2")
-            res = bench_persona(reference=args.reference, baseline=args.baseline, device=args.device,
-                                repeats=args.repeats, limit=args.limit)
+            res = bench_persona(
+                reference=args.reference,
+                baseline=args.baseline,
+                device=args.device,
+                repeats=args.repeats,
+                limit=args.limit,
+            )
             return self._emit(res, args.output)
         if args.bench == "maxsim":
             from ..bench import bench_maxsim
 
             if min(args.queries, args.pool, args.corpus, args.doc_len, args.query_len, args.dim, args.repeats) < 1:
-                raise ValueError("--queries, --pool, --corpus, --doc-len, --query-len, --dim and --repeats must be >= 1")
-            res = bench_maxsim(queries=args.queries, pool=args.pool, corpus=args.corpus, doc_len=args.doc_len,
-                               query_len=args.query_len, dim=args.dim, dtype=args.dtype, repeats=args.repeats,
-                               device=args.device, baseline=not args.no_baseline)
+                raise ValueError(
+                    "--queries, --pool, --corpus, --doc-len, --query-len, --dim and --repeats must be >= 1"
+                )
+            res = bench_maxsim(
+                queries=args.queries,
+                pool=args.pool,
+                corpus=args.corpus,
+                doc_len=args.doc_len,
+                query_len=args.query_len,
+                dim=args.dim,
+                dtype=args.dtype,
+                repeats=args.repeats,
+                device=args.device,
+                baseline=not args.no_baseline,
+            )
             return self._emit(res, args.output)
         raise ValueError(f"unknown benchmark {args.bench!r}")
 
@@ -266,7 +401,10 @@ class BenchCommand(Command):
             failed = [k for k, c in checks.items() if isinstance(c, dict) and c.get("passed") is False]
             if not failed and checks.get("passed") is False:
                 failed = [checks.get("checked_against", "the check")]
-            print(f"error: bench {res.get('bench')}: correctness check failed ({', '.join(failed) or 'see the JSON'}); "
-                  "the timings are in the JSON", file=sys.stderr)
+            print(
+                f"error: bench {res.get('bench')}: correctness check failed ({', '.join(failed) or 'see the JSON'}); "
+                "the timings are in the JSON",
+                file=sys.stderr,
+            )
             return 1
         return 0

@@ -27,16 +27,23 @@ def format_calibration(cal: dict, *, after_label: str) -> str:
         + (f", AUC {cal['auc']:.4f}" if cal.get("auc") is not None else ""),
         f"threshold ({cal['rule']}{target}): score >= {cal['threshold']:.6g}"
         + (f"  {level}% CI [{thr_ci[0]:.6g}, {thr_ci[1]:.6g}]" if thr_ci and thr_ci[0] is not None else "")
-        + (f"  (calibrated probability there {cal['threshold_probability']:.3f})"
-           if cal.get("threshold_probability") is not None else ""),
+        + (
+            f"  (calibrated probability there {cal['threshold_probability']:.3f})"
+            if cal.get("threshold_probability") is not None
+            else ""
+        ),
         f"probability map: {cal['map']['method']}",
         "",
     ]
     left = f"before (score >= {b.get('threshold', 0.5):g})"
     w = max(30, len(left) + 2)
     lines.append(f"{'':<26}{left:<{w}}{after_label}")
-    for key, name in (("balanced_accuracy", "balanced accuracy"), ("ece", f"ECE ({cal.get('n_bins', 10)} bins)"),
-                      ("brier", "Brier score"), ("predicted_positive_share", "share predicted positive")):
+    for key, name in (
+        ("balanced_accuracy", "balanced accuracy"),
+        ("ece", f"ECE ({cal.get('n_bins', 10)} bins)"),
+        ("brier", "Brier score"),
+        ("predicted_positive_share", "share predicted positive"),
+    ):
         lines.append(f"{name:<26}{_cell(b, key):<{w}}{_cell(a, key)}")
     if cal.get("note"):
         lines.append(f"note: {cal['note']}")
@@ -48,21 +55,42 @@ class CalibrateCommand(Command):
     help = "fit a threshold and a probability map on labelled scores, checked on held-out rows"
 
     def add_args(self, p: argparse.ArgumentParser) -> None:
-        p.add_argument("input", help="labelled scores: an `adherence score` output with a label column (.parquet, "
-                       ".jsonl, .csv), or any table with a score and a label column")
-        p.add_argument("-o", "--output", required=True, metavar="CAL.json",
-                       help="the calibration file, for `score --calibration` and `evaluate --calibration`")
+        p.add_argument(
+            "input",
+            help="labelled scores: an `adherence score` output with a label column (.parquet, "
+            ".jsonl, .csv), or any table with a score and a label column",
+        )
+        p.add_argument(
+            "-o",
+            "--output",
+            required=True,
+            metavar="CAL.json",
+            help="the calibration file, for `score --calibration` and `evaluate --calibration`",
+        )
         p.add_argument("--score", help="score column (default: `score`)")
         p.add_argument("--label", help="label column (default: `label`)")
-        p.add_argument("--positive", help="label value of the adherent class (default: the one label that reads as "
-                       "positive -- adherent, yes, true, 1, ...)")
-        p.add_argument("--map", dest="map_method", default="platt", choices=["platt", "isotonic", "none"],
-                       help="probability map: platt (a sigmoid of the score, default), isotonic (monotone steps, "
-                       "needs more labels), none")
-        p.add_argument("--rule", default="youden", choices=["youden", "precision", "recall"],
-                       help="threshold: youden (max TPR - FPR, default), precision / recall (reach --target)")
-        p.add_argument("--target", type=float, help="target precision or recall of the adherent class (--rule "
-                       "precision / recall)")
+        p.add_argument(
+            "--positive",
+            help="label value of the adherent class (default: the one label that reads as "
+            "positive -- adherent, yes, true, 1, ...)",
+        )
+        p.add_argument(
+            "--map",
+            dest="map_method",
+            default="platt",
+            choices=["platt", "isotonic", "none"],
+            help="probability map: platt (a sigmoid of the score, default), isotonic (monotone steps, "
+            "needs more labels), none",
+        )
+        p.add_argument(
+            "--rule",
+            default="youden",
+            choices=["youden", "precision", "recall"],
+            help="threshold: youden (max TPR - FPR, default), precision / recall (reach --target)",
+        )
+        p.add_argument(
+            "--target", type=float, help="target precision or recall of the adherent class (--rule precision / recall)"
+        )
         p.add_argument("--folds", type=int, default=5, help="cross-validation folds for the held-out check (default 5)")
         p.add_argument("--bins", type=int, default=10, help="reliability bins for ECE (default 10)")
         p.add_argument("--bootstrap", type=int, default=1000, metavar="N", help="bootstrap resamples (default 1000)")
@@ -89,36 +117,69 @@ class CalibrateCommand(Command):
             raise ValueError(f"--rule {args.rule} needs --target in (0, 1], e.g. --target 0.9")
         table = read_table(args.input, format=args.format)
         meta = _metadata(args.input)
-        score, label, positive, _ = resolve_columns(table, meta, args.score, args.label, args.positive, "none",
-                                                    file=str(args.input))
+        score, label, positive, _ = resolve_columns(
+            table, meta, args.score, args.label, args.positive, "none", file=str(args.input)
+        )
         if (args.score, args.label, args.positive) != (score, label, positive):
-            print(f"calibrating score={score!r} against label={label!r} positive={positive!r} (defaults; override "
-                  "with --score, --label, --positive)", file=sys.stderr)
-        result, labels, scores = evaluate_table(table, score=score, label=label, positive=positive, n_bootstrap=0,
-                                                file=str(args.input), return_rows=True)
+            print(
+                f"calibrating score={score!r} against label={label!r} positive={positive!r} (defaults; override "
+                "with --score, --label, --positive)",
+                file=sys.stderr,
+            )
+        result, labels, scores = evaluate_table(
+            table, score=score, label=label, positive=positive, n_bootstrap=0, file=str(args.input), return_rows=True
+        )
         y = (labels == str(positive)).astype("int8")
         try:
-            cal = fit_calibration(y, scores, method=args.map_method, rule=args.rule, target=args.target,
-                                  folds=args.folds, n_bins=args.bins, n_bootstrap=args.bootstrap, seed=args.seed,
-                                  level=args.level)
+            cal = fit_calibration(
+                y,
+                scores,
+                method=args.map_method,
+                rule=args.rule,
+                target=args.target,
+                folds=args.folds,
+                n_bins=args.bins,
+                n_bootstrap=args.bootstrap,
+                seed=args.seed,
+                level=args.level,
+            )
         except UndefinedMetricError as exc:
             raise DataError(f"cannot calibrate: {exc}", file=str(args.input), column=label) from None
         cfg = (meta or {}).get("config") or {}
         models = (meta or {}).get("models") or {}
-        source = {"input": str(args.input), "input_digest": content_digest(Path(args.input)),
-                  "score_column": score, "label_column": label, "positive": str(positive),
-                  "method": cfg.get("method"), "judge": (models.get("judge") or {}).get("model"),
-                  "judge_layout": (cfg.get("judge") or {}).get("layout"),
-                  "encoder": (models.get("encoder") or {}).get("name"),
-                  "n_unscored": result["n_unscored"], "n_unlabeled": result["n_unlabeled"]}
+        source = {
+            "input": str(args.input),
+            "input_digest": content_digest(Path(args.input)),
+            "score_column": score,
+            "label_column": label,
+            "positive": str(positive),
+            "method": cfg.get("method"),
+            "judge": (models.get("judge") or {}).get("model"),
+            "judge_layout": (cfg.get("judge") or {}).get("layout"),
+            "encoder": (models.get("encoder") or {}).get("name"),
+            "n_unscored": result["n_unscored"],
+            "n_unlabeled": result["n_unlabeled"],
+        }
         from .._version import __version__
 
-        doc = {"format": FORMAT, "threshold": cal["threshold"], "map": cal["map"], "rule": cal["rule"],
-               "target": cal["target"], "source": source, "fit": cal, "adherence": __version__}
+        doc = {
+            "format": FORMAT,
+            "threshold": cal["threshold"],
+            "map": cal["map"],
+            "rule": cal["rule"],
+            "target": cal["target"],
+            "source": source,
+            "fit": cal,
+            "adherence": __version__,
+        }
         import hashlib
 
-        doc["digest"] = "sha256:" + hashlib.sha256(json.dumps({k: doc[k] for k in ("threshold", "map")},
-                                                              sort_keys=True).encode()).hexdigest()[:16]
+        doc["digest"] = (
+            "sha256:"
+            + hashlib.sha256(
+                json.dumps({k: doc[k] for k in ("threshold", "map")}, sort_keys=True).encode()
+            ).hexdigest()[:16]
+        )
         out = Path(args.output)
         out.parent.mkdir(parents=True, exist_ok=True)
         _write_json_atomic(out, doc)
@@ -126,12 +187,26 @@ class CalibrateCommand(Command):
         if args.html:
             from ..report import write_evaluation_html
 
-            full = evaluate_table(table, score=score, label=label, positive=positive, n_bootstrap=args.bootstrap,
-                                  seed=args.seed, level=args.level, file=str(args.input))
+            full = evaluate_table(
+                table,
+                score=score,
+                label=label,
+                positive=positive,
+                n_bootstrap=args.bootstrap,
+                seed=args.seed,
+                level=args.level,
+                file=str(args.input),
+            )
             full["input"] = str(args.input)
-            path = write_evaluation_html(args.html, full, labels, scores, meta=meta,
-                                         title=f"adherence calibrate: {args.input}",
-                                         calibration=dict(cal, after_label=after_label))
+            path = write_evaluation_html(
+                args.html,
+                full,
+                labels,
+                scores,
+                meta=meta,
+                title=f"adherence calibrate: {args.input}",
+                calibration=dict(cal, after_label=after_label),
+            )
             print(f"wrote {path}", file=sys.stderr)
         print(f"wrote {out}", file=sys.stderr)
         if args.json:

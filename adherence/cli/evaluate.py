@@ -30,7 +30,17 @@ def format_evaluation(result: dict) -> str:
     level = int(round(100 * result.get("ci_level", 0.95)))
     header = f"{'metric':<15}{'value':>10}" + (f"{f'{level}% CI':>22}" if ci else "")
     lines += [header, "-" * len(header)]
-    for m in ("auc", "ap", "mean_positive", "mean_negative", "separation", "f1_positive", "f1_negative", "macro_f1", "kappa"):
+    for m in (
+        "auc",
+        "ap",
+        "mean_positive",
+        "mean_negative",
+        "separation",
+        "f1_positive",
+        "f1_negative",
+        "macro_f1",
+        "kappa",
+    ):
         if m not in result:
             continue
         row = f"{m:<15}{_fmt(result[m]):>10}"
@@ -50,8 +60,21 @@ def format_evaluation(result: dict) -> str:
 
 
 # Label values that read as the positive (adherent) class, and their negatives.
-_POSITIVE_WORDS = ("adherent", "adheres", "yes", "true", "1", "pass", "passed", "positive", "good", "ok", "compliant",
-                   "in_role", "in-role")
+_POSITIVE_WORDS = (
+    "adherent",
+    "adheres",
+    "yes",
+    "true",
+    "1",
+    "pass",
+    "passed",
+    "positive",
+    "good",
+    "ok",
+    "compliant",
+    "in_role",
+    "in-role",
+)
 
 
 def _metadata(path) -> Optional[dict]:
@@ -65,8 +88,16 @@ def _metadata(path) -> Optional[dict]:
     return meta if isinstance(meta, dict) else None
 
 
-def resolve_columns(table, meta: Optional[dict], score: Optional[str], label: Optional[str],
-                    positive: Optional[str], prediction: Optional[str], *, file: str) -> tuple:
+def resolve_columns(
+    table,
+    meta: Optional[dict],
+    score: Optional[str],
+    label: Optional[str],
+    positive: Optional[str],
+    prediction: Optional[str],
+    *,
+    file: str,
+) -> tuple:
     """The score, label, positive value and prediction column to evaluate: the flags given, else what an
     `adherence score` output's metadata and the data say; a one-line DataError when one cannot be told."""
     from ..data import DataError
@@ -87,8 +118,12 @@ def resolve_columns(table, meta: Optional[dict], score: Optional[str], label: Op
         values = sorted({str(v) for v in table.column(label).to_pylist() if v is not None})
         hits = [v for v in values if v.strip().lower() in _POSITIVE_WORDS]
         if len(hits) != 1:
-            raise DataError(f"give --positive: which label is the adherent class? values: {', '.join(values[:20])}"
-                            f"{', ...' if len(values) > 20 else ''}", file=file, column=label)
+            raise DataError(
+                f"give --positive: which label is the adherent class? values: {', '.join(values[:20])}"
+                f"{', ...' if len(values) > 20 else ''}",
+                file=file,
+                column=label,
+            )
         positive = hits[0]
     if prediction is None and scored_output and "prediction" in cols:
         prediction = "prediction"
@@ -103,24 +138,42 @@ class EvaluateCommand(Command):
 
     def add_args(self, p: argparse.ArgumentParser) -> None:
         p.add_argument("input", help="table to read: .parquet, .jsonl, .csv, or an adapter .json")
-        p.add_argument("--score", help="score column, higher = more adherent (default: `score` when the table has "
-                       "one, as every `adherence score` output does)")
+        p.add_argument(
+            "--score",
+            help="score column, higher = more adherent (default: `score` when the table has "
+            "one, as every `adherence score` output does)",
+        )
         p.add_argument("--label", help="label column (default: `label` when the table has one)")
-        p.add_argument("--positive", help="label value of the positive class (default: the label that reads as "
-                       "positive -- adherent, yes, true, 1, pass, ... -- when exactly one does)")
-        p.add_argument("--prediction", help="0/1 prediction column, adds F1, macro F1, kappa (default: `prediction` "
-                       "of an `adherence score` output; `--prediction none` for none)")
-        p.add_argument("--bootstrap", type=int, default=1000, metavar="N", help="bootstrap resamples for CIs (0: none; default 1000)")
+        p.add_argument(
+            "--positive",
+            help="label value of the positive class (default: the label that reads as "
+            "positive -- adherent, yes, true, 1, pass, ... -- when exactly one does)",
+        )
+        p.add_argument(
+            "--prediction",
+            help="0/1 prediction column, adds F1, macro F1, kappa (default: `prediction` "
+            "of an `adherence score` output; `--prediction none` for none)",
+        )
+        p.add_argument(
+            "--bootstrap",
+            type=int,
+            default=1000,
+            metavar="N",
+            help="bootstrap resamples for CIs (0: none; default 1000)",
+        )
         p.add_argument("--seed", type=int, default=42, help="bootstrap seed (default 42)")
         p.add_argument("--level", type=float, default=0.95, help="confidence level (default 0.95)")
         p.add_argument("--format", help="override the input format (parquet, jsonl, csv, json)")
         p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
         p.add_argument("-o", "--output", help="also write the results as JSON here")
         p.add_argument("--html", metavar="OUT", help="write an HTML page with the ROC curve and score distributions")
-        p.add_argument("--calibration", metavar="CAL.json",
-                       help="apply a calibration from `adherence calibrate`: predictions become score >= its "
-                       "threshold, and balanced accuracy and ECE are shown before and after (with a reliability "
-                       "diagram on the --html page)")
+        p.add_argument(
+            "--calibration",
+            metavar="CAL.json",
+            help="apply a calibration from `adherence calibrate`: predictions become score >= its "
+            "threshold, and balanced accuracy and ECE are shown before and after (with a reliability "
+            "diagram on the --html page)",
+        )
 
     def run(self, args: argparse.Namespace) -> int:
         from ..data import read_table
@@ -137,8 +190,9 @@ class EvaluateCommand(Command):
             cal = load_calibration(args.calibration)
             if args.prediction not in (None, "none"):
                 raise ValueError("give --prediction or --calibration, not both (the calibration decides predictions)")
-        score, label, positive, prediction = resolve_columns(table, meta, args.score, args.label, args.positive,
-                                                             "none" if cal else args.prediction, file=str(args.input))
+        score, label, positive, prediction = resolve_columns(
+            table, meta, args.score, args.label, args.positive, "none" if cal else args.prediction, file=str(args.input)
+        )
         if cal is not None:
             import numpy as np
             import pyarrow as pa
@@ -168,9 +222,13 @@ class EvaluateCommand(Command):
             return_rows=True,
         )
         if (args.score, args.label, args.positive) != (score, label, positive):
-            print(f"evaluating score={score!r} label={label!r} positive={positive!r}"
-                  + (f" prediction={prediction!r}" if prediction else "") + " (defaults; override with --score, "
-                  "--label, --positive, --prediction)", file=sys.stderr)
+            print(
+                f"evaluating score={score!r} label={label!r} positive={positive!r}"
+                + (f" prediction={prediction!r}" if prediction else "")
+                + " (defaults; override with --score, "
+                "--label, --positive, --prediction)",
+                file=sys.stderr,
+            )
         result["input"] = str(args.input)
         if args.prediction:
             result["prediction_column"] = args.prediction
@@ -179,19 +237,36 @@ class EvaluateCommand(Command):
             from ..stats import assess_calibration
 
             y = (labels == str(positive)).astype("int8")
-            calibration = assess_calibration(y, scores, threshold=cal.threshold, cmap=cal.map,
-                                             n_bootstrap=args.bootstrap, seed=args.seed, level=args.level)
-            calibration.update(rule=cal.data.get("rule"), target=cal.data.get("target"), file=str(args.calibration),
-                               threshold_ci=(cal.data.get("fit") or {}).get("threshold_ci"),
-                               after_label=f"after ({args.calibration}: threshold {cal.threshold:.4g}, "
-                                           f"{cal.map.method} map)")
+            calibration = assess_calibration(
+                y,
+                scores,
+                threshold=cal.threshold,
+                cmap=cal.map,
+                n_bootstrap=args.bootstrap,
+                seed=args.seed,
+                level=args.level,
+            )
+            calibration.update(
+                rule=cal.data.get("rule"),
+                target=cal.data.get("target"),
+                file=str(args.calibration),
+                threshold_ci=(cal.data.get("fit") or {}).get("threshold_ci"),
+                after_label=f"after ({args.calibration}: threshold {cal.threshold:.4g}, {cal.map.method} map)",
+            )
             result["calibration"] = calibration
             result["prediction_column"] = f"score >= {cal.threshold:.6g} ({args.calibration})"
         if args.html:
             from ..report import write_evaluation_html
 
-            path = write_evaluation_html(args.html, result, labels, scores, title=f"adherence evaluate: {args.input}",
-                                         meta=meta if isinstance(meta, dict) else None, calibration=calibration)
+            path = write_evaluation_html(
+                args.html,
+                result,
+                labels,
+                scores,
+                title=f"adherence evaluate: {args.input}",
+                meta=meta if isinstance(meta, dict) else None,
+                calibration=calibration,
+            )
             print(f"wrote {path}", file=sys.stderr)
         for m, why in result["undefined"].items():
             print(f"warning: {m} is undefined: {why}", file=sys.stderr)
@@ -208,6 +283,10 @@ class EvaluateCommand(Command):
             if calibration is not None:
                 from .calibrate import format_calibration
 
-                print("\ncalibration " + str(args.calibration) + ":\n"
-                      + format_calibration(calibration, after_label=calibration["after_label"]))
+                print(
+                    "\ncalibration "
+                    + str(args.calibration)
+                    + ":\n"
+                    + format_calibration(calibration, after_label=calibration["after_label"])
+                )
         return 0

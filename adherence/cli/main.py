@@ -15,14 +15,20 @@ from ._jobfile import apply_job_file, job_file_argument
 COMMANDS = {
     "score": ("adherence.cli.score:ScoreCommand", "score assistant turns for role adherence"),
     "evaluate": ("adherence.cli.evaluate:EvaluateCommand", "how well a score column separates labels"),
-    "calibrate": ("adherence.cli.calibrate:CalibrateCommand",
-                  "fit a threshold and a probability map on labelled scores, checked on held-out rows"),
+    "calibrate": (
+        "adherence.cli.calibrate:CalibrateCommand",
+        "fit a threshold and a probability map on labelled scores, checked on held-out rows",
+    ),
     "audit": ("adherence.cli.audit:AuditCommand", "instruction-adherence audits with judge stability"),
-    "persona": ("adherence.cli.persona:PersonaCommand",
-                "EVAL4SIM: persona adherence, consistency and naturalness of simulations vs a human corpus"),
+    "persona": (
+        "adherence.cli.persona:PersonaCommand",
+        "EVAL4SIM: persona adherence, consistency and naturalness of simulations vs a human corpus",
+    ),
     "bench": ("adherence.cli.bench:BenchCommand", "benchmarks and paper reproductions"),
-    "models": ("adherence.cli.models:ModelsCommand",
-               "model utilities: export the bundled judge as a transformers checkpoint"),
+    "models": (
+        "adherence.cli.models:ModelsCommand",
+        "model utilities: export the bundled judge as a transformers checkpoint",
+    ),
 }
 
 
@@ -189,8 +195,11 @@ def _main(argv: Optional[Sequence[str]]) -> int:
         args._job_file, args._job_values = job, job_values
         from ._jobfile import MODEL_OPTIONS, PATH_OPTIONS
 
-        used = [f"{d.replace('_', '-')}={getattr(args, d)}" for d, v in job_values.items()
-                if d in PATH_OPTIONS | MODEL_OPTIONS and getattr(args, d, None) == v and v is not None]
+        used = [
+            f"{d.replace('_', '-')}={getattr(args, d)}"
+            for d, v in job_values.items()
+            if d in PATH_OPTIONS | MODEL_OPTIONS and getattr(args, d, None) == v and v is not None
+        ]
         if used and not getattr(args, "quiet", False):  # which files the job file points at, resolved
             print(f"{job}: {', '.join(used)}", file=sys.stderr)
     if getattr(args, "_command", None) is None:

@@ -33,13 +33,18 @@ def format_persona(results: dict) -> str:
             lines.append(f"{shown:<{W}}{role if shown else '':<12}{dim:<13}{rank:>9}")
         else:
             off_s = "—" if off is None else f"{off:+.4f}"
-            lines.append(f"{shown:<{W}}{role if shown else '':<12}{dim:<13}{_v(raw):>9}{_v(sim):>12}{off_s:>10}{_v(rank):>6}")
+            lines.append(
+                f"{shown:<{W}}{role if shown else '':<12}{dim:<13}{_v(raw):>9}{_v(sim):>12}{off_s:>10}{_v(rank):>6}"
+            )
         prev = name
     adh = next((r["adherence"] for r in results.values() if "curves" in (r.get("adherence") or {})), None)
     if adh:
         methods, rows = adherence_rows(results)
-        lines += ["", f"adherence, normalised AUC of the MRR curve per retriever (primary: {adh['method']}; "
-                      f"similarity to the reference in brackets):"]
+        lines += [
+            "",
+            f"adherence, normalised AUC of the MRR curve per retriever (primary: {adh['method']}; "
+            f"similarity to the reference in brackets):",
+        ]
         lines.append(f"{'dataset':<{W}}" + "".join(f"{m:>22}" for m in methods))
         for name, *cells in rows:
             lines.append(f"{name:<{W}}" + "".join(f"{c:>22}" for c in cells))
@@ -59,8 +64,10 @@ def format_persona(results: dict) -> str:
     for name, res in results.items():
         sk = res.get("skipped_records")
         if sk:
-            lines.append(f"warning: {name}: {sk['count']} malformed record(s) skipped ({', '.join(sk['first'])}"
-                         f"{', ...' if sk['count'] > len(sk['first']) else ''})")
+            lines.append(
+                f"warning: {name}: {sk['count']} malformed record(s) skipped ({', '.join(sk['first'])}"
+                f"{', ...' if sk['count'] > len(sk['first']) else ''})"
+            )
     for res in results.values():
         nat = res.get("naturalness")
         if isinstance(nat, dict) and "skipped" in nat:
@@ -69,33 +76,53 @@ def format_persona(results: dict) -> str:
     return "\n".join(lines)
 
 
-
 class PersonaCommand(Command):
     name = "persona"
     help = "EVAL4SIM: persona adherence, consistency and naturalness of simulations vs a human corpus"
 
     def add_args(self, p: argparse.ArgumentParser) -> None:
-        p.add_argument("--reference", required=True, help="human corpus: PersonaChat *_self_original.txt, "
-                       "Synthetic-Persona-Chat CSV, or a directory with conversations.<ext> and personas.<ext>")
-        p.add_argument("--simulation", action="append", default=[], metavar="SIM",
-                       help="a simulated corpus in any of those forms (repeat for several)")
-        p.add_argument("--name", action="append", metavar="NAME",
-                       help="display names, reference first (default: file names)")
-        p.add_argument("--dimensions", default="adherence,consistency,naturalness",
-                       help="comma-separated: adherence, consistency, naturalness (default all)")
-        p.add_argument("--methods", default="tfidf,bm25,bi_encoder,late_interaction",
-                       help="adherence retrievers (default tfidf,bm25,bi_encoder,late_interaction)")
+        p.add_argument(
+            "--reference",
+            required=True,
+            help="human corpus: PersonaChat *_self_original.txt, "
+            "Synthetic-Persona-Chat CSV, or a directory with conversations.<ext> and personas.<ext>",
+        )
+        p.add_argument(
+            "--simulation",
+            action="append",
+            default=[],
+            metavar="SIM",
+            help="a simulated corpus in any of those forms (repeat for several)",
+        )
+        p.add_argument(
+            "--name", action="append", metavar="NAME", help="display names, reference first (default: file names)"
+        )
+        p.add_argument(
+            "--dimensions",
+            default="adherence,consistency,naturalness",
+            help="comma-separated: adherence, consistency, naturalness (default all)",
+        )
+        p.add_argument(
+            "--methods",
+            default="tfidf,bm25,bi_encoder,late_interaction",
+            help="adherence retrievers (default tfidf,bm25,bi_encoder,late_interaction)",
+        )
         p.add_argument("--primary", default="late_interaction", help="retriever whose curve gives the adherence score")
         p.add_argument("--alpha", type=float, default=0.5, help="speaker weight w = sin(alpha*pi/2) (default 0.5)")
         p.add_argument("--pool-sizes", help="comma-separated distractor counts (default 13 sizes over [1, 1000])")
         p.add_argument("--repeats", type=int, default=10, help="random pools per query and size (default 10)")
         p.add_argument("--max-queries", type=int, help="adherence on a seeded subset of persona queries per corpus")
         p.add_argument("--limit", type=int, help="read only the first N conversations of each corpus")
-        p.add_argument("--strict-input", action="store_true",
-                       help="a malformed conversation is an error (default: skipped with a warning and counted)")
+        p.add_argument(
+            "--strict-input",
+            action="store_true",
+            help="a malformed conversation is an error (default: skipped with a warning and counted)",
+        )
         p.add_argument("--seed", type=int, default=0, help="seed of the random pools and query subsets")
-        p.add_argument("--encoder", help="token/sentence encoder: local path or ColBERT checkpoint "
-                       "(default: bundled all-MiniLM-L6-v2)")
+        p.add_argument(
+            "--encoder",
+            help="token/sentence encoder: local path or ColBERT checkpoint (default: bundled all-MiniLM-L6-v2)",
+        )
         p.add_argument("--nli-model", help="local NLI model for naturalness (skipped without one)")
         p.add_argument("--device", help="cuda, cpu, ... (default: CUDA when available)")
         p.add_argument("--json", action="store_true", help="print JSON instead of the table")
@@ -106,11 +133,21 @@ class PersonaCommand(Command):
         from ..persona import PersonaConfig, evaluate_persona
 
         cfg = PersonaConfig(
-            dimensions=args.dimensions.split(","), methods=args.methods.split(","), primary=args.primary,
-            alpha=args.alpha, pool_sizes=comma_ints(args.pool_sizes, "--pool-sizes") if args.pool_sizes else None,
-            repeats=args.repeats, seed=args.seed, max_queries=args.max_queries, encoder=args.encoder,
-            device=args.device, nli_model=args.nli_model, limit=args.limit, strict_input=args.strict_input,
-            progress=not (getattr(args, "no_progress", False) or getattr(args, "quiet", False)))
+            dimensions=args.dimensions.split(","),
+            methods=args.methods.split(","),
+            primary=args.primary,
+            alpha=args.alpha,
+            pool_sizes=comma_ints(args.pool_sizes, "--pool-sizes") if args.pool_sizes else None,
+            repeats=args.repeats,
+            seed=args.seed,
+            max_queries=args.max_queries,
+            encoder=args.encoder,
+            device=args.device,
+            nli_model=args.nli_model,
+            limit=args.limit,
+            strict_input=args.strict_input,
+            progress=not (getattr(args, "no_progress", False) or getattr(args, "quiet", False)),
+        )
         if args.html and not str(args.html).endswith((".html", ".htm")):
             raise ValueError(f"--html needs a .html path, got {args.html}")
         results = evaluate_persona(args.reference, args.simulation, names=args.name, config=cfg)
@@ -126,22 +163,33 @@ class PersonaCommand(Command):
             from ..report import write_persona_html
 
             Path(args.html).parent.mkdir(parents=True, exist_ok=True)
-            about = [["reference", args.reference], ["simulations", ", ".join(args.simulation) or "none"],
-                     ["dimensions", args.dimensions], ["retrievers", f"{args.methods} (primary: {args.primary})"],
-                     ["encoder", args.encoder or "bundled:all-MiniLM-L6-v2"],
-                     ["NLI model", args.nli_model or "none (naturalness skipped)"],
-                     ["alpha (speaker weight sin(alpha*pi/2))", args.alpha], ["pools per query and size", args.repeats],
-                     ["seed", args.seed]]
+            about = [
+                ["reference", args.reference],
+                ["simulations", ", ".join(args.simulation) or "none"],
+                ["dimensions", args.dimensions],
+                ["retrievers", f"{args.methods} (primary: {args.primary})"],
+                ["encoder", args.encoder or "bundled:all-MiniLM-L6-v2"],
+                ["NLI model", args.nli_model or "none (naturalness skipped)"],
+                ["alpha (speaker weight sin(alpha*pi/2))", args.alpha],
+                ["pools per query and size", args.repeats],
+                ["seed", args.seed],
+            ]
             print(f"wrote {write_persona_html(args.html, results, about=about)}", file=sys.stderr)
         if args.json:
             print(json.dumps(results, indent=2, allow_nan=False))
         else:
             print(format_persona(results))
-        failed = [f"{name}: {dim}" for name, res in results.items() if isinstance(res, dict)
-                  for dim in ("adherence", "consistency", "naturalness")
-                  if isinstance(res.get(dim), dict) and "error" in res[dim]]
+        failed = [
+            f"{name}: {dim}"
+            for name, res in results.items()
+            if isinstance(res, dict)
+            for dim in ("adherence", "consistency", "naturalness")
+            if isinstance(res.get(dim), dict) and "error" in res[dim]
+        ]
         if failed:
-            print(f"adherence persona: failed: {len(failed)} dimension(s) could not be computed ({failed[0]}, ...)",
-                  file=sys.stderr)
+            print(
+                f"adherence persona: failed: {len(failed)} dimension(s) could not be computed ({failed[0]}, ...)",
+                file=sys.stderr,
+            )
             return 1
         return 0

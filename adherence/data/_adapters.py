@@ -61,8 +61,11 @@ class PersonaCorpus(NamedTuple):
     def utterances(self):
         """``(conversation_id, speaker, text)`` per utterance, in conversation then turn order (text may be None)."""
         conv = self.conversations.sort_by([("conversation_id", "ascending"), ("turn_index", "ascending")])
-        return zip(conv.column("conversation_id").to_pylist(), conv.column("speaker").to_pylist(),
-                   conv.column("text").to_pylist())
+        return zip(
+            conv.column("conversation_id").to_pylist(),
+            conv.column("speaker").to_pylist(),
+            conv.column("text").to_pylist(),
+        )
 
 
 def _skip_or_raise(skipped: list, strict: bool, error: DataError, where: str) -> None:
@@ -102,7 +105,11 @@ def turns_from_pygaussia(obj: Any, *, file: str = "<json>") -> pa.Table:
                 raise DataError(f"{where}: missing field {key!r}", file=file, column=key)
         role = ds.get("chatbot_role", ds.get("role"))
         if role is None:
-            raise DataError(f"{where} (session_id={ds['session_id']!r}): missing field 'chatbot_role'", file=file, column="chatbot_role")
+            raise DataError(
+                f"{where} (session_id={ds['session_id']!r}): missing field 'chatbot_role'",
+                file=file,
+                column="chatbot_role",
+            )
         conversation = ds["conversation"]
         if not isinstance(conversation, list):
             raise DataError(f"{where}: 'conversation' must be a list of batches", file=file, column="conversation")
@@ -207,9 +214,14 @@ def read_personachat(path: PathLike, *, strict: bool = False) -> PersonaCorpus:
                 continue
             m = _PC_LINE.match(line)
             if m is None:
-                _skip_or_raise(skipped, strict, DataError(
-                    "expected a line starting with its number ('1 your persona: ...')", file=file, line=line_no),
-                    f"dialog {dialog + 1} (line {line_no})")
+                _skip_or_raise(
+                    skipped,
+                    strict,
+                    DataError(
+                        "expected a line starting with its number ('1 your persona: ...')", file=file, line=line_no
+                    ),
+                    f"dialog {dialog + 1} (line {line_no})",
+                )
                 bad = True
                 continue
             number, body = int(m.group(1)), m.group(2)
@@ -223,26 +235,33 @@ def read_personachat(path: PathLike, *, strict: bool = False) -> PersonaCorpus:
                 turn = 0
             cid = f"{stem}-{dialog}"
             if body.startswith("your persona:"):
-                personas.setdefault(SPEAKER_2, []).append(body[len("your persona:"):].strip())
+                personas.setdefault(SPEAKER_2, []).append(body[len("your persona:") :].strip())
                 continue
             if body.startswith("partner's persona:"):
-                personas.setdefault(SPEAKER_1, []).append(body[len("partner's persona:"):].strip())
+                personas.setdefault(SPEAKER_1, []).append(body[len("partner's persona:") :].strip())
                 continue
             parts = body.split("\t")
             if len(parts) < 2:
-                _skip_or_raise(skipped, strict, DataError("expected 'partner utterance<TAB>own utterance'", file=file,
-                                                          line=line_no), f"dialog {dialog + 1} (line {line_no})")
+                _skip_or_raise(
+                    skipped,
+                    strict,
+                    DataError("expected 'partner utterance<TAB>own utterance'", file=file, line=line_no),
+                    f"dialog {dialog + 1} (line {line_no})",
+                )
                 bad = True
                 continue
             for speaker, text in ((SPEAKER_1, parts[0]), (SPEAKER_2, parts[1])):
                 if text.strip() and text.strip() != "__SILENCE__":
-                    dialog_rows.append({"conversation_id": cid, "turn_index": turn, "speaker": speaker, "text": text.strip()})
+                    dialog_rows.append(
+                        {"conversation_id": cid, "turn_index": turn, "speaker": speaker, "text": text.strip()}
+                    )
                     turn += 1
     if dialog >= 0:
         flush()
     warn_skipped(file, skipped, "dialog")
-    return PersonaCorpus(_finish(conv_rows, PERSONA_CONVERSATIONS, file), _finish(persona_rows, PERSONAS, file),
-                         tuple(skipped))
+    return PersonaCorpus(
+        _finish(conv_rows, PERSONA_CONVERSATIONS, file), _finish(persona_rows, PERSONAS, file), tuple(skipped)
+    )
 
 
 _SPC_COLUMNS = ("user 1 personas", "user 2 personas", "best generated conversation")
@@ -298,9 +317,17 @@ def read_synthetic_persona_chat(path: PathLike, *, limit: Optional[int] = None, 
             elif utterances:
                 utterances[-1][1] += " " + line.strip()
         if not utterances:
-            _skip_or_raise(skipped, strict, DataError("no 'User 1:' / 'User 2:' utterance in the conversation",
-                                                      file=file, row=i + 1, column=by_lower[_SPC_COLUMNS[2]]),
-                           f"row {i + 1}")
+            _skip_or_raise(
+                skipped,
+                strict,
+                DataError(
+                    "no 'User 1:' / 'User 2:' utterance in the conversation",
+                    file=file,
+                    row=i + 1,
+                    column=by_lower[_SPC_COLUMNS[2]],
+                ),
+                f"row {i + 1}",
+            )
             continue
         for speaker, text in ((SPEAKER_1, p1[i]), (SPEAKER_2, p2[i])):
             sentences = [s.strip() for s in str(text or "").splitlines() if s.strip()]
@@ -308,5 +335,6 @@ def read_synthetic_persona_chat(path: PathLike, *, limit: Optional[int] = None, 
         for t, (speaker, text) in enumerate(utterances):
             conv_rows.append({"conversation_id": cid, "turn_index": t, "speaker": speaker, "text": text})
     warn_skipped(file, skipped, "conversation")
-    return PersonaCorpus(_finish(conv_rows, PERSONA_CONVERSATIONS, file), _finish(persona_rows, PERSONAS, file),
-                         tuple(skipped))
+    return PersonaCorpus(
+        _finish(conv_rows, PERSONA_CONVERSATIONS, file), _finish(persona_rows, PERSONAS, file), tuple(skipped)
+    )

@@ -72,5 +72,8 @@ def warn_skipped(file: str, skipped: Sequence[tuple[str, str]], unit: str, rest:
     if not skipped:
         return
     first = ", ".join(w for w, _ in skipped[:10]) + (", ..." if len(skipped) > 10 else "")
-    warnings.warn(f"{file}: skipped {len(skipped)} malformed {unit}(s) ({first}): {skipped[0][1]}; the rest is {rest} "
-                  "(strict_input=True, on the command line --strict-input, makes this an error)", stacklevel=3)
+    warnings.warn(
+        f"{file}: skipped {len(skipped)} malformed {unit}(s) ({first}): {skipped[0][1]}; the rest is {rest} "
+        "(strict_input=True, on the command line --strict-input, makes this an error)",
+        stacklevel=3,
+    )

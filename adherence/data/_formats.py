@@ -77,15 +77,19 @@ def _check_file(path: PathLike) -> Path:
     if p.is_file() and p.stat().st_size == 0:
         raise DataError("file is empty", file=path)
     if p.is_dir() and not (p / "state.json").is_file() and not any(_parquet_files(p)):
-        raise DataError("the directory holds no .parquet files (nor a Hugging Face dataset saved with "
-                        "save_to_disk)", file=path)
+        raise DataError(
+            "the directory holds no .parquet files (nor a Hugging Face dataset saved with save_to_disk)", file=path
+        )
     return p
 
 
 def _parquet_files(directory: Path) -> list[Path]:
     """Data files of a Parquet dataset directory (hidden and ``_``-prefixed entries are not data)."""
-    return sorted(q for q in directory.rglob("*") if q.is_file() and not any(
-        part.startswith((".", "_")) for part in q.relative_to(directory).parts))
+    return sorted(
+        q
+        for q in directory.rglob("*")
+        if q.is_file() and not any(part.startswith((".", "_")) for part in q.relative_to(directory).parts)
+    )
 
 
 _SURROGATE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
@@ -93,13 +97,19 @@ _SURROGATE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
 
 def _check_surrogates(record: dict, *, file, row: int, line: int) -> None:
     """A lone UTF-16 surrogate (``"\\ud800"``) decodes into Python but cannot be stored as UTF-8 text."""
+
     def walk(value, column):
         if isinstance(value, str):
             try:
                 value.encode("utf-8")
             except UnicodeEncodeError:
-                raise DataError("text holds a lone UTF-16 surrogate escape (e.g. \\ud800), which is not valid "
-                                "Unicode text", file=file, row=row, line=line, column=column) from None
+                raise DataError(
+                    "text holds a lone UTF-16 surrogate escape (e.g. \\ud800), which is not valid Unicode text",
+                    file=file,
+                    row=row,
+                    line=line,
+                    column=column,
+                ) from None
         elif isinstance(value, dict):
             for v in value.values():
                 walk(v, column)
@@ -148,9 +158,13 @@ def _jsonl_records(path: Path) -> Iterator[tuple[int, int, Any]]:
     with open(path, "rb") as fh:
         for line_no, raw in enumerate(iter(lambda: fh.readline(MAX_LINE_BYTES + 1), b""), start=1):
             if len(raw) > MAX_LINE_BYTES:
-                raise DataError(f"a line longer than {MAX_LINE_BYTES // 2**20} MiB; one JSONL record per line is "
-                                "expected (is this a JSON array or a dump without newlines?)", file=path,
-                                row=row + 1, line=line_no)
+                raise DataError(
+                    f"a line longer than {MAX_LINE_BYTES // 2**20} MiB; one JSONL record per line is "
+                    "expected (is this a JSON array or a dump without newlines?)",
+                    file=path,
+                    row=row + 1,
+                    line=line_no,
+                )
             if line_no == 1 and raw.startswith(b"\xef\xbb\xbf"):
                 raw = raw[3:]  # a UTF-8 byte-order mark (what some Windows tools write) is not data
             try:
@@ -183,8 +197,9 @@ def _jsonl_batches(path: Path, contract: Optional[Contract], batch_size: int) ->
     row_offset = 0
     for row, line_no, record in _jsonl_records(path):
         if not isinstance(record, dict):
-            raise DataError(f"expected a JSON object per line, got {type(record).__name__}", file=path, row=row,
-                            line=line_no)
+            raise DataError(
+                f"expected a JSON object per line, got {type(record).__name__}", file=path, row=row, line=line_no
+            )
         records.append(record)
         if len(records) >= batch_size:
             yield records_to_table(records, contract, file=str(path), row_offset=row_offset)
@@ -305,10 +320,12 @@ def _parquet_batches(path: Path, batch_size: int) -> Iterator[pa.Table]:
                 # never with the first file's columns only.
                 schema = pa.unify_schemas(schemas, promote_options="permissive")
             except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
-                raise DataError(f"the Parquet files of this directory have incompatible columns ({exc})",
-                                file=path) from None
+                raise DataError(
+                    f"the Parquet files of this directory have incompatible columns ({exc})", file=path
+                ) from None
             batches = ds.dataset([str(f) for f in files], format="parquet", schema=schema).to_batches(
-                batch_size=batch_size)
+                batch_size=batch_size
+            )
         else:
             batches = pq.ParquetFile(path).iter_batches(batch_size=batch_size)
         for batch in batches:

@@ -74,6 +74,7 @@ def _transcript_source(path: Path, fmt: str, opts) -> Optional[tuple[str, Iterat
         kind = _transcript_kind(opts, lambda: detect_transcript(items[0]) if items else None)
         return (kind, ((i, None, r) for i, r in enumerate(items, start=1))) if kind else None
     if fmt in ("parquet", "arrow", "hf_dataset"):
+
         def first_schema():
             first = next(_parquet_batches(path, 4096) if fmt == "parquet" else _arrow_batches(path, 4096), None)
             return None if first is None else _table_transcript_kind(first.schema)
@@ -93,8 +94,9 @@ def _transcript_source(path: Path, fmt: str, opts) -> Optional[tuple[str, Iterat
     return None
 
 
-def _raw_batches(path: Path, fmt: str, contract: Optional[Contract], batch_size: int,
-                 transcripts=None) -> Iterator[pa.Table]:
+def _raw_batches(
+    path: Path, fmt: str, contract: Optional[Contract], batch_size: int, transcripts=None
+) -> Iterator[pa.Table]:
     if transcripts is not None:
         found = _transcript_source(path, fmt, transcripts)
         if found is not None:
@@ -135,8 +137,10 @@ def _as_table(source) -> pa.Table:
         return source.with_format("arrow")[:]
     if kind.startswith("pandas.") and hasattr(source, "to_records"):
         return pa.Table.from_pandas(source, preserve_index=False)
-    raise TypeError(f"cannot read a {kind}: pass a path, a pyarrow Table / RecordBatchReader, a pandas DataFrame "
-                    "or a datasets.Dataset")
+    raise TypeError(
+        f"cannot read a {kind}: pass a path, a pyarrow Table / RecordBatchReader, a pandas DataFrame "
+        "or a datasets.Dataset"
+    )
 
 
 def iter_batches(

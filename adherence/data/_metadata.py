@@ -17,9 +17,11 @@ __all__ = ["run_metadata", "write_run_metadata", "metadata_path", "file_digest",
 
 REDACTED = "<redacted>"
 # Option and key names whose values are secrets: never written to metadata, pages or logs.
-_SECRET_NAME = re.compile(r"(?:^|[_-])(?:api[_-]?key|access[_-]?key|secret(?:[_-]?access[_-]?key)?|token|password|"
-                          r"passwd|authorization|credentials?)$", re.I)
-
+_SECRET_NAME = re.compile(
+    r"(?:^|[_-])(?:api[_-]?key|access[_-]?key|secret(?:[_-]?access[_-]?key)?|token|password|"
+    r"passwd|authorization|credentials?)$",
+    re.I,
+)
 
 
 def _is_secret(name: str) -> bool:
@@ -37,8 +39,10 @@ def redact_secrets(obj: Any) -> Any:
         {'command': ['adherence', 'score', '--api-key', '<redacted>', '--x=1', '--token=<redacted>'], 'options': {'api_key': '<redacted>', 'model': 'm'}}
     """
     if isinstance(obj, dict):
-        return {k: (REDACTED if isinstance(k, str) and _is_secret(k) and v not in (None, "", False)
-                    else redact_secrets(v)) for k, v in obj.items()}
+        return {
+            k: (REDACTED if isinstance(k, str) and _is_secret(k) and v not in (None, "", False) else redact_secrets(v))
+            for k, v in obj.items()
+        }
     if isinstance(obj, (list, tuple)):
         if all(isinstance(x, str) for x in obj):
             out, hide = [], False
@@ -57,6 +61,7 @@ def redact_secrets(obj: Any) -> Any:
             return out if isinstance(obj, list) else tuple(out)
         return [redact_secrets(x) for x in obj]
     return obj
+
 
 # Distribution names whose versions make a result reproducible; only installed ones are listed,
 # and none of them is imported to find out.
@@ -142,7 +147,9 @@ def run_metadata(
         p = Path(path)
         entry: dict[str, Any] = {"path": str(p)}
         if p.exists():
-            entry["bytes"] = p.stat().st_size if p.is_file() else sum(q.stat().st_size for q in p.rglob("*") if q.is_file())
+            entry["bytes"] = (
+                p.stat().st_size if p.is_file() else sum(q.stat().st_size for q in p.rglob("*") if q.is_file())
+            )
             if hash_inputs:
                 entry["digest"] = file_digest(p)
         listed.append(entry)

@@ -50,8 +50,11 @@ def example_path(name: str = "role") -> Path:
     path = (_EXAMPLE_DIR / name).resolve()
     if name and path.is_relative_to(_EXAMPLE_DIR) and path.exists():  # a bundled file by its own name
         return path
-    files = sorted(str(p.relative_to(_EXAMPLE_DIR)) for p in _EXAMPLE_DIR.rglob("*")
-                   if p.is_file() and p.suffix in (".jsonl", ".yaml", ".csv", ".txt", ".parquet", ".json"))
+    files = sorted(
+        str(p.relative_to(_EXAMPLE_DIR))
+        for p in _EXAMPLE_DIR.rglob("*")
+        if p.is_file() and p.suffix in (".jsonl", ".yaml", ".csv", ".txt", ".parquet", ".json")
+    )
     raise ValueError(f"no bundled example {name!r}; available: {', '.join(EXAMPLES)}, or a file: {', '.join(files)}")
 
 
@@ -76,14 +79,24 @@ def read_ground_truth(source: Source, *, format: Optional[str] = None) -> dict:
     """
     table = read_table(source, GROUND_TRUTH, format=format)
     if not {"ground_truth_assistant", "references"} & set(table.column_names):
-        raise DataError("a ground-truth file needs a ground_truth_assistant or a references column",
-                        file=str(source) if isinstance(source, (str, os.PathLike)) else "<table>",
-                        column="ground_truth_assistant")
+        raise DataError(
+            "a ground-truth file needs a ground_truth_assistant or a references column",
+            file=str(source) if isinstance(source, (str, os.PathLike)) else "<table>",
+            column="ground_truth_assistant",
+        )
     n = table.num_rows
-    gt = table.column("ground_truth_assistant").to_pylist() if "ground_truth_assistant" in table.column_names else [None] * n
+    gt = (
+        table.column("ground_truth_assistant").to_pylist()
+        if "ground_truth_assistant" in table.column_names
+        else [None] * n
+    )
     refs = table.column("references").to_pylist() if "references" in table.column_names else [None] * n
-    return {(c, int(i)): (g, r) for c, i, g, r in zip(table.column("conversation_id").to_pylist(),
-                                                      table.column("turn_index").to_pylist(), gt, refs)}
+    return {
+        (c, int(i)): (g, r)
+        for c, i, g, r in zip(
+            table.column("conversation_id").to_pylist(), table.column("turn_index").to_pylist(), gt, refs
+        )
+    }
 
 
 def read_turns(source: Source, *, format: Optional[str] = None) -> pa.Table:

@@ -30,11 +30,28 @@ __all__ = ["TranscriptOptions", "TRANSCRIPT_FORMATS", "detect_transcript", "tran
 TRANSCRIPT_FORMATS = ("openai", "sharegpt")
 INPUT_FORMATS = ("auto", "turns", *TRANSCRIPT_FORMATS)
 
-_SHAREGPT_ROLES = {"system": "system", "human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant",
-                   "chatgpt": "assistant", "bing": "assistant", "bard": "assistant", "tool": "tool",
-                   "observation": "tool", "function": "tool", "function_call": "tool_call"}
-_OPENAI_ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool",
-                 "function": "tool"}
+_SHAREGPT_ROLES = {
+    "system": "system",
+    "human": "user",
+    "user": "user",
+    "gpt": "assistant",
+    "assistant": "assistant",
+    "chatgpt": "assistant",
+    "bing": "assistant",
+    "bard": "assistant",
+    "tool": "tool",
+    "observation": "tool",
+    "function": "tool",
+    "function_call": "tool_call",
+}
+_OPENAI_ROLES = {
+    "system": "system",
+    "developer": "system",
+    "user": "user",
+    "assistant": "assistant",
+    "tool": "tool",
+    "function": "tool",
+}
 
 
 @dataclass
@@ -155,9 +172,16 @@ def transcript_turns(record: dict, fmt: str, *, conversation_id: str, role: Opti
             if m.get("function_call"):
                 calls.append(_call_text(m["function_call"]))
             if text is not None and text.strip():
-                turns.append({"user": "\n\n".join(pending) if pending else None, "assistant": text,
-                              "label": _label(m.get("label")), "weight": _weight(m.get("weight")),
-                              "ground_truth_assistant": m.get("reference"), "references": m.get("references")})
+                turns.append(
+                    {
+                        "user": "\n\n".join(pending) if pending else None,
+                        "assistant": text,
+                        "label": _label(m.get("label")),
+                        "weight": _weight(m.get("weight")),
+                        "ground_truth_assistant": m.get("reference"),
+                        "references": m.get("references"),
+                    }
+                )
                 pending = list(calls)
             else:
                 pending.extend(calls)  # tool calls alone are history, not a judged turn
@@ -176,8 +200,9 @@ def transcript_turns(record: dict, fmt: str, *, conversation_id: str, role: Opti
     return out
 
 
-def explode_transcripts(records: Iterable[tuple[int, Optional[int], Any]], fmt: str, opts: TranscriptOptions, *,
-                        file: str, batch_size: int) -> Iterator[pa.Table]:
+def explode_transcripts(
+    records: Iterable[tuple[int, Optional[int], Any]], fmt: str, opts: TranscriptOptions, *, file: str, batch_size: int
+) -> Iterator[pa.Table]:
     """Turn tables of at most ``batch_size`` rows from ``(record_no, line_no, record)`` triples.
 
     A malformed transcript is skipped and listed in ``opts.skipped`` (or, with ``opts.strict``,
@@ -192,7 +217,9 @@ def explode_transcripts(records: Iterable[tuple[int, Optional[int], Any]], fmt: 
             if not isinstance(record, dict):
                 raise ValueError(f"expected a JSON object, got {type(record).__name__}")
             if detect_transcript(record) != fmt:
-                raise ValueError(f"not an {fmt} transcript (no {'messages' if fmt == 'openai' else 'conversations'} list)")
+                raise ValueError(
+                    f"not an {fmt} transcript (no {'messages' if fmt == 'openai' else 'conversations'} list)"
+                )
             turns = transcript_turns(record, fmt, conversation_id=str(record_no), role=opts.role)
             cid = turns[0]["conversation_id"]
             if cid in seen:
@@ -203,7 +230,9 @@ def explode_transcripts(records: Iterable[tuple[int, Optional[int], Any]], fmt: 
         except ValueError as exc:
             if opts.strict:
                 raise DataError(f"malformed {fmt} transcript: {exc}", file=file, row=record_no, line=line_no) from None
-            where = f"record {record_no}" + (f" (line {line_no})" if line_no is not None and line_no != record_no else "")
+            where = f"record {record_no}" + (
+                f" (line {line_no})" if line_no is not None and line_no != record_no else ""
+            )
             opts.skipped.append((where, str(exc)))
             continue
         while len(rows) >= batch_size:

@@ -160,7 +160,9 @@ def conform(
         arr = cast_column(table.column(col.name), col.type, column=col.name, file=file, row_offset=row_offset)
         if not col.nullable and arr.null_count:
             row = _first_index(arr.is_null())
-            raise DataError("value is missing (null) but is required", file=file, row=row_offset + row + 1, column=col.name)
+            raise DataError(
+                "value is missing (null) but is required", file=file, row=row_offset + row + 1, column=col.name
+            )
         if col.choices is not None and len(arr):
             allowed = pa.array(list(col.choices), type=arr.type)
             bad = pc.and_(pc.invert(pc.is_in(arr, value_set=allowed)), arr.is_valid())

@@ -100,14 +100,33 @@ class Engine:
         result.summary["turns_per_s"]
     """
 
-    def __init__(self, *, method: Optional[str] = None, config: Optional[RoleConfig] = None, executor: str = "local",
-                 num_workers: Optional[int] = None, gpus_per_worker: float = 0.0, ray_address: Optional[str] = None,
-                 stall_timeout: float = 300.0, tensor_parallel: int = 1,
-                 shard_size: int = 100_000, work_dir: Optional[Union[str, os.PathLike]] = None, resume: bool = False,
-                 progress: bool = True, n_bootstrap: int = 1000, seed: int = 42, max_retries: int = 2,
-                 batch_size: int = 65_536, keep_work_dir: bool = False, input_format: str = "auto",
-                 role: Optional[str] = None, strict_input: bool = False, job: Optional[dict] = None,
-                 ground_truth: Optional[Union[str, os.PathLike]] = None, **method_options: Any) -> None:
+    def __init__(
+        self,
+        *,
+        method: Optional[str] = None,
+        config: Optional[RoleConfig] = None,
+        executor: str = "local",
+        num_workers: Optional[int] = None,
+        gpus_per_worker: float = 0.0,
+        ray_address: Optional[str] = None,
+        stall_timeout: float = 300.0,
+        tensor_parallel: int = 1,
+        shard_size: int = 100_000,
+        work_dir: Optional[Union[str, os.PathLike]] = None,
+        resume: bool = False,
+        progress: bool = True,
+        n_bootstrap: int = 1000,
+        seed: int = 42,
+        max_retries: int = 2,
+        batch_size: int = 65_536,
+        keep_work_dir: bool = False,
+        input_format: str = "auto",
+        role: Optional[str] = None,
+        strict_input: bool = False,
+        job: Optional[dict] = None,
+        ground_truth: Optional[Union[str, os.PathLike]] = None,
+        **method_options: Any,
+    ) -> None:
         if config is None:
             config = RoleConfig(method=method or "llm_judge", **method_options)
         elif method_options or (method and method != config.method):
@@ -123,8 +142,17 @@ class Engine:
             config = _tensor_parallel_config(config, tensor_parallel, executor)
         self.config = config
         self.executor_name = executor
-        self.executor_kwargs = {"num_workers": num_workers, "address": ray_address, "gpus_per_worker": gpus_per_worker,
-                                "max_retries": max_retries, "stall_timeout": stall_timeout} if executor == "ray" else {}
+        self.executor_kwargs = (
+            {
+                "num_workers": num_workers,
+                "address": ray_address,
+                "gpus_per_worker": gpus_per_worker,
+                "max_retries": max_retries,
+                "stall_timeout": stall_timeout,
+            }
+            if executor == "ray"
+            else {}
+        )
         if executor == "ray" and tensor_parallel > 1:
             self.executor_kwargs["tensor_parallel"] = tensor_parallel
         self.shard_size, self.work_dir, self.resume, self.keep_work_dir = shard_size, work_dir, resume, keep_work_dir
@@ -143,8 +171,13 @@ class Engine:
 
     # ------------------------------------------------------------------ public
 
-    def run(self, source, output: Optional[Union[str, os.PathLike]] = None, *,
-            sessions_output: Optional[Union[str, os.PathLike]] = None) -> JobResult:
+    def run(
+        self,
+        source,
+        output: Optional[Union[str, os.PathLike]] = None,
+        *,
+        sessions_output: Optional[Union[str, os.PathLike]] = None,
+    ) -> JobResult:
         """Score ``source`` (a path or an Arrow table) into ``output`` (Parquet file or directory, JSONL, CSV).
 
         With no ``output`` the result is returned in memory (``JobResult.table``).
@@ -162,14 +195,18 @@ class Engine:
             out_t = as_target(Path(tmp_ctx.name) / "scores.parquet" if output is None else output)
             sessions_t = _beside(out_t, "sessions") if sessions_output is None else as_target(sessions_output)
             work_t = as_target(self.work_dir) if self.work_dir else _beside(out_t, "work")
-            remote = {k: Remote(t) for k, t in (("output", out_t), ("sessions", sessions_t), ("work", work_t))
-                      if isinstance(t, str)}
+            remote = {
+                k: Remote(t)
+                for k, t in (("output", out_t), ("sessions", sessions_t), ("work", work_t))
+                if isinstance(t, str)
+            }
             if remote:
                 # Object storage: bookkeeping and the files to publish are staged locally on the driver.
                 staging = Path(tempfile.mkdtemp(prefix="adherence-staging-"))
-            out_path, sessions_path, work = (t if isinstance(t, Path) else staging / sub / Remote(t).name
-                                             for t, sub in ((out_t, "publish"), (sessions_t, "publish"),
-                                                            (work_t, "work")))
+            out_path, sessions_path, work = (
+                t if isinstance(t, Path) else staging / sub / Remote(t).name
+                for t, sub in ((out_t, "publish"), (sessions_t, "publish"), (work_t, "work"))
+            )
             self._names = {"turns": str(out_t), "sessions": str(sessions_t), "work": str(work_t)}
             self._remote_work = remote.get("work")
             self._check_device()
@@ -182,26 +219,32 @@ class Engine:
                 stack.enter_context(PathLock(out_path.with_name(f".{out_path.name}.lock"), "the output"))
                 # The sessions file is an output too: a job writing it as its turn output must wait.
                 sessions_path.parent.mkdir(parents=True, exist_ok=True)
-                stack.enter_context(PathLock(sessions_path.with_name(f".{sessions_path.name}.lock"),
-                                             "the sessions output"))
+                stack.enter_context(
+                    PathLock(sessions_path.with_name(f".{sessions_path.name}.lock"), "the sessions output")
+                )
                 # A job killed while publishing left its temporaries here; they are ours to remove now.
-                remove_dead_temporaries([out_path, sessions_path, metadata_path(out_path),
-                                         metadata_path(sessions_path)])
+                remove_dead_temporaries(
+                    [out_path, sessions_path, metadata_path(out_path), metadata_path(sessions_path)]
+                )
                 # What the targets are now, checked: publish replaces them only if they are still that.
-                self._targets = {p: _identity(p) for p in (out_path, sessions_path, metadata_path(out_path),
-                                                           metadata_path(sessions_path))}
+                self._targets = {
+                    p: _identity(p)
+                    for p in (out_path, sessions_path, metadata_path(out_path), metadata_path(sessions_path))
+                }
                 for key in ("output", "sessions"):
                     if key in remote:
                         obj = remote[key]
                         stack.enter_context(RemoteLease(obj.with_name(f".{obj.name}.lock"), f"the {key} output"))
-                remote_work = stack.enter_context(RemoteWorkDir(remote["work"], resume=self.resume)) \
-                    if "work" in remote else None
+                remote_work = (
+                    stack.enter_context(RemoteWorkDir(remote["work"], resume=self.resume)) if "work" in remote else None
+                )
                 workdir = stack.enter_context(WorkDir(work, resume=self.resume))
                 if remote_work is not None and self.resume:
                     remote_work.pull(work)
                 summary = self._run_locked(source, out_path, sessions_path, work, start)
-                _publish_remote([(p, remote[k]) for p, k in ((out_path, "output"), (sessions_path, "sessions"))
-                                 if k in remote])
+                _publish_remote(
+                    [(p, remote[k]) for p, k in ((out_path, "output"), (sessions_path, "sessions")) if k in remote]
+                )
                 if not self.keep_work_dir and not summary["failed_shards"]:
                     workdir.remove()  # kept after a failed shard: --resume rescores only that shard
                     if remote_work is not None:
@@ -226,15 +269,19 @@ class Engine:
     def _check_device(self) -> None:
         """``device="cuda"`` on a machine where CUDA sees no GPU stops before any work (in-process runs;
         a Ray worker checks its own GPU)."""
-        devices = [self.config.device, ((self.config.judge.backend_options or {}).get("device")
-                                        if self.config.judge is not None else None)]
+        devices = [
+            self.config.device,
+            ((self.config.judge.backend_options or {}).get("device") if self.config.judge is not None else None),
+        ]
         if self.executor_name != "local" or not any(str(d or "").startswith("cuda") for d in devices):
             return
         import torch
 
         if not torch.cuda.is_available():
-            raise ValueError(f"--device cuda, but CUDA sees no GPU on this machine (torch {torch.__version__}); "
-                             "use --device cpu, or --executor ray --gpus-per-worker 1 on a cluster with GPUs")
+            raise ValueError(
+                f"--device cuda, but CUDA sees no GPU on this machine (torch {torch.__version__}); "
+                "use --device cpu, or --executor ray --gpus-per-worker 1 on a cluster with GPUs"
+            )
 
     def _run_locked(self, source, out_path: Path, sessions_path: Path, work: Path, start: float) -> dict:
         if not isinstance(source, (str, os.PathLike)):
@@ -255,17 +302,28 @@ class Engine:
         from ..data import TranscriptOptions
 
         transcripts = TranscriptOptions(self.input_format, self.role, self.strict_input)
-        plan = plan_job(source, work, shard_size=self.shard_size, batch_size=self.batch_size,
-                        collect_references=needs_references, check_columns=self._check_columns(source),
-                        transcripts=transcripts, ground_truth=self.ground_truth)
+        plan = plan_job(
+            source,
+            work,
+            shard_size=self.shard_size,
+            batch_size=self.batch_size,
+            collect_references=needs_references,
+            check_columns=self._check_columns(source),
+            transcripts=transcripts,
+            ground_truth=self.ground_truth,
+        )
         if plan.ground_truths is not None:
-            missing = missing_references(self.config.method, self.config.reference_pool, plan.ground_truths,
-                                         plan.reference_rows or 0)
+            missing = missing_references(
+                self.config.method, self.config.reference_pool, plan.ground_truths, plan.reference_rows or 0
+            )
             if missing:
                 raise DataError(missing, file=str(source) if isinstance(source, (str, os.PathLike)) else "<table>")
         if plan.ground_truth_unmatched:
-            warnings.warn(f"{self.ground_truth}: {plan.ground_truth_unmatched} reference row(s) match no turn of the "
-                          "input (keys are conversation_id and 0-based turn_index)", stacklevel=2)
+            warnings.warn(
+                f"{self.ground_truth}: {plan.ground_truth_unmatched} reference row(s) match no turn of the "
+                "input (keys are conversation_id and 0-based turn_index)",
+                stacklevel=2,
+            )
         rw = self._remote_work
         if self._check_job_manifest(work, plan) and rw is not None:
             (rw / "out").delete_tree()  # another job's shard outputs: never mixed with ours
@@ -274,8 +332,9 @@ class Engine:
             if plan.reference_file:
                 (rw / "references.json").upload(Path(plan.reference_file))
         if plan.reference_file:
-            config = dataclasses.replace(config, reference_file=str(rw / "references.json") if rw is not None
-                                         else plan.reference_file)
+            config = dataclasses.replace(
+                config, reference_file=str(rw / "references.json") if rw is not None else plan.reference_file
+            )
         results = self._execute(plan, work, config)
         return self._finalize(plan, work, out_path, sessions_path, results, start, source)
 
@@ -285,9 +344,13 @@ class Engine:
         def check(columns: list) -> None:
             clash = reserved_columns(self.config.method, columns)
             if clash:
-                raise DataError(f"input column {clash[0]!r} would be replaced by the scores (reserved: method, score, "
-                                f"prediction, status, error, reason, p_yes_source, truncated, yes_no_mass, {self.config.method}_*); "
-                                "rename or drop it", file=name, column=clash[0])
+                raise DataError(
+                    f"input column {clash[0]!r} would be replaced by the scores (reserved: method, score, "
+                    f"prediction, status, error, reason, p_yes_source, truncated, yes_no_mass, {self.config.method}_*); "
+                    "rename or drop it",
+                    file=name,
+                    column=clash[0],
+                )
 
         return check
 
@@ -338,13 +401,24 @@ class Engine:
                 results[s.shard_id] = earlier
             elif rw is not None:  # the workers read and write on object storage; this run's shard goes up first
                 (rw / "shards" / Path(s.path).name).upload(Path(s.path))
-                tasks.append({"shard_id": s.shard_id, "input": str(rw / "shards" / Path(s.path).name),
-                              "output": str(rw / "out" / output.name)})
+                tasks.append(
+                    {
+                        "shard_id": s.shard_id,
+                        "input": str(rw / "shards" / Path(s.path).name),
+                        "output": str(rw / "out" / output.name),
+                    }
+                )
             else:
                 tasks.append({"shard_id": s.shard_id, "input": s.path, "output": str(output)})
         done_rows = sum(r["rows"] for r in results.values())
-        bar = tqdm(total=plan.total_rows, initial=done_rows, unit="turn", desc=f"scoring ({self.config.method})",
-                   disable=not self.progress, dynamic_ncols=True)
+        bar = tqdm(
+            total=plan.total_rows,
+            initial=done_rows,
+            unit="turn",
+            desc=f"scoring ({self.config.method})",
+            disable=not self.progress,
+            dynamic_ncols=True,
+        )
 
         def on_result(res: dict) -> None:
             name = f"shard-{res['shard_id']:05d}"
@@ -352,8 +426,10 @@ class Engine:
                 # Fetched and checked against the digest the worker computed before it counts as done.
                 (rw / "out" / f"{name}.parquet").download(out_dir / f"{name}.parquet")
                 if content_digest(out_dir / f"{name}.parquet") != res["digest"]:
-                    raise EngineError(f"shard output {rw / 'out' / name}.parquet changed after its worker wrote it; "
-                                      "nothing was published (rerun with --resume)")
+                    raise EngineError(
+                        f"shard output {rw / 'out' / name}.parquet changed after its worker wrote it; "
+                        "nothing was published (rerun with --resume)"
+                    )
                 write_json(rw / "out" / f"{name}.done.json", res)
             _write_json_atomic(out_dir / f"{name}.done.json", res)
             results[res["shard_id"]] = res
@@ -374,8 +450,9 @@ class Engine:
         if c.method not in ("mahalanobis", "pca_mahalanobis") or c.alpha != "median":
             return None
         col = f"{c.method}_distance"
-        d = np.concatenate([pq.read_table(f, columns=[col]).column(col).to_numpy(zero_copy_only=False)
-                            for f in shard_files]).astype(np.float64)
+        d = np.concatenate(
+            [pq.read_table(f, columns=[col]).column(col).to_numpy(zero_copy_only=False) for f in shard_files]
+        ).astype(np.float64)
         d = d[np.isfinite(d)]
         med = float(np.median(d)) if len(d) else 0.0
         alpha = 1.0 / med if med > 0 else 1.0
@@ -400,18 +477,23 @@ class Engine:
             try:
                 rows = pq.read_table(f, columns=["_row"]).column("_row").to_numpy()
             except (OSError, pa.ArrowInvalid, KeyError) as exc:
-                raise EngineError(f"shard output {f} is unreadable ({exc}); rerun with --resume to score it again") from None
-            if len(rows) and (rows.min() < 0 or rows.max() >= total or seen[rows].any()
-                              or len(np.unique(rows)) != len(rows)):
+                raise EngineError(
+                    f"shard output {f} is unreadable ({exc}); rerun with --resume to score it again"
+                ) from None
+            if len(rows) and (
+                rows.min() < 0 or rows.max() >= total or seen[rows].any() or len(np.unique(rows)) != len(rows)
+            ):
                 raise EngineError(f"shard output {f} holds rows outside its shard or twice; nothing was published")
             seen[rows] = True
             count += len(rows)
         if count != total or not seen.all():
-            raise EngineError(f"the shard outputs hold {count} of the {total} input rows; nothing was published "
-                              "(rerun with --resume)")
+            raise EngineError(
+                f"the shard outputs hold {count} of the {total} input rows; nothing was published (rerun with --resume)"
+            )
 
-    def _finalize(self, plan, work: Path, out_path: Path, sessions_path: Path, results: dict, start: float,
-                  source) -> dict:
+    def _finalize(
+        self, plan, work: Path, out_path: Path, sessions_path: Path, results: dict, start: float, source
+    ) -> dict:
         shard_files = [work / "out" / f"shard-{s.shard_id:05d}.parquet" for s in plan.shards]
         self._verify_rows(shard_files, plan.total_rows)
         rescale = self._rescaler(shard_files)
@@ -429,12 +511,16 @@ class Engine:
                     t = rescale(t)
                 t = _conform_schema(t.drop_columns(["_row"]), schema)
                 sink.write(t)
-                sessions = aggregate_sessions(t, threshold=self.config.threshold, strict_mode=self.config.strict_mode,
-                                              session_mode=self.config.session_mode, n_bootstrap=self.n_bootstrap,
-                                              seed=self.seed)
+                sessions = aggregate_sessions(
+                    t,
+                    threshold=self.config.threshold,
+                    strict_mode=self.config.strict_mode,
+                    session_mode=self.config.session_mode,
+                    n_bootstrap=self.n_bootstrap,
+                    seed=self.seed,
+                )
                 if sessions_sink is None:
-                    sessions_sink = _TableSink(temp_path(sessions_path), output_format(sessions_path),
-                                               sessions.schema)
+                    sessions_sink = _TableSink(temp_path(sessions_path), output_format(sessions_path), sessions.schema)
                     publisher.add(sessions_sink.path, sessions_path)
                 sessions_sink.write(sessions)
                 n_sessions += sessions.num_rows
@@ -442,16 +528,25 @@ class Engine:
             sessions_sink.close()
             written = sink.count_rows()
             if written != plan.total_rows:
-                raise EngineError(f"the output holds {written} rows, the input {plan.total_rows}; nothing was published")
+                raise EngineError(
+                    f"the output holds {written} rows, the input {plan.total_rows}; nothing was published"
+                )
             elapsed = time.perf_counter() - start
             totals = {k: sum(r[k] for r in results.values()) for k in ("rows", "ok", "error", "unscored")}
             models = next((r.get("models") for r in results.values() if r.get("models")), {})
             failed = sorted(r["shard_id"] for r in results.values() if r.get("failed"))
             summary = {
-                "method": self.config.method, "turns": totals["rows"], "ok": totals["ok"], "error": totals["error"],
-                "unscored": totals["unscored"], "sessions": n_sessions, "shards": len(plan.shards),
-                "shards_resumed": sum(1 for r in results.values() if r.get("resumed")), "failed_shards": failed,
-                "elapsed_s": elapsed, "turns_per_s": totals["rows"] / elapsed if elapsed > 0 else None,
+                "method": self.config.method,
+                "turns": totals["rows"],
+                "ok": totals["ok"],
+                "error": totals["error"],
+                "unscored": totals["unscored"],
+                "sessions": n_sessions,
+                "shards": len(plan.shards),
+                "shards_resumed": sum(1 for r in results.values() if r.get("resumed")),
+                "failed_shards": failed,
+                "elapsed_s": elapsed,
+                "turns_per_s": totals["rows"] / elapsed if elapsed > 0 else None,
                 "executor": self.executor_name,
             }
             stats = getattr(self._executor, "stats", None)
@@ -470,24 +565,34 @@ class Engine:
             if failed:
                 summary["failure"] = next(r["failed"] for r in results.values() if r.get("failed"))
             # The plan hashed the input already (resume by content): record that digest, do not hash it again.
-            meta = run_metadata(config=dataclasses.asdict(self.config), seed=self.seed, inputs=[source], models=models,
-                                hash_inputs=False)
+            meta = run_metadata(
+                config=dataclasses.asdict(self.config),
+                seed=self.seed,
+                inputs=[source],
+                models=models,
+                hash_inputs=False,
+            )
             meta["inputs"][0]["digest"] = plan.fingerprint["content"]
             if "ground_truth" in plan.fingerprint:
                 gt = plan.fingerprint["ground_truth"]
                 meta["inputs"].append({"path": gt["path"], "role": "ground_truth", "digest": gt["content"]})
-            meta["engine"] = {"executor": self.executor_name,
-                              **{k: v for k, v in self.executor_kwargs.items() if v is not None},
-                              "shard_size": self.shard_size, "shards": len(plan.shards), "work_dir": self._names["work"],
-                              "input_fingerprint": plan.fingerprint}
+            meta["engine"] = {
+                "executor": self.executor_name,
+                **{k: v for k, v in self.executor_kwargs.items() if v is not None},
+                "shard_size": self.shard_size,
+                "shards": len(plan.shards),
+                "work_dir": self._names["work"],
+                "input_fingerprint": plan.fingerprint,
+            }
             meta["summary"] = summary
             if self.job:
                 meta["job"] = self.job
             meta["outputs"] = {"turns": self._names["turns"], "sessions": self._names["sessions"], "rows": written}
             meta = redact_secrets(meta)  # an API key given as a flag or option never reaches disk
             for target in (out_path, sessions_path):
-                publisher.add_text(metadata_path(target), json.dumps(meta, indent=2, ensure_ascii=False,
-                                                                     default=repr) + "\n")
+                publisher.add_text(
+                    metadata_path(target), json.dumps(meta, indent=2, ensure_ascii=False, default=repr) + "\n"
+                )
             publisher.publish()
         finally:
             publisher.discard()
@@ -498,8 +603,10 @@ def _tensor_parallel_config(config: RoleConfig, n: int, executor: str) -> RoleCo
     """The judge's vLLM engine split over ``n`` GPUs (over Ray on the executor's placement group)."""
     judge = config.judge
     if config.method != "llm_judge" or judge is None or judge.backend != "vllm":
-        raise ValueError(f"--judge-tensor-parallel {n} needs the vllm judge backend (--backend vllm), got "
-                         f"{getattr(judge, 'backend', None) if config.method == 'llm_judge' else config.method!r}")
+        raise ValueError(
+            f"--judge-tensor-parallel {n} needs the vllm judge backend (--backend vllm), got "
+            f"{getattr(judge, 'backend', None) if config.method == 'llm_judge' else config.method!r}"
+        )
     opts = dict(judge.backend_options or {})
     opts["tensor_parallel_size"] = n
     if executor == "ray":
@@ -523,13 +630,18 @@ def _beside(target: Union[Path, str], what: str) -> Union[Path, str]:
 def _check_remote_targets(remote: dict, out_t, sessions_t, work_t) -> None:
     """Object-storage outputs: one file each, distinct, outside the work dir, and never another's."""
     if str(out_t) == str(sessions_t):
-        raise DataError("the sessions output is the same path as the turn output; give --sessions-output another "
-                        "path", file=str(sessions_t))
+        raise DataError(
+            "the sessions output is the same path as the turn output; give --sessions-output another path",
+            file=str(sessions_t),
+        )
     base = str(work_t).split("?", 1)[0].rstrip("/") + "/"
     for key, t in (("output", out_t), ("sessions", sessions_t)):
         if isinstance(t, str) and isinstance(work_t, str) and t.split("?", 1)[0].startswith(base):
-            raise DataError(f"the {key} output lies inside the work directory {work_t}, which is cleared after the "
-                            "job; choose another path", file=t)
+            raise DataError(
+                f"the {key} output lies inside the work directory {work_t}, which is cleared after the "
+                "job; choose another path",
+                file=t,
+            )
         if key in remote:
             check_remote_output(remote[key], f"the {key} output" if key == "sessions" else "the output")
 
@@ -550,8 +662,9 @@ def _publish_remote(pairs: list) -> None:
         obj.upload(local)
     for _, _, meta_obj, meta in metas:
         meta["outputs"]["digests"] = digests
-        meta_obj.write_bytes((json.dumps(dict(meta, published=True), indent=2, ensure_ascii=False, default=repr)
-                              + "\n").encode("utf-8"))
+        meta_obj.write_bytes(
+            (json.dumps(dict(meta, published=True), indent=2, ensure_ascii=False, default=repr) + "\n").encode("utf-8")
+        )
 
 
 def _spill(source, path: Path) -> None:
@@ -609,9 +722,11 @@ class Publisher:
         was replaced, or had its directory swapped (for a symlink elsewhere) since is ever overwritten."""
         for _, final in self.moves:
             if final in self.targets and _identity(final) != self.targets[final]:
-                raise EngineError(f"{final} changed while the job ran (created, replaced, or its directory "
-                                  "swapped); refusing to replace it: nothing was published and the finished shards "
-                                  "are kept for --resume")
+                raise EngineError(
+                    f"{final} changed while the job ran (created, replaced, or its directory "
+                    "swapped); refusing to replace it: nothing was published and the finished shards "
+                    "are kept for --resume"
+                )
             if final.is_dir() and not final.is_symlink():
                 check_replaceable(final, "the output")
 
@@ -722,9 +837,11 @@ class _TableSink:
         from ..data._io import CSV_PARSE
 
         first = self.csv_schema.names[0]
-        reader = pacsv.open_csv(self.path, parse_options=CSV_PARSE,
-                                convert_options=pacsv.ConvertOptions(include_columns=[first],
-                                                                     column_types={first: pa.string()}))
+        reader = pacsv.open_csv(
+            self.path,
+            parse_options=CSV_PARSE,
+            convert_options=pacsv.ConvertOptions(include_columns=[first], column_types={first: pa.string()}),
+        )
         return sum(b.num_rows for b in reader)
 
 

@@ -70,17 +70,28 @@ class RayExecutor(Executor):
 
     name = "ray"
 
-    def __init__(self, *, num_workers: Optional[int] = None, address: Optional[str] = None,
-                 gpus_per_worker: float = 0.0, cpus_per_worker: float = 1.0, max_retries: int = 2,
-                 stall_timeout: float = 300.0, ping_interval: float = 2.0, init_kwargs: Optional[dict] = None,
-                 tensor_parallel: int = 1) -> None:
+    def __init__(
+        self,
+        *,
+        num_workers: Optional[int] = None,
+        address: Optional[str] = None,
+        gpus_per_worker: float = 0.0,
+        cpus_per_worker: float = 1.0,
+        max_retries: int = 2,
+        stall_timeout: float = 300.0,
+        ping_interval: float = 2.0,
+        init_kwargs: Optional[dict] = None,
+        tensor_parallel: int = 1,
+    ) -> None:
         self.ray = require("ray", "ray", "the ray executor")
         if tensor_parallel < 1:
             raise ValueError(f"`tensor_parallel` must be >= 1, got {tensor_parallel}")
         if tensor_parallel > 1:
             if gpus_per_worker not in (0, tensor_parallel):
-                raise ValueError(f"--judge-tensor-parallel {tensor_parallel} gives each replica {tensor_parallel} GPUs; "
-                                 f"drop --gpus-per-worker or set it to {tensor_parallel}")
+                raise ValueError(
+                    f"--judge-tensor-parallel {tensor_parallel} gives each replica {tensor_parallel} GPUs; "
+                    f"drop --gpus-per-worker or set it to {tensor_parallel}"
+                )
             gpus_per_worker = float(tensor_parallel)
         self.tensor_parallel = tensor_parallel
         if num_workers is not None and num_workers < 1:
@@ -107,8 +118,13 @@ class RayExecutor(Executor):
         # that answers while either runs.
         # A tensor-parallel replica's actor holds no GPU itself: its placement group's GPU bundles are left to the
         # engine's own workers (vLLM's Ray executor places them there, captured as child tasks).
-        self._actor_cls = self.ray.remote(num_cpus=cpus_per_worker, num_gpus=0 if tensor_parallel > 1 else gpus_per_worker,
-                                          max_restarts=-1, max_task_retries=0, max_concurrency=4)(ShardWorker)
+        self._actor_cls = self.ray.remote(
+            num_cpus=cpus_per_worker,
+            num_gpus=0 if tensor_parallel > 1 else gpus_per_worker,
+            max_restarts=-1,
+            max_task_retries=0,
+            max_concurrency=4,
+        )(ShardWorker)
         self.actors: list = []
         self._pgs: list = []
         self._prepares: dict = {}
@@ -123,16 +139,21 @@ class RayExecutor(Executor):
             if num_workers is None:
                 num_workers = max(1, int(gpus // g))
             if gpus < g * num_workers:
-                raise ValueError(f"{num_workers} Ray worker(s) x {g:g} GPU = {g * num_workers:g} GPUs requested, but "
-                                 f"the Ray cluster has {gpus:g}; lower --num-workers / --gpus-per-worker "
-                                 "(0 runs on CPUs)")
+                raise ValueError(
+                    f"{num_workers} Ray worker(s) x {g:g} GPU = {g * num_workers:g} GPUs requested, but "
+                    f"the Ray cluster has {gpus:g}; lower --num-workers / --gpus-per-worker "
+                    "(0 runs on CPUs)"
+                )
         num_workers = num_workers or 1
         if c > 0 and c * num_workers > cpus:
             fit = int(cpus // c)
             if fit < 1:
                 raise ValueError(f"a Ray worker needs {c:g} CPU but the Ray cluster has {cpus:g}")
-            warnings.warn(f"{num_workers} Ray workers x {c:g} CPU do not fit the cluster's {cpus:g} CPUs; "
-                          f"running {fit} worker(s)", stacklevel=2)
+            warnings.warn(
+                f"{num_workers} Ray workers x {c:g} CPU do not fit the cluster's {cpus:g} CPUs; "
+                f"running {fit} worker(s)",
+                stacklevel=2,
+            )
             num_workers = fit
         return num_workers
 
@@ -147,10 +168,12 @@ class RayExecutor(Executor):
         first = {"GPU": 1.0, **({"CPU": float(self.cpus_per_worker)} if self.cpus_per_worker else {})}
         pg = placement_group([first] + [{"GPU": 1.0}] * (self.tensor_parallel - 1), strategy="STRICT_PACK")
         self._pgs.append(pg)
-        strategy = PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=0,
-                                                    placement_group_capture_child_tasks=True)
+        strategy = PlacementGroupSchedulingStrategy(
+            pg, placement_group_bundle_index=0, placement_group_capture_child_tasks=True
+        )
         return self._actor_cls.options(scheduling_strategy=strategy).remote(
-            config, prepare=False, expect_gpu=True, remote=True, tensor_parallel=self.tensor_parallel)
+            config, prepare=False, expect_gpu=True, remote=True, tensor_parallel=self.tensor_parallel
+        )
 
     def start(self, config, n_tasks=None):
         if self.actors and self._actor_config == config:
@@ -196,8 +219,9 @@ class RayExecutor(Executor):
                 for a in self.actors:
                     if a not in pings.values():
                         pings[a.ping.remote()] = a
-            done, _ = ray.wait(list(pending) + list(pings) + list(self._prepares), num_returns=1,
-                               timeout=self.ping_interval)
+            done, _ = ray.wait(
+                list(pending) + list(pings) + list(self._prepares), num_returns=1, timeout=self.ping_interval
+            )
             for ref in done:
                 if ref in self._prepares:
                     actor = self._prepares.pop(ref)
@@ -231,14 +255,17 @@ class RayExecutor(Executor):
                     suspect.add(actor)
                     tried = attempt if isinstance(exc, ActorUnavailableError) else attempt + 1
                     if tried > self.max_retries:
-                        raise EngineError(f"shard {task['shard_id']} ({task['input']}) failed {tried} times: "
-                                          f"its worker died ({str(exc).splitlines()[0]})") from None
+                        raise EngineError(
+                            f"shard {task['shard_id']} ({task['input']}) failed {tried} times: "
+                            f"its worker died ({str(exc).splitlines()[0]})"
+                        ) from None
                     self.stats["retried_shards"] += 1
                     queue.appendleft((task, tried))
                     continue
                 except RayTaskError as exc:
-                    raise EngineError(_setup_error(exc) or f"shard {task['shard_id']} ({task['input']}) failed: "
-                                      f"{_last_line(exc)}") from None
+                    raise EngineError(
+                        _setup_error(exc) or f"shard {task['shard_id']} ({task['input']}) failed: {_last_line(exc)}"
+                    ) from None
                 seen[actor] = time.monotonic()
                 self.stats["workers"][f"{result['worker'].get('host')}:{result['pid']}"] = result["worker"]
                 idle.append(actor)
@@ -265,8 +292,10 @@ class RayExecutor(Executor):
             except Exception:  # noqa: BLE001 - already gone
                 pass
         if not self.actors:
-            raise EngineError(f"no Ray worker could run for {self.stall_timeout:g} s ({self._waiting_for()}); "
-                              "the work dir is kept: rerun with --resume when the cluster has room")
+            raise EngineError(
+                f"no Ray worker could run for {self.stall_timeout:g} s ({self._waiting_for()}); "
+                "the work dir is kept: rerun with --resume when the cluster has room"
+            )
 
     def close(self) -> None:
         for a in self.actors:
@@ -332,8 +361,12 @@ def check_reachable(ray, work: Path, timeout: float = 60.0) -> None:
         marker.write_text(token, encoding="utf-8")
     try:
         probe = ray.remote(num_cpus=0, max_retries=0)(_probe)
-        refs = {probe.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False))
-                .remote(str(marker), token): n for n in nodes}
+        refs = {
+            probe.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)).remote(
+                str(marker), token
+            ): n
+            for n in nodes
+        }
         ready, late = ray.wait(list(refs), num_returns=len(refs), timeout=timeout)
         bad = [refs[r] for r in late]
         for r in ready:
@@ -351,11 +384,15 @@ def check_reachable(ray, work: Path, timeout: float = 60.0) -> None:
     if bad:
         names = ", ".join(f"{n.get('NodeManagerAddress')} ({n.get('NodeManagerHostname', '?')})" for n in bad)
         if remote:
-            raise ValueError(f"the work dir {work} cannot be read from Ray node(s) {names}: every node needs "
-                             "credentials and a route to it (AWS_* / GOOGLE_* environment on each node)")
-        raise ValueError(f"the work dir {work} cannot be read from Ray node(s) {names}: it must be on storage every "
-                         "node reaches at the same path (a shared filesystem or an s3:// / gs:// URI); "
-                         "put --work-dir and -o there")
+            raise ValueError(
+                f"the work dir {work} cannot be read from Ray node(s) {names}: every node needs "
+                "credentials and a route to it (AWS_* / GOOGLE_* environment on each node)"
+            )
+        raise ValueError(
+            f"the work dir {work} cannot be read from Ray node(s) {names}: it must be on storage every "
+            "node reaches at the same path (a shared filesystem or an s3:// / gs:// URI); "
+            "put --work-dir and -o there"
+        )
 
 
 def get_executor(name: str, **kwargs) -> Executor:

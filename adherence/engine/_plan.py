@@ -81,8 +81,12 @@ def input_fingerprint(source) -> dict:
     """
     p = Path(source)
     files = sorted(q for q in p.rglob("*") if q.is_file()) if p.is_dir() else [p]
-    return {"path": str(p.resolve()), "bytes": sum(f.stat().st_size for f in files), "files": len(files),
-            "content": content_digest(p)}
+    return {
+        "path": str(p.resolve()),
+        "bytes": sum(f.stat().st_size for f in files),
+        "files": len(files),
+        "content": content_digest(p),
+    }
 
 
 def temp_path(path: Path) -> Path:
@@ -110,8 +114,11 @@ def _count_rows(source, batch_size: int, transcripts=None) -> int:
     path = _check_file(source)
     fmt = detect_format(path)
     # A fresh options object: counting must not record skipped transcripts a second time.
-    probe = None if transcripts is None else TranscriptOptions(transcripts.input_format, transcripts.role,
-                                                                transcripts.strict)
+    probe = (
+        None
+        if transcripts is None
+        else TranscriptOptions(transcripts.input_format, transcripts.role, transcripts.strict)
+    )
     if fmt == "parquet" and (probe is None or _transcript_source(path, fmt, probe) is None):
         try:
             return sum(pq.ParquetFile(f).metadata.num_rows for f in (_parquet_files(path) if path.is_dir() else [path]))
@@ -125,9 +132,12 @@ def _reusable(plan_path: Path, fingerprint: dict, shard_size: int, collect_refer
         old = Plan.from_json(json.loads(plan_path.read_text()))
     except (OSError, ValueError, TypeError, KeyError):
         return None  # unreadable plan: plan again
-    if (old.fingerprint != fingerprint or old.shard_size != shard_size
-            or (old.reference_file is None and collect_references)
-            or (old.reference_file is not None and not Path(old.reference_file).exists())):
+    if (
+        old.fingerprint != fingerprint
+        or old.shard_size != shard_size
+        or (old.reference_file is None and collect_references)
+        or (old.reference_file is not None and not Path(old.reference_file).exists())
+    ):
         return None
     for s in old.shards:
         if not Path(s.path).exists() or s.digest is None or content_digest(s.path) != s.digest:
@@ -159,9 +169,17 @@ def _fill_ground_truth(batch: pa.Table, keyed: dict, matched: set) -> pa.Table:
     return batch
 
 
-def plan_job(source, work_dir: Path, *, shard_size: int, batch_size: int = 65_536,
-             collect_references: bool = False, check_columns: Optional[Callable[[list], None]] = None,
-             transcripts=None, ground_truth: Optional[str] = None) -> Plan:
+def plan_job(
+    source,
+    work_dir: Path,
+    *,
+    shard_size: int,
+    batch_size: int = 65_536,
+    collect_references: bool = False,
+    check_columns: Optional[Callable[[list], None]] = None,
+    transcripts=None,
+    ground_truth: Optional[str] = None,
+) -> Plan:
     """Shard ``source`` into ``work_dir/shards/*.arrow`` (or reuse a matching earlier plan).
 
     ``check_columns`` sees the input's column names with the first batch (before anything is
@@ -175,8 +193,11 @@ def plan_job(source, work_dir: Path, *, shard_size: int, batch_size: int = 65_53
     plan_path = work_dir / "plan.json"
     fingerprint = input_fingerprint(source)
     if transcripts is not None:  # how the input is read is part of what was planned
-        fingerprint["read"] = {"input_format": transcripts.input_format, "role": transcripts.role,
-                               "strict": transcripts.strict}
+        fingerprint["read"] = {
+            "input_format": transcripts.input_format,
+            "role": transcripts.role,
+            "strict": transcripts.strict,
+        }
     keyed: Optional[dict] = None
     if ground_truth is not None:
         from ..data import read_ground_truth
@@ -218,8 +239,9 @@ def plan_job(source, work_dir: Path, *, shard_size: int, batch_size: int = 65_53
             elif batch.schema != schema:
                 batch = batch.cast(schema)
             enc = batch.column("conversation_id").combine_chunks().dictionary_encode()
-            shard_of_value = np.array([zlib.crc32(v.encode("utf-8")) % n_shards for v in enc.dictionary.to_pylist()],
-                                      dtype=np.int64)
+            shard_of_value = np.array(
+                [zlib.crc32(v.encode("utf-8")) % n_shards for v in enc.dictionary.to_pylist()], dtype=np.int64
+            )
             shard_ids = shard_of_value[enc.indices.to_numpy()]
             for sid in np.unique(shard_ids):
                 part = batch.filter(pa.array(shard_ids == sid))
@@ -248,7 +270,17 @@ def plan_job(source, work_dir: Path, *, shard_size: int, batch_size: int = 65_53
         reference_file = str(work_dir / "references.json")
         _write_json_atomic(Path(reference_file), references)
     skipped = [list(x) for x in transcripts.skipped] if transcripts is not None else []
-    plan = Plan(str(source), fingerprint, shard_size, offset, shards, reference_file, skipped, n_truths, n_refs,
-                0 if keyed is None else len(keyed) - len(matched))
+    plan = Plan(
+        str(source),
+        fingerprint,
+        shard_size,
+        offset,
+        shards,
+        reference_file,
+        skipped,
+        n_truths,
+        n_refs,
+        0 if keyed is None else len(keyed) - len(matched),
+    )
     _write_json_atomic(plan_path, plan.to_json())
     return plan

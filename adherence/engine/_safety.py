@@ -23,22 +23,44 @@ from ..data import DataError, metadata_path
 from ._executors import EngineError
 from ._storage import _pid_alive
 
-__all__ = ["OUTPUT_FORMATS", "output_format", "check_outputs", "check_replaceable", "WorkDir", "PathLock",
-           "reserved_columns", "remove_dead_temporaries",
-           "is_adherence_output", "PRODUCER"]
+__all__ = [
+    "OUTPUT_FORMATS",
+    "output_format",
+    "check_outputs",
+    "check_replaceable",
+    "WorkDir",
+    "PathLock",
+    "reserved_columns",
+    "remove_dead_temporaries",
+    "is_adherence_output",
+    "PRODUCER",
+]
 
 PRODUCER = "adherence"
 OUTPUT_FORMATS = {".parquet": "parquet", ".pq": "parquet", ".jsonl": "jsonl", ".ndjson": "jsonl", ".csv": "csv"}
 # Columns every scored row gets; an input column of the same name would be silently replaced.
-_OUTPUT_COLUMNS = ("method", "score", "prediction", "status", "error", "reason", "p_yes_source", "truncated", "yes_no_mass", "_row")
+_OUTPUT_COLUMNS = (
+    "method",
+    "score",
+    "prediction",
+    "status",
+    "error",
+    "reason",
+    "p_yes_source",
+    "truncated",
+    "yes_no_mass",
+    "_row",
+)
 
 # Entries of a work directory, and what may live inside its folders. A work directory is the engine's only
 # when its marker says so (written when a job made or adopted it): entries named like these in any other
 # directory are the user's.
 WORK_MARKER = ".adherence-work.json"
 _WORK_FILES = {"job.json", "plan.json", "references.json", "input.parquet", "lock", "failed.json", WORK_MARKER}
-_WORK_DIRS = {"shards": re.compile(r"^(input-\d{5}\.arrow|\..*\.tmp)$"),
-              "out": re.compile(r"^(shard-\d{5}\.(parquet|done\.json)|\..*\.tmp)$")}
+_WORK_DIRS = {
+    "shards": re.compile(r"^(input-\d{5}\.arrow|\..*\.tmp)$"),
+    "out": re.compile(r"^(shard-\d{5}\.(parquet|done\.json)|\..*\.tmp)$"),
+}
 _TMP = re.compile(r"^\..*\.tmp$")
 
 
@@ -48,8 +70,11 @@ def output_format(path: Path) -> str:
         return "directory"
     fmt = OUTPUT_FORMATS.get(path.suffix.lower())
     if fmt is None:
-        raise DataError(f"cannot write scores as {path.suffix!r}; use .parquet, .jsonl, .csv or a directory "
-                        "(no extension) for a Parquet dataset", file=path)
+        raise DataError(
+            f"cannot write scores as {path.suffix!r}; use .parquet, .jsonl, .csv or a directory "
+            "(no extension) for a Parquet dataset",
+            file=path,
+        )
     return fmt
 
 
@@ -93,14 +118,23 @@ def check_replaceable(path: Path, what: str) -> None:
         if not (path.is_file() or path.is_dir()) or path.is_symlink():
             raise DataError(f"{what} exists and is not a regular file or directory; refusing to replace it", file=path)
         if not is_adherence_output(path):
-            raise DataError(f"{what} exists and was not written by adherence (no {meta.name} of ours beside it); "
-                            "refusing to overwrite it: remove it or choose another path", file=path)
+            raise DataError(
+                f"{what} exists and was not written by adherence (no {meta.name} of ours beside it); "
+                "refusing to overwrite it: remove it or choose another path",
+                file=path,
+            )
         if path.is_dir():
-            foreign = [p.name for p in path.iterdir() if not re.match(r"^part-\d{5}\.parquet$", p.name)
-                       or p.is_symlink() or not p.is_file()]  # a user's folder named part-00001.parquet is not ours
+            foreign = [
+                p.name
+                for p in path.iterdir()
+                if not re.match(r"^part-\d{5}\.parquet$", p.name) or p.is_symlink() or not p.is_file()
+            ]  # a user's folder named part-00001.parquet is not ours
             if foreign:
-                raise DataError(f"{what} is a directory holding files adherence did not write ({foreign[0]!r}, ...); "
-                                "refusing to replace it", file=path)
+                raise DataError(
+                    f"{what} is a directory holding files adherence did not write ({foreign[0]!r}, ...); "
+                    "refusing to replace it",
+                    file=path,
+                )
     elif meta.exists() and not is_adherence_output(path):
         raise DataError(f"{meta.name} exists and was not written by adherence; refusing to overwrite it", file=meta)
 
@@ -114,10 +148,16 @@ def check_outputs(source, output: Path, sessions: Path, work: Path) -> None:
     output_format(output)
     output_format(sessions)
     if _same(output, sessions):
-        raise DataError("the sessions output is the same path as the turn output; give --sessions-output another path",
-                        file=sessions)
-    written = {"output": output, "sessions output": sessions, "output metadata": metadata_path(output),
-               "sessions metadata": metadata_path(sessions)}
+        raise DataError(
+            "the sessions output is the same path as the turn output; give --sessions-output another path",
+            file=sessions,
+        )
+    written = {
+        "output": output,
+        "sessions output": sessions,
+        "output metadata": metadata_path(output),
+        "sessions metadata": metadata_path(sessions),
+    }
     if isinstance(source, (str, os.PathLike)):
         src = Path(source)
         for what, p in written.items():
@@ -127,8 +167,11 @@ def check_outputs(source, output: Path, sessions: Path, work: Path) -> None:
             raise DataError(f"the work directory lies in the input {src}; pass another --work-dir", file=work)
     for what, p in written.items():
         if _inside(p, work):
-            raise DataError(f"the {what} lies inside the work directory {work}, which is cleared after the job; "
-                            "choose another path", file=p)
+            raise DataError(
+                f"the {what} lies inside the work directory {work}, which is cleared after the job; "
+                "choose another path",
+                file=p,
+            )
         if not p.parent.exists():
             continue
         if not os.access(p.parent, os.W_OK | os.X_OK):
@@ -159,8 +202,11 @@ class PathLock:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
         except OSError as exc:
             if exc.errno == errno.ELOOP:
-                raise DataError(f"the lock file of {self.what} is a symbolic link; refusing to follow it "
-                                "(remove it if no adherence job is running)", file=self.path) from None
+                raise DataError(
+                    f"the lock file of {self.what} is a symbolic link; refusing to follow it "
+                    "(remove it if no adherence job is running)",
+                    file=self.path,
+                ) from None
             raise
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             os.close(fd)
@@ -180,8 +226,10 @@ class PathLock:
                         holder = self.path.read_text().strip() or "?"
                     except OSError:
                         holder = "?"
-                    raise EngineError(f"{self.what} {self.path.parent} is in use by another adherence job (pid "
-                                      f"{holder}); wait for it or choose another path") from None
+                    raise EngineError(
+                        f"{self.what} {self.path.parent} is in use by another adherence job (pid "
+                        f"{holder}); wait for it or choose another path"
+                    ) from None
                 raise
             try:
                 now = os.lstat(self.path)
@@ -245,8 +293,9 @@ def remove_dead_temporaries(targets) -> list[str]:
             try:
                 if q.is_symlink() or q.is_file():
                     q.unlink()
-                elif q.is_dir() and all(re.match(r"^(part-\d{5}\.parquet|\..*\.tmp)$", r.name) and r.is_file()
-                                        for r in q.iterdir()):
+                elif q.is_dir() and all(
+                    re.match(r"^(part-\d{5}\.parquet|\..*\.tmp)$", r.name) and r.is_file() for r in q.iterdir()
+                ):
                     shutil.rmtree(q)
                 else:
                     continue
@@ -293,15 +342,20 @@ class WorkDir:
             entries = sorted(q.name for q in p.iterdir())
             if entries:
                 # Names prove nothing: a user's input.parquet or job.json is not ours to clear.
-                raise DataError(f"the work directory holds files adherence did not write ({entries[0]}, ...; no "
-                                f"{WORK_MARKER} of ours); refusing to use or clear it: pass another --work-dir",
-                                file=p)
+                raise DataError(
+                    f"the work directory holds files adherence did not write ({entries[0]}, ...; no "
+                    f"{WORK_MARKER} of ours); refusing to use or clear it: pass another --work-dir",
+                    file=p,
+                )
             self.adopted = True
         self.ours = self.created or (marker is not None and bool(marker.get("created")))
         foreign = self.foreign_entries()
         if foreign:
-            raise DataError(f"the work directory holds files adherence did not write ({foreign[0]}, ...); "
-                            "refusing to use or clear it: pass another --work-dir", file=p)
+            raise DataError(
+                f"the work directory holds files adherence did not write ({foreign[0]}, ...); "
+                "refusing to use or clear it: pass another --work-dir",
+                file=p,
+            )
         self.lock.acquire()
         if marker is None:
             try:
@@ -316,8 +370,7 @@ class WorkDir:
         return self
 
     def __exit__(self, exc_type, *_) -> None:
-        if exc_type is not None and (self.created or self.adopted) \
-                and not any((self.path / "out").glob("*.done.json")):
+        if exc_type is not None and (self.created or self.adopted) and not any((self.path / "out").glob("*.done.json")):
             self.clear(keep_lock=True)  # nothing worth resuming: leave no trace of a job that failed early
             self.lock.release()
             try:
@@ -373,6 +426,7 @@ class WorkDir:
 
 # ---------------------------------------------------------------------------- object storage
 
+
 def _remote_meta(obj) -> Optional[dict]:
     meta_obj = obj.with_name(obj.name + ".meta.json")
     try:
@@ -386,18 +440,23 @@ def check_remote_output(obj, what: str) -> None:
     """The object-storage form of the output checks: a single file format, and an existing object
     replaced only when the metadata beside it says adherence wrote it."""
     if output_format(Path(obj.name)) == "directory":
-        raise DataError(f"{what} on object storage must be one file (.parquet, .jsonl or .csv), "
-                        "not a directory", file=obj.uri)
+        raise DataError(
+            f"{what} on object storage must be one file (.parquet, .jsonl or .csv), not a directory", file=obj.uri
+        )
     meta = _remote_meta(obj)
     ours = bool(meta) and (meta.get("producer") == PRODUCER or "adherence" in (meta.get("versions") or {}))
     if obj.is_dir():
         raise DataError(f"{what} is a prefix holding other objects; refusing to replace it", file=obj.uri)
     if obj.exists() and not ours:
-        raise DataError(f"{what} exists and was not written by adherence (no {obj.name}.meta.json of ours beside "
-                        "it); refusing to overwrite it: remove it or choose another path", file=obj.uri)
+        raise DataError(
+            f"{what} exists and was not written by adherence (no {obj.name}.meta.json of ours beside "
+            "it); refusing to overwrite it: remove it or choose another path",
+            file=obj.uri,
+        )
     if not obj.exists() and meta is None and obj.with_name(obj.name + ".meta.json").exists():
-        raise DataError(f"{obj.name}.meta.json exists and was not written by adherence; refusing to overwrite it",
-                        file=obj.uri)
+        raise DataError(
+            f"{obj.name}.meta.json exists and was not written by adherence; refusing to overwrite it", file=obj.uri
+        )
 
 
 class RemoteWorkDir:
@@ -433,8 +492,11 @@ class RemoteWorkDir:
             raise DataError("the work directory is an object, not a prefix", file=self.obj.uri)
         foreign = self.foreign_entries()
         if foreign:
-            raise DataError(f"the work directory holds objects adherence did not write ({foreign[0]}, ...); "
-                            "refusing to use or clear it: pass another --work-dir", file=self.obj.uri)
+            raise DataError(
+                f"the work directory holds objects adherence did not write ({foreign[0]}, ...); "
+                "refusing to use or clear it: pass another --work-dir",
+                file=self.obj.uri,
+            )
         self.lease.acquire()
         if not self.resume:
             self.clear()
@@ -464,7 +526,9 @@ class RemoteWorkDir:
         names = set((self.obj / "out").listdir())
         for name in sorted(names):
             if name.endswith(".done.json") and name.replace(".done.json", ".parquet") in names:
-                (self.obj / "out" / name.replace(".done.json", ".parquet")).download(out / name.replace(".done.json", ".parquet"))
+                (self.obj / "out" / name.replace(".done.json", ".parquet")).download(
+                    out / name.replace(".done.json", ".parquet")
+                )
                 (self.obj / "out" / name).download(out / name)
 
     def remove(self) -> None:

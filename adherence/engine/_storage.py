@@ -36,8 +36,18 @@ from urllib.parse import unquote, urlsplit
 
 import pyarrow as pa
 
-__all__ = ["Remote", "RemoteLease", "is_uri", "as_target", "read_arrow_stream", "write_parquet", "read_parquet",
-           "digest", "read_json", "write_json"]
+__all__ = [
+    "Remote",
+    "RemoteLease",
+    "is_uri",
+    "as_target",
+    "read_arrow_stream",
+    "write_parquet",
+    "read_parquet",
+    "digest",
+    "read_json",
+    "write_json",
+]
 
 
 def is_uri(path) -> bool:
@@ -150,8 +160,12 @@ class Remote:
     def upload(self, local: Union[str, os.PathLike]) -> None:
         from pyarrow import fs as pafs
 
-        pafs.copy_files(str(Path(local).absolute()), self.path, source_filesystem=pafs.LocalFileSystem(),
-                        destination_filesystem=self.fs)
+        pafs.copy_files(
+            str(Path(local).absolute()),
+            self.path,
+            source_filesystem=pafs.LocalFileSystem(),
+            destination_filesystem=self.fs,
+        )
 
     def download(self, local: Union[str, os.PathLike]) -> None:
         """Into ``local`` through a temporary sibling renamed into place (never a partial file)."""
@@ -160,8 +174,9 @@ class Remote:
         local = Path(local)
         tmp = local.with_name(f".{local.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp")
         try:
-            pafs.copy_files(self.path, str(tmp.absolute()), source_filesystem=self.fs,
-                            destination_filesystem=pafs.LocalFileSystem())
+            pafs.copy_files(
+                self.path, str(tmp.absolute()), source_filesystem=self.fs, destination_filesystem=pafs.LocalFileSystem()
+            )
             os.replace(tmp, local)
         finally:
             tmp.unlink(missing_ok=True)
@@ -286,8 +301,15 @@ class RemoteLease:
         self._thread: Optional[threading.Thread] = None
 
     def _record(self) -> bytes:
-        return json.dumps({"token": self.token, "host": socket.gethostname(), "pid": os.getpid(),
-                           "heartbeat": time.time(), "ttl": self.ttl}).encode()
+        return json.dumps(
+            {
+                "token": self.token,
+                "host": socket.gethostname(),
+                "pid": os.getpid(),
+                "heartbeat": time.time(),
+                "ttl": self.ttl,
+            }
+        ).encode()
 
     def _holder(self) -> Optional[dict]:
         try:
@@ -300,9 +322,11 @@ class RemoteLease:
         from ._executors import EngineError
 
         age = time.time() - float(held.get("heartbeat", 0))
-        raise EngineError(f"{self.what} {self.obj.parent} is in use by another adherence job (host "
-                          f"{held.get('host', '?')}, pid {held.get('pid', '?')}, lease renewed {age:.0f} s ago); "
-                          f"wait for it, or for its lease to lapse ({self.ttl:.0f} s after its last renewal)")
+        raise EngineError(
+            f"{self.what} {self.obj.parent} is in use by another adherence job (host "
+            f"{held.get('host', '?')}, pid {held.get('pid', '?')}, lease renewed {age:.0f} s ago); "
+            f"wait for it, or for its lease to lapse ({self.ttl:.0f} s after its last renewal)"
+        )
 
     def acquire(self) -> RemoteLease:
         held = self._holder()

@@ -30,11 +30,14 @@ def verify_gpu(gpu_ids=()) -> dict:
     if not torch.cuda.is_available() or torch.cuda.device_count() < 1:
         raise WorkerSetupError(
             f"worker on {where} was given GPU {list(gpu_ids)} but CUDA sees none (torch {torch.__version__}, "
-            f"CUDA_VISIBLE_DEVICES={visible!r}); no shard was scored there")
+            f"CUDA_VISIBLE_DEVICES={visible!r}); no shard was scored there"
+        )
     try:
         torch.zeros(1, device="cuda")
     except RuntimeError as exc:
-        raise WorkerSetupError(f"worker on {where}: CUDA cannot use GPU {list(gpu_ids)}: {exc}".splitlines()[0]) from None
+        raise WorkerSetupError(
+            f"worker on {where}: CUDA cannot use GPU {list(gpu_ids)}: {exc}".splitlines()[0]
+        ) from None
     return {"device": "cuda", "gpu": torch.cuda.get_device_name(0), "gpu_ids": list(gpu_ids)}
 
 
@@ -57,35 +60,53 @@ def verify_replica_gpus(n: int) -> dict:
     if pg is None:
         raise WorkerSetupError(f"tensor-parallel worker on {where} is not in a placement group")
     probe = ray.remote(num_cpus=0, num_gpus=1, max_retries=0)(_probe_gpu)
-    refs = [probe.options(scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=i))
-            .remote() for i in range(n)]
+    refs = [
+        probe.options(scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=i)).remote()
+        for i in range(n)
+    ]
     found = []
     for i, ref in enumerate(refs):
         try:
             found.append(ray.get(ref))
         except RayTaskError as exc:
             cause = getattr(exc, "cause", None) or exc
-            raise WorkerSetupError(f"tensor-parallel replica (placement group {pg.id.hex()[:12]}, GPU bundle {i} of "
-                                   f"{n}): {str(cause).splitlines()[0]}") from None
-    return {"device": "cuda", "gpu": found[0]["gpu"], "gpu_ids": [g for f in found for g in f["gpu_ids"]],
-            "tensor_parallel": n, "placement_group": pg.id.hex()}
+            raise WorkerSetupError(
+                f"tensor-parallel replica (placement group {pg.id.hex()[:12]}, GPU bundle {i} of "
+                f"{n}): {str(cause).splitlines()[0]}"
+            ) from None
+    return {
+        "device": "cuda",
+        "gpu": found[0]["gpu"],
+        "gpu_ids": [g for f in found for g in f["gpu_ids"]],
+        "tensor_parallel": n,
+        "placement_group": pg.id.hex(),
+    }
 
 
 def error_rows(table: pa.Table, method: str, message: str) -> pa.Table:
     """Every row of a shard that failed as a whole, kept with ``status=error``."""
     n = table.num_rows
-    return (table.append_column("method", pa.array([method] * n, pa.string()))
-            .append_column("score", pa.nulls(n, pa.float64()))
-            .append_column("prediction", pa.nulls(n, pa.int8()))
-            .append_column("status", pa.array(["error"] * n, pa.string()))
-            .append_column("error", pa.array([message] * n, pa.string())))
+    return (
+        table.append_column("method", pa.array([method] * n, pa.string()))
+        .append_column("score", pa.nulls(n, pa.float64()))
+        .append_column("prediction", pa.nulls(n, pa.int8()))
+        .append_column("status", pa.array(["error"] * n, pa.string()))
+        .append_column("error", pa.array([message] * n, pa.string()))
+    )
 
 
 class ShardWorker:
     """Scores shards with one set of loaded models (one per process or Ray actor)."""
 
-    def __init__(self, config: RoleConfig, *, prepare: bool = True, expect_gpu: bool = False,
-                 remote: bool = False, tensor_parallel: int = 1) -> None:
+    def __init__(
+        self,
+        config: RoleConfig,
+        *,
+        prepare: bool = True,
+        expect_gpu: bool = False,
+        remote: bool = False,
+        tensor_parallel: int = 1,
+    ) -> None:
         self.config = config
         self.remote = remote  # a Ray actor: setup errors travel to the driver as one WorkerSetupError line
         self.resources = Resources(config)
@@ -118,8 +139,10 @@ class ShardWorker:
                 except Exception as exc:  # noqa: BLE001 - one line to the driver, not a retried crash
                     if not self.remote:
                         raise
-                    raise WorkerSetupError(f"worker on {self.info['host']} could not load its models: "
-                                           f"{type(exc).__name__}: {exc}".splitlines()[0]) from None
+                    raise WorkerSetupError(
+                        f"worker on {self.info['host']} could not load its models: "
+                        f"{type(exc).__name__}: {exc}".splitlines()[0]
+                    ) from None
                 self._ready = True
             return dict(self.info)
 
@@ -154,9 +177,15 @@ class ShardWorker:
         write_parquet(scores, out)  # atomic: a temporary renamed locally, one upload on object storage
         status = scores.column("status").to_pylist()
         return {
-            "shard_id": task["shard_id"], "rows": table.num_rows, "ok": status.count("ok"),
-            "error": status.count("error"), "unscored": status.count("unscored"), "failed": failed,
-            "digest": digest(out), "seconds": time.perf_counter() - start, "pid": self.pid,
+            "shard_id": task["shard_id"],
+            "rows": table.num_rows,
+            "ok": status.count("ok"),
+            "error": status.count("error"),
+            "unscored": status.count("unscored"),
+            "failed": failed,
+            "digest": digest(out),
+            "seconds": time.perf_counter() - start,
+            "pid": self.pid,
             "worker": dict(self.info),
             "models": self.resources.describe(),
             "judge_usage": {k: v - before.get(k, 0) for k, v in self.resources.usage().items()},

@@ -117,13 +117,23 @@ class LateInteractionEncoder:
         len(docs), docs.embeddings.shape      # 2, [n_tokens, 384]
     """
 
-    def __init__(self, model: Optional[str] = None, *, device: Optional[str] = None, dtype: Optional[str] = None,
-                 batch_size: Optional[int] = None, max_length: Optional[int] = None, query_prefix: Optional[str] = None,
-                 document_prefix: Optional[str] = None, progress: bool = True) -> None:
+    def __init__(
+        self,
+        model: Optional[str] = None,
+        *,
+        device: Optional[str] = None,
+        dtype: Optional[str] = None,
+        batch_size: Optional[int] = None,
+        max_length: Optional[int] = None,
+        query_prefix: Optional[str] = None,
+        document_prefix: Optional[str] = None,
+        progress: bool = True,
+    ) -> None:
         from ..models import Encoder
 
-        self.encoder = Encoder(model, device=device, dtype=dtype, batch_size=batch_size, max_length=max_length,
-                               progress=progress)
+        self.encoder = Encoder(
+            model, device=device, dtype=dtype, batch_size=batch_size, max_length=max_length, progress=progress
+        )
         path = self.encoder.resolved.path
         self.dense = _dense_layer(path)
         if self.dense is not None:
@@ -143,9 +153,14 @@ class LateInteractionEncoder:
         return self.encoder.device
 
     def describe(self) -> dict:
-        return {"model": self.name, "dim": self.dim, "max_length": self.max_length,
-                "projection": self.dense is not None, "query_prefix": self.query_prefix,
-                "document_prefix": self.document_prefix}
+        return {
+            "model": self.name,
+            "dim": self.dim,
+            "max_length": self.max_length,
+            "projection": self.dense is not None,
+            "query_prefix": self.query_prefix,
+            "document_prefix": self.document_prefix,
+        }
 
     def _project(self, tensors: list) -> list:
         import torch
@@ -178,7 +193,7 @@ class LateInteractionEncoder:
         texts = [t if isinstance(t, str) else "" for t in texts]
         pieces, owner = [], []
         for i, t in enumerate(texts):
-            for c in (self.chunks(t) if t.strip() else []):
+            for c in self.chunks(t) if t.strip() else []:
                 pieces.append(c)
                 owner.append(i)
         embs = self._encode(pieces, self.document_prefix) if pieces else []

@@ -52,8 +52,14 @@ class LateInteractionIndex:
         index.save("my_index"); LateInteractionIndex.load("my_index")
     """
 
-    def __init__(self, encoder: Union[None, str, LateInteractionEncoder] = None, *, device: Optional[str] = None,
-                 backend: str = "auto", _lazy_encoder: bool = False) -> None:
+    def __init__(
+        self,
+        encoder: Union[None, str, LateInteractionEncoder] = None,
+        *,
+        device: Optional[str] = None,
+        backend: str = "auto",
+        _lazy_encoder: bool = False,
+    ) -> None:
         import torch
 
         if backend not in ("auto", "triton", "torch"):
@@ -170,8 +176,19 @@ class LateInteractionIndex:
         emb, off = self._device_tensors()
         qi = torch.as_tensor(np.asarray(query_index, dtype=np.int64), device=self.device)
         di = torch.as_tensor(np.asarray(doc_index, dtype=np.int64), device=self.device)
-        return maxsim(q.embeddings.to(self.device, emb.dtype), q.offsets.to(self.device), emb, off, qi, di,
-                      backend=self.backend).cpu().numpy()
+        return (
+            maxsim(
+                q.embeddings.to(self.device, emb.dtype),
+                q.offsets.to(self.device),
+                emb,
+                off,
+                qi,
+                di,
+                backend=self.backend,
+            )
+            .cpu()
+            .numpy()
+        )
 
     # -- corpus search --------------------------------------------------------------------------
     def build_faiss(self, *, nlist: Optional[int] = None, nprobe: int = 16, use_gpu: Optional[bool] = None):
@@ -191,12 +208,22 @@ class LateInteractionIndex:
             index = faiss.index_cpu_to_all_gpus(index)
         index.add(vectors)
         self._faiss = index
-        self.meta["faiss"] = {"type": type(index).__name__, "nlist": nlist, "nprobe": nprobe if nlist else None,
-                              "gpus": int(gpus if use_gpu is not False else 0)}
+        self.meta["faiss"] = {
+            "type": type(index).__name__,
+            "nlist": nlist,
+            "nprobe": nprobe if nlist else None,
+            "gpus": int(gpus if use_gpu is not False else 0),
+        }
         return index
 
-    def search(self, queries: Union[Sequence[str], TokenBatch], k: int = 10, *, k_tokens: int = 32,
-               max_candidates: Optional[int] = None) -> SearchResult:
+    def search(
+        self,
+        queries: Union[Sequence[str], TokenBatch],
+        k: int = 10,
+        *,
+        k_tokens: int = 32,
+        max_candidates: Optional[int] = None,
+    ) -> SearchResult:
         """Top-``k`` documents of the whole index for each query.
 
         Every query token fetches its ``k_tokens`` nearest document tokens from FAISS; the
@@ -236,15 +263,23 @@ class LateInteractionIndex:
         """Write ``embeddings.npy`` (float16), ``offsets.npy``, ``ids.json`` and ``meta.json`` (atomically per file)."""
         d = Path(directory)
         d.mkdir(parents=True, exist_ok=True)
-        arrays = {"embeddings.npy": self.embeddings.numpy(), "offsets.npy": self.offsets.numpy(),
-                  "n_chunks.npy": self.n_chunks}
+        arrays = {
+            "embeddings.npy": self.embeddings.numpy(),
+            "offsets.npy": self.offsets.numpy(),
+            "n_chunks.npy": self.n_chunks,
+        }
         for name, arr in arrays.items():
             tmp = d / f".{name}.tmp"
             with open(tmp, "wb") as fh:
                 np.save(fh, arr)
             tmp.replace(d / name)
-        meta = dict(self.meta, format_version=FORMAT_VERSION, n_documents=len(self), n_tokens=int(self.offsets[-1]),
-                    dim=self.dim)
+        meta = dict(
+            self.meta,
+            format_version=FORMAT_VERSION,
+            n_documents=len(self),
+            n_tokens=int(self.offsets[-1]),
+            dim=self.dim,
+        )
         meta.pop("faiss", None)
         for name, obj in (("ids.json", self.ids), ("meta.json", meta)):
             tmp = d / f".{name}.tmp"
@@ -253,8 +288,15 @@ class LateInteractionIndex:
         return d
 
     @classmethod
-    def load(cls, directory: Union[str, Path], *, encoder: Union[None, str, LateInteractionEncoder] = None,
-             device: Optional[str] = None, backend: str = "auto", mmap: bool = True) -> LateInteractionIndex:
+    def load(
+        cls,
+        directory: Union[str, Path],
+        *,
+        encoder: Union[None, str, LateInteractionEncoder] = None,
+        device: Optional[str] = None,
+        backend: str = "auto",
+        mmap: bool = True,
+    ) -> LateInteractionIndex:
         """Open a saved index; the encoder (the saved one unless given) loads when queries need encoding."""
         import torch
 
@@ -274,8 +316,10 @@ class LateInteractionIndex:
         index.n_chunks = np.load(nc) if nc.exists() else np.ones(len(index.ids), dtype=np.int64)
         index.meta = meta
         if len(index.ids) != index.offsets.numel() - 1 or int(index.offsets[-1]) != index.embeddings.shape[0]:
-            raise ValueError(f"{d}: ids, offsets and embeddings disagree ({len(index.ids)} ids, "
-                             f"{index.offsets.numel() - 1} offsets, {index.embeddings.shape[0]} token rows)")
+            raise ValueError(
+                f"{d}: ids, offsets and embeddings disagree ({len(index.ids)} ids, "
+                f"{index.offsets.numel() - 1} offsets, {index.embeddings.shape[0]} token rows)"
+            )
         return index
 
 
@@ -284,4 +328,3 @@ def _one(batch: TokenBatch, i: int) -> TokenBatch:
 
     a, b = int(batch.offsets[i]), int(batch.offsets[i + 1])
     return TokenBatch(batch.embeddings[a:b], torch.tensor([0, b - a], dtype=torch.int64))
-

@@ -48,8 +48,13 @@ class JudgeOutput:
     def from_json(cls, d: dict) -> JudgeOutput:
         lp = d.get("top_logprobs")
         yn = d.get("yes_no")
-        return cls([tuple(x) for x in lp] if lp is not None else None, d.get("text"), bool(d.get("truncated")),
-                   d.get("error"), tuple(float("-inf") if v is None else float(v) for v in yn) if yn else None)
+        return cls(
+            [tuple(x) for x in lp] if lp is not None else None,
+            d.get("text"),
+            bool(d.get("truncated")),
+            d.get("error"),
+            tuple(float("-inf") if v is None else float(v) for v in yn) if yn else None,
+        )
 
 
 class JudgeBackend(ABC):
@@ -67,8 +72,9 @@ class JudgeBackend(ABC):
         """Identity of the model for caching and metadata."""
 
     @abstractmethod
-    def first_token_logprobs(self, requests: Sequence[JudgeRequest], *, top_k: int = 20,
-                             variants: Optional[tuple] = None) -> list[JudgeOutput]:
+    def first_token_logprobs(
+        self, requests: Sequence[JudgeRequest], *, top_k: int = 20, variants: Optional[tuple] = None
+    ) -> list[JudgeOutput]:
         """Top-k log-probabilities of the first generated token of each request.
 
         ``variants`` = ``(yes_texts, no_texts)`` (normalised token texts): backends with
@@ -76,8 +82,15 @@ class JudgeBackend(ABC):
         """
 
     @abstractmethod
-    def generate(self, requests: Sequence[JudgeRequest], *, max_tokens: int, temperature: float = 0.0,
-                 seed: Optional[int] = None, stop: Optional[Sequence[str]] = None) -> list[JudgeOutput]:
+    def generate(
+        self,
+        requests: Sequence[JudgeRequest],
+        *,
+        max_tokens: int,
+        temperature: float = 0.0,
+        seed: Optional[int] = None,
+        stop: Optional[Sequence[str]] = None,
+    ) -> list[JudgeOutput]:
         """Generated text of each request (greedy at temperature 0), ending early at any ``stop`` string."""
 
     def describe(self) -> dict:

@@ -28,8 +28,9 @@ class JudgeCache:
         except sqlite3.Error as exc:
             from ..data import DataError
 
-            raise DataError(f"not a usable judge cache (SQLite: {exc}); pass another --judge-cache path",
-                            file=self.path) from None
+            raise DataError(
+                f"not a usable judge cache (SQLite: {exc}); pass another --judge-cache path", file=self.path
+            ) from None
         self.hits = 0
         self.misses = 0
 

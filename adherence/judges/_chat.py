@@ -40,7 +40,7 @@ def special_prefix(tokenizer) -> tuple:
     full = list(tokenizer(_PROBE, add_special_tokens=True)["input_ids"])
     prefix: tuple = ()
     for k in range(len(full) - len(plain) + 1):
-        if full[k:k + len(plain)] == plain:
+        if full[k : k + len(plain)] == plain:
             prefix = tuple(full[:k])
             break
     try:
@@ -56,7 +56,7 @@ def with_special_prefix(ids: list, prefix: tuple) -> list:
         return list(ids)
     n = len(prefix)
     start = 0
-    while tuple(ids[start:start + n]) == prefix:
+    while tuple(ids[start : start + n]) == prefix:
         start += n
     return list(prefix) + list(ids[start:])
 

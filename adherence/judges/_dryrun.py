@@ -27,8 +27,15 @@ def judge_plan(turns: pa.Table, config) -> dict:
     k = jc.samples
     binary = jc.output_mode == "binary" or jc.granularity == "conversation"
     gen_each = 4 if binary else 0
-    out = {"turns": turns.num_rows, "turns_with_errors": len(errors), "judge_calls": 0, "prompt_tokens": 0,
-           "forward_tokens": 0, "generated_tokens_max": 0, "approximate": jc.backend != "transformers"}
+    out = {
+        "turns": turns.num_rows,
+        "turns_with_errors": len(errors),
+        "judge_calls": 0,
+        "prompt_tokens": 0,
+        "forward_tokens": 0,
+        "generated_tokens_max": 0,
+        "approximate": jc.backend != "transformers",
+    }
     if jc.granularity == "conversation":
         calls = [(r, 16 + (40 if jc.include_reason else 8) * r.meta["n_turns"]) for _, r in per_conv]
     else:
@@ -41,8 +48,9 @@ def judge_plan(turns: pa.Table, config) -> dict:
         from ._transformers import TransformersBackend
 
         opts = jc.backend_options
-        backend = TransformersBackend.tokenizer_only(jc.model, max_context=opts.get("max_context"),
-                                                     prefix_sharing=opts.get("prefix_sharing", True))
+        backend = TransformersBackend.tokenizer_only(
+            jc.model, max_context=opts.get("max_context"), prefix_sharing=opts.get("prefix_sharing", True)
+        )
         by_reserve: dict = {}
         for r, g in calls:
             by_reserve.setdefault(max(1, g), []).append(r)
@@ -61,16 +69,20 @@ def judge_plan(turns: pa.Table, config) -> dict:
     return out
 
 
-def dry_run(source, config, *, input_format: str = "auto", role: Optional[str] = None,
-            strict_input: bool = False) -> str:
+def dry_run(
+    source, config, *, input_format: str = "auto", role: Optional[str] = None, strict_input: bool = False
+) -> str:
     """The dry-run report for a file, as the lines ``adherence score --dry-run`` prints."""
     from ..data import TURNS, iter_batches
     from ..data._transcripts import TranscriptOptions
 
     opts = TranscriptOptions(input_format, role, strict_input)
     batches = list(iter_batches(source, TURNS, transcripts=opts))
-    turns = pa.Table.from_batches(batches) if batches and isinstance(batches[0], pa.RecordBatch) else (
-        pa.concat_tables(batches) if batches else None)
+    turns = (
+        pa.Table.from_batches(batches)
+        if batches and isinstance(batches[0], pa.RecordBatch)
+        else (pa.concat_tables(batches) if batches else None)
+    )
     if turns is None or turns.num_rows == 0:
         raise ValueError(f"{source}: no turns to score")
     plan = judge_plan(turns, config)
@@ -82,8 +94,10 @@ def dry_run(source, config, *, input_format: str = "auto", role: Optional[str] =
         f"at most {plan['generated_tokens_max']:,} generated tokens",
     ]
     if plan.get("truncated") or plan.get("too_long"):
-        lines.append(f"  {plan.get('truncated', 0)} prompts lose history to fit the context; "
-                     f"{plan.get('too_long', 0)} do not fit even without it (status=error)")
+        lines.append(
+            f"  {plan.get('truncated', 0)} prompts lose history to fit the context; "
+            f"{plan.get('too_long', 0)} do not fit even without it (status=error)"
+        )
     if plan["approximate"]:
         lines.append("  (token counts for this backend are estimated as characters / 4)")
     return "\n".join(lines)

@@ -119,16 +119,24 @@ class JudgeConfig:
         if self.samples < 1:
             raise ValueError(f"`samples` must be >= 1, got {self.samples}")
         if self.samples > 1 and self.temperature <= 0 and (self.output_mode == "binary" or self.include_reason):
-            raise ValueError(f"samples={self.samples} needs temperature > 0: greedy decoding returns the same "
-                             "verdict every time (e.g. --temperature 0.7)")
+            raise ValueError(
+                f"samples={self.samples} needs temperature > 0: greedy decoding returns the same "
+                "verdict every time (e.g. --temperature 0.7)"
+            )
         if self.samples > 1 and self.granularity == "conversation":
             raise ValueError("`samples` applies to granularity='turn'")
-        if (self.samples > 1 and self.output_mode == "continuous" and not self.include_reason
-                and self.backend in ("transformers", "vllm")):
+        if (
+            self.samples > 1
+            and self.output_mode == "continuous"
+            and not self.include_reason
+            and self.backend in ("transformers", "vllm")
+        ):
             # Refused here, before any model loads: in-process log-probs are deterministic.
-            raise ValueError(f"samples={self.samples} in continuous mode: the {self.backend} backend's P(yes) is "
-                             "exact and deterministic, so every sample is the same; for self-consistency use binary verdicts "
-                             "sampled at temperature > 0 (--output-mode binary --temperature 0.7), or an openai server")
+            raise ValueError(
+                f"samples={self.samples} in continuous mode: the {self.backend} backend's P(yes) is "
+                "exact and deterministic, so every sample is the same; for self-consistency use binary verdicts "
+                "sampled at temperature > 0 (--output-mode binary --temperature 0.7), or an openai server"
+            )
         if self.layout not in ("user", "system", "pygaussia"):
             raise ValueError(f"`layout` must be 'user', 'system' or 'pygaussia', got {self.layout!r}")
         if self.layout in ("system", "pygaussia") and self.system:
@@ -145,13 +153,22 @@ class JudgeConfig:
         """Normalised (yes, no) token-text sets."""
         return variant_sets(self.yes_tokens, self.no_tokens)
 
+
 #: Judge calls between two cache commits: a killed run loses at most this many answers.
 COMMIT_EVERY = 256
 
 
-def cached_calls(backend: JudgeBackend, cache: Optional[JudgeCache], kind: str, requests: list[JudgeRequest], *,
-                 repeat: int = 0, commit_every: int = COMMIT_EVERY, stats: Optional[dict] = None,
-                 **params) -> list[JudgeOutput]:
+def cached_calls(
+    backend: JudgeBackend,
+    cache: Optional[JudgeCache],
+    kind: str,
+    requests: list[JudgeRequest],
+    *,
+    repeat: int = 0,
+    commit_every: int = COMMIT_EVERY,
+    stats: Optional[dict] = None,
+    **params,
+) -> list[JudgeOutput]:
     """Backend calls through the judge-call cache.
 
     ``kind="logprobs"`` asks for first-token log-probabilities (``top_k``); any
@@ -175,16 +192,22 @@ def cached_calls(backend: JudgeBackend, cache: Optional[JudgeCache], kind: str, 
         stats["calls"] = stats.get("calls", 0) + len(todo)
     step = commit_every if cache is not None else max(1, len(todo))
     for a in range(0, len(todo), step):
-        part = todo[a:a + step]
+        part = todo[a : a + step]
         batch = [requests[i] for i in part]
         if kind == "logprobs":
             variants = params.get("variants")
-            fresh = backend.first_token_logprobs(batch, top_k=params["top_k"],
-                                                 variants=tuple(map(frozenset, variants)) if variants else None)
+            fresh = backend.first_token_logprobs(
+                batch, top_k=params["top_k"], variants=tuple(map(frozenset, variants)) if variants else None
+            )
         else:
             extra = {"stop": params["stop"]} if params.get("stop") else {}
-            fresh = backend.generate(batch, max_tokens=params["max_tokens"], temperature=params["temperature"],
-                                     seed=params.get("seed"), **extra)
+            fresh = backend.generate(
+                batch,
+                max_tokens=params["max_tokens"],
+                temperature=params["temperature"],
+                seed=params.get("seed"),
+                **extra,
+            )
         for i, out in zip(part, fresh):
             outputs[i] = out
         if cache is not None:
@@ -209,11 +232,17 @@ class RoleJudge:
             opts.setdefault("model", config.model)
             backend = get_backend(config.backend, **opts)
         self.backend = backend
-        if (config.samples > 1 and config.output_mode == "continuous" and self.backend.full_vocab
-                and not config.include_reason):
-            raise ValueError(f"samples={config.samples} in continuous mode: the {self.backend.name} backend's "
-                             "P(yes) is exact and deterministic, so every sample is the same; use "
-                             "output_mode='binary' with temperature > 0 for self-consistency")
+        if (
+            config.samples > 1
+            and config.output_mode == "continuous"
+            and self.backend.full_vocab
+            and not config.include_reason
+        ):
+            raise ValueError(
+                f"samples={config.samples} in continuous mode: the {self.backend.name} backend's "
+                "P(yes) is exact and deterministic, so every sample is the same; use "
+                "output_mode='binary' with temperature > 0 for self-consistency"
+            )
         self.cache = JudgeCache(config.cache) if config.cache else None
         self._stats = {"calls": 0, "cache_hits": 0}
         self._preflight()
@@ -237,14 +266,17 @@ class RoleJudge:
         except LogprobsUnsupported as exc:
             self.backend.supports_logprobs = False
             if not c.binary_fallback:
-                raise ValueError(f"{exc}: use output_mode='binary' (--output-mode binary), or allow the fallback "
-                                 "with binary_fallback=True (--binary-fallback)") from None
+                raise ValueError(
+                    f"{exc}: use output_mode='binary' (--output-mode binary), or allow the fallback "
+                    "with binary_fallback=True (--binary-fallback)"
+                ) from None
 
     # ----------------------------------------------------------------- cached calls
 
     def _call(self, kind: str, requests: list[JudgeRequest], **params) -> list[JudgeOutput]:
-        return cached_calls(self.backend, self.cache, kind, requests, repeat=self.config.repeat, stats=self._stats,
-                            **params)
+        return cached_calls(
+            self.backend, self.cache, kind, requests, repeat=self.config.repeat, stats=self._stats, **params
+        )
 
     def _sample_seed(self, s: int) -> Optional[int]:
         return None if self.config.seed is None else self.config.seed + s
@@ -256,8 +288,9 @@ class RoleJudge:
         c = self.config
         n = turns.num_rows
         errors: dict[int, str] = {}
-        rows = turns.select([k for k in ("conversation_id", "turn_index", "role", "user", "assistant")
-                             if k in turns.column_names]).to_pylist()
+        rows = turns.select(
+            [k for k in ("conversation_id", "turn_index", "role", "user", "assistant") if k in turns.column_names]
+        ).to_pylist()
         order = sorted(range(n), key=lambda i: (rows[i]["conversation_id"], rows[i]["turn_index"]))
         per_turn: list[tuple[int, JudgeRequest]] = []
         per_conv: list[tuple[list[int], JudgeRequest]] = []
@@ -274,11 +307,25 @@ class RoleJudge:
                 if not a.strip():
                     errors[i] = "empty assistant turn"
             if c.granularity == "conversation":
-                per_conv.append((members, conversation_request(cid, role, users, assistants,
-                                                               include_reason=c.include_reason, system=c.system)))
+                per_conv.append(
+                    (
+                        members,
+                        conversation_request(
+                            cid, role, users, assistants, include_reason=c.include_reason, system=c.system
+                        ),
+                    )
+                )
                 continue
-            reqs = turn_requests(cid, role, users, assistants, template=c.template, max_history=c.max_history,
-                                 system=c.system, layout=c.layout)
+            reqs = turn_requests(
+                cid,
+                role,
+                users,
+                assistants,
+                template=c.template,
+                max_history=c.max_history,
+                system=c.system,
+                layout=c.layout,
+            )
             per_turn.extend((i, r) for i, r in zip(members, reqs) if i not in errors)
         return per_turn, per_conv, errors
 
@@ -289,8 +336,15 @@ class RoleJudge:
         An unparseable answer is ``unscored`` (never 0); a failed call or bad row is ``error``.
         """
         n = turns.num_rows
-        cols = {"score": [None] * n, "status": [None] * n, "error": [None] * n, "reason": [None] * n,
-                "p_yes_source": [None] * n, "truncated": [False] * n, "yes_no_mass": [None] * n}
+        cols = {
+            "score": [None] * n,
+            "status": [None] * n,
+            "error": [None] * n,
+            "reason": [None] * n,
+            "p_yes_source": [None] * n,
+            "truncated": [False] * n,
+            "yes_no_mass": [None] * n,
+        }
         if self.config.samples > 1:
             cols["agreement"], cols["samples"] = [None] * n, [None] * n
         per_turn, per_conv, errors = self.requests(turns)
@@ -334,17 +388,32 @@ class RoleJudge:
                     p, mass = p_yes_from_sums(*o.yes_no)
                     source = "full_vocab"
                 elif not o.top_logprobs:
-                    got.append((None, "the judge returned no top log-probabilities for the first token",
-                                "unscored", o.truncated))
+                    got.append(
+                        (
+                            None,
+                            "the judge returned no top log-probabilities for the first token",
+                            "unscored",
+                            o.truncated,
+                        )
+                    )
                     continue
                 else:
                     p, source, mass = p_yes_from_logprobs(o.top_logprobs, yes=yes, no=no, with_mass=True)
                     if source == "fallback_0.5":  # no evidence either way: never a 0.5 that reads as a verdict
-                        tokens = list(o.top_logprobs)[:8] if isinstance(o.top_logprobs, Mapping) else \
-                            [t for t, _ in list(o.top_logprobs)[:8]]
-                        got.append((None, f"neither a yes nor a no token among the first token's top "
-                                    f"{len(o.top_logprobs)} log-probabilities (top: {', '.join(map(repr, tokens))})",
-                                    "unscored", o.truncated))
+                        tokens = (
+                            list(o.top_logprobs)[:8]
+                            if isinstance(o.top_logprobs, Mapping)
+                            else [t for t, _ in list(o.top_logprobs)[:8]]
+                        )
+                        got.append(
+                            (
+                                None,
+                                f"neither a yes nor a no token among the first token's top "
+                                f"{len(o.top_logprobs)} log-probabilities (top: {', '.join(map(repr, tokens))})",
+                                "unscored",
+                                o.truncated,
+                            )
+                        )
                         continue
                 if not math.isfinite(p):
                     raise ValueError(f"P(yes) is {p}")
@@ -366,8 +435,9 @@ class RoleJudge:
                 got.append((None, o.error, o.truncated))
                 continue
             v = parse_yes_no(o.text)
-            got.append((v, None if v is not None else f"unparseable judge answer: {(o.text or '')[:80]!r}",
-                        o.truncated))
+            got.append(
+                (v, None if v is not None else f"unparseable judge answer: {(o.text or '')[:80]!r}", o.truncated)
+            )
         return got
 
     def _score_turns(self, items: list, cols: dict) -> None:
@@ -391,8 +461,11 @@ class RoleJudge:
                     f"backend {self.backend.name!r} ({self.backend.model_id}) returns no log-probabilities: use "
                     "output_mode='binary', or allow the fallback with binary_fallback=True (--binary-fallback)"
                 )
-            warnings.warn(f"{self.backend.model_id} returns no log-probabilities; continuous mode falls back to "
-                          "binary verdicts (p_yes_source=binary_fallback)", stacklevel=3)
+            warnings.warn(
+                f"{self.backend.model_id} returns no log-probabilities; continuous mode falls back to "
+                "binary verdicts (p_yes_source=binary_fallback)",
+                stacklevel=3,
+            )
             continuous = False
         if continuous:
             for j, i in enumerate(idx):
@@ -452,8 +525,9 @@ class RoleJudge:
         outs = []
         for size in sorted(set(budget)):
             chosen = [k for k, b in enumerate(budget) if b == size]
-            got = self._call("generate", [reqs[k] for k in chosen], max_tokens=size, temperature=c.temperature,
-                             seed=c.seed)
+            got = self._call(
+                "generate", [reqs[k] for k in chosen], max_tokens=size, temperature=c.temperature, seed=c.seed
+            )
             outs.extend(zip(chosen, got))
         for k, o in outs:
             members, _ = items[k]

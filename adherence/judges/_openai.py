@@ -78,9 +78,18 @@ class OpenAIBackend(JudgeBackend):
 
     name = "openai"
 
-    def __init__(self, model: Optional[str] = None, *, base_url=None, api_key: Optional[str] = None,
-                 concurrency: int = 16, timeout: float = 60.0, max_retries: int = 4, backoff: float = 0.5,
-                 max_qps: Optional[float] = None) -> None:
+    def __init__(
+        self,
+        model: Optional[str] = None,
+        *,
+        base_url=None,
+        api_key: Optional[str] = None,
+        concurrency: int = 16,
+        timeout: float = 60.0,
+        max_retries: int = 4,
+        backoff: float = 0.5,
+        max_qps: Optional[float] = None,
+    ) -> None:
         require("httpx", "openai", "the OpenAI-compatible judge backend")
         if not model:
             raise ValueError("the openai backend needs the server's model name: --judge-model NAME")
@@ -124,7 +133,7 @@ class OpenAIBackend(JudgeBackend):
             self._down[url] = (0.0, 0)
             return
         fails = self._down[url][1] + 1
-        pause = retry_after if retry_after is not None else min(30.0, self.backoff * 2 ** fails)
+        pause = retry_after if retry_after is not None else min(30.0, self.backoff * 2**fails)
         self._down[url] = (time.monotonic() + pause, fails)
 
     async def _throttle(self) -> None:
@@ -135,8 +144,16 @@ class OpenAIBackend(JudgeBackend):
             if start > now:
                 await asyncio.sleep(start - now)
 
-    def build_payload(self, req: JudgeRequest, *, max_tokens: int, temperature: float, top_k: Optional[int],
-                      seed: Optional[int], stop: Optional[list] = None) -> dict:
+    def build_payload(
+        self,
+        req: JudgeRequest,
+        *,
+        max_tokens: int,
+        temperature: float,
+        top_k: Optional[int],
+        seed: Optional[int],
+        stop: Optional[list] = None,
+    ) -> dict:
         body = {"model": self.model, "messages": req.messages(), "max_tokens": max_tokens, "temperature": temperature}
         if stop:
             body["stop"] = list(stop)
@@ -197,18 +214,26 @@ class OpenAIBackend(JudgeBackend):
             with httpx.Client(timeout=self.timeout, headers=self._headers()) as client:
                 r = client.get(f"{where}/models")
                 if r.status_code in (401, 403):
-                    raise JudgeUnavailable(f"judge server {where} refused the credentials (HTTP {r.status_code}); "
-                                           "set --api-key or $OPENAI_API_KEY")
+                    raise JudgeUnavailable(
+                        f"judge server {where} refused the credentials (HTTP {r.status_code}); "
+                        "set --api-key or $OPENAI_API_KEY"
+                    )
                 if r.status_code == 200:
                     try:
                         served = [m.get("id") for m in r.json().get("data", [])]
                     except (ValueError, AttributeError):
                         served = None
                     if served and self.model not in served:
-                        raise JudgeUnavailable(f"judge server {where} does not serve model {self.model!r}; it serves: "
-                                               f"{', '.join(map(str, served[:10]))}")
-                body = {"model": self.model, "messages": [{"role": "user", "content": "Answer YES or NO: is 2 > 1?"}],
-                        "max_tokens": 1, "temperature": 0.0}
+                        raise JudgeUnavailable(
+                            f"judge server {where} does not serve model {self.model!r}; it serves: "
+                            f"{', '.join(map(str, served[:10]))}"
+                        )
+                body = {
+                    "model": self.model,
+                    "messages": [{"role": "user", "content": "Answer YES or NO: is 2 > 1?"}],
+                    "max_tokens": 1,
+                    "temperature": 0.0,
+                }
                 if logprobs:
                     body.update(logprobs=True, top_logprobs=5)
                 delay = self.backoff
@@ -220,13 +245,17 @@ class OpenAIBackend(JudgeBackend):
                     time.sleep(wait if wait is not None else delay)
                     delay *= 2
         except httpx.HTTPError as exc:
-            raise JudgeUnavailable(f"cannot reach judge server {where} ({type(exc).__name__}: {exc}); "
-                                   "check --base-url and that the server is running") from None
+            raise JudgeUnavailable(
+                f"cannot reach judge server {where} ({type(exc).__name__}: {exc}); "
+                "check --base-url and that the server is running"
+            ) from None
         if r.status_code in (401, 403):
             raise JudgeUnavailable(f"judge server {where} refused the credentials (HTTP {r.status_code})")
         if r.status_code == 404:
-            raise JudgeUnavailable(f"judge server {where} has no /chat/completions (HTTP 404): is --base-url the "
-                                   "OpenAI-compatible root, e.g. http://HOST:PORT/v1?")
+            raise JudgeUnavailable(
+                f"judge server {where} has no /chat/completions (HTTP 404): is --base-url the "
+                "OpenAI-compatible root, e.g. http://HOST:PORT/v1?"
+            )
         if logprobs and r.status_code == 400 and "logprob" in r.text.lower():
             self.supports_logprobs = False
             raise LogprobsUnsupported(f"judge server {where} rejects logprobs: {r.text[:200]}")
@@ -236,7 +265,9 @@ class OpenAIBackend(JudgeBackend):
             data = r.json()
             self.parse_text(data)
         except (ValueError, KeyError, IndexError, TypeError) as exc:
-            raise JudgeUnavailable(f"judge server {where} answered a test request with a malformed response ({exc})") from None
+            raise JudgeUnavailable(
+                f"judge server {where} answered a test request with a malformed response ({exc})"
+            ) from None
         if logprobs:
             try:
                 self.parse_logprobs(data)
@@ -258,8 +289,9 @@ class OpenAIBackend(JudgeBackend):
             async for chunk in r.aiter_bytes():
                 size += len(chunk)
                 if size > MAX_RESPONSE_BYTES:
-                    raise httpx.DecodingError(f"the answer exceeds {MAX_RESPONSE_BYTES // 2**20} MiB; refusing to "
-                                              "read more")
+                    raise httpx.DecodingError(
+                        f"the answer exceeds {MAX_RESPONSE_BYTES // 2**20} MiB; refusing to read more"
+                    )
                 chunks.append(chunk)
         return httpx.Response(r.status_code, headers=r.headers, content=b"".join(chunks), request=r.request)
 
@@ -277,8 +309,9 @@ class OpenAIBackend(JudgeBackend):
                 try:
                     # The whole request -- connect, send, every byte of the answer -- within the timeout
                     # (httpx's own timeouts are per read: a server trickling a byte a second never trips them).
-                    r = await asyncio.wait_for(self._request(client, f"{url}/chat/completions", body),
-                                               timeout=self.timeout)
+                    r = await asyncio.wait_for(
+                        self._request(client, f"{url}/chat/completions", body), timeout=self.timeout
+                    )
                 except asyncio.TimeoutError:
                     raise httpx.ReadTimeout(f"no complete answer within --request-timeout {self.timeout:g} s") from None
                 self.calls += 1
@@ -360,11 +393,25 @@ class OpenAIBackend(JudgeBackend):
             self.supports_logprobs = False
             raise
 
-    def first_token_logprobs(self, requests: Sequence[JudgeRequest], *, top_k: int = 20,
-                             variants: Optional[tuple] = None) -> list[JudgeOutput]:
+    def first_token_logprobs(
+        self, requests: Sequence[JudgeRequest], *, top_k: int = 20, variants: Optional[tuple] = None
+    ) -> list[JudgeOutput]:
         return self._sync(requests, max_tokens=1, temperature=0.0, top_k=top_k, seed=None)
 
-    def generate(self, requests: Sequence[JudgeRequest], *, max_tokens: int, temperature: float = 0.0,
-                 seed: Optional[int] = None, stop: Optional[Sequence[str]] = None) -> list[JudgeOutput]:
-        return self._sync(requests, max_tokens=max_tokens, temperature=temperature, top_k=None, seed=seed,
-                          stop=list(stop) if stop else None)
+    def generate(
+        self,
+        requests: Sequence[JudgeRequest],
+        *,
+        max_tokens: int,
+        temperature: float = 0.0,
+        seed: Optional[int] = None,
+        stop: Optional[Sequence[str]] = None,
+    ) -> list[JudgeOutput]:
+        return self._sync(
+            requests,
+            max_tokens=max_tokens,
+            temperature=temperature,
+            top_k=None,
+            seed=seed,
+            stop=list(stop) if stop else None,
+        )

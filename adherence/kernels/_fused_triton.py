@@ -12,10 +12,30 @@ __all__ = ["build"]
 
 @triton.jit
 def _rows_kernel(
-    X, sxb, sxd, Y, syb, syd, MU, IV, P, Q, sqb, sqv, OUT, sob, XN,
-    B, D, V,
-    HAS_Y: tl.constexpr, HAS_M: tl.constexpr, HAS_KL: tl.constexpr, WANT_XN: tl.constexpr,
-    ROWS: tl.constexpr, COLS: tl.constexpr,
+    X,
+    sxb,
+    sxd,
+    Y,
+    syb,
+    syd,
+    MU,
+    IV,
+    P,
+    Q,
+    sqb,
+    sqv,
+    OUT,
+    sob,
+    XN,
+    B,
+    D,
+    V,
+    HAS_Y: tl.constexpr,
+    HAS_M: tl.constexpr,
+    HAS_KL: tl.constexpr,
+    WANT_XN: tl.constexpr,
+    ROWS: tl.constexpr,
+    COLS: tl.constexpr,
 ):
     # ROWS candidate rows per program, every row read once in [ROWS, COLS] tiles (coalesced along
     # the feature axis): cosine, the norm and Mahalanobis share one sweep of x.
@@ -55,12 +75,13 @@ def _rows_kernel(
             v = v0 + cols
             vm = v < V
             pv = tl.load(P + v, mask=vm, other=0.0).to(tl.float32)
-            qv = tl.load(Q + rows[:, None] * sqb + v[None, :] * sqv, mask=rm[:, None] & vm[None, :],
-                         other=1.0).to(tl.float32)
+            qv = tl.load(Q + rows[:, None] * sqb + v[None, :] * sqv, mask=rm[:, None] & vm[None, :], other=1.0).to(
+                tl.float32
+            )
             safe_p = tl.where(pv > 0, pv, 1.0)
-            acc += tl.sum(tl.where(pv[None, :] > 0, pv[None, :] * (tl.log(safe_p)[None, :] - tl.log(qv)), 0.0),
-                          axis=1)
+            acc += tl.sum(tl.where(pv[None, :] > 0, pv[None, :] * (tl.log(safe_p)[None, :] - tl.log(qv)), 0.0), axis=1)
         tl.store(OUT + rows * sob + 3, acc, mask=rm)
+
 
 @triton.jit
 def _dot(x, r, acc, MODE: tl.constexpr):
@@ -90,6 +111,7 @@ def _dot(x, r, acc, MODE: tl.constexpr):
         acc = tl.dot(xl, rh, acc, input_precision="ieee")
     return acc
 
+
 @triton.jit
 def _tile_dot(acc, X, sxb, sxd, R, srk, srd, rows, rm, k, km, d, D, MODE: tl.constexpr):
     # acc += x[rows, d] @ r[k, d]^T for one feature chunk d of one reference tile k
@@ -113,10 +135,28 @@ def _tile_max(best, acc, RN, k, km, xn, start, end, SHARED: tl.constexpr):
 
 @triton.jit
 def _knn_dot_kernel(
-    X, sxb, sxd, XN, R, srk, srd, RN, RSTART, REND, PART, spb,
-    B, D, K, BUCKET,
-    SHARED: tl.constexpr, MODE: tl.constexpr, FLAT: tl.constexpr,
-    BB: tl.constexpr, BK: tl.constexpr, BD: tl.constexpr,
+    X,
+    sxb,
+    sxd,
+    XN,
+    R,
+    srk,
+    srd,
+    RN,
+    RSTART,
+    REND,
+    PART,
+    spb,
+    B,
+    D,
+    K,
+    BUCKET,
+    SHARED: tl.constexpr,
+    MODE: tl.constexpr,
+    FLAT: tl.constexpr,
+    BB: tl.constexpr,
+    BK: tl.constexpr,
+    BD: tl.constexpr,
 ):
     # Tiled matmul of BB candidate rows against BK references at a time (float32 accumulation)
     # with a running max of the cosine: the [B, K] similarity matrix never exists. Program (i, j)
@@ -169,10 +209,24 @@ def _knn_dot_kernel(
             best = _tile_max(best, acc, RN, k, km, xn, start, end, SHARED)
     tl.store(PART + split * spb + rows, best, mask=rm)
 
+
 @triton.jit
 def _knn_rows_kernel(
-    X, sxb, sxd, XN, R, srk, srd, RN, RSTART, REND, OUT, sob,
-    D, BLOCK_D: tl.constexpr, BLOCK_K: tl.constexpr,
+    X,
+    sxb,
+    sxd,
+    XN,
+    R,
+    srk,
+    srd,
+    RN,
+    RSTART,
+    REND,
+    OUT,
+    sob,
+    D,
+    BLOCK_D: tl.constexpr,
+    BLOCK_K: tl.constexpr,
 ):
     # One program per candidate row over its own reference range: for per-row ranges that share
     # little with their neighbours, where the tiled kernel would sweep their union.
@@ -191,7 +245,9 @@ def _knn_rows_kernel(
             d = d0 + offs_d
             dm = d < D
             x = tl.load(X + b * sxb + d * sxd, mask=dm, other=0.0).to(tl.float32)
-            r = tl.load(R + k[:, None] * srk + d[None, :] * srd, mask=km[:, None] & dm[None, :], other=0.0).to(tl.float32)
+            r = tl.load(R + k[:, None] * srk + d[None, :] * srd, mask=km[:, None] & dm[None, :], other=0.0).to(
+                tl.float32
+            )
             dot += tl.sum(r * x[None, :], axis=1)
         rn = tl.load(RN + k, mask=km, other=1.0)
         cos = dot / tl.maximum(rn * x_norm, 1e-12)
@@ -202,7 +258,11 @@ def _knn_rows_kernel(
 def build(configs):
     # On GPUs the tile shape and loop form are tuned per (feature size, precision, row blocks, pool form)
     # on first use; the interpreter runs the fixed default.
-    tuned = triton.autotune(configs=[triton.Config(dict(BB=bb, BK=bk, BD=bd, FLAT=flat), num_warps=w, num_stages=s)
-                                     for bb, bk, bd, flat, w, s in configs],
-                            key=["D", "BUCKET", "SHARED", "MODE"])(_knn_dot_kernel)
+    tuned = triton.autotune(
+        configs=[
+            triton.Config(dict(BB=bb, BK=bk, BD=bd, FLAT=flat), num_warps=w, num_stages=s)
+            for bb, bk, bd, flat, w, s in configs
+        ],
+        key=["D", "BUCKET", "SHARED", "MODE"],
+    )(_knn_dot_kernel)
     return {"rows": _rows_kernel, "knn_dot": _knn_dot_kernel, "knn_dot_tuned": tuned, "knn_rows": _knn_rows_kernel}

@@ -71,12 +71,15 @@ class FusedInputs:
         self.p, self.q = p, q
 
 
-def fused_scores_reference(x, paired=None, refs=None, ref_start=None, ref_end=None, mu=None, inv_var=None, p=None, q=None):
+def fused_scores_reference(
+    x, paired=None, refs=None, ref_start=None, ref_end=None, mu=None, inv_var=None, p=None, q=None
+):
     """Pure-torch definition of :func:`fused_scores`: ``[B, 4]`` float32, NaN where not asked (or no reference)."""
     a = FusedInputs(x, paired, refs, ref_start, ref_end, mu, inv_var, p, q)
     ranged = ref_start is not None
-    return fused_scores_math(a.x, a.paired, a.refs, a.ref_start if ranged else None, a.ref_end if ranged else None,
-                             a.mu, a.inv_var, a.p, a.q)
+    return fused_scores_math(
+        a.x, a.paired, a.refs, a.ref_start if ranged else None, a.ref_end if ranged else None, a.mu, a.inv_var, a.p, a.q
+    )
 
 
 def fused_scores_math(x, paired=None, refs=None, ref_start=None, ref_end=None, mu=None, inv_var=None, p=None, q=None):
@@ -104,7 +107,9 @@ def fused_scores_math(x, paired=None, refs=None, ref_start=None, ref_end=None, m
         out[:, 2] = ((diff * diff) * inv_var.float()[None, :]).sum(1).sqrt()
     if p is not None:
         pf, qf = p.float(), q.float()
-        terms = torch.where(pf[None, :] > 0, pf[None, :] * (torch.log(pf)[None, :] - torch.log(qf)), torch.zeros_like(qf))
+        terms = torch.where(
+            pf[None, :] > 0, pf[None, :] * (torch.log(pf)[None, :] - torch.log(qf)), torch.zeros_like(qf)
+        )
         out[:, 3] = terms.sum(1)
     return out
 
@@ -169,8 +174,21 @@ def _splits(n_row_blocks: int, n_tiles: int, device) -> int:
     return max(1, min(n_tiles, -(-4 * sms // max(n_row_blocks, 1))))
 
 
-def fused_scores_triton(x, paired=None, refs=None, ref_start=None, ref_end=None, mu=None, inv_var=None, p=None, q=None,
-                        *, knn: str = "auto", knn_fp32: str = "bf16x3", knn_flat: bool = True):
+def fused_scores_triton(
+    x,
+    paired=None,
+    refs=None,
+    ref_start=None,
+    ref_end=None,
+    mu=None,
+    inv_var=None,
+    p=None,
+    q=None,
+    *,
+    knn: str = "auto",
+    knn_fp32: str = "bf16x3",
+    knn_flat: bool = True,
+):
     """The Triton kernels (CUDA tensors, or any device under ``TRITON_INTERPRET=1``).
 
     ``knn``: ``"tiles"`` (tl.dot tiles with a running max; a shared pool), ``"rows"`` (one program per
@@ -201,11 +219,31 @@ def fused_scores_triton(x, paired=None, refs=None, ref_start=None, ref_end=None,
     V = a.p.shape[0] if a.p is not None else 1
     xn = torch.empty(a.B, dtype=torch.float32, device=x.device) if a.refs is not None else dummy
     _KERNELS["rows"][(triton.cdiv(a.B, _ROWS),)](
-        x, x.stride(0), x.stride(1), y, y.stride(0), y.stride(1), mu_, iv_,
-        p_, q_, q_.stride(0), q_.stride(1), out, out.stride(0), xn,
-        a.B, a.D, V,
-        HAS_Y=a.paired is not None, HAS_M=a.mu is not None, HAS_KL=a.p is not None, WANT_XN=a.refs is not None,
-        ROWS=_ROWS, COLS=_next_pow2(max(a.D, V if a.p is not None else 1), 16, _COLS), num_warps=4,
+        x,
+        x.stride(0),
+        x.stride(1),
+        y,
+        y.stride(0),
+        y.stride(1),
+        mu_,
+        iv_,
+        p_,
+        q_,
+        q_.stride(0),
+        q_.stride(1),
+        out,
+        out.stride(0),
+        xn,
+        a.B,
+        a.D,
+        V,
+        HAS_Y=a.paired is not None,
+        HAS_M=a.mu is not None,
+        HAS_KL=a.p is not None,
+        WANT_XN=a.refs is not None,
+        ROWS=_ROWS,
+        COLS=_next_pow2(max(a.D, V if a.p is not None else 1), 16, _COLS),
+        num_warps=4,
     )
     if a.refs is not None and a.refs.shape[0]:
         r = a.refs
@@ -223,6 +261,7 @@ def fused_scores_triton(x, paired=None, refs=None, ref_start=None, ref_end=None,
             span = r.shape[0] if shared else int((a.ref_end.max() - a.ref_start.min()).clamp_min(0))
             args = (xd, xd.stride(0), xd.stride(1), xn, rd, rd.stride(0), rd.stride(1), rn, a.ref_start, a.ref_end)
             if _autotuned(x):
+
                 def n_split(bb, bk):
                     return _splits(triton.cdiv(a.B, bb), max(1, triton.cdiv(span, bk)), x.device)
 
@@ -231,30 +270,72 @@ def fused_scores_triton(x, paired=None, refs=None, ref_start=None, ref_end=None,
                 # from another configuration (autotuning) never change the final max.
                 part = torch.full((most, a.B), float("-inf"), dtype=torch.float32, device=x.device)
                 _KERNELS["knn_dot_tuned"][lambda m: (triton.cdiv(a.B, m["BB"]), n_split(m["BB"], m["BK"]))](
-                    *args, part, part.stride(0), a.B, a.D, r.shape[0], _next_pow2(triton.cdiv(a.B, _KNN_B), 1, 4096),
-                    SHARED=shared, MODE=mode,
+                    *args,
+                    part,
+                    part.stride(0),
+                    a.B,
+                    a.D,
+                    r.shape[0],
+                    _next_pow2(triton.cdiv(a.B, _KNN_B), 1, 4096),
+                    SHARED=shared,
+                    MODE=mode,
                 )
             else:
                 n_rb = triton.cdiv(a.B, _KNN_B)
                 split = _splits(n_rb, max(1, triton.cdiv(span, _KNN_K)), x.device)
                 part = torch.empty((split, a.B), dtype=torch.float32, device=x.device)
                 _KERNELS["knn_dot"][(n_rb, split)](
-                    *args, part, part.stride(0), a.B, a.D, r.shape[0], 1, SHARED=shared, MODE=mode, FLAT=knn_flat,
-                    BB=_KNN_B, BK=_KNN_K, BD=_KNN_D,
+                    *args,
+                    part,
+                    part.stride(0),
+                    a.B,
+                    a.D,
+                    r.shape[0],
+                    1,
+                    SHARED=shared,
+                    MODE=mode,
+                    FLAT=knn_flat,
+                    BB=_KNN_B,
+                    BK=_KNN_K,
+                    BD=_KNN_D,
                 )
             out[:, 1] = part.max(dim=0).values
         else:
             _KERNELS["knn_rows"][(a.B,)](
-                x, x.stride(0), x.stride(1), xn, r, r.stride(0), r.stride(1), rn, a.ref_start, a.ref_end,
-                out, out.stride(0), a.D, BLOCK_D=_next_pow2(a.D, 16, 128), BLOCK_K=16,
+                x,
+                x.stride(0),
+                x.stride(1),
+                xn,
+                r,
+                r.stride(0),
+                r.stride(1),
+                rn,
+                a.ref_start,
+                a.ref_end,
+                out,
+                out.stride(0),
+                a.D,
+                BLOCK_D=_next_pow2(a.D, 16, 128),
+                BLOCK_K=16,
             )
         knn_col = out[:, 1]
         out[:, 1] = torch.where(torch.isinf(knn_col), torch.full_like(knn_col, float("nan")), knn_col)
     return out
 
 
-def fused_scores(x, paired=None, refs=None, ref_start=None, ref_end=None, mu=None, inv_var=None, p=None, q=None,
-                 *, backend: str = "auto"):
+def fused_scores(
+    x,
+    paired=None,
+    refs=None,
+    ref_start=None,
+    ref_end=None,
+    mu=None,
+    inv_var=None,
+    p=None,
+    q=None,
+    *,
+    backend: str = "auto",
+):
     """Score a batch of candidates; returns ``[B, 4]`` float32 with columns :data:`COLUMNS`.
 
     Args:

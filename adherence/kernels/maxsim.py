@@ -124,8 +124,9 @@ def maxsim_torch(q_emb, q_off, d_emb, d_off, q_idx=None, d_idx=None, *, budget: 
                 blk = docs[s:e]
                 ln = lens[s:e]
                 # Row indices of the block's token ranges (index_select beats concatenating slices by ~10x).
-                rows = torch.repeat_interleave(d_off[blk] - torch.cumsum(ln, 0) + ln, ln) + \
-                    torch.arange(int(ln.sum()), device=dev)
+                rows = torch.repeat_interleave(d_off[blk] - torch.cumsum(ln, 0) + ln, ln) + torch.arange(
+                    int(ln.sum()), device=dev
+                )
                 tokens = d_emb.index_select(0, rows)
                 out[sel[s:e]] = _segment_maxsim(tokens, lens[s:e], qflat, qmask)[0]
                 s = e
@@ -146,7 +147,9 @@ def maxsim_torch(q_emb, q_off, d_emb, d_off, q_idx=None, d_idx=None, *, budget: 
             base = int(cum[s - 1]) if s else 0
             e = max(s + 1, int(torch.searchsorted(cum, base + per_block, right=True)))
             a, b = int(d_off[s]), int(d_off[e])
-            out[qi[:, None], torch.arange(s, e, device=dev)[None, :]] = _segment_maxsim(d_emb[a:b], d_len[s:e], qflat, qmask)
+            out[qi[:, None], torch.arange(s, e, device=dev)[None, :]] = _segment_maxsim(
+                d_emb[a:b], d_len[s:e], qflat, qmask
+            )
             s = e
     return out
 
@@ -160,8 +163,20 @@ def _build_kernel():
 
     @triton.jit
     def _maxsim_kernel(
-        Q, stride_q, D, stride_d, q_off, d_off, q_idx, d_idx, out, dim,
-        BLOCK_Q: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, UPCAST: tl.constexpr,
+        Q,
+        stride_q,
+        D,
+        stride_d,
+        q_off,
+        d_off,
+        q_idx,
+        d_idx,
+        out,
+        dim,
+        BLOCK_Q: tl.constexpr,
+        BLOCK_T: tl.constexpr,
+        BLOCK_K: tl.constexpr,
+        UPCAST: tl.constexpr,
     ):
         p = tl.program_id(0)
         qi = tl.load(q_idx + p)
@@ -196,8 +211,9 @@ def _build_kernel():
     return _maxsim_kernel
 
 
-def maxsim_triton(q_emb, q_off, d_emb, d_off, q_idx=None, d_idx=None, *, block_q: int = 32, block_t: int = 64,
-                  block_k: int = 64) -> torch.Tensor:
+def maxsim_triton(
+    q_emb, q_off, d_emb, d_off, q_idx=None, d_idx=None, *, block_q: int = 32, block_t: int = 64, block_k: int = 64
+) -> torch.Tensor:
     """The Triton kernel (CUDA tensors, or any device under ``TRITON_INTERPRET=1``).
 
     Embeddings are read in their own dtype (fp16/bf16 through tensor cores) and
@@ -219,19 +235,35 @@ def maxsim_triton(q_emb, q_off, d_emb, d_off, q_idx=None, d_idx=None, *, block_q
         if _KERNEL is None:
             _KERNEL = _build_kernel()
         _KERNEL[(q_idx.numel(),)](
-            q_emb, q_emb.stride(0), d_emb, d_emb.stride(0),
-            q_off.to(dev, torch.int64).contiguous(), d_off.to(dev, torch.int64).contiguous(),
-            q_idx.to(dev, torch.int64).contiguous(), d_idx.to(dev, torch.int64).contiguous(),
-            out, q_emb.shape[1],
-            BLOCK_Q=block_q, BLOCK_T=block_t, BLOCK_K=block_k,
+            q_emb,
+            q_emb.stride(0),
+            d_emb,
+            d_emb.stride(0),
+            q_off.to(dev, torch.int64).contiguous(),
+            d_off.to(dev, torch.int64).contiguous(),
+            q_idx.to(dev, torch.int64).contiguous(),
+            d_idx.to(dev, torch.int64).contiguous(),
+            out,
+            q_emb.shape[1],
+            BLOCK_Q=block_q,
+            BLOCK_T=block_t,
+            BLOCK_K=block_k,
             # The interpreter's dot (numpy) has no bfloat16: upcast there; GPUs use tensor cores.
             UPCAST=os.environ.get("TRITON_INTERPRET") == "1" and q_emb.dtype == torch.bfloat16,
         )
     return out.view(nq, nd) if full else out
 
 
-def maxsim(q_emb, q_off, d_emb, d_off, q_idx: Optional[torch.Tensor] = None, d_idx: Optional[torch.Tensor] = None,
-           *, backend: str = "auto") -> torch.Tensor:
+def maxsim(
+    q_emb,
+    q_off,
+    d_emb,
+    d_off,
+    q_idx: Optional[torch.Tensor] = None,
+    d_idx: Optional[torch.Tensor] = None,
+    *,
+    backend: str = "auto",
+) -> torch.Tensor:
     """Exact MaxSim scores (float32) for pairs ``(q_idx[p], d_idx[p])``, or the full matrix.
 
     Args:

@@ -5,4 +5,14 @@ from ._encoder import Encoder
 from ._export import export_judge
 from ._resolve import DEFAULT_ENCODER, DEFAULT_JUDGE, ModelNotFoundError, ResolvedModel, resolve_model
 
-__all__ = ["DEFAULT_ENCODER", "DEFAULT_JUDGE", "Encoder", "export_judge", "ModelNotFoundError", "ResolvedModel", "pick_device", "pick_dtype", "resolve_model"]
+__all__ = [
+    "DEFAULT_ENCODER",
+    "DEFAULT_JUDGE",
+    "Encoder",
+    "export_judge",
+    "ModelNotFoundError",
+    "ResolvedModel",
+    "pick_device",
+    "pick_dtype",
+    "resolve_model",
+]

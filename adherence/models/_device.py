@@ -14,8 +14,14 @@ from typing import Optional
 
 __all__ = ["cpu_bf16_native", "cpu_features", "pick_device", "pick_dtype"]
 
-_NAMES = {"float32": "float32", "fp32": "float32", "float16": "float16", "fp16": "float16",
-          "bfloat16": "bfloat16", "bf16": "bfloat16"}
+_NAMES = {
+    "float32": "float32",
+    "fp32": "float32",
+    "float16": "float16",
+    "fp16": "float16",
+    "bfloat16": "bfloat16",
+    "bf16": "bfloat16",
+}
 #: CPU flags (as /proc/cpuinfo spells them) that give native bf16 matrix arithmetic.
 BF16_FLAGS = ("avx512_bf16", "amx_bf16")
 
@@ -65,7 +71,10 @@ def pick_dtype(device, dtype: Optional[str] = None):
             raise ValueError(f"unknown dtype {dtype!r}; expected auto, float32, bfloat16 or float16")
         name = _NAMES[dtype]
         if on_cpu and name == "bfloat16" and not cpu_bf16_native():
-            warnings.warn("bfloat16 on this CPU (no AVX512-BF16/AMX) is emulated and usually slower than float32; "
-                          "`--judge-dtype auto` picks what is fastest here", stacklevel=2)
+            warnings.warn(
+                "bfloat16 on this CPU (no AVX512-BF16/AMX) is emulated and usually slower than float32; "
+                "`--judge-dtype auto` picks what is fastest here",
+                stacklevel=2,
+            )
         return table[name]
     return torch.bfloat16 if getattr(device, "type", "") == "cuda" else torch.float32

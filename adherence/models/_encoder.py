@@ -136,7 +136,7 @@ class Encoder:
         while s < len(order):
             longest = max(len(ids[order[s]]), 1)
             n = self.batch_size if not self.batch_tokens else max(1, min(self.batch_size, self.batch_tokens // longest))
-            batches.append(order[s: s + n])
+            batches.append(order[s : s + n])
             s += n
         pad = self.tokenizer.pad_token_id or 0
         pin = self.device.type == "cuda"
@@ -150,8 +150,13 @@ class Encoder:
                 mask[r, :n] = 1
             if pin:
                 input_ids, mask = input_ids.pin_memory(), mask.pin_memory()
-            yield idx, {"input_ids": input_ids.to(self.device, non_blocking=pin),
-                        "attention_mask": mask.to(self.device, non_blocking=pin)}
+            yield (
+                idx,
+                {
+                    "input_ids": input_ids.to(self.device, non_blocking=pin),
+                    "attention_mask": mask.to(self.device, non_blocking=pin),
+                },
+            )
 
     def _pool(self, hidden, mask):
         import torch
@@ -228,8 +233,9 @@ class Encoder:
         """Bytes the text cache holds now (at most ``cache_bytes``)."""
         return self._cache_used
 
-    def encode_tokens(self, texts: Sequence[str], *, layer: Optional[int] = None, strip: bool = True,
-                      max_length: Optional[int] = None):
+    def encode_tokens(
+        self, texts: Sequence[str], *, layer: Optional[int] = None, strip: bool = True, max_length: Optional[int] = None
+    ):
         """Per-token embeddings of ``layer`` (0 = embeddings, default the last layer).
 
         Tokenisation matches BERTScore's: the stripped text with the model's

@@ -18,8 +18,14 @@ from ._resolve import DEFAULT_JUDGE, resolve_model
 
 __all__ = ["export_judge"]
 
-_DTYPES = {"float32": "float32", "fp32": "float32", "bfloat16": "bfloat16", "bf16": "bfloat16",
-           "float16": "float16", "fp16": "float16"}
+_DTYPES = {
+    "float32": "float32",
+    "fp32": "float32",
+    "bfloat16": "bfloat16",
+    "bf16": "bfloat16",
+    "float16": "float16",
+    "fp16": "float16",
+}
 
 
 def export_judge(output: Union[str, os.PathLike], model: Optional[str] = None, *, dtype: str = "float32") -> Path:
@@ -43,8 +49,9 @@ def export_judge(output: Union[str, os.PathLike], model: Optional[str] = None, *
         raise FileExistsError(f"{out} already exists; export-judge writes a new directory and replaces nothing")
     resolved = resolve_model(model or DEFAULT_JUDGE)
     if not resolved.gguf_file:
-        raise ValueError(f"{resolved.name} is already a transformers checkpoint ({resolved.path}): give it to the "
-                         "backend as it is")
+        raise ValueError(
+            f"{resolved.name} is already a transformers checkpoint ({resolved.path}): give it to the backend as it is"
+        )
     path = str(resolved.path)
     tok = AutoTokenizer.from_pretrained(path, gguf_file=resolved.gguf_file)
     m = AutoModelForCausalLM.from_pretrained(path, gguf_file=resolved.gguf_file, dtype=getattr(torch, _DTYPES[dtype]))
@@ -57,9 +64,19 @@ def export_judge(output: Union[str, os.PathLike], model: Optional[str] = None, *
     try:
         m.save_pretrained(tmp, safe_serialization=True)
         tok.save_pretrained(tmp)
-        (tmp / "adherence_export.json").write_text(json.dumps({
-            "producer": "adherence", "source": resolved.describe(), "gguf_file": resolved.gguf_file,
-            "dtype": _DTYPES[dtype]}, indent=2) + "\n", encoding="utf-8")
+        (tmp / "adherence_export.json").write_text(
+            json.dumps(
+                {
+                    "producer": "adherence",
+                    "source": resolved.describe(),
+                    "gguf_file": resolved.gguf_file,
+                    "dtype": _DTYPES[dtype],
+                },
+                indent=2,
+            )
+            + "\n",
+            encoding="utf-8",
+        )
         os.rename(tmp, out)
     finally:
         if tmp.exists():

@@ -101,7 +101,7 @@ class BiEncoderRetriever(Retriever):
 
         pieces, owner = [], []
         for i, d in enumerate(documents):
-            for c in (token_windows(self.encoder.tokenizer, d, self.encoder.max_length) if d.strip() else []):
+            for c in token_windows(self.encoder.tokenizer, d, self.encoder.max_length) if d.strip() else []:
                 pieces.append(c)
                 owner.append(i)
         q = self.encoder.encode(list(queries)).float().cpu().numpy()
@@ -153,8 +153,9 @@ def get_retriever(name: str, *, encoder=None, li_encoder=None, device=None, back
     if name == "late_interaction":
         from ..index import LateInteractionEncoder
 
-        return LateInteractionRetriever(li_encoder or LateInteractionEncoder(device=device), device=device,
-                                        backend=backend)
+        return LateInteractionRetriever(
+            li_encoder or LateInteractionEncoder(device=device), device=device, backend=backend
+        )
     raise ValueError(unknown_name("adherence method", name, RETRIEVERS))
 
 
@@ -240,8 +241,15 @@ def _same_persona_mask(data: AdherenceData) -> np.ndarray:
     return mask
 
 
-def mrr_curve(scores: np.ndarray, relevant: np.ndarray, pool_sizes: Sequence[int], *, repeats: int = 10,
-              seed: int = 0, exclude: Optional[np.ndarray] = None) -> dict:
+def mrr_curve(
+    scores: np.ndarray,
+    relevant: np.ndarray,
+    pool_sizes: Sequence[int],
+    *,
+    repeats: int = 10,
+    seed: int = 0,
+    exclude: Optional[np.ndarray] = None,
+) -> dict:
     """MRR of the relevant document among D random distractors, for each D in ``pool_sizes``.
 
     Pools are nested within a sample (the first D of one random order of the eligible
@@ -281,14 +289,29 @@ def mrr_curve(scores: np.ndarray, relevant: np.ndarray, pool_sizes: Sequence[int
         pos = np.minimum(sizes[None, :], n_elig[:, None]) - 1
         rank = 1.0 + np.take_along_axis(wins, pos, axis=1)
         per_repeat[r] = (1.0 / rank).mean(axis=0)
-    return {"pool_sizes": sizes.tolist(), "mrr": per_repeat.mean(axis=0).tolist(),
-            "mrr_std": per_repeat.std(axis=0).tolist(), "n_eligible_min": int(n_elig.min())}
+    return {
+        "pool_sizes": sizes.tolist(),
+        "mrr": per_repeat.mean(axis=0).tolist(),
+        "mrr_std": per_repeat.std(axis=0).tolist(),
+        "n_eligible_min": int(n_elig.min()),
+    }
 
 
-def adherence_curves(corpus, *, methods: Sequence[str] = RETRIEVERS, primary: str = "late_interaction",
-                     alpha: float = 0.5, pool_sizes: Optional[Sequence[int]] = None, repeats: int = 10,
-                     seed: int = 0, max_queries: Optional[int] = None, retrievers: Optional[dict] = None,
-                     encoder=None, li_encoder=None, device: Optional[str] = None) -> dict:
+def adherence_curves(
+    corpus,
+    *,
+    methods: Sequence[str] = RETRIEVERS,
+    primary: str = "late_interaction",
+    alpha: float = 0.5,
+    pool_sizes: Optional[Sequence[int]] = None,
+    repeats: int = 10,
+    seed: int = 0,
+    max_queries: Optional[int] = None,
+    retrievers: Optional[dict] = None,
+    encoder=None,
+    li_encoder=None,
+    device: Optional[str] = None,
+) -> dict:
     """The adherence dimension of one corpus: an MRR curve per method and the primary method's score.
 
     Args:
@@ -308,7 +331,9 @@ def adherence_curves(corpus, *, methods: Sequence[str] = RETRIEVERS, primary: st
         raise ValueError(f"`alpha` must be in [0, 1], got {alpha}")
     methods = list(dict.fromkeys(methods))
     if primary not in methods:
-        raise ValueError(f"the primary adherence method {primary!r} must be one of the methods run ({', '.join(methods)})")
+        raise ValueError(
+            f"the primary adherence method {primary!r} must be one of the methods run ({', '.join(methods)})"
+        )
     sizes = list(pool_sizes) if pool_sizes is not None else default_pool_sizes()
     w = math.sin(alpha * math.pi / 2)
     data = build_adherence_data(corpus, max_queries=max_queries, seed=seed)
@@ -326,6 +351,14 @@ def adherence_curves(corpus, *, methods: Sequence[str] = RETRIEVERS, primary: st
         curve["nauc"] = normalized_auc(curve["pool_sizes"], curve["mrr"])
         curve["retriever"] = r.describe()
         curves[m] = curve
-    return {"score": curves[primary]["nauc"], "method": primary, "alpha": alpha, "w": w,
-            "n_queries": data.n_queries, "n_documents": len(data.conversation_ids), "repeats": repeats,
-            "pool_sizes": sizes, "curves": curves}
+    return {
+        "score": curves[primary]["nauc"],
+        "method": primary,
+        "alpha": alpha,
+        "w": w,
+        "n_queries": data.n_queries,
+        "n_documents": len(data.conversation_ids),
+        "repeats": repeats,
+        "pool_sizes": sizes,
+        "curves": curves,
+    }

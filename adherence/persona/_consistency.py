@@ -70,8 +70,9 @@ def author_pairs(corpus, *, seed: int = 0) -> tuple[list, list, np.ndarray, int]
     return a, b, y, n
 
 
-def consistency(corpus, *, seed: int = 0, test_size: float = 0.2, ngram: int = 4, max_features: int = 4000,
-                step: float = 0.01) -> dict:
+def consistency(
+    corpus, *, seed: int = 0, test_size: float = 0.2, ngram: int = 4, max_features: int = 4000, step: float = 0.01
+) -> dict:
     """The consistency dimension of one corpus.
 
     Returns:
@@ -97,9 +98,20 @@ def consistency(corpus, *, seed: int = 0, test_size: float = 0.2, ngram: int = 4
 
     p1, p2, train_overall = fit_thresholds(y[train], cosines(train), step=step)
     m = verification_metrics(y[test], pan_rescale(cosines(test), p1, p2))
-    return {"f1": m["f1"], "auc": m["auc"], "c_at_1": m["c_at_1"], "f05u": m["f05u"], "brier": m["brier"],
-            "score": m["overall"], "p1": p1, "p2": p2, "train_overall": train_overall, "n_authors": n_authors,
-            "n_train": int(len(train)), "n_test": int(len(test))}
+    return {
+        "f1": m["f1"],
+        "auc": m["auc"],
+        "c_at_1": m["c_at_1"],
+        "f05u": m["f05u"],
+        "brier": m["brier"],
+        "score": m["overall"],
+        "p1": p1,
+        "p2": p2,
+        "train_overall": train_overall,
+        "n_authors": n_authors,
+        "n_train": int(len(train)),
+        "n_test": int(len(test)),
+    }
 
 
 def human_similarity(value: Optional[float], reference: Optional[float]) -> Optional[float]:

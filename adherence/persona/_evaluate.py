@@ -111,8 +111,14 @@ def _names(items: Sequence, given: Optional[Sequence[str]]) -> list[str]:
     return out
 
 
-def evaluate_persona(reference, simulations: Sequence = (), *, names: Optional[Sequence[str]] = None,
-                     config: Optional[PersonaConfig] = None, **options) -> dict:
+def evaluate_persona(
+    reference,
+    simulations: Sequence = (),
+    *,
+    names: Optional[Sequence[str]] = None,
+    config: Optional[PersonaConfig] = None,
+    **options,
+) -> dict:
     """Score a human reference corpus and simulated corpora on the EVAL4SIM dimensions.
 
     Args:
@@ -145,38 +151,58 @@ def evaluate_persona(reference, simulations: Sequence = (), *, names: Optional[S
         high = max(high, 2)
         pool_sizes = default_pool_sizes(high=high)
         if high < 1000:
-            note = (f"pool sizes span D in [1, {high}]: the smallest corpus has {smallest} conversations, "
-                    "fewer than the 1001 that D = 1000 needs")
+            note = (
+                f"pool sizes span D in [1, {high}]: the smallest corpus has {smallest} conversations, "
+                "fewer than the 1001 that D = 1000 needs"
+            )
             say(f"note: {note}")
     retrievers: dict = {}
     nli = None
     results: dict = {}
     for i, (name, corpus) in enumerate(zip(labels, loaded)):
-        res: dict = {"role": "reference" if i == 0 else "simulation",
-                     "n_conversations": len(set(corpus.conversations.column("conversation_id").to_pylist())),
-                     "n_utterances": corpus.conversations.num_rows}
+        res: dict = {
+            "role": "reference" if i == 0 else "simulation",
+            "n_conversations": len(set(corpus.conversations.column("conversation_id").to_pylist())),
+            "n_utterances": corpus.conversations.num_rows,
+        }
         if "adherence" in cfg.dimensions:
             t = time.perf_counter()
             say(f"[{name}] adherence: {', '.join(cfg.methods)}")
             if not retrievers:
                 retrievers = _retrievers(cfg)
-            res["adherence"] = _guard(name, "adherence", say, lambda: adherence_curves(
-                corpus, methods=cfg.methods, primary=cfg.primary, alpha=cfg.alpha, pool_sizes=pool_sizes,
-                repeats=cfg.repeats, seed=cfg.seed, max_queries=cfg.max_queries, retrievers=retrievers))
+            res["adherence"] = _guard(
+                name,
+                "adherence",
+                say,
+                lambda: adherence_curves(
+                    corpus,
+                    methods=cfg.methods,
+                    primary=cfg.primary,
+                    alpha=cfg.alpha,
+                    pool_sizes=pool_sizes,
+                    repeats=cfg.repeats,
+                    seed=cfg.seed,
+                    max_queries=cfg.max_queries,
+                    retrievers=retrievers,
+                ),
+            )
             if note and "error" not in res["adherence"]:
                 res["adherence"]["note"] = note
             res["adherence"]["seconds"] = round(time.perf_counter() - t, 2)
         if "consistency" in cfg.dimensions:
             t = time.perf_counter()
             say(f"[{name}] consistency")
-            res["consistency"] = _guard(name, "consistency", say,
-                                        lambda: consistency(corpus, seed=cfg.seed, test_size=cfg.test_size))
+            res["consistency"] = _guard(
+                name, "consistency", say, lambda: consistency(corpus, seed=cfg.seed, test_size=cfg.test_size)
+            )
             res["consistency"]["seconds"] = round(time.perf_counter() - t, 2)
         if "naturalness" in cfg.dimensions:
             if not cfg.nli_model:
-                res["naturalness"] = {"skipped": "no NLI model: pass nli_model=PATH (CLI: --nli-model PATH), a local "
-                                                 "sequence-classification NLI model (a dialogue-NLI one is what the "
-                                                 "method calls for)"}
+                res["naturalness"] = {
+                    "skipped": "no NLI model: pass nli_model=PATH (CLI: --nli-model PATH), a local "
+                    "sequence-classification NLI model (a dialogue-NLI one is what the "
+                    "method calls for)"
+                }
             else:
                 t = time.perf_counter()
                 say(f"[{name}] naturalness")
@@ -184,8 +210,12 @@ def evaluate_persona(reference, simulations: Sequence = (), *, names: Optional[S
                     from ..role._nli import NliModel
 
                     nli = NliModel(cfg.nli_model, device=cfg.device, batch_size=cfg.nli_batch_size)
-                res["naturalness"] = _guard(name, "naturalness", say, lambda: naturalness(
-                    corpus, nli, k_previous=cfg.k_previous, threshold=cfg.threshold))
+                res["naturalness"] = _guard(
+                    name,
+                    "naturalness",
+                    say,
+                    lambda: naturalness(corpus, nli, k_previous=cfg.k_previous, threshold=cfg.threshold),
+                )
                 res["naturalness"]["seconds"] = round(time.perf_counter() - t, 2)
         skipped = skipped_summary(corpus.skipped)
         if skipped is not None:
@@ -239,15 +269,22 @@ def _compare(results: dict, ref_name: str, cfg: PersonaConfig) -> None:
             d["offset"] = float(d["score"] - r["score"])
         _rank([results[n].get(dim, {}) for n in sims])
     for res in results.values():
-        vals = [res[d]["similarity"] for d in cfg.dimensions
-                if isinstance(res.get(d), dict) and res[d].get("similarity") is not None]
+        vals = [
+            res[d]["similarity"]
+            for d in cfg.dimensions
+            if isinstance(res.get(d), dict) and res[d].get("similarity") is not None
+        ]
         res["e4s"] = float(sum(vals) / len(vals)) if vals else None
-        res["e4s_dimensions"] = [d for d in cfg.dimensions if isinstance(res.get(d), dict)
-                                 and res[d].get("similarity") is not None]
+        res["e4s_dimensions"] = [
+            d for d in cfg.dimensions if isinstance(res.get(d), dict) and res[d].get("similarity") is not None
+        ]
     ranked = [results[n] for n in sims]
     for res in ranked:
-        res["e4s_rank"] = None if res["e4s"] is None else 1 + sum(
-            1 for o in ranked if o["e4s"] is not None and o["e4s"] > res["e4s"] + 1e-12)
+        res["e4s_rank"] = (
+            None
+            if res["e4s"] is None
+            else 1 + sum(1 for o in ranked if o["e4s"] is not None and o["e4s"] > res["e4s"] + 1e-12)
+        )
     results[ref_name]["e4s_rank"] = None
 
 
@@ -256,5 +293,3 @@ def _rank(items: list) -> None:
     for d, v in zip(items, vals):
         if v is not None and not (isinstance(v, float) and math.isnan(v)):
             d["rank"] = 1 + sum(1 for o in vals if o is not None and o > v + 1e-12)
-
-

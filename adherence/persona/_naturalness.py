@@ -61,8 +61,10 @@ def naturalness(corpus, nli, *, k_previous: int = 5, threshold: float = 0.7) -> 
         raise ValueError(f"`k_previous` must be >= 1, got {k_previous}")
     if not 0.0 < threshold <= 1.0:
         raise ValueError(f"`threshold` must be in (0, 1], got {threshold}")
-    personas = {(r["conversation_id"], r["speaker"]): [p for p in (r.get("persona") or []) if p and p.strip()]
-                for r in corpus.personas.to_pylist()}
+    personas = {
+        (r["conversation_id"], r["speaker"]): [p for p in (r.get("persona") or []) if p and p.strip()]
+        for r in corpus.personas.to_pylist()
+    }
     pairs: dict = {}
 
     def pair(premise: str, hypothesis: str) -> int:
@@ -97,9 +99,16 @@ def naturalness(corpus, nli, *, k_previous: int = 5, threshold: float = 0.7) -> 
     scr = float(np.mean([np.any(label[g] == CONTRADICTION) for g in self_groups])) if self_groups else 0.0
     return {
         "score": 0.6 * cs + 0.2 * (1.0 - pcr) + 0.2 * (1.0 - scr),
-        "cs": cs, "pcr": pcr, "scr": scr,
-        "er": float(np.mean(cons == ENTAILMENT)), "nr": float(np.mean(cons == NEUTRAL)),
+        "cs": cs,
+        "pcr": pcr,
+        "scr": scr,
+        "er": float(np.mean(cons == ENTAILMENT)),
+        "nr": float(np.mean(cons == NEUTRAL)),
         "cr": float(np.mean(cons == CONTRADICTION)),
-        "n_consecutive": len(consecutive), "n_persona_utterances": len(persona_groups),
-        "n_self_utterances": len(self_groups), "n_pairs": len(keys), "threshold": threshold, "k_previous": k_previous,
+        "n_consecutive": len(consecutive),
+        "n_persona_utterances": len(persona_groups),
+        "n_self_utterances": len(self_groups),
+        "n_pairs": len(keys),
+        "threshold": threshold,
+        "k_previous": k_previous,
     }

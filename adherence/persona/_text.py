@@ -55,8 +55,9 @@ class TfidfVectorizer:
         (1, 13)
     """
 
-    def __init__(self, analyzer: Literal["word", "char"] = "word", *, ngram: int = 1,
-                 max_features: Optional[int] = None) -> None:
+    def __init__(
+        self, analyzer: Literal["word", "char"] = "word", *, ngram: int = 1, max_features: Optional[int] = None
+    ) -> None:
         if analyzer not in ("word", "char"):
             raise ValueError(f"`analyzer` must be 'word' or 'char', got {analyzer!r}")
         if analyzer == "word" and ngram != 1:
@@ -131,8 +132,9 @@ class BM25:
         [[0.511, 0.0, 0.0]]
     """
 
-    def __init__(self, documents: Sequence[Sequence[str]], *, k1: float = 1.5, b: float = 0.75,
-                 epsilon: float = 0.25) -> None:
+    def __init__(
+        self, documents: Sequence[Sequence[str]], *, k1: float = 1.5, b: float = 0.75, epsilon: float = 0.25
+    ) -> None:
         from scipy import sparse
 
         self.k1, self.b = float(k1), float(b)

@@ -21,15 +21,29 @@ def audit_question_rows(metrics: dict, k: str) -> list:
         if m["source"] != "judge":
             continue
         e = m.get(k, {})
-        rows.append([q, m["strategy"], m.get("answers"), m.get("unscored"), e.get("percent_agreement"),
-                     e.get("gwet_ac1"), e.get("fleiss_kappa"), "yes" if e.get("fleiss_imputed") else "", e.get("r_stab")])
+        rows.append(
+            [
+                q,
+                m["strategy"],
+                m.get("answers"),
+                m.get("unscored"),
+                e.get("percent_agreement"),
+                e.get("gwet_ac1"),
+                e.get("fleiss_kappa"),
+                "yes" if e.get("fleiss_imputed") else "",
+                e.get("r_stab"),
+            ]
+        )
     return rows
 
 
 def code_question_rows(metrics: dict) -> list:
     """Code-answered questions (deterministic): ``[question, answers, unscored, yes-rate]``."""
-    return [[q, m.get("answers"), m.get("unscored"), m.get("yes_rate")]
-            for q, m in metrics["questions"].items() if m["source"] == "code"]
+    return [
+        [q, m.get("answers"), m.get("unscored"), m.get("yes_rate")]
+        for q, m in metrics["questions"].items()
+        if m["source"] == "code"
+    ]
 
 
 def _scatter(metrics: dict, k: str) -> str:
@@ -44,8 +58,14 @@ def _scatter(metrics: dict, k: str) -> str:
         if m["source"] == "judge":  # code answers are deterministic: no stability to plot
             groups.setdefault((round(x, 3), round(y, 3)), []).append(q)
     if groups:
-        ax.scatter([x for x, _ in groups], [y for _, y in groups], s=[30 + 12 * len(qs) for qs in groups.values()],
-                   color="#1f5fa8", alpha=0.8, label="judge-answered question (size: how many share the point)")
+        ax.scatter(
+            [x for x, _ in groups],
+            [y for _, y in groups],
+            s=[30 + 12 * len(qs) for qs in groups.values()],
+            color="#1f5fa8",
+            alpha=0.8,
+            label="judge-answered question (size: how many share the point)",
+        )
     for (x, y), qs in groups.items():
         label = ", ".join(qs) if len(qs) <= 2 else f"{len(qs)} questions ({qs[0]}, ...)"
         ax.annotate(label, (x, y), fontsize=7, xytext=(-4, 6), textcoords="offset points", ha="right")
@@ -89,42 +109,78 @@ def audit_html(metrics: dict, *, title: str = "adherence audit", about: str = ""
     judge_q = [q for q, m in metrics["questions"].items() if m["source"] == "judge"]
     unscored = sum(metrics["questions"][q].get("unscored") or 0 for q in judge_q)
     answers = sum(metrics["questions"][q].get("answers") or 0 for q in judge_q)
-    intro = (f"<p><b>Judge:</b> {escape(', '.join(judges)) or 'none (every question answered by code)'}. "
-             f"{len(judge_q)} judge-answered question(s), {len(code_rows)} code-answered. "
-             f"Unscored judge answers: {unscored} of {answers}"
-             + (" &mdash; <b>most judge answers could not be parsed; the stability figures rest on few answers</b>"
-                if answers and unscored > answers / 2 else "") + ".</p>")
+    intro = (
+        f"<p><b>Judge:</b> {escape(', '.join(judges)) or 'none (every question answered by code)'}. "
+        f"{len(judge_q)} judge-answered question(s), {len(code_rows)} code-answered. "
+        f"Unscored judge answers: {unscored} of {answers}"
+        + (
+            " &mdash; <b>most judge answers could not be parsed; the stability figures rest on few answers</b>"
+            if answers and unscored > answers / 2
+            else ""
+        )
+        + ".</p>"
+    )
     if about:
         intro += f"<p>{escape(about)}</p>"
-    sections = [intro, "<h2>Pooled stability of the judge (judge-answered questions)</h2>",
-                table_html(["k", "percent agreement", "Gwet AC1", "Fleiss kappa", "R_stab"],
-                           [[k, metrics["pooled"][k]["percent_agreement"], metrics["pooled"][k]["gwet_ac1"],
-                             metrics["pooled"][k]["fleiss_kappa"], metrics["pooled"][k]["r_stab"]] for k in ks])]
+    sections = [
+        intro,
+        "<h2>Pooled stability of the judge (judge-answered questions)</h2>",
+        table_html(
+            ["k", "percent agreement", "Gwet AC1", "Fleiss kappa", "R_stab"],
+            [
+                [
+                    k,
+                    metrics["pooled"][k]["percent_agreement"],
+                    metrics["pooled"][k]["gwet_ac1"],
+                    metrics["pooled"][k]["fleiss_kappa"],
+                    metrics["pooled"][k]["r_stab"],
+                ]
+                for k in ks
+            ],
+        ),
+    ]
     last = ks[-1]
     sections.append("<h2>Figures</h2><div class='figs'>" + _scatter(metrics, last) + _volatility(metrics) + "</div>")
     for k in ks:
         sections.append(f"<h2>Judge-answered questions ({k})</h2>")
-        sections.append(table_html(["question", "fingerprint", "answers", "unscored", "agreement", "AC1", "Fleiss",
-                                    "imputed", "R_stab"], audit_question_rows(metrics, k)))
+        sections.append(
+            table_html(
+                ["question", "fingerprint", "answers", "unscored", "agreement", "AC1", "Fleiss", "imputed", "R_stab"],
+                audit_question_rows(metrics, k),
+            )
+        )
     if code_rows:
-        sections.append("<h2>Code-answered questions</h2><p>Answered by deterministic checks: the same answer on "
-                        "every run by construction, so no stability statistic applies.</p>")
+        sections.append(
+            "<h2>Code-answered questions</h2><p>Answered by deterministic checks: the same answer on "
+            "every run by construction, so no stability statistic applies.</p>"
+        )
         sections.append(table_html(["question", "answers", "unscored", "yes-rate"], code_rows))
     sections.append("<h2>Per artifact</h2>")
     if len(judges) > 1:
-        sections.append(table_html(["artifact", "generator", "judge (+ code)", "mean S_i", "std"],
-                                   [[a["artifact_id"], a["generator"], a["judge"], a["mean"], a["std"]]
-                                    for a in metrics["artifacts"]]))
+        sections.append(
+            table_html(
+                ["artifact", "generator", "judge (+ code)", "mean S_i", "std"],
+                [[a["artifact_id"], a["generator"], a["judge"], a["mean"], a["std"]] for a in metrics["artifacts"]],
+            )
+        )
     else:  # one judge, named at the top
-        sections.append(table_html(["artifact", "generator", "mean S_i", "std"],
-                                   [[a["artifact_id"], a["generator"], a["mean"], a["std"]] for a in metrics["artifacts"]]))
-    strata = ("strata (judge × generator, macro-averaged): " + ", ".join(f"{j} × {g}" for j, g in metrics["strata"])
-              if len(judges) > 1 else "generators (macro-averaged): " + ", ".join(g for _, g in metrics["strata"]))
+        sections.append(
+            table_html(
+                ["artifact", "generator", "mean S_i", "std"],
+                [[a["artifact_id"], a["generator"], a["mean"], a["std"]] for a in metrics["artifacts"]],
+            )
+        )
+    strata = (
+        "strata (judge × generator, macro-averaged): " + ", ".join(f"{j} × {g}" for j, g in metrics["strata"])
+        if len(judges) > 1
+        else "generators (macro-averaged): " + ", ".join(g for _, g in metrics["strata"])
+    )
     return page(title, sections, f"{strata}; DBSCAN eps {metrics['eps']}")
 
 
-def write_audit_html(path: Union[str, os.PathLike], metrics: dict, *, title: str = "adherence audit",
-                     about: str = "") -> Path:
+def write_audit_html(
+    path: Union[str, os.PathLike], metrics: dict, *, title: str = "adherence audit", about: str = ""
+) -> Path:
     path = Path(path)
     path.write_text(audit_html(metrics, title=title, about=about), encoding="utf-8")
     return path

@@ -14,7 +14,17 @@ from ._html import figure_svg, page, pyplot, table_html
 
 __all__ = ["calibration_sections", "evaluation_html", "write_evaluation_html"]
 
-_METRICS = ("auc", "ap", "mean_positive", "mean_negative", "separation", "f1_positive", "f1_negative", "macro_f1", "kappa")
+_METRICS = (
+    "auc",
+    "ap",
+    "mean_positive",
+    "mean_negative",
+    "separation",
+    "f1_positive",
+    "f1_negative",
+    "macro_f1",
+    "kappa",
+)
 
 
 def _roc_svg(y: np.ndarray, s: np.ndarray, auc) -> str:
@@ -72,7 +82,13 @@ def _by_label_svg(labels: np.ndarray, s: np.ndarray, positive: str) -> str:
     ax.set_xticks(range(1, len(values) + 1), labels=values)
     rng = np.random.default_rng(0)
     for i, vs in enumerate(data, start=1):
-        ax.scatter(i + rng.uniform(-0.12, 0.12, len(vs)), vs, s=10, alpha=0.6, color="#1f5fa8" if values[i - 1] == positive else "#c0392b")
+        ax.scatter(
+            i + rng.uniform(-0.12, 0.12, len(vs)),
+            vs,
+            s=10,
+            alpha=0.6,
+            color="#1f5fa8" if values[i - 1] == positive else "#c0392b",
+        )
     ax.set_ylabel("score")
     ax.set_title("Score by label")
     plt.setp(ax.get_xticklabels(), rotation=20, ha="right")
@@ -84,15 +100,23 @@ def _reliability_svg(cal: dict) -> str:
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(4.8, 4.4))
     ax.plot([0, 1], [0, 1], ls="--", color="#999", lw=1, label="perfectly calibrated")
-    for key, name, color, marker in (("before", "raw score", "#c0392b", "s"), ("after", cal.get("after_label", "calibrated"),
-                                                                                 "#1f5fa8", "o")):
+    for key, name, color, marker in (
+        ("before", "raw score", "#c0392b", "s"),
+        ("after", cal.get("after_label", "calibrated"), "#1f5fa8", "o"),
+    ):
         rel = (cal.get(key) or {}).get("reliability")
         if not rel:
             continue
         pts = [(mp, fp, c) for mp, fp, c in zip(rel["mean_probability"], rel["fraction_positive"], rel["count"]) if c]
         ece = cal[key].get("ece")
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], color=color, marker=marker, lw=1.5,
-                label=f"{name} (ECE {ece:.3f})" if ece is not None else name)
+        ax.plot(
+            [p[0] for p in pts],
+            [p[1] for p in pts],
+            color=color,
+            marker=marker,
+            lw=1.5,
+            label=f"{name} (ECE {ece:.3f})" if ece is not None else name,
+        )
         for mp, fp, c in pts:
             ax.annotate(str(c), (mp, fp), textcoords="offset points", xytext=(4, -10), fontsize=7, color=color)
     ax.set_xlim(0, 1)
@@ -130,37 +154,50 @@ def _ci_text(v, ci) -> str:
     return f"{v:.4f}"
 
 
-def calibration_sections(cal: dict, y: Optional[np.ndarray] = None, s: Optional[np.ndarray] = None, *,
-                         positive: str = "positive") -> list:
+def calibration_sections(
+    cal: dict, y: Optional[np.ndarray] = None, s: Optional[np.ndarray] = None, *, positive: str = "positive"
+) -> list:
     """HTML sections of a calibration (``fit_calibration`` output, or an applied one from ``evaluate
     --calibration``): threshold with its interval, before/after table, reliability diagram."""
     level = int(round(100 * cal.get("ci_level", 0.95)))
     before, after = cal.get("before") or {}, cal.get("after") or {}
     after_label = cal.get("after_label", "after")
     rows = []
-    for key, name in (("balanced_accuracy", "balanced accuracy"), ("ece", f"ECE ({cal.get('n_bins', 10)} bins)"),
-                      ("brier", "Brier score"), ("predicted_positive_share", f"share predicted {positive}")):
-        rows.append([name, _ci_text(before.get(key), before.get(f"{key}_ci")),
-                     _ci_text(after.get(key), after.get(f"{key}_ci"))])
+    for key, name in (
+        ("balanced_accuracy", "balanced accuracy"),
+        ("ece", f"ECE ({cal.get('n_bins', 10)} bins)"),
+        ("brier", "Brier score"),
+        ("predicted_positive_share", f"share predicted {positive}"),
+    ):
+        rows.append(
+            [name, _ci_text(before.get(key), before.get(f"{key}_ci")), _ci_text(after.get(key), after.get(f"{key}_ci"))]
+        )
     thr = cal["threshold"]
     rule, target = cal.get("rule", ""), cal.get("target")
-    about = [["threshold on the raw score", _ci_text(thr, cal.get("threshold_ci"))],
-             ["rule", rule if target is None else f"{rule} (target {target})"],
-             ["probability map", (cal.get("map") or {}).get("method")],
-             ["calibrated probability at the threshold", cal.get("threshold_probability")]]
+    about = [
+        ["threshold on the raw score", _ci_text(thr, cal.get("threshold_ci"))],
+        ["rule", rule if target is None else f"{rule} (target {target})"],
+        ["probability map", (cal.get("map") or {}).get("method")],
+        ["calibrated probability at the threshold", cal.get("threshold_probability")],
+    ]
     if cal.get("auc") is not None:
         about.append(["AUC of the raw score", cal.get("auc")])
-    out = ["<h2>Calibration</h2>",
-           f"<p class='meta'>{level}% percentile bootstrap intervals in brackets. Before: the raw score at threshold "
-           f"{before.get('threshold', 0.5):g}, read as a probability.</p>",
-           table_html(["", "value"], about),
-           table_html(["measure", f"before (score >= {before.get('threshold', 0.5):g})", after_label], rows)]
+    out = [
+        "<h2>Calibration</h2>",
+        f"<p class='meta'>{level}% percentile bootstrap intervals in brackets. Before: the raw score at threshold "
+        f"{before.get('threshold', 0.5):g}, read as a probability.</p>",
+        table_html(["", "value"], about),
+        table_html(["measure", f"before (score >= {before.get('threshold', 0.5):g})", after_label], rows),
+    ]
     if cal.get("note"):
         out.append(f'<p class="warn">{html.escape(str(cal["note"]))}</p>')
     figs = [_reliability_svg(dict(cal, after_label=after_label))]
     if y is not None and s is not None:
-        figs.append(_threshold_svg(np.asarray(y), np.asarray(s, dtype=np.float64), positive, thr,
-                                   float(before.get("threshold", 0.5))))
+        figs.append(
+            _threshold_svg(
+                np.asarray(y), np.asarray(s, dtype=np.float64), positive, thr, float(before.get("threshold", 0.5))
+            )
+        )
     out.append("<div class='figs'>" + "".join(figs) + "</div>")
     return out
 
@@ -190,20 +227,33 @@ def _provenance(meta: dict) -> tuple[list, bool]:
         rows.append(["scored input", inputs[0].get("path")])
     summary = meta.get("summary") or {}
     if summary:
-        rows.append(["scoring run", f"{summary.get('turns')} turns: ok {summary.get('ok')}, error {summary.get('error')}, "
-                                    f"unscored {summary.get('unscored')}"])
+        rows.append(
+            [
+                "scoring run",
+                f"{summary.get('turns')} turns: ok {summary.get('ok')}, error {summary.get('error')}, "
+                f"unscored {summary.get('unscored')}",
+            ]
+        )
     rows.append(["adherence", (meta.get("versions") or {}).get("adherence") or meta.get("package_version")])
     return [r for r in rows if r[1] is not None], smoke
 
 
 def _confusion_html(conf: dict, positive: str) -> str:
     head = ["", f"predicted {positive}", f"predicted not {positive}"]
-    return table_html(head, [[f"true {positive}", conf["tp"], conf["fn"]],
-                             [f"true not {positive}", conf["fp"], conf["tn"]]])
+    return table_html(
+        head, [[f"true {positive}", conf["tp"], conf["fn"]], [f"true not {positive}", conf["fp"], conf["tn"]]]
+    )
 
 
-def evaluation_html(result: dict, labels: Sequence, scores: Sequence, *, title: str = "adherence evaluate",
-                    meta: Optional[dict] = None, calibration: Optional[dict] = None) -> str:
+def evaluation_html(
+    result: dict,
+    labels: Sequence,
+    scores: Sequence,
+    *,
+    title: str = "adherence evaluate",
+    meta: Optional[dict] = None,
+    calibration: Optional[dict] = None,
+) -> str:
     """Render an evaluation (``evaluate_table`` output) with its kept rows' labels and scores.
 
     ``meta``: the scoring run's metadata (``<scores>.meta.json``), shown as where the scores came from.
@@ -218,7 +268,7 @@ def evaluation_html(result: dict, labels: Sequence, scores: Sequence, *, title: 
     rows = []
     for m in _METRICS:
         if m in result:
-            low, high = (ci.get(m) or [None, None])
+            low, high = ci.get(m) or [None, None]
             rows.append([m, result[m], low, high, result["undefined"].get(m, "")])
     counts = [
         ["rows", result["n_rows"]],
@@ -233,13 +283,15 @@ def evaluation_html(result: dict, labels: Sequence, scores: Sequence, *, title: 
     if meta:
         about, smoke = _provenance(meta)
         if smoke:
-            sections.append('<p class="warn">These scores come from the bundled SmolLM2-135M-Instruct, a smoke-test '
-                            "judge that shows the pipeline works but cannot judge: its P(yes) stays between about "
-                            "0.1 and 0.55 on every turn (AUC 0.45 and 0.70 on the bundled examples), so at the "
-                            "default threshold 0.5 nearly every turn reads as a violation. Score with "
-                            "<code>--judge-model</code> for real results, fit a threshold on labelled turns with "
-                            "<code>adherence calibrate</code>, or, where reference replies exist, use "
-                            "<code>--method cosine</code> or <code>bertscore</code>.</p>")
+            sections.append(
+                '<p class="warn">These scores come from the bundled SmolLM2-135M-Instruct, a smoke-test '
+                "judge that shows the pipeline works but cannot judge: its P(yes) stays between about "
+                "0.1 and 0.55 on every turn (AUC 0.45 and 0.70 on the bundled examples), so at the "
+                "default threshold 0.5 nearly every turn reads as a violation. Score with "
+                "<code>--judge-model</code> for real results, fit a threshold on labelled turns with "
+                "<code>adherence calibrate</code>, or, where reference replies exist, use "
+                "<code>--method cosine</code> or <code>bertscore</code>.</p>"
+            )
         sections += ["<h2>Where the scores come from</h2>", table_html(["what", "value"], about)]
     else:
         sections.append('<p class="meta">No run metadata beside the input: method and models unknown.</p>')
@@ -253,26 +305,42 @@ def evaluation_html(result: dict, labels: Sequence, scores: Sequence, *, title: 
     if calibration:
         sections += calibration_sections(calibration, y, s, positive=positive)
     if result.get("confusion"):
-        sections += [f"<h2>Confusion matrix ({html.escape(str(result.get('prediction_column')))})</h2>",
-                     _confusion_html(result["confusion"], positive)]
+        sections += [
+            f"<h2>Confusion matrix ({html.escape(str(result.get('prediction_column')))})</h2>",
+            _confusion_html(result["confusion"], positive),
+        ]
     figs = [_roc_svg(y, s, result.get("auc")), _hist_svg(y, s, positive)]
     if len(set(labels.tolist())) > 2:
         figs.append(_by_label_svg(labels, s, positive))
     sections.append("<h2>Figures</h2><div class='figs'>" + "".join(figs) + "</div>")
     by = result.get("by_label", {})
     sections.append("<h2>Scores per label</h2>")
-    sections.append(table_html(["label", "n", "mean", "median", "std"], [[k, v["n"], v["mean"], v["median"], v["std"]] for k, v in by.items()]))
-    sub = (f"input {result.get('input')}: score column {result['score_column']!r} against label column "
-           f"{result['label_column']!r}, positive = {positive!r}")
+    sections.append(
+        table_html(
+            ["label", "n", "mean", "median", "std"],
+            [[k, v["n"], v["mean"], v["median"], v["std"]] for k, v in by.items()],
+        )
+    )
+    sub = (
+        f"input {result.get('input')}: score column {result['score_column']!r} against label column "
+        f"{result['label_column']!r}, positive = {positive!r}"
+    )
     return page(title, sections, sub)
 
 
 def write_evaluation_html(
-    path: Union[str, os.PathLike], result: dict, labels: Sequence, scores: Sequence, *, title: str = "adherence evaluate",
-    meta: Optional[dict] = None, calibration: Optional[dict] = None,
+    path: Union[str, os.PathLike],
+    result: dict,
+    labels: Sequence,
+    scores: Sequence,
+    *,
+    title: str = "adherence evaluate",
+    meta: Optional[dict] = None,
+    calibration: Optional[dict] = None,
 ) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(evaluation_html(result, labels, scores, title=title, meta=meta, calibration=calibration),
-                    encoding="utf-8")
+    path.write_text(
+        evaluation_html(result, labels, scores, title=title, meta=meta, calibration=calibration), encoding="utf-8"
+    )
     return path

@@ -25,7 +25,9 @@ def persona_rows(results: dict) -> list:
             if "skipped" in d or "error" in d:
                 rows.append([name, res["role"], dim, None, None, None, "skipped" if "skipped" in d else "error"])
             else:
-                rows.append([name, res["role"], dim, d.get("score"), d.get("similarity"), d.get("offset"), d.get("rank")])
+                rows.append(
+                    [name, res["role"], dim, d.get("score"), d.get("similarity"), d.get("offset"), d.get("rank")]
+                )
         rows.append([name, res["role"], "E4s", None, res.get("e4s"), None, res.get("e4s_rank")])
     return rows
 
@@ -52,7 +54,7 @@ def _log_axis(ax) -> None:
 
     ax.set_xscale("log")
     lo, hi = ax.get_xlim()
-    ticks = [m * 10 ** e for e in range(-1, 7) for m in (1, 2, 5) if lo <= m * 10 ** e <= hi]
+    ticks = [m * 10**e for e in range(-1, 7) for m in (1, 2, 5) if lo <= m * 10**e <= hi]
     ax.xaxis.set_major_locator(FixedLocator(ticks))
     ax.xaxis.set_minor_locator(NullLocator())
     fmt = ScalarFormatter()
@@ -70,8 +72,15 @@ def _curves_svg(results: dict, method: str, title: str, *, log: bool = True) -> 
         ref = res["role"] == "reference"
         sim = curve.get("similarity")
         label = name + ("" if ref or sim is None else f" (sim {sim:.3f})")
-        ax.plot(curve["pool_sizes"], curve["mrr"], marker="o", ms=3, lw=2.4 if ref else 1.4,
-                color="black" if ref else f"C{i}", label=label)
+        ax.plot(
+            curve["pool_sizes"],
+            curve["mrr"],
+            marker="o",
+            ms=3,
+            lw=2.4 if ref else 1.4,
+            color="black" if ref else f"C{i}",
+            label=label,
+        )
     if log:
         _log_axis(ax)
     ax.set_xlabel("distractors D (pool = D + 1)")
@@ -87,7 +96,9 @@ def _methods_svg(res: dict, name: str) -> str:
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(5.6, 3.8))
     for i, (m, curve) in enumerate(res["adherence"]["curves"].items()):
-        ax.plot(curve["pool_sizes"], curve["mrr"], marker="o", ms=3, color=f"C{i}", label=f"{m} (nAUC {curve['nauc']:.3f})")
+        ax.plot(
+            curve["pool_sizes"], curve["mrr"], marker="o", ms=3, color=f"C{i}", label=f"{m} (nAUC {curve['nauc']:.3f})"
+        )
     _log_axis(ax)
     ax.set_xlabel("distractors D")
     ax.set_ylabel("MRR")
@@ -103,8 +114,11 @@ def _similarity_svg(results: dict) -> str:
 
     plt = pyplot()
     sims = [n for n, r in results.items() if r["role"] != "reference"]
-    dims = [d for d in DIMS if any(isinstance(results[n].get(d), dict) and results[n][d].get("similarity") is not None
-                                   for n in sims)] + ["E4s"]
+    dims = [
+        d
+        for d in DIMS
+        if any(isinstance(results[n].get(d), dict) and results[n][d].get("similarity") is not None for n in sims)
+    ] + ["E4s"]
     fig, ax = plt.subplots(figsize=(5.6, 3.8))
     width = 0.8 / max(len(sims), 1)
     x = np.arange(len(dims))
@@ -125,17 +139,25 @@ def persona_html(results: dict, *, title: str = "adherence persona", about: Opti
     sections = []
     if about:
         sections += ["<h2>What was compared, and how</h2>", table_html(["setting", "value"], about)]
-    sections += ["<h2>Corpora</h2>", table_html(["dataset", "role", "conversations", "utterances"],
-                                                [[n, r.get("role"), r.get("n_conversations"), r.get("n_utterances")]
-                                                 for n, r in results.items()])]
-    sections += ["<h2>Summary</h2>",
-                table_html(["dataset", "role", "dimension", "raw", "similarity", "offset", "rank"], persona_rows(results))]
+    sections += [
+        "<h2>Corpora</h2>",
+        table_html(
+            ["dataset", "role", "conversations", "utterances"],
+            [[n, r.get("role"), r.get("n_conversations"), r.get("n_utterances")] for n, r in results.items()],
+        ),
+    ]
+    sections += [
+        "<h2>Summary</h2>",
+        table_html(["dataset", "role", "dimension", "raw", "similarity", "offset", "rank"], persona_rows(results)),
+    ]
     for name, res in results.items():
         sk = res.get("skipped_records")
         if sk:
             more = ", ..." if sk["count"] > len(sk["first"]) else ""
-            sections.append(f"<p class='warn'>{html.escape(name)}: {sk['count']} malformed record(s) skipped "
-                            f"({html.escape(', '.join(sk['first']) + more)}): {html.escape('; '.join(sk['reasons']))}</p>")
+            sections.append(
+                f"<p class='warn'>{html.escape(name)}: {sk['count']} malformed record(s) skipped "
+                f"({html.escape(', '.join(sk['first']) + more)}): {html.escape('; '.join(sk['reasons']))}</p>"
+            )
     first = next(iter(results.values()))
     adh = next((r["adherence"] for r in results.values() if "curves" in (r.get("adherence") or {})), None)
     figs = []
@@ -156,30 +178,50 @@ def persona_html(results: dict, *, title: str = "adherence persona", about: Opti
         sections.append("<h2>Adherence: normalised AUC (similarity) per retriever</h2>")
         sections.append(table_html(["dataset", *methods], rows))
         note = adh.get("note")
-        sections.append(f"<p class='meta'>alpha {adh['alpha']}, w = sin(alpha·π/2) = {adh['w']:.3f}; "
-                        f"{adh['repeats']} random pools per query and size"
-                        + (f"; {html.escape(note)}" if note else "") + "</p>")
+        sections.append(
+            f"<p class='meta'>alpha {adh['alpha']}, w = sin(alpha·π/2) = {adh['w']:.3f}; "
+            f"{adh['repeats']} random pools per query and size" + (f"; {html.escape(note)}" if note else "") + "</p>"
+        )
     if any("score" in (r.get("consistency") or {}) for r in results.values()):
         keys = ["f1", "auc", "c_at_1", "f05u", "brier", "score", "similarity", "p1", "p2", "n_authors", "n_test"]
         sections.append("<h2>Consistency (authorship verification, char 4-gram TF-IDF)</h2>")
-        sections.append(table_html(["dataset", *keys], [[n] + [r["consistency"].get(k) for k in keys]
-                                                       for n, r in results.items() if "score" in (r.get("consistency") or {})]))
-    nat = next((r["naturalness"] for r in results.values() if "score" in (r.get("naturalness") or {})),
-               first.get("naturalness"))
+        sections.append(
+            table_html(
+                ["dataset", *keys],
+                [
+                    [n] + [r["consistency"].get(k) for k in keys]
+                    for n, r in results.items()
+                    if "score" in (r.get("consistency") or {})
+                ],
+            )
+        )
+    nat = next(
+        (r["naturalness"] for r in results.values() if "score" in (r.get("naturalness") or {})),
+        first.get("naturalness"),
+    )
     if nat:
         sections.append("<h2>Naturalness (NLI)</h2>")
         if "skipped" in nat:
             sections.append(f"<p class='warn'>skipped: {html.escape(nat['skipped'])}</p>")
         else:
             keys = ["cs", "pcr", "scr", "er", "nr", "cr", "score", "similarity", "n_pairs"]
-            sections.append(table_html(["dataset", *keys], [[n] + [r["naturalness"].get(k) for k in keys]
-                                                           for n, r in results.items() if "score" in (r.get("naturalness") or {})]))
+            sections.append(
+                table_html(
+                    ["dataset", *keys],
+                    [
+                        [n] + [r["naturalness"].get(k) for k in keys]
+                        for n, r in results.items()
+                        if "score" in (r.get("naturalness") or {})
+                    ],
+                )
+            )
     ref = next(iter(results))
     return page(title, sections, f"reference: {ref}; simulations: {', '.join(list(results)[1:]) or 'none'}")
 
 
-def write_persona_html(path: Union[str, os.PathLike], results: dict, *, title: str = "adherence persona",
-                       about: Optional[list] = None) -> Path:
+def write_persona_html(
+    path: Union[str, os.PathLike], results: dict, *, title: str = "adherence persona", about: Optional[list] = None
+) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(persona_html(results, title=title, about=about), encoding="utf-8")

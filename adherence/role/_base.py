@@ -137,11 +137,16 @@ def missing_references(method: str, reference_pool: str, ground_truths: int, ref
     if ground_truths:
         return ""
     without = [name for name in METHODS if not get_method(name).needs_reference_texts]
-    need = "ground_truth_assistant (or references)" if method == "knn" and reference_pool == "per_turn" \
+    need = (
+        "ground_truth_assistant (or references)"
+        if method == "knn" and reference_pool == "per_turn"
         else "ground_truth_assistant"
-    return (f"no turn has a {need}: method {method!r} compares each turn with reference replies; give them as a "
-            "column, as \"reference\" on each assistant message of a transcript, or with --ground-truth FILE "
-            f"(conversation_id, turn_index, ground_truth_assistant), or use a method that needs none: {', '.join(without)}")
+    )
+    return (
+        f"no turn has a {need}: method {method!r} compares each turn with reference replies; give them as a "
+        'column, as "reference" on each assistant message of a transcript, or with --ground-truth FILE '
+        f"(conversation_id, turn_index, ground_truth_assistant), or use a method that needs none: {', '.join(without)}"
+    )
 
 
 def text_column(turns: pa.Table, name: str) -> list:
@@ -210,7 +215,11 @@ class Method(ABC):
         for a, g, r in zip(assistant, truth, refs):
             if _blank(a):
                 out.append("empty assistant turn")
-            elif self.needs_ground_truth and _blank(g) and not (config.reference_pool == "per_turn" and self.name == "knn" and r):
+            elif (
+                self.needs_ground_truth
+                and _blank(g)
+                and not (config.reference_pool == "per_turn" and self.name == "knn" and r)
+            ):
                 out.append(f"no ground_truth_assistant: method {self.name!r} compares the turn with its ground truth")
             else:
                 out.append(None)

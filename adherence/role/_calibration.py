@@ -47,15 +47,23 @@ class Calibration:
 
     def describe(self) -> dict:
         """What a run's metadata records about the calibration it applied."""
-        return {"path": self.path, "digest": self.data.get("digest"), "threshold": self.threshold,
-                "map": self.map.method, "rule": self.data.get("rule"), "target": self.data.get("target"),
-                "fitted_on": self.source}
+        return {
+            "path": self.path,
+            "digest": self.data.get("digest"),
+            "threshold": self.threshold,
+            "map": self.map.method,
+            "rule": self.data.get("rule"),
+            "target": self.data.get("target"),
+            "fitted_on": self.source,
+        }
 
     def check_method(self, method: str) -> None:
         """A calibration fitted on one method's scores means nothing on another's."""
         if self.method and method != self.method:
-            raise ValueError(f"{self.path}: this calibration was fitted on {self.method} scores; the run scores with "
-                             f"{method} (fit one on {method} scores with `adherence calibrate`)")
+            raise ValueError(
+                f"{self.path}: this calibration was fitted on {self.method} scores; the run scores with "
+                f"{method} (fit one on {method} scores with `adherence calibrate`)"
+            )
 
 
 def load_calibration(path: Union[str, os.PathLike]) -> Calibration:
@@ -70,8 +78,9 @@ def load_calibration(path: Union[str, os.PathLike]) -> Calibration:
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise DataError(f"not a calibration file ({exc})", file=str(path)) from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:
-        raise DataError(f"not a calibration file (no \"format\": \"{FORMAT}\"; write one with `adherence calibrate`)",
-                        file=str(path))
+        raise DataError(
+            f'not a calibration file (no "format": "{FORMAT}"; write one with `adherence calibrate`)', file=str(path)
+        )
     try:
         cal = Calibration(data, str(path))
     except (KeyError, TypeError, ValueError) as exc:

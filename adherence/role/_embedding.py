@@ -93,7 +93,10 @@ class KnnMethod(_EncoderMethod):
                     ends.append(len(flat))
                 refs = enc.encode(flat)
                 out = fused_scores(
-                    x, refs=refs, ref_start=torch.tensor(starts, device=x.device), ref_end=torch.tensor(ends, device=x.device)
+                    x,
+                    refs=refs,
+                    ref_start=torch.tensor(starts, device=x.device),
+                    ref_end=torch.tensor(ends, device=x.device),
                 )[:, 1]
             score[idx] = np.clip(out.cpu().numpy(), 0.0, 1.0)
         return MethodResult(score, errors, {"n_references": [len(r) for r in ref_lists]})

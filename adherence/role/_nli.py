@@ -40,8 +40,12 @@ class NliModel:
         with torch.inference_mode():
             for s in range(0, len(premises), self.batch_size):
                 batch = self.tokenizer(
-                    premises[s : s + self.batch_size], hypotheses[s : s + self.batch_size],
-                    padding=True, truncation=True, max_length=self.max_length, return_tensors="pt",
+                    premises[s : s + self.batch_size],
+                    hypotheses[s : s + self.batch_size],
+                    padding=True,
+                    truncation=True,
+                    max_length=self.max_length,
+                    return_tensors="pt",
                 ).to(self.device)
                 out.append(torch.softmax(self.model(**batch).logits.float(), dim=-1).cpu().numpy())
         return np.concatenate(out) if out else np.zeros((0, len(self.labels)))
@@ -61,7 +65,9 @@ class NliMethod(Method):
             )
         model = getattr(resources, "_nli", None)
         if model is None:
-            model = resources._nli = NliModel(config.nli_model, device=config.device, batch_size=config.batch_size or 32)
+            model = resources._nli = NliModel(
+                config.nli_model, device=config.device, batch_size=config.batch_size or 32
+            )
         return model
 
     def score(self, turns, config, resources):

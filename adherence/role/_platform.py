@@ -14,10 +14,17 @@ from ._score import score_turns
 __all__ = ["platform_config", "SCORE_FIELDS", "output_schema", "ConversationScorer"]
 
 #: Columns every scored row gets on the platform paths (a method's other diagnostics are left out).
-SCORE_FIELDS = (pa.field("method", pa.string()), pa.field("score", pa.float64()), pa.field("prediction", pa.int8()),
-                pa.field("status", pa.string()), pa.field("error", pa.string()), pa.field("reason", pa.string()),
-                pa.field("p_yes_source", pa.string()), pa.field("truncated", pa.bool_()),
-                pa.field("yes_no_mass", pa.float64()))
+SCORE_FIELDS = (
+    pa.field("method", pa.string()),
+    pa.field("score", pa.float64()),
+    pa.field("prediction", pa.int8()),
+    pa.field("status", pa.string()),
+    pa.field("error", pa.string()),
+    pa.field("reason", pa.string()),
+    pa.field("p_yes_source", pa.string()),
+    pa.field("truncated", pa.bool_()),
+    pa.field("yes_no_mass", pa.float64()),
+)
 
 
 def platform_config(options: dict, where: str) -> RoleConfig:
@@ -35,9 +42,11 @@ def platform_config(options: dict, where: str) -> RoleConfig:
     else:
         config = dataclasses.replace(config, method=method or config.method, progress=False, **options)
     if get_method(config.method).uses_dataset_references(config):
-        raise ValueError(f"method {config.method!r} with these options needs the whole job's ground truths, which {where} "
-                         "does not see at once; score it with the engine (adherence.score / adherence score, "
-                         "--executor ray for a cluster)")
+        raise ValueError(
+            f"method {config.method!r} with these options needs the whole job's ground truths, which {where} "
+            "does not see at once; score it with the engine (adherence.score / adherence score, "
+            "--executor ray for a cluster)"
+        )
     return config
 
 
@@ -77,8 +86,11 @@ class ConversationScorer:
             order += good
         if problems:
             idx = sorted(problems)
-            parts.append(_error_rows(table.take(pa.array(idx, pa.int64())), schema, [problems[i] for i in idx],
-                                     self.config.method))
+            parts.append(
+                _error_rows(
+                    table.take(pa.array(idx, pa.int64())), schema, [problems[i] for i in idx], self.config.method
+                )
+            )
             order += idx
         out = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
         if order != list(range(table.num_rows)):  # back to the input's row order
@@ -105,11 +117,15 @@ def _key_problems(table: pa.Table) -> dict:
 def _error_rows(table: pa.Table, schema: pa.Schema, reasons: list, method: str) -> pa.Table:
     n = table.num_rows
     cols = {f.name: table.column(f.name) for f in schema if f.name in table.column_names}
-    filled = {"method": pa.array([method] * n, pa.string()), "status": pa.array(["error"] * n, pa.string()),
-              "error": pa.array(reasons, pa.string())}
+    filled = {
+        "method": pa.array([method] * n, pa.string()),
+        "status": pa.array(["error"] * n, pa.string()),
+        "error": pa.array(reasons, pa.string()),
+    }
     arrays = [filled.get(f.name, cols.get(f.name, pa.nulls(n, f.type))) for f in schema]
-    return pa.Table.from_arrays([a.cast(f.type) if a.type != f.type else a for a, f in zip(arrays, schema)],
-                                schema=schema)
+    return pa.Table.from_arrays(
+        [a.cast(f.type) if a.type != f.type else a for a, f in zip(arrays, schema)], schema=schema
+    )
 
 
 _SCORERS: dict[Any, ConversationScorer] = {}

@@ -95,8 +95,9 @@ def bad_weight_rows(scores: pa.Table) -> list[tuple[int, str]]:
     return [(int(i), f"weight must be a finite number >= 0, got {w[i]!r}") for i in bad]
 
 
-def _session_bootstrap(vals: np.ndarray, wts: np.ndarray, *, n_bootstrap: int, seed: int, level: float,
-                       max_elements: int = 1 << 24) -> tuple[np.ndarray, np.ndarray]:
+def _session_bootstrap(
+    vals: np.ndarray, wts: np.ndarray, *, n_bootstrap: int, seed: int, level: float, max_elements: int = 1 << 24
+) -> tuple[np.ndarray, np.ndarray]:
     """Percentile bootstrap of the weighted mean for G sessions of the same length n at once.
 
     ``vals``/``wts`` are (G, n). Each session is resampled exactly as :func:`bootstrap_ci`
@@ -113,14 +114,14 @@ def _session_bootstrap(vals: np.ndarray, wts: np.ndarray, *, n_bootstrap: int, s
     low, high = np.full(g, np.nan), np.full(g, np.nan)
     step = max(1, max_elements // max(1, n_bootstrap))
     for a in range(0, g, step):
-        v, w = vals[a:a + step], wts[a:a + step]
+        v, w = vals[a : a + step], wts[a : a + step]
         den = counts @ w.T  # (B, chunk)
         with np.errstate(invalid="ignore", divide="ignore"):
             stat = (counts @ (v * w).T) / den
         stat[den <= 0] = np.nan
         pct = [100 * alpha, 100 * (1 - alpha)]
         q = np.nanpercentile(stat, pct, axis=0) if np.isnan(stat).any() else np.percentile(stat, pct, axis=0)
-        low[a:a + step], high[a:a + step] = q[0], q[1]
+        low[a : a + step], high[a : a + step] = q[0], q[1]
     return low, high
 
 
@@ -186,8 +187,9 @@ def aggregate_sessions(
         for length in np.unique(n_ok[np.isfinite(score)]):
             members = np.flatnonzero((n_ok == length) & np.isfinite(score))
             take = rows_sorted[starts[members][:, None] + np.arange(length)[None, :]]
-            low[members], high[members] = _session_bootstrap(s[take], w[take], n_bootstrap=n_bootstrap,
-                                                             seed=seed, level=level)
+            low[members], high[members] = _session_bootstrap(
+                s[take], w[take], n_bootstrap=n_bootstrap, seed=seed, level=level
+            )
 
     def col(a):
         return pa.array(a[order], pa.float64(), mask=np.isnan(a[order]))
@@ -195,12 +197,17 @@ def aggregate_sessions(
     key_c, key_m = uniq // len(m_names), uniq % len(m_names)
     fin = np.isfinite(score[order])
     adherent = pa.array((score[order] >= threshold), pa.bool_(), mask=~fin)
-    table = pa.table({
-        "conversation_id": pa.array([c_names[i] for i in key_c[order]], pa.string()),
-        "method": pa.array([m_names[i] for i in key_m[order]], pa.string()),
-        "n_turns": pa.array(n_turns[order], pa.int32()),
-        "score": col(score), "ci_low": col(low), "ci_high": col(high), "adherent": adherent,
-    })
+    table = pa.table(
+        {
+            "conversation_id": pa.array([c_names[i] for i in key_c[order]], pa.string()),
+            "method": pa.array([m_names[i] for i in key_m[order]], pa.string()),
+            "n_turns": pa.array(n_turns[order], pa.int32()),
+            "score": col(score),
+            "ci_low": col(low),
+            "ci_high": col(high),
+            "adherent": adherent,
+        }
+    )
     from ..data import SESSION_SCORES
 
     return read_table(table, SESSION_SCORES, allow_empty=True)

@@ -38,8 +38,9 @@ def category_counts(ratings: Any, *, normalize: bool = True) -> tuple[np.ndarray
         raise ValueError(f"`ratings` must be a subjects x raters matrix, got shape {arr.shape}")
     if normalize:  # each spelling maps to the first one seen (stripped), so labels stay readable
         first: dict = {}
-        flat = [first.setdefault(v.strip().casefold(), v.strip()) if isinstance(v, str) else v
-                for v in arr.ravel().tolist()]
+        flat = [
+            first.setdefault(v.strip().casefold(), v.strip()) if isinstance(v, str) else v for v in arr.ravel().tolist()
+        ]
         arr = np.array(flat + [None], dtype=object)[:-1].reshape(arr.shape)
     present = [v for v in arr.ravel().tolist() if not _is_missing(v)]
     categories = sorted(set(present), key=lambda v: (str(type(v)), v))

@@ -97,8 +97,12 @@ def reliability_bins(y_true: Any, y_prob: Any, n_bins: int = 10) -> dict:
     sum_y = np.bincount(ids, weights=y.astype(np.float64), minlength=n_bins)
     mean_p = [float(sp / c) if c else None for sp, c in zip(sum_p, count)]
     frac = [float(sy / c) if c else None for sy, c in zip(sum_y, count)]
-    return {"edges": edges.tolist(), "count": count.astype(int).tolist(), "mean_probability": mean_p,
-            "fraction_positive": frac}
+    return {
+        "edges": edges.tolist(),
+        "count": count.astype(int).tolist(),
+        "mean_probability": mean_p,
+        "fraction_positive": frac,
+    }
 
 
 def expected_calibration_error(y_true: Any, y_prob: Any, n_bins: int = 10) -> float:
@@ -107,8 +111,9 @@ def expected_calibration_error(y_true: Any, y_prob: Any, n_bins: int = 10) -> fl
     n = sum(b["count"])
     if n == 0:
         raise UndefinedMetricError("no rows")
-    return float(sum(c * abs(mp - fp) for c, mp, fp in zip(b["count"], b["mean_probability"],
-                                                            b["fraction_positive"]) if c) / n)
+    return float(
+        sum(c * abs(mp - fp) for c, mp, fp in zip(b["count"], b["mean_probability"], b["fraction_positive"]) if c) / n
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -202,7 +207,12 @@ class CalibrationMap:
             return cls("platt", a=float(d["a"]), b=float(d["b"]))
         if m == "isotonic":
             x, y = [float(v) for v in d["x"]], [float(v) for v in d["y"]]
-            if len(x) != len(y) or not x or any(b < a for a, b in zip(x, x[1:])) or any(b < a for a, b in zip(y, y[1:])):
+            if (
+                len(x) != len(y)
+                or not x
+                or any(b < a for a, b in zip(x, x[1:]))
+                or any(b < a for a, b in zip(y, y[1:]))
+            ):
                 raise ValueError("isotonic map: x and y must be non-empty, of equal length and non-decreasing")
             return cls("isotonic", x=tuple(x), y=tuple(y))
         if m == "none":
@@ -316,8 +326,10 @@ def _in_unit(s: np.ndarray) -> bool:
 
 
 def _measures(y: np.ndarray, pred: np.ndarray, prob: Optional[np.ndarray], n_bins: int) -> dict:
-    out: dict[str, Any] = {"balanced_accuracy": balanced_accuracy(y, pred),
-                           "predicted_positive_share": float(pred.mean())}
+    out: dict[str, Any] = {
+        "balanced_accuracy": balanced_accuracy(y, pred),
+        "predicted_positive_share": float(pred.mean()),
+    }
     if prob is not None:
         out["ece"] = expected_calibration_error(y, prob, n_bins)
         out["brier"] = brier_score(y, prob)
@@ -362,8 +374,10 @@ def fit_calibration(
     if folds < 2:
         raise ValueError(f"`folds` must be >= 2, got {folds}")
     if n_min < folds:
-        raise UndefinedMetricError(f"{folds}-fold cross-validation needs at least {folds} rows of each class; "
-                                   f"the smaller class has {n_min} (lower --folds or label more turns)")
+        raise UndefinedMetricError(
+            f"{folds}-fold cross-validation needs at least {folds} rows of each class; "
+            f"the smaller class has {n_min} (lower --folds or label more turns)"
+        )
     threshold = fit_threshold(y, s, rule, target)
     cmap = _fit_map(method, y, s)
 
@@ -422,8 +436,10 @@ def fit_calibration(
         "after": after,
     }
     if out["auc"] < 0.5:
-        out["note"] = (f"AUC {out['auc']:.3f} < 0.5: higher scores go with the negative class here, so no threshold "
-                       "of the form score >= t predicts well; check --positive and the score's direction")
+        out["note"] = (
+            f"AUC {out['auc']:.3f} < 0.5: higher scores go with the negative class here, so no threshold "
+            "of the form score >= t predicts well; check --positive and the score's direction"
+        )
     return out
 
 
@@ -462,7 +478,18 @@ def assess_calibration(
         after["reliability"] = reliability_bins(y, prob, n_bins)
     from ._ranking import roc_auc_score
 
-    return {"n": int(len(y)), "n_positive": int(y.sum()), "n_negative": int(len(y) - y.sum()),
-            "auc": float(roc_auc_score(y, s)), "threshold": float(threshold), "threshold_ci": None,
-            "threshold_probability": float(cmap(np.array([threshold]))[0]), "map": cmap.to_dict(),
-            "n_bins": n_bins, "ci_level": level, "bootstrap_resamples": n_bootstrap, "before": before, "after": after}
+    return {
+        "n": int(len(y)),
+        "n_positive": int(y.sum()),
+        "n_negative": int(len(y) - y.sum()),
+        "auc": float(roc_auc_score(y, s)),
+        "threshold": float(threshold),
+        "threshold_ci": None,
+        "threshold_probability": float(cmap(np.array([threshold]))[0]),
+        "map": cmap.to_dict(),
+        "n_bins": n_bins,
+        "ci_level": level,
+        "bootstrap_resamples": n_bootstrap,
+        "before": before,
+        "after": after,
+    }

@@ -180,8 +180,12 @@ def evaluate_table(
         p_all = _binary_prediction(table.column(prediction), prediction, file)
         missing = np.flatnonzero(keep & (p_all < 0))
         if len(missing):
-            raise DataError("the prediction is missing (null) on a row that has a score", file=file,
-                            row=int(missing[0]) + 1, column=prediction)
+            raise DataError(
+                "the prediction is missing (null) on a row that has a score",
+                file=file,
+                row=int(missing[0]) + 1,
+                column=prediction,
+            )
         p = p_all[keep]
     out = {
         "score_column": score,
@@ -195,13 +199,20 @@ def evaluate_table(
         raise DataError("no row has both a score and a label to evaluate", file=file, column=score)
     if not (y[keep] == 1).any():
         values = sorted({v for v in labels if v is not None})
-        raise DataError(f"no scored row has label {positive_text!r}, so nothing is positive; labels present: "
-                        f"{', '.join(values)}", file=file, column=label)
+        raise DataError(
+            f"no scored row has label {positive_text!r}, so nothing is positive; labels present: {', '.join(values)}",
+            file=file,
+            column=label,
+        )
     out.update(evaluate_scores(y[keep], s[keep], y_pred=p, n_bootstrap=n_bootstrap, seed=seed, level=level))
     if p is not None:  # rows = true class, columns = predicted class
         yk = y[keep]
-        out["confusion"] = {"tp": int(((yk == 1) & (p == 1)).sum()), "fn": int(((yk == 1) & (p == 0)).sum()),
-                            "fp": int(((yk == 0) & (p == 1)).sum()), "tn": int(((yk == 0) & (p == 0)).sum())}
+        out["confusion"] = {
+            "tp": int(((yk == 1) & (p == 1)).sum()),
+            "fn": int(((yk == 1) & (p == 0)).sum()),
+            "fp": int(((yk == 0) & (p == 1)).sum()),
+            "tn": int(((yk == 0) & (p == 0)).sum()),
+        }
     by_label = {}
     kept_labels = np.array(labels, dtype=object)[keep]
     kept_scores = s[keep]

@@ -20,8 +20,10 @@ def test_bundled_rubric_and_validation_errors(rubric, tmp_path):
     assert len(rubric.items) == 11 and sum(i.by_code for i in rubric.items) == 8
     assert rubric.ignored[0]["reason"].startswith("conditional")
     bad = tmp_path / "bad.yaml"
-    bad.write_text("questions:\n  - id: q1\n    question: Is it JSON?\n    category: Format Adherence\n    kind: objective\n"
-                   "    check: {type: regex}\n")
+    bad.write_text(
+        "questions:\n  - id: q1\n    question: Is it JSON?\n    category: Format Adherence\n    kind: objective\n"
+        "    check: {type: regex}\n"
+    )
     with pytest.raises(DataError, match="question 'q1': unknown check type 'regex'") as err:
         load_rubric(bad)
     assert err.value.row == 1 and err.value.column == "check"
@@ -34,9 +36,11 @@ def test_bundled_rubric_and_validation_errors(rubric, tmp_path):
 
 def test_repair_and_parse_answers(rubric):
     items = [i for i in rubric.items if not i.by_code]
-    text = ("Sure! ```json\n{'Style Adherence': [{'question': 'Is the tone professional and encouraging?', "
-            "'justification': 'It praises the work.', 'answer': 'YES'},\n {\"question\": \"Is the summary written in the "
-            "third person\", \"justification\": \"uses she\", \"answer\": \"no.\"},],}\n```")
+    text = (
+        "Sure! ```json\n{'Style Adherence': [{'question': 'Is the tone professional and encouraging?', "
+        "'justification': 'It praises the work.', 'answer': 'YES'},\n {\"question\": \"Is the summary written in the "
+        'third person", "justification": "uses she", "answer": "no."},],}\n```'
+    )
     assert repair_json(text) is not None
     got = parse_audit_answer(text, items)
     assert got["style_tone"] == ("Yes", "It praises the work.")
@@ -72,9 +76,31 @@ def test_draft_rubric_runs_two_passes(tiny_judge):
 
 def test_cli_audit_run_and_report(tmp_path, tiny_llama_dir, capsys):
     out = tmp_path / "audit"
-    assert main(["audit", "run", "--rubric", str(AUDIT / "rubric.yaml"), "--artifacts", str(AUDIT / "artifacts.jsonl"),
-                 "--judge-model", str(tiny_llama_dir), "--device", "cpu", "--runs", "3", "--ks", "2,3",
-                 "--max-tokens", "8", "-o", str(out)]) == 1
+    assert (
+        main(
+            [
+                "audit",
+                "run",
+                "--rubric",
+                str(AUDIT / "rubric.yaml"),
+                "--artifacts",
+                str(AUDIT / "artifacts.jsonl"),
+                "--judge-model",
+                str(tiny_llama_dir),
+                "--device",
+                "cpu",
+                "--runs",
+                "3",
+                "--ks",
+                "2,3",
+                "--max-tokens",
+                "8",
+                "-o",
+                str(out),
+            ]
+        )
+        == 1
+    )
     captured = capsys.readouterr()
     text = captured.out
     assert "pooled stability" in text and "fmt_json" in text

@@ -5,12 +5,19 @@ import pytest
 from adherence.audit import CheckError, run_check, validate_check, word_count
 from adherence.audit._checks import fill_placeholders, parse_json_object
 
-GOOD = json.dumps({"summary": "Ana Silva earned a rating of 4. She led the well-known migration.",
-                   "strengths": "migrated the billing pipeline; cut query costs by 30%", "growth_areas": "Present more."})
+GOOD = json.dumps(
+    {
+        "summary": "Ana Silva earned a rating of 4. She led the well-known migration.",
+        "strengths": "migrated the billing pipeline; cut query costs by 30%",
+        "growth_areas": "Present more.",
+    }
+)
 FENCED = f"```json\n{GOOD}\n```"
 
 
-@pytest.mark.parametrize("output, expected", [(GOOD, "Yes"), (FENCED, "No"), ("not json", "No"), ("[1, 2]", "No"), ("", "No")])
+@pytest.mark.parametrize(
+    "output, expected", [(GOOD, "Yes"), (FENCED, "No"), ("not json", "No"), ("[1, 2]", "No"), ("", "No")]
+)
 def test_valid_json_is_strict(output, expected):
     assert run_check({"type": "valid_json"}, output)[0] == expected
 
@@ -27,8 +34,17 @@ def test_exact_keys_names_what_differs():
     assert answer == "No" and "growth_areas" in evidence
 
 
-@pytest.mark.parametrize("text, n", [("well-known don't stop", 3), ("Zoë’s café—très bien", 4), ("", 0),
-                                     ("  a  b\n\tc ", 3), ("30% of 2,000 users", 5), ("— - ...", 0)])
+@pytest.mark.parametrize(
+    "text, n",
+    [
+        ("well-known don't stop", 3),
+        ("Zoë’s café—très bien", 4),
+        ("", 0),
+        ("  a  b\n\tc ", 3),
+        ("30% of 2,000 users", 5),
+        ("— - ...", 0),
+    ],
+)
 def test_word_count(text, n):
     assert word_count(text) == n
 
@@ -51,9 +67,17 @@ def test_contains_with_placeholders_and_list_variables():
 
 
 def test_starts_with_and_first_sentence_and_unicode():
-    assert run_check({"type": "starts_with", "field": "summary", "phrase": "{name}"}, GOOD, {"name": "Ana Silva"})[0] == "Yes"
+    assert (
+        run_check({"type": "starts_with", "field": "summary", "phrase": "{name}"}, GOOD, {"name": "Ana Silva"})[0]
+        == "Yes"
+    )
     assert run_check({"type": "starts_with", "field": "summary", "values": ["Ben", "Ana"]}, GOOD)[0] == "Yes"
-    assert run_check({"type": "first_sentence_contains", "field": "summary", "values": ["{rating}"]}, GOOD, {"rating": 4})[0] == "Yes"
+    assert (
+        run_check({"type": "first_sentence_contains", "field": "summary", "values": ["{rating}"]}, GOOD, {"rating": 4})[
+            0
+        ]
+        == "Yes"
+    )
     assert run_check({"type": "first_sentence_contains", "field": "summary", "values": ["migration"]}, GOOD)[0] == "No"
     uni = json.dumps({"summary": "Zoë Müller a obtenu 5. Très bien."}, ensure_ascii=False)
     assert run_check({"type": "starts_with", "field": "summary", "phrase": "Zoë Müller"}, uni)[0] == "Yes"
@@ -75,4 +99,7 @@ def test_placeholders_unknown_stay_and_specs_are_validated():
         validate_check({"type": "exact_keys"})
     with pytest.raises(CheckError, match="min and/or max"):
         validate_check({"type": "word_count"})
-    assert parse_json_object("```\n{\"a\": 1}\n```") == {"a": 1} and parse_json_object("```\n{\"a\": 1}\n```", allow_fences=False) is None
+    assert (
+        parse_json_object('```\n{"a": 1}\n```') == {"a": 1}
+        and parse_json_object('```\n{"a": 1}\n```', allow_fences=False) is None
+    )

@@ -42,22 +42,40 @@ def encoder():
     return Encoder(progress=False)
 
 
-FLAKY_REASONS = ["The tone is warm and friendly.", "Counted seventy one words in the summary.",
-                 "Quarterly revenue targets were exceeded.", "The JSON object lacks a closing brace."]
+FLAKY_REASONS = [
+    "The tone is warm and friendly.",
+    "Counted seventy one words in the summary.",
+    "Quarterly revenue targets were exceeded.",
+    "The JSON object lacks a closing brace.",
+]
 
 
 def _judgments():
     rows = []
     answers = {  # question -> artifact -> answers over 4 runs
         "q_stable": {"a1": ["Yes"] * 4, "a2": ["No"] * 4, "a3": ["Yes"] * 4},
-        "q_flaky": {"a1": ["Yes", "No", "Yes", "No"], "a2": ["No", "No", "Yes", None], "a3": ["Yes", "Yes", "Yes", "No"]},
+        "q_flaky": {
+            "a1": ["Yes", "No", "Yes", "No"],
+            "a2": ["No", "No", "Yes", None],
+            "a3": ["Yes", "Yes", "Yes", "No"],
+        },
     }
     for q, arts in answers.items():
         for art, ans in arts.items():
             for run, a in enumerate(ans):
                 why = f"The review of {art} is complete." if q == "q_stable" else FLAKY_REASONS[run]
-                rows.append(dict(artifact_id=art, generator="g", judge="j", run=run, question_id=q, answer=a,
-                                 justification=why if a else None, source="judge"))
+                rows.append(
+                    dict(
+                        artifact_id=art,
+                        generator="g",
+                        judge="j",
+                        run=run,
+                        question_id=q,
+                        answer=a,
+                        justification=why if a else None,
+                        source="judge",
+                    )
+                )
     return read_table(pa.Table.from_pylist(rows), JUDGMENTS)
 
 

@@ -16,8 +16,27 @@ def test_synthetic_parquet_streams_in_batches(tmp_path):
 
 def test_engine_bench_checks_correctness_then_reports(tmp_path, capsys):
     out = tmp_path / "e.json"
-    assert main(["bench", "engine", "--turns", "3000", "--small", "1000", "--method", "kl", "--shard-size", "1000",
-                 "--executors", "local", "-o", str(out)]) == 0
+    assert (
+        main(
+            [
+                "bench",
+                "engine",
+                "--turns",
+                "3000",
+                "--small",
+                "1000",
+                "--method",
+                "kl",
+                "--shard-size",
+                "1000",
+                "--executors",
+                "local",
+                "-o",
+                str(out),
+            ]
+        )
+        == 0
+    )
     res = json.loads(out.read_text())
     assert res["correctness"]["passed"] and res["correctness"]["max_abs_score_difference_vs_one_pass"] <= 1e-5
     runs = res["runs"]["local"]

@@ -9,10 +9,41 @@ from adherence.cli.main import main
 
 def test_judge_bench_checks_then_times(tmp_path, capsys):
     out = tmp_path / "j.json"
-    assert main(["bench", "judge", "--random-config", "llama-tiny", "--conversations", "3", "--turns", "4",
-                 "--role-tokens", "30", "--turn-tokens", "24", "--unique", "4", "--prompt-tokens", "120",
-                 "--fp32-check", "llama-tiny", "--repeats", "1", "--device", "cpu", "--engine-turns", "30",
-                 "--engine-config", "llama-tiny", "-o", str(out)]) == 0
+    assert (
+        main(
+            [
+                "bench",
+                "judge",
+                "--random-config",
+                "llama-tiny",
+                "--conversations",
+                "3",
+                "--turns",
+                "4",
+                "--role-tokens",
+                "30",
+                "--turn-tokens",
+                "24",
+                "--unique",
+                "4",
+                "--prompt-tokens",
+                "120",
+                "--fp32-check",
+                "llama-tiny",
+                "--repeats",
+                "1",
+                "--device",
+                "cpu",
+                "--engine-turns",
+                "30",
+                "--engine-config",
+                "llama-tiny",
+                "-o",
+                str(out),
+            ]
+        )
+        == 0
+    )
     res = json.loads(out.read_text())
     assert res == json.loads(capsys.readouterr().out)
     assert res["bench"] == "judge" and res["correct"]
@@ -29,8 +60,11 @@ def test_judge_bench_checks_then_times(tmp_path, capsys):
     assert uniq["turns"] == 4 and 100 < uniq["mean_prompt_tokens"] < 200
     assert uniq["forward_tokens"] == uniq["prompt_tokens"]  # nothing shared, nothing padded in the count
     fm = res["model"]
-    want = (2 * fm["body_parameters"] * uniq["forward_tokens"] + 4 * fm["layers"] * fm["attention_width"]
-            * uniq["attended_pairs"] + 2 * fm["hidden"] * fm["vocab"] * 4)
+    want = (
+        2 * fm["body_parameters"] * uniq["forward_tokens"]
+        + 4 * fm["layers"] * fm["attention_width"] * uniq["attended_pairs"]
+        + 2 * fm["hidden"] * fm["vocab"] * 4
+    )
     assert uniq["flop"] == pytest.approx(want)
     assert res["workloads"]["full_vocab"]["full_vocab_s"] > 0 and "ratio_to_peak" not in res  # no peak on CPU
     eng = res["workloads"]["engine"]
@@ -45,8 +79,11 @@ def test_flop_model_counts_the_body_once():
     b = random_backend("llama-tiny", device="cpu")
     fm = _flop_model(b)
     cfg = b.model.config
-    per_layer = (4 * 64 * 64 if cfg.num_key_value_heads == cfg.num_attention_heads else
-                 2 * 64 * 64 + 2 * 64 * 32) + 3 * 64 * 128 + 2 * 64
+    per_layer = (
+        (4 * 64 * 64 if cfg.num_key_value_heads == cfg.num_attention_heads else 2 * 64 * 64 + 2 * 64 * 32)
+        + 3 * 64 * 128
+        + 2 * 64
+    )
     assert fm["body_parameters"] == 2 * per_layer + 64  # + the final norm
     assert fm["vocab"] == b.tokenizer.vocab_size and fm["attention_width"] == 64
 
@@ -71,8 +108,15 @@ def test_unknown_workload_is_refused():
 def test_judge_bench_on_gpu_runs_flex_and_reports_the_peak_ratio():
     from adherence.bench import bench_judge
 
-    res = bench_judge(random_config="smollm2-135m", conversations=4, turns=4, unique=8, prompt_tokens=300,
-                      repeats=1, fp32_check="llama-tiny")
+    res = bench_judge(
+        random_config="smollm2-135m",
+        conversations=4,
+        turns=4,
+        unique=8,
+        prompt_tokens=300,
+        repeats=1,
+        fp32_check="llama-tiny",
+    )
     assert res["backend"]["attention"] == "flex" and res["correctness"]["fp32"]["passed"]
     # bf16: the two layouts round differently (random weights put P(yes) where it is most sensitive)
     assert res["correctness"]["bench_model"]["max_abs_p_yes_difference"] < 0.05

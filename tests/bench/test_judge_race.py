@@ -6,8 +6,15 @@ from adherence.bench import bench_judge_race
 
 
 def test_race_checks_and_counts(tiny_llama_dir):
-    res = bench_judge_race(model=str(tiny_llama_dir), backends=["transformers"], unique=3, unique_words=30,
-                           conversations=2, turns=3, words_per_turn=10)
+    res = bench_judge_race(
+        model=str(tiny_llama_dir),
+        backends=["transformers"],
+        unique=3,
+        unique_words=30,
+        conversations=2,
+        turns=3,
+        words_per_turn=10,
+    )
     uni, multi = res["workloads"]["unique"], res["workloads"]["multi_turn"]
     assert uni["turns"] == 3 and multi["turns"] == 6
     assert uni["transformers_forward_tokens"] == uni["prompt_tokens"]  # nothing to share
@@ -15,4 +22,6 @@ def test_race_checks_and_counts(tiny_llama_dir):
     t = multi["backends"]["transformers"]
     assert t["turns_per_s"] > 0 and t["ratio_vs_transformers"] == 1.0 and t["p_yes_source"] == ["full_vocab"]
     with pytest.raises(ValueError, match="unknown backend"):
-        bench_judge_race(model=str(tiny_llama_dir), backends=["transformers", "tgi"], unique=1, conversations=1, turns=1)
+        bench_judge_race(
+            model=str(tiny_llama_dir), backends=["transformers", "tgi"], unique=1, conversations=1, turns=1
+        )

@@ -8,8 +8,29 @@ from adherence.cli.main import main
 
 def test_kernel_bench_writes_json(tmp_path, capsys):
     out = tmp_path / "k.json"
-    assert main(["bench", "kernels", "--batch", "64", "--dim", "32", "--refs", "8", "--vocab", "16",
-                 "--repeats", "2", "--pools", "500", "-o", str(out)]) == 0
+    assert (
+        main(
+            [
+                "bench",
+                "kernels",
+                "--batch",
+                "64",
+                "--dim",
+                "32",
+                "--refs",
+                "8",
+                "--vocab",
+                "16",
+                "--repeats",
+                "2",
+                "--pools",
+                "500",
+                "-o",
+                str(out),
+            ]
+        )
+        == 0
+    )
     res = json.loads(out.read_text())
     assert res == json.loads(capsys.readouterr().out)
     assert res["bench"] == "kernels" and res["correct"] is True
@@ -70,7 +91,11 @@ def test_a_failed_correctness_check_exits_1_with_the_json_kept(tmp_path, capsys)
     from adherence.cli.bench import BenchCommand
 
     out = tmp_path / "r.json"
-    res = {"bench": "judge", "correct": False, "correctness": {"bench_model": {"passed": False}, "fp32": {"passed": True}}}
+    res = {
+        "bench": "judge",
+        "correct": False,
+        "correctness": {"bench_model": {"passed": False}, "fp32": {"passed": True}},
+    }
     assert BenchCommand()._emit(res, out) == 1
     assert json.loads(out.read_text()) == res
     err = capsys.readouterr().err

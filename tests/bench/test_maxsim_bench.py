@@ -28,8 +28,30 @@ def test_bench_checks_correctness_then_times(tmp_path):
 
 def test_cli_writes_json(tmp_path, capsys):
     out = tmp_path / "maxsim.json"
-    assert main(["bench", "maxsim", "--queries", "2", "--pool", "20", "--corpus", "30", "--doc-len", "16",
-                 "--dim", "16", "--repeats", "1", "--no-baseline", "-o", str(out)]) == 0
+    assert (
+        main(
+            [
+                "bench",
+                "maxsim",
+                "--queries",
+                "2",
+                "--pool",
+                "20",
+                "--corpus",
+                "30",
+                "--doc-len",
+                "16",
+                "--dim",
+                "16",
+                "--repeats",
+                "1",
+                "--no-baseline",
+                "-o",
+                str(out),
+            ]
+        )
+        == 0
+    )
     res = json.loads(out.read_text())
     assert res["args"]["pool"] == 20 and list(res["backends"]) == ["adherence_torch"]
     assert main(["bench", "maxsim", "--queries", "0"]) == 2

@@ -35,8 +35,11 @@ def test_role_paper_table_and_bad_sizes(capsys):
     out = capsys.readouterr().out
     assert "pca_mahalanobis" in out
     # an AUC below chance is explained, not printed bare (and only for the methods that have one)
-    below = [line.split()[0] for line in out.splitlines()
-             if len(line.split()) == 7 and line.split()[5] not in ("AUC", "—") and float(line.split()[5]) < 0.5]
+    below = [
+        line.split()[0]
+        for line in out.splitlines()
+        if len(line.split()) == 7 and line.split()[5] not in ("AUC", "—") and float(line.split()[5]) < 0.5
+    ]
     assert below == ["pca_mahalanobis"]
     assert "note: pca_mahalanobis's AUC is below 0.5 at n = 15" in out and "why: PCA keeps at most n - 1" in out
     assert "note: cosine" not in out and "note: kl" not in out

@@ -16,8 +16,10 @@ def _labelled(path, n=200, seed=0):
     rng = np.random.default_rng(seed)
     s = rng.uniform(0.15, 0.25, n)
     y = rng.random(n) < 1 / (1 + np.exp(-60 * (s - 0.2)))
-    rows = [{"conversation_id": f"c{i}", "turn_index": 0, "score": float(v), "label": "adherent" if t else "tone_violation"}
-            for i, (v, t) in enumerate(zip(s, y))]
+    rows = [
+        {"conversation_id": f"c{i}", "turn_index": 0, "score": float(v), "label": "adherent" if t else "tone_violation"}
+        for i, (v, t) in enumerate(zip(s, y))
+    ]
     rows.append({"conversation_id": "unscored", "turn_index": 0, "score": None, "label": "adherent"})
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return y.astype(int), s
@@ -26,8 +28,21 @@ def _labelled(path, n=200, seed=0):
 def test_calibrate_writes_a_file_that_score_evaluate_understand(tmp_path, capsys):
     y, s = _labelled(tmp_path / "labelled.jsonl")
     cal_path = tmp_path / "cal.json"
-    assert main(["calibrate", str(tmp_path / "labelled.jsonl"), "-o", str(cal_path), "--bootstrap", "200",
-                 "--html", str(tmp_path / "cal.html")]) == 0
+    assert (
+        main(
+            [
+                "calibrate",
+                str(tmp_path / "labelled.jsonl"),
+                "-o",
+                str(cal_path),
+                "--bootstrap",
+                "200",
+                "--html",
+                str(tmp_path / "cal.html"),
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr()
     assert "positive='adherent'" in out.err  # defaults said out loud
     assert "balanced accuracy" in out.out and "held-out, 5-fold" in out.out
@@ -41,8 +56,22 @@ def test_calibrate_writes_a_file_that_score_evaluate_understand(tmp_path, capsys
     assert "Reliability diagram" in page and "Calibration" in page and page.count("<svg") >= 3
 
     # evaluate --calibration: predictions are score >= the file's threshold; balanced accuracy checked by sklearn
-    assert main(["evaluate", str(tmp_path / "labelled.jsonl"), "--calibration", str(cal_path), "--bootstrap", "100",
-                 "--json", "--html", str(tmp_path / "ev.html")]) == 0
+    assert (
+        main(
+            [
+                "evaluate",
+                str(tmp_path / "labelled.jsonl"),
+                "--calibration",
+                str(cal_path),
+                "--bootstrap",
+                "100",
+                "--json",
+                "--html",
+                str(tmp_path / "ev.html"),
+            ]
+        )
+        == 0
+    )
     res = json.loads(capsys.readouterr().out)
     pred = (s >= cal["threshold"]).astype(int)
     assert res["calibration"]["after"]["balanced_accuracy"] == pytest.approx(balanced_accuracy_score(y, pred))
@@ -55,8 +84,12 @@ def test_calibrate_writes_a_file_that_score_evaluate_understand(tmp_path, capsys
 
 def test_calibrate_refuses_what_it_cannot_fit(tmp_path, capsys):
     p = tmp_path / "few.jsonl"
-    p.write_text("".join(json.dumps({"score": v, "label": lab}) + "\n"
-                         for v, lab in [(0.1, "adherent"), (0.2, "adherent"), (0.3, "no"), (0.4, "no")]))
+    p.write_text(
+        "".join(
+            json.dumps({"score": v, "label": lab}) + "\n"
+            for v, lab in [(0.1, "adherent"), (0.2, "adherent"), (0.3, "no"), (0.4, "no")]
+        )
+    )
     assert main(["calibrate", str(p), "-o", str(tmp_path / "c.json"), "--positive", "adherent"]) == 2
     last = capsys.readouterr().err.strip().splitlines()[-1]  # the line before says which columns were taken
     assert "5-fold" in last and str(p) in last and "error" in last
@@ -76,8 +109,24 @@ def test_score_applies_a_calibration_and_records_it(tmp_path, capsys):
     cal = json.loads(cal_path.read_text())
     assert cal["source"]["method"] == "cosine"
     second = tmp_path / "cos_cal.parquet"
-    assert main(["score", str(src), "--method", "cosine", "-o", str(second), "--no-progress", "--bootstrap", "0",
-                 "--calibration", str(cal_path)]) == 0
+    assert (
+        main(
+            [
+                "score",
+                str(src),
+                "--method",
+                "cosine",
+                "-o",
+                str(second),
+                "--no-progress",
+                "--bootstrap",
+                "0",
+                "--calibration",
+                str(cal_path),
+            ]
+        )
+        == 0
+    )
     t = read_turn_scores(second).to_pylist()
     m = CalibrationMap.from_dict(cal["map"])
     for r in t:
@@ -88,14 +137,44 @@ def test_score_applies_a_calibration_and_records_it(tmp_path, capsys):
     assert meta["config"]["threshold"] == cal["threshold"]
     capsys.readouterr()
     # a calibration of another method's scores, or one with --threshold, is refused before anything runs
-    assert main(["score", str(src), "--method", "bertscore", "-o", str(tmp_path / "x.parquet"),
-                 "--calibration", str(cal_path)]) == 2
+    assert (
+        main(
+            [
+                "score",
+                str(src),
+                "--method",
+                "bertscore",
+                "-o",
+                str(tmp_path / "x.parquet"),
+                "--calibration",
+                str(cal_path),
+            ]
+        )
+        == 2
+    )
     assert "fitted on cosine scores" in capsys.readouterr().err
-    assert main(["score", str(src), "--method", "cosine", "-o", str(tmp_path / "x.parquet"), "--threshold", "0.4",
-                 "--calibration", str(cal_path)]) == 2
+    assert (
+        main(
+            [
+                "score",
+                str(src),
+                "--method",
+                "cosine",
+                "-o",
+                str(tmp_path / "x.parquet"),
+                "--threshold",
+                "0.4",
+                "--calibration",
+                str(cal_path),
+            ]
+        )
+        == 2
+    )
     assert "not both" in capsys.readouterr().err
     bad = tmp_path / "bad.json"
     bad.write_text('{"threshold": 0.3}')
-    assert main(["score", str(src), "--method", "cosine", "-o", str(tmp_path / "x.parquet"),
-                 "--calibration", str(bad)]) == 2
+    assert (
+        main(["score", str(src), "--method", "cosine", "-o", str(tmp_path / "x.parquet"), "--calibration", str(bad)])
+        == 2
+    )
     assert "not a calibration file" in capsys.readouterr().err and not (tmp_path / "x.parquet").exists()

@@ -20,8 +20,20 @@ def _run(capsys, *argv):
 
 
 def test_json_on_bundled_example(capsys):
-    code, out, _ = _run(capsys, "evaluate", EXAMPLE, "--score", "rater_score", "--label", "label",
-                        "--positive", "adherent", "--json", "--bootstrap", "200")
+    code, out, _ = _run(
+        capsys,
+        "evaluate",
+        EXAMPLE,
+        "--score",
+        "rater_score",
+        "--label",
+        "label",
+        "--positive",
+        "adherent",
+        "--json",
+        "--bootstrap",
+        "200",
+    )
     assert code == 0
     res = json.loads(out)
     t = read_turns(EXAMPLE)
@@ -42,8 +54,22 @@ def test_prediction_column_adds_classification_metrics(tmp_path, capsys):
     t = read_turns(EXAMPLE)
     pred = pa.array([int(v >= 3) if i % 5 else 0 for i, v in enumerate(t.column("rater_score").to_pylist())])
     path = write_table(t.append_column("pred", pred), tmp_path / "p.parquet")
-    code, out, _ = _run(capsys, "evaluate", str(path), "--score", "rater_score", "--label", "label",
-                        "--positive", "adherent", "--prediction", "pred", "--json", "--bootstrap", "100")
+    code, out, _ = _run(
+        capsys,
+        "evaluate",
+        str(path),
+        "--score",
+        "rater_score",
+        "--label",
+        "label",
+        "--positive",
+        "adherent",
+        "--prediction",
+        "pred",
+        "--json",
+        "--bootstrap",
+        "100",
+    )
     assert code == 0
     res = json.loads(out)
     y = np.array([v == "adherent" for v in t.column("label").to_pylist()]).astype(int)
@@ -57,8 +83,21 @@ def test_prediction_column_adds_classification_metrics(tmp_path, capsys):
 
 def test_readable_table_and_html(tmp_path, capsys):
     html = tmp_path / "report.html"
-    code, out, err = _run(capsys, "evaluate", EXAMPLE, "--score", "rater_score", "--label", "label",
-                          "--positive", "adherent", "--bootstrap", "50", "--html", str(html))
+    code, out, err = _run(
+        capsys,
+        "evaluate",
+        EXAMPLE,
+        "--score",
+        "rater_score",
+        "--label",
+        "label",
+        "--positive",
+        "adherent",
+        "--bootstrap",
+        "50",
+        "--html",
+        str(html),
+    )
     assert code == 0 and "auc" in out and "scope_violation" in out
     page = html.read_text()
     assert page.count("<svg") == 3  # ROC, class histogram, per fine-grained label
@@ -68,7 +107,9 @@ def test_readable_table_and_html(tmp_path, capsys):
 def test_unscored_rows_are_counted_not_dropped(tmp_path, capsys):
     t = pa.table({"score": [0.9, None, float("nan"), 0.2, 0.7], "label": ["ok", "ok", "bad", "bad", None]})
     path = write_table(t, tmp_path / "s.parquet")
-    code, out, _ = _run(capsys, "evaluate", str(path), "--score", "score", "--label", "label", "--positive", "ok", "--json")
+    code, out, _ = _run(
+        capsys, "evaluate", str(path), "--score", "score", "--label", "label", "--positive", "ok", "--json"
+    )
     res = json.loads(out)
     assert code == 0
     assert (res["n_rows"], res["n"], res["n_unscored"], res["n_unlabeled"]) == (5, 2, 2, 1)
@@ -77,7 +118,9 @@ def test_unscored_rows_are_counted_not_dropped(tmp_path, capsys):
 def test_one_class_label_is_flagged_undefined(tmp_path, capsys):
     t = pa.table({"score": [0.9, 0.4, 0.7], "label": ["ok", "ok", "ok"]})
     path = write_table(t, tmp_path / "s.csv")
-    code, out, err = _run(capsys, "evaluate", str(path), "--score", "score", "--label", "label", "--positive", "ok", "--json")
+    code, out, err = _run(
+        capsys, "evaluate", str(path), "--score", "score", "--label", "label", "--positive", "ok", "--json"
+    )
     res = json.loads(out)
     assert code == 0 and res["auc"] is None and "one class" in res["undefined"]["auc"]
     assert "warning: auc is undefined" in err
@@ -117,12 +160,36 @@ def test_page_says_where_the_scores_come_from_with_a_confusion_matrix(tmp_path, 
     scores = tmp_path / "cos.parquet"
     assert main(["score", EXAMPLE, "-o", str(scores), "--method", "cosine", "--no-progress", "--threshold", "0.6"]) == 0
     html, res_json = tmp_path / "cos.html", tmp_path / "cos.json"
-    code, _, _ = _run(capsys, "evaluate", str(scores), "--score", "score", "--label", "label", "--positive", "adherent",
-                      "--prediction", "prediction", "--html", str(html), "-o", str(res_json), "--bootstrap", "0")
+    code, _, _ = _run(
+        capsys,
+        "evaluate",
+        str(scores),
+        "--score",
+        "score",
+        "--label",
+        "label",
+        "--positive",
+        "adherent",
+        "--prediction",
+        "prediction",
+        "--html",
+        str(html),
+        "-o",
+        str(res_json),
+        "--bootstrap",
+        "0",
+    )
     assert code == 0
     page = html.read_text()
-    for needle in ("Where the scores come from", "cosine", "bundled:all-MiniLM-L6-v2", "0.6000", "role_turns.jsonl",
-                   "28 turns: ok 28", "Confusion matrix (prediction)"):
+    for needle in (
+        "Where the scores come from",
+        "cosine",
+        "bundled:all-MiniLM-L6-v2",
+        "0.6000",
+        "role_turns.jsonl",
+        "28 turns: ok 28",
+        "Confusion matrix (prediction)",
+    ):
         assert needle in page, needle
     assert "smoke-test" not in page
     res = json.loads(res_json.read_text())
@@ -133,8 +200,24 @@ def test_page_says_where_the_scores_come_from_with_a_confusion_matrix(tmp_path, 
     tn, fp, fn, tp = confusion_matrix(y, t.column("prediction").to_pylist(), labels=[0, 1]).ravel()
     assert res["confusion"] == {"tp": tp, "fn": fn, "fp": fp, "tn": tn}
     judge = tmp_path / "judge.parquet"  # a judge run names its model; the bundled one is flagged as a smoke test
-    assert main(["score", EXAMPLE, "-o", str(judge), "--judge-model", str(tiny_llama_dir), "--no-progress",
-                 "--bootstrap", "0", "--device", "cpu"]) == 0
+    assert (
+        main(
+            [
+                "score",
+                EXAMPLE,
+                "-o",
+                str(judge),
+                "--judge-model",
+                str(tiny_llama_dir),
+                "--no-progress",
+                "--bootstrap",
+                "0",
+                "--device",
+                "cpu",
+            ]
+        )
+        == 0
+    )
     meta = json.loads((tmp_path / "judge.parquet.meta.json").read_text())
     meta["models"]["judge"]["model"] = "bundled:SmolLM2-135M-Instruct::x.gguf"
     from adherence.report._evaluation import _provenance
@@ -142,6 +225,23 @@ def test_page_says_where_the_scores_come_from_with_a_confusion_matrix(tmp_path, 
     rows, smoke = _provenance(meta)
     assert smoke and ["judge mode", "continuous, turn granularity"] in rows
     assert ["judge", "bundled:SmolLM2-135M-Instruct::x.gguf (transformers, cpu, float32)"] in rows  # how it ran
-    assert main(["evaluate", str(judge), "--score", "score", "--label", "label", "--positive", "adherent",
-                 "--html", str(tmp_path / "j.html"), "--bootstrap", "0"]) == 0
+    assert (
+        main(
+            [
+                "evaluate",
+                str(judge),
+                "--score",
+                "score",
+                "--label",
+                "label",
+                "--positive",
+                "adherent",
+                "--html",
+                str(tmp_path / "j.html"),
+                "--bootstrap",
+                "0",
+            ]
+        )
+        == 0
+    )
     assert str(tiny_llama_dir) in (tmp_path / "j.html").read_text()

@@ -23,8 +23,18 @@ def _handler_installed(pid: int, sig: int) -> bool:
 def test_a_signal_in_the_first_moments_exits_130_or_143_without_a_traceback(tmp_path, sig, code):
     if not os.path.exists("/proc/self/status"):
         pytest.skip("needs /proc to see when the handler is in place")
-    cmd = [sys.executable, "-m", "adherence", "score", str(example_path("role")), "-o", str(tmp_path / "o.parquet"),
-           "--method", "cosine", "--no-progress"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "adherence",
+        "score",
+        str(example_path("role")),
+        "-o",
+        str(tmp_path / "o.parquet"),
+        "--method",
+        "cosine",
+        "--no-progress",
+    ]
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     while not _handler_installed(proc.pid, signal.SIGTERM):
@@ -46,14 +56,17 @@ def test_a_file_vanishing_mid_job_is_a_job_failure_not_bad_input(tmp_path, capsy
         raise FileNotFoundError(2, "No such file or directory", str(tmp_path / "gone.parquet"))
 
     monkeypatch.setattr(_engine.Engine, "_execute", vanish)
-    assert main(["score", str(example_path("role")), "-o", str(tmp_path / "o.parquet"), "--method", "kl",
-                 "--no-progress"]) == 1
+    assert (
+        main(["score", str(example_path("role")), "-o", str(tmp_path / "o.parquet"), "--method", "kl", "--no-progress"])
+        == 1
+    )
     assert "gone.parquet" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("exc,word", [(Terminated, "terminated"), (KeyboardInterrupt, "interrupted")])
-def test_a_signal_right_after_the_publish_exits_0_and_says_the_output_is_complete(tmp_path, capsys, monkeypatch,
-                                                                                  exc, word):
+def test_a_signal_right_after_the_publish_exits_0_and_says_the_output_is_complete(
+    tmp_path, capsys, monkeypatch, exc, word
+):
     from adherence.engine import _engine
 
     original = _engine.Publisher.publish
@@ -64,8 +77,12 @@ def test_a_signal_right_after_the_publish_exits_0_and_says_the_output_is_complet
 
     monkeypatch.setattr(_engine.Publisher, "publish", publish_then_signal)
     out = tmp_path / "o.parquet"
-    assert main(["score", str(example_path("role")), "-o", str(out), "--method", "kl", "--no-progress",
-                 "--bootstrap", "0"]) == 0
+    assert (
+        main(
+            ["score", str(example_path("role")), "-o", str(out), "--method", "kl", "--no-progress", "--bootstrap", "0"]
+        )
+        == 0
+    )
     err = capsys.readouterr().err
     assert f"{word} after the output was published" in err and str(out) in err
     assert out.exists() and (tmp_path / "o.parquet.meta.json").exists()
@@ -74,7 +91,9 @@ def test_a_signal_right_after_the_publish_exits_0_and_says_the_output_is_complet
 def test_the_command_line_starts_before_any_heavy_import():
     """`adherence` installs its signal handlers after importing only the command line itself: not pyarrow,
     numpy or the engine (what used to take the first ~0.3 s, during which a signal killed it raw)."""
-    code = ("import sys, adherence.cli.main\n"
-            "print(sorted(m for m in ('pyarrow', 'numpy', 'adherence.data', 'adherence.engine') if m in sys.modules))")
+    code = (
+        "import sys, adherence.cli.main\n"
+        "print(sorted(m for m in ('pyarrow', 'numpy', 'adherence.data', 'adherence.engine') if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

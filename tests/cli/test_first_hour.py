@@ -13,23 +13,38 @@ from adherence.data import DataError, example_path, read_ground_truth
 
 ROLE = "You are the cooking assistant of a recipe site. Only talk about cooking and recipes."
 CHATS = [
-    {"id": "a", "messages": [
-        {"role": "system", "content": ROLE},
-        {"role": "user", "content": "How do I boil an egg?"},
-        {"role": "assistant", "content": "Put the egg in boiling water for 9 minutes, then cool it in cold water.",
-         "label": "adherent"},
-        {"role": "user", "content": "Who won the football match?"},
-        {"role": "assistant", "content": "The home team won 3-1 after extra time.", "label": "scope_violation"},
-    ]},
-    {"id": "b", "messages": [
-        {"role": "system", "content": ROLE},
-        {"role": "user", "content": "Best pasta sauce?"},
-        {"role": "assistant", "content": "A simple tomato sauce with fresh basil is hard to beat.", "label": "adherent"},
-    ]},
+    {
+        "id": "a",
+        "messages": [
+            {"role": "system", "content": ROLE},
+            {"role": "user", "content": "How do I boil an egg?"},
+            {
+                "role": "assistant",
+                "content": "Put the egg in boiling water for 9 minutes, then cool it in cold water.",
+                "label": "adherent",
+            },
+            {"role": "user", "content": "Who won the football match?"},
+            {"role": "assistant", "content": "The home team won 3-1 after extra time.", "label": "scope_violation"},
+        ],
+    },
+    {
+        "id": "b",
+        "messages": [
+            {"role": "system", "content": ROLE},
+            {"role": "user", "content": "Best pasta sauce?"},
+            {
+                "role": "assistant",
+                "content": "A simple tomato sauce with fresh basil is hard to beat.",
+                "label": "adherent",
+            },
+        ],
+    },
 ]
-REFERENCES = {("a", 0): "Boil the egg for 9 minutes and cool it in iced water.",
-              ("a", 1): "I can only help with cooking and recipes.",
-              ("b", 0): "Try a tomato sauce with fresh basil and garlic."}
+REFERENCES = {
+    ("a", 0): "Boil the egg for 9 minutes and cool it in iced water.",
+    ("a", 1): "I can only help with cooking and recipes.",
+    ("b", 0): "Try a tomato sauce with fresh basil and garlic.",
+}
 
 
 def _chats(path, with_references=False):
@@ -55,8 +70,9 @@ def _ground_truth_csv(path, extra=""):
 
 
 @pytest.mark.parametrize("method", ["cosine", "knn", "bertscore", "kl", "mahalanobis"])
-def test_reference_method_on_a_chat_log_without_references_fails_before_any_model_loads(tmp_path, capsys, monkeypatch,
-                                                                                     method):
+def test_reference_method_on_a_chat_log_without_references_fails_before_any_model_loads(
+    tmp_path, capsys, monkeypatch, method
+):
     import adherence.models
 
     def no_load(*a, **k):
@@ -75,13 +91,43 @@ def test_reference_method_on_a_chat_log_without_references_fails_before_any_mode
 
 def test_references_on_assistant_messages_and_from_a_keyed_file_give_the_same_scores(tmp_path, capsys):
     inline = tmp_path / "inline.parquet"
-    assert main(["score", str(_chats(tmp_path / "chats_refs.jsonl", True)), "-o", str(inline), "--method", "cosine",
-                 "--no-progress", "--bootstrap", "0"]) == 0
+    assert (
+        main(
+            [
+                "score",
+                str(_chats(tmp_path / "chats_refs.jsonl", True)),
+                "-o",
+                str(inline),
+                "--method",
+                "cosine",
+                "--no-progress",
+                "--bootstrap",
+                "0",
+            ]
+        )
+        == 0
+    )
     keyed = tmp_path / "keyed.parquet"
     gt = _ground_truth_csv(tmp_path / "refs.csv", 'b,7,"no such turn"\n')
     with pytest.warns(UserWarning, match="1 reference row"):
-        assert main(["score", str(_chats(tmp_path / "chats.jsonl")), "-o", str(keyed), "--method", "cosine",
-                     "--ground-truth", str(gt), "--no-progress", "--bootstrap", "0"]) == 0
+        assert (
+            main(
+                [
+                    "score",
+                    str(_chats(tmp_path / "chats.jsonl")),
+                    "-o",
+                    str(keyed),
+                    "--method",
+                    "cosine",
+                    "--ground-truth",
+                    str(gt),
+                    "--no-progress",
+                    "--bootstrap",
+                    "0",
+                ]
+            )
+            == 0
+        )
     a, b = pq.read_table(inline).to_pylist(), pq.read_table(keyed).to_pylist()
     assert [r["status"] for r in b] == ["ok"] * 3
     assert [(r["conversation_id"], r["turn_index"]) for r in b] == list(REFERENCES)
@@ -104,8 +150,22 @@ def test_a_changed_ground_truth_file_is_planned_again_on_resume(tmp_path):
     chats = _chats(tmp_path / "chats.jsonl")
     gt = _ground_truth_csv(tmp_path / "refs.csv")
     out = tmp_path / "o.parquet"
-    args = ["score", str(chats), "-o", str(out), "--method", "cosine", "--ground-truth", str(gt), "--no-progress",
-            "--bootstrap", "0", "--keep-work-dir", "--work-dir", str(tmp_path / "w")]
+    args = [
+        "score",
+        str(chats),
+        "-o",
+        str(out),
+        "--method",
+        "cosine",
+        "--ground-truth",
+        str(gt),
+        "--no-progress",
+        "--bootstrap",
+        "0",
+        "--keep-work-dir",
+        "--work-dir",
+        str(tmp_path / "w"),
+    ]
     assert main(args) == 0
     first = pq.read_table(out).column("score").to_pylist()
     out.unlink(), (tmp_path / "o.sessions.parquet").unlink()
@@ -126,10 +186,25 @@ def test_bad_ground_truth_files_are_one_line_errors(tmp_path, capsys):
     nokey.write_text("conversation_id,ground_truth_assistant\na,hi\n")
     notext = tmp_path / "notext.csv"
     notext.write_text("conversation_id,turn_index\na,0\n")
-    for bad, needle in ((dup, "duplicate key"), (nokey, "turn_index"), (notext, "ground_truth_assistant"),
-                        (tmp_path / "missing.csv", "missing.csv")):
-        code = main(["score", str(chats), "-o", str(tmp_path / "o.parquet"), "--method", "cosine", "--ground-truth",
-                     str(bad), "--no-progress"])
+    for bad, needle in (
+        (dup, "duplicate key"),
+        (nokey, "turn_index"),
+        (notext, "ground_truth_assistant"),
+        (tmp_path / "missing.csv", "missing.csv"),
+    ):
+        code = main(
+            [
+                "score",
+                str(chats),
+                "-o",
+                str(tmp_path / "o.parquet"),
+                "--method",
+                "cosine",
+                "--ground-truth",
+                str(bad),
+                "--no-progress",
+            ]
+        )
         err = capsys.readouterr().err
         assert code == 2 and needle in err and len(err.strip().splitlines()) == 1, err
     assert not (tmp_path / "o.parquet").exists()
@@ -137,8 +212,12 @@ def test_bad_ground_truth_files_are_one_line_errors(tmp_path, capsys):
 
 def test_evaluate_reads_its_columns_from_a_score_output(tmp_path, capsys):
     out = tmp_path / "r.parquet"
-    assert main(["score", str(example_path("role")), "-o", str(out), "--method", "kl", "--no-progress",
-                 "--bootstrap", "0"]) == 0
+    assert (
+        main(
+            ["score", str(example_path("role")), "-o", str(out), "--method", "kl", "--no-progress", "--bootstrap", "0"]
+        )
+        == 0
+    )
     capsys.readouterr()
     assert main(["evaluate", str(out), "--json", "--bootstrap", "0"]) == 0
     captured = capsys.readouterr()
@@ -152,15 +231,37 @@ def test_evaluate_reads_its_columns_from_a_score_output(tmp_path, capsys):
     assert res["auc"] == pytest.approx(skm.roc_auc_score(y, s))
     assert res["macro_f1"] == pytest.approx(skm.f1_score(y, p, average="macro"))
     # the explicit flags give the same numbers
-    assert main(["evaluate", str(out), "--json", "--bootstrap", "0", "--score", "score", "--label", "label",
-                 "--positive", "adherent", "--prediction", "prediction"]) == 0
+    assert (
+        main(
+            [
+                "evaluate",
+                str(out),
+                "--json",
+                "--bootstrap",
+                "0",
+                "--score",
+                "score",
+                "--label",
+                "label",
+                "--positive",
+                "adherent",
+                "--prediction",
+                "prediction",
+            ]
+        )
+        == 0
+    )
     assert json.loads(capsys.readouterr().out)["auc"] == res["auc"]
 
 
 def test_evaluate_refuses_what_it_cannot_tell(tmp_path, capsys):
     out = tmp_path / "r.parquet"
-    assert main(["score", str(example_path("role")), "-o", str(out), "--method", "kl", "--no-progress",
-                 "--bootstrap", "0"]) == 0
+    assert (
+        main(
+            ["score", str(example_path("role")), "-o", str(out), "--method", "kl", "--no-progress", "--bootstrap", "0"]
+        )
+        == 0
+    )
     capsys.readouterr()
     assert main(["evaluate", str(out), "--positive", "yes"]) == 2  # no positive row is an error, not exit 0
     err = capsys.readouterr().err

@@ -26,8 +26,11 @@ LEAVES = list(_all_leaves())
 
 @pytest.mark.parametrize("path, parser", LEAVES, ids=[" ".join(p) for p, _ in LEAVES])
 def test_every_option_has_help_and_the_common_flags(path, parser, capsys):
-    missing = [a.option_strings or a.dest for a in parser._actions
-               if not isinstance(a, (argparse._HelpAction, argparse._VersionAction)) and not (a.help or "").strip()]
+    missing = [
+        a.option_strings or a.dest
+        for a in parser._actions
+        if not isinstance(a, (argparse._HelpAction, argparse._VersionAction)) and not (a.help or "").strip()
+    ]
     assert not missing, f"`adherence {' '.join(path)}`: options without help text: {missing}"
     flags = {s for a in parser._actions for s in a.option_strings}
     assert {"--no-progress", "--quiet"} <= flags

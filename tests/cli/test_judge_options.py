@@ -13,8 +13,20 @@ from adherence.judges import JudgeCache, JudgeConfig, RoleJudge, turn_requests
 
 def _score(tmp_path, tiny_llama_dir, name, *extra):
     out = tmp_path / f"{name}.parquet"
-    args = ["score", str(example_path("role")), "-o", str(out), "--judge-model", str(tiny_llama_dir),
-            "--no-progress", "--bootstrap", "0", "--device", "cpu", *extra]
+    args = [
+        "score",
+        str(example_path("role")),
+        "-o",
+        str(out),
+        "--judge-model",
+        str(tiny_llama_dir),
+        "--no-progress",
+        "--bootstrap",
+        "0",
+        "--device",
+        "cpu",
+        *extra,
+    ]
     return main(args), out
 
 
@@ -25,9 +37,11 @@ def _scores(path):
 def test_job_file_sets_options_and_flags_override_it(tmp_path, tiny_llama_dir, capsys):
     out = tmp_path / "job.parquet"
     job = tmp_path / "job.yaml"
-    job.write_text(f"input: {example_path('role')}\noutput: {out}\njudge-model: {tiny_llama_dir}\n"
-                   "session_mode: threshold_mean\nthreshold: 0.9\nno-progress: true\nbootstrap: 0\ndevice: cpu\n"
-                   "yes-tokens: [yes, true, on]\n")
+    job.write_text(
+        f"input: {example_path('role')}\noutput: {out}\njudge-model: {tiny_llama_dir}\n"
+        "session_mode: threshold_mean\nthreshold: 0.9\nno-progress: true\nbootstrap: 0\ndevice: cpu\n"
+        "yes-tokens: [yes, true, on]\n"
+    )
     assert main(["score", "--config", str(job), "--threshold", "0.1"]) == 0  # the flag wins over the file
     meta = json.loads(metadata_path(out).read_text())
     assert meta["config"]["threshold"] == 0.1 and meta["config"]["session_mode"] == "threshold_mean"
@@ -62,8 +76,19 @@ def test_dry_run_counts_what_the_run_uses(tmp_path, tiny_llama_dir, capsys):
         assert plan["prompt_tokens"] == judge.stats["prompt_tokens"]
         assert plan["forward_tokens"] == judge.stats["forward_tokens"] < plan["prompt_tokens"]
     out = tmp_path / "never.parquet"
-    rc = main(["score", str(example_path("role")), "-o", str(out), "--judge-model", str(tiny_llama_dir),
-               "--dry-run", "--max-history", "1"])
+    rc = main(
+        [
+            "score",
+            str(example_path("role")),
+            "-o",
+            str(out),
+            "--judge-model",
+            str(tiny_llama_dir),
+            "--dry-run",
+            "--max-history",
+            "1",
+        ]
+    )
     text = capsys.readouterr().out
     assert rc == 0 and "28 judge calls" in text and f"{plan['forward_tokens']:,} forward tokens" in text
     assert not out.exists()
@@ -119,8 +144,9 @@ def test_self_consistency_samples(tmp_path, tiny_llama_dir):
     with pytest.raises(ValueError, match="exact and deterministic"):
         RoleJudge(JudgeConfig(samples=3, temperature=0.5), backend=backend)
     cache = tmp_path / "s.sqlite"
-    judge = RoleJudge(JudgeConfig(model="tiny", output_mode="binary", samples=3, temperature=1.0, cache=str(cache)),
-                      backend=backend)
+    judge = RoleJudge(
+        JudgeConfig(model="tiny", output_mode="binary", samples=3, temperature=1.0, cache=str(cache)), backend=backend
+    )
     cols = judge.score(turns)
     assert len(JudgeCache(cache)) == 3 * 6  # the sample index is part of the key
     for s, st, agree, n, err in zip(cols["score"], cols["status"], cols["agreement"], cols["samples"], cols["error"]):
@@ -153,8 +179,17 @@ def test_job_file_paths_resolve_beside_it_and_an_alias_bomb_is_refused(tmp_path,
     jobs.mkdir()
     (jobs / "role.txt").write_text("You are the cooking assistant of a recipe site.")
     chats = jobs / "chats.jsonl"
-    chats.write_text(json.dumps({"messages": [{"role": "user", "content": "Hi"},
-                                              {"role": "assistant", "content": "Hello! What shall we cook?"}]}) + "\n")
+    chats.write_text(
+        json.dumps(
+            {
+                "messages": [
+                    {"role": "user", "content": "Hi"},
+                    {"role": "assistant", "content": "Hello! What shall we cook?"},
+                ]
+            }
+        )
+        + "\n"
+    )
     job = jobs / "job.yaml"
     job.write_text("input: chats.jsonl\nrole-file: role.txt\ndry-run: true\n")
     elsewhere = tmp_path / "elsewhere"
@@ -165,8 +200,9 @@ def test_job_file_paths_resolve_beside_it_and_an_alias_bomb_is_refused(tmp_path,
     assert f"input={chats}" in captured.err and f"role-file={jobs / 'role.txt'}" in captured.err  # shown, resolved
     assert "1 turns" in captured.out or "turns: 1" in captured.out or "1 turn" in captured.out
     # a 500-byte billion-laughs: refused at once, no memory blow-up
-    bomb = ["a: &a [x, x, x, x, x, x, x, x, x]"] + [f"{chr(98 + i)}: &{chr(98 + i)} " + "[" + ", ".join(
-        [f"*{chr(97 + i)}"] * 9) + "]" for i in range(8)]
+    bomb = ["a: &a [x, x, x, x, x, x, x, x, x]"] + [
+        f"{chr(98 + i)}: &{chr(98 + i)} " + "[" + ", ".join([f"*{chr(97 + i)}"] * 9) + "]" for i in range(8)
+    ]
     job.write_text("\n".join(bomb) + "\nthreshold: 0.5\n")
     t0 = time.perf_counter()
     assert main(["score", "--config", str(job)]) == 2
@@ -175,20 +211,30 @@ def test_job_file_paths_resolve_beside_it_and_an_alias_bomb_is_refused(tmp_path,
     assert time.perf_counter() - t0 < 30
 
 
-@pytest.mark.parametrize("flags,message", [
-    (["--samples", "3"], "exact and deterministic"),
-    (["--judge-layout", "pygaussia", "--judge-system", "x"], "drop `system`"),
-    (["--judge-layout", "pygaussia", "--granularity", "conversation", "--output-mode", "binary"], "one turn per call"),
-    (["--granularity", "conversation"], "output_mode='binary'"),
-])
+@pytest.mark.parametrize(
+    "flags,message",
+    [
+        (["--samples", "3"], "exact and deterministic"),
+        (["--judge-layout", "pygaussia", "--judge-system", "x"], "drop `system`"),
+        (
+            ["--judge-layout", "pygaussia", "--granularity", "conversation", "--output-mode", "binary"],
+            "one turn per call",
+        ),
+        (["--granularity", "conversation"], "output_mode='binary'"),
+    ],
+)
 def test_options_that_cannot_combine_are_refused_before_any_model_loads(tmp_path, flags, message):
     import subprocess
     import sys
 
     out = tmp_path / "o.parquet"
     t0 = time.perf_counter()
-    p = subprocess.run([sys.executable, "-m", "adherence", "score", str(example_path("role")), "-o", str(out), *flags],
-                       capture_output=True, text=True, timeout=600)
+    p = subprocess.run(
+        [sys.executable, "-m", "adherence", "score", str(example_path("role")), "-o", str(out), *flags],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     elapsed = time.perf_counter() - t0
     assert p.returncode == 2 and message in p.stderr and len(p.stderr.strip().splitlines()) == 1
     assert not out.exists() and not list(tmp_path.iterdir())

@@ -8,8 +8,22 @@ from adherence.data import example_path, metadata_path, read_session_scores, rea
 
 def test_score_then_evaluate(tmp_path, capsys):
     out = tmp_path / "scores.parquet"
-    assert main(["score", str(example_path("role")), "-o", str(out), "--method", "cosine", "--no-progress",
-                 "--bootstrap", "50"]) == 0
+    assert (
+        main(
+            [
+                "score",
+                str(example_path("role")),
+                "-o",
+                str(out),
+                "--method",
+                "cosine",
+                "--no-progress",
+                "--bootstrap",
+                "50",
+            ]
+        )
+        == 0
+    )
     text = capsys.readouterr().out
     assert "28 turns" in text and "ok 28" in text
     scores = read_turn_scores(out)
@@ -18,8 +32,26 @@ def test_score_then_evaluate(tmp_path, capsys):
     assert sessions.num_rows == 8
     meta = json.loads(metadata_path(out).read_text())
     assert meta["config"]["method"] == "cosine" and meta["models"]["encoder"]["source"] == "bundled"
-    assert main(["evaluate", str(out), "--score", "score", "--label", "label", "--positive", "adherent",
-                 "--prediction", "prediction", "--json", "--bootstrap", "0"]) == 0
+    assert (
+        main(
+            [
+                "evaluate",
+                str(out),
+                "--score",
+                "score",
+                "--label",
+                "label",
+                "--positive",
+                "adherent",
+                "--prediction",
+                "prediction",
+                "--json",
+                "--bootstrap",
+                "0",
+            ]
+        )
+        == 0
+    )
     res = json.loads(capsys.readouterr().out)
     assert res["n"] == 28 and res["auc"] > 0.5
 
@@ -34,15 +66,30 @@ def test_score_jsonl_output_and_bad_method(tmp_path, capsys):
 def test_llm_judge_is_the_default_method_and_uses_the_cache(tmp_path, capsys, tiny_llama_dir):
     out = tmp_path / "judge.parquet"
     cache = tmp_path / "judge.sqlite"
-    args = ["score", str(example_path("role")), "-o", str(out), "--judge-model", str(tiny_llama_dir),
-            "--judge-cache", str(cache), "--no-progress", "--bootstrap", "0", "--device", "cpu"]
+    args = [
+        "score",
+        str(example_path("role")),
+        "-o",
+        str(out),
+        "--judge-model",
+        str(tiny_llama_dir),
+        "--judge-cache",
+        str(cache),
+        "--no-progress",
+        "--bootstrap",
+        "0",
+        "--device",
+        "cpu",
+    ]
     assert main(args) == 0
     scores = read_turn_scores(out)
     assert set(scores.column("method").to_pylist()) == {"llm_judge"}
     assert set(scores.column("status").to_pylist()) == {"ok"}
     assert set(scores.column("p_yes_source").to_pylist()) == {"full_vocab"}
     meta = json.loads(metadata_path(out).read_text())
-    assert meta["config"]["judge"]["model"] == str(tiny_llama_dir) and meta["models"]["judge"]["backend"] == "transformers"
+    assert (
+        meta["config"]["judge"]["model"] == str(tiny_llama_dir) and meta["models"]["judge"]["backend"] == "transformers"
+    )
     capsys.readouterr()
     # A random-weight judge writes no YES/NO: every turn is unscored, the output is still published
     # (every row with its status), and the job exits 1 so an orchestrator sees that nothing was scored.
@@ -65,11 +112,27 @@ def test_main_called_in_process_puts_the_process_state_back(tmp_path, capsys):
     before = signal.signal(signal.SIGTERM, own_handler)
     own_format = warnings.formatwarning
     try:
-        assert main(["score", str(example_path("role")), "-o", str(tmp_path / "s.jsonl"), "--method", "kl",
-                     "--no-progress"]) == 0
+        assert (
+            main(
+                ["score", str(example_path("role")), "-o", str(tmp_path / "s.jsonl"), "--method", "kl", "--no-progress"]
+            )
+            == 0
+        )
         assert signal.getsignal(signal.SIGTERM) is own_handler and warnings.formatwarning is own_format
-        assert main(["score", str(tmp_path / "missing.csv"), "-o", str(tmp_path / "t.jsonl"), "--method", "kl",
-                     "--no-progress"]) == 2
+        assert (
+            main(
+                [
+                    "score",
+                    str(tmp_path / "missing.csv"),
+                    "-o",
+                    str(tmp_path / "t.jsonl"),
+                    "--method",
+                    "kl",
+                    "--no-progress",
+                ]
+            )
+            == 2
+        )
         assert signal.getsignal(signal.SIGTERM) is own_handler and warnings.formatwarning is own_format
     finally:
         signal.signal(signal.SIGTERM, before)
@@ -83,8 +146,19 @@ def test_device_cuda_without_cuda_stops_before_any_work_in_one_line(tmp_path, ca
     from adherence.data import example_path
 
     start = time.perf_counter()
-    rc = main(["score", str(example_path("role")), "-o", str(tmp_path / "o.parquet"), "--method", "cosine",
-               "--device", "cuda", "--no-progress"])
+    rc = main(
+        [
+            "score",
+            str(example_path("role")),
+            "-o",
+            str(tmp_path / "o.parquet"),
+            "--method",
+            "cosine",
+            "--device",
+            "cuda",
+            "--no-progress",
+        ]
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1
     assert err[0].startswith("adherence score: error: --device cuda, but CUDA sees no GPU on this machine")

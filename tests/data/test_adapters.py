@@ -22,13 +22,23 @@ PYGAUSSIA = [
         "context": "Bank FAQ",
         "chatbot_role": "You are a bank assistant.",
         "conversation": [
-            {"qa_id": "q1", "query": "Hi", "assistant": "Hello, how can I help?", "ground_truth_assistant": "Hello!",
-             "observation": None, "agentic": {"tool": "none"}},
+            {
+                "qa_id": "q1",
+                "query": "Hi",
+                "assistant": "Hello, how can I help?",
+                "ground_truth_assistant": "Hello!",
+                "observation": None,
+                "agentic": {"tool": "none"},
+            },
             {"qa_id": "q2", "query": "Fees?", "assistant": "2 EUR.", "ground_truth_assistant": "It costs 2 EUR."},
         ],
     },
-    {"session_id": "s2", "assistant_id": "bank-bot", "chatbot_role": "You are a bank assistant.",
-     "conversation": [{"qa_id": "q1", "query": "Bye", "assistant": "Goodbye"}]},
+    {
+        "session_id": "s2",
+        "assistant_id": "bank-bot",
+        "chatbot_role": "You are a bank assistant.",
+        "conversation": [{"qa_id": "q1", "query": "Bye", "assistant": "Goodbye"}],
+    },
 ]
 
 
@@ -57,8 +67,15 @@ def test_pygaussia_missing_assistant(tmp_path):
 
 
 def test_flat_benchmark_json(tmp_path):
-    recs = [{"role": "r", "assistant": f"a{i}", "ground_truth_assistant": f"g{i}", "label": "adherent" if i % 2 else "scope_violation"}
-            for i in range(12)]
+    recs = [
+        {
+            "role": "r",
+            "assistant": f"a{i}",
+            "ground_truth_assistant": f"g{i}",
+            "label": "adherent" if i % 2 else "scope_violation",
+        }
+        for i in range(12)
+    ]
     path = tmp_path / "bench.json"
     path.write_text(json.dumps(recs))
     t = read_turns(path)
@@ -86,22 +103,30 @@ def test_personachat(fixtures):
     assert [r["speaker"] for r in first] == [SPEAKER_1, SPEAKER_2, SPEAKER_1, SPEAKER_2]
     assert first[1]["text"] == "i am good , just got back from skiing ."
     second = [r for r in conv if r["conversation_id"] == "personachat_self_original-1"]
-    assert second[0] == {"conversation_id": "personachat_self_original-1", "turn_index": 0, "speaker": SPEAKER_2,
-                         "text": "hello ! i only eat plants ."}  # __SILENCE__ dropped
+    assert second[0] == {
+        "conversation_id": "personachat_self_original-1",
+        "turn_index": 0,
+        "speaker": SPEAKER_2,
+        "text": "hello ! i only eat plants .",
+    }  # __SILENCE__ dropped
     personas = corpus.personas.to_pylist()
-    assert personas[0] == {"conversation_id": "personachat_self_original-0", "speaker": SPEAKER_2,
-                           "persona": ["i like to ski.", "my wife does not like me anymore."]}
+    assert personas[0] == {
+        "conversation_id": "personachat_self_original-0",
+        "speaker": SPEAKER_2,
+        "persona": ["i like to ski.", "my wife does not like me anymore."],
+    }
 
 
 def test_personachat_bad_line_skips_its_dialog(tmp_path):
     path = tmp_path / "p.txt"
-    path.write_text("1 your persona: x.\nno number here\n2 hi\thello\n"
-                    "1 your persona: y.\n2 how are you\tfine\n")
+    path.write_text("1 your persona: x.\nno number here\n2 hi\thello\n1 your persona: y.\n2 how are you\tfine\n")
     with pytest.warns(UserWarning, match=r"p.txt: skipped 1 malformed dialog\(s\) \(dialog 1 \(line 2\)\)"):
         corpus = read_personachat(path)
     assert set(corpus.conversations.column("conversation_id").to_pylist()) == {"p-1"}
     assert corpus.personas.column("conversation_id").to_pylist() == ["p-1"]
-    assert corpus.skipped == (("dialog 1 (line 2)", "expected a line starting with its number ('1 your persona: ...')"),)
+    assert corpus.skipped == (
+        ("dialog 1 (line 2)", "expected a line starting with its number ('1 your persona: ...')"),
+    )
     with pytest.raises(DataError) as err:
         read_personachat(path, strict=True)
     assert err.value.line == 2
@@ -125,13 +150,22 @@ def test_synthetic_persona_chat_markdown_speakers_and_preamble(tmp_path):
     path.write_text('user 1 personas,user 2 personas,Best Generated Conversation\n"I ski.","I cook.","' + conv + '"\n')
     rows = read_synthetic_persona_chat(path).conversations.to_pylist()
     assert [(r["speaker"], r["text"]) for r in rows] == [
-        (SPEAKER_1, "Hi there!"), (SPEAKER_2, "Hello. How are you?"), (SPEAKER_1, "Fine.")]
+        (SPEAKER_1, "Hi there!"),
+        (SPEAKER_2, "Hello. How are you?"),
+        (SPEAKER_1, "Fine."),
+    ]
     # Real splits hold conversations without speaker prefixes: each is skipped with a warning naming
     # the file and the first 10 rows, and counted; strict=True makes the first one an error.
     good = '"I ski.","I cook.","User 1: hi\nUser 2: hello"\n'
-    path.write_text("user 1 personas,user 2 personas,Best Generated Conversation\n" + good
-                    + '"I ski.","I cook.","no speakers"\n' * 12 + good)
-    with pytest.warns(UserWarning, match=r"spc.csv: skipped 12 malformed conversation\(s\) \(row 2, row 3, .*row 11, \.\.\.\)"):
+    path.write_text(
+        "user 1 personas,user 2 personas,Best Generated Conversation\n"
+        + good
+        + '"I ski.","I cook.","no speakers"\n' * 12
+        + good
+    )
+    with pytest.warns(
+        UserWarning, match=r"spc.csv: skipped 12 malformed conversation\(s\) \(row 2, row 3, .*row 11, \.\.\.\)"
+    ):
         corpus = read_synthetic_persona_chat(path)
     assert sorted(set(corpus.conversations.column("conversation_id").to_pylist())) == ["spc-0", "spc-13"]
     assert corpus.personas.num_rows == 4 and len(corpus.skipped) == 12 and corpus.skipped[0][0] == "row 2"
@@ -161,8 +195,10 @@ def test_persona_contract_tables_need_personas(tmp_path, fixtures):
         read_persona_corpus(d / "conversations.parquet")
 
 
-@pytest.mark.skipif(not (SHARED / "data/persona/Synthetic-Persona-Chat_valid.csv").exists(),
-                    reason="the shared Synthetic-Persona-Chat file sits beside the checkout only")
+@pytest.mark.skipif(
+    not (SHARED / "data/persona/Synthetic-Persona-Chat_valid.csv").exists(),
+    reason="the shared Synthetic-Persona-Chat file sits beside the checkout only",
+)
 def test_full_synthetic_persona_chat_valid():
     corpus = read_synthetic_persona_chat(SHARED / "data/persona/Synthetic-Persona-Chat_valid.csv")
     assert corpus.personas.num_rows == 2000

@@ -35,7 +35,12 @@ def test_example_is_valid_turns(turns):
     assert turns.num_rows == 28
     assert turns.schema.field("turn_index").type == pa.int32()
     assert "rater_score" in turns.column_names  # extra column passes through
-    assert set(turns.column("label").to_pylist()) == {"adherent", "scope_violation", "tone_violation", "constructive_failure"}
+    assert set(turns.column("label").to_pylist()) == {
+        "adherent",
+        "scope_violation",
+        "tone_violation",
+        "constructive_failure",
+    }
 
 
 @pytest.mark.parametrize("ext", ["parquet", "jsonl", "csv"])
@@ -49,10 +54,15 @@ def test_round_trip(tmp_path, turns, ext):
 
 
 def test_list_column_survives_csv_as_json_text(tmp_path):
-    t = pa.table({
-        "conversation_id": ["a", "a"], "turn_index": [0, 1], "role": ["r", "r"], "assistant": ["x", "y"],
-        "references": [["one", "two"], None],
-    })
+    t = pa.table(
+        {
+            "conversation_id": ["a", "a"],
+            "turn_index": [0, 1],
+            "role": ["r", "r"],
+            "assistant": ["x", "y"],
+            "references": [["one", "two"], None],
+        }
+    )
     back = read_turns(write_table(t, tmp_path / "t.csv"))
     assert back.column("references").to_pylist() == [["one", "two"], None]
     assert back.schema.field("references").type == pa.list_(pa.string())
@@ -76,8 +86,10 @@ def test_wrong_type_names_row_and_column(tmp_path):
 
 
 def test_fractional_turn_index_rejected_in_jsonl(tmp_path):
-    lines = [{"conversation_id": "a", "turn_index": 0, "role": "r", "assistant": "x"},
-             {"conversation_id": "a", "turn_index": 1.5, "role": "r", "assistant": "y"}]
+    lines = [
+        {"conversation_id": "a", "turn_index": 0, "role": "r", "assistant": "x"},
+        {"conversation_id": "a", "turn_index": 1.5, "role": "r", "assistant": "y"},
+    ]
     path = _write_text(tmp_path / "t.jsonl", "\n".join(json.dumps(x) for x in lines) + "\n")
     with pytest.raises(DataError) as err:
         read_turns(path)
@@ -95,8 +107,16 @@ def test_empty_file_and_header_only(tmp_path):
 
 @pytest.mark.parametrize("ext", ["csv", "jsonl"])
 def test_non_utf8_names_the_line(tmp_path, ext):
-    good = "conversation_id,turn_index,role,assistant\na,0,r,fine\n" if ext == "csv" else '{"conversation_id": "a", "turn_index": 0, "role": "r", "assistant": "fine"}\n'
-    bad = "a,1,r,caf\xe9\n".encode("latin-1") if ext == "csv" else '{"conversation_id": "a", "turn_index": 1, "role": "r", "assistant": "caf\xe9"}\n'.encode("latin-1")
+    good = (
+        "conversation_id,turn_index,role,assistant\na,0,r,fine\n"
+        if ext == "csv"
+        else '{"conversation_id": "a", "turn_index": 0, "role": "r", "assistant": "fine"}\n'
+    )
+    bad = (
+        "a,1,r,caf\xe9\n".encode("latin-1")
+        if ext == "csv"
+        else '{"conversation_id": "a", "turn_index": 1, "role": "r", "assistant": "caf\xe9"}\n'.encode("latin-1")
+    )
     path = _write_text(tmp_path / f"t.{ext}", good.encode() + bad)
     with pytest.raises(DataError, match="not valid UTF-8") as err:
         read_turns(path)
@@ -120,8 +140,10 @@ def test_invalid_json_line(tmp_path):
 
 
 def test_mixed_types_in_extra_column_are_located(tmp_path):
-    rows = [{"conversation_id": "a", "turn_index": 0, "role": "r", "assistant": "x", "meta": 1},
-            {"conversation_id": "a", "turn_index": 1, "role": "r", "assistant": "y", "meta": "text"}]
+    rows = [
+        {"conversation_id": "a", "turn_index": 0, "role": "r", "assistant": "x", "meta": 1},
+        {"conversation_id": "a", "turn_index": 1, "role": "r", "assistant": "y", "meta": "text"},
+    ]
     path = _write_text(tmp_path / "t.jsonl", "".join(json.dumps(r) + "\n" for r in rows))
     with pytest.raises(DataError) as err:
         read_turns(path)
@@ -133,7 +155,9 @@ def test_null_key_and_closed_vocabulary(tmp_path):
     with pytest.raises(DataError) as err:
         read_turns(t)
     assert (err.value.row, err.value.column) == (2, "conversation_id")
-    scores = pa.table({"conversation_id": ["a"], "turn_index": [0], "method": ["cosine"], "score": [0.3], "status": ["fine"]})
+    scores = pa.table(
+        {"conversation_id": ["a"], "turn_index": [0], "method": ["cosine"], "score": [0.3], "status": ["fine"]}
+    )
     with pytest.raises(DataError, match="'fine' is not one of 'ok', 'unscored', 'error'"):
         read_table(scores, TURN_SCORES)
 
@@ -143,7 +167,8 @@ def test_streaming_batches_keep_row_numbers(tmp_path, turns):
     batches = list(iter_batches(path, TURNS, batch_size=10))
     assert [b.num_rows for b in batches] == [10, 10, 8]
     bad = turns.set_column(
-        turns.column_names.index("turn_index"), "turn_index",
+        turns.column_names.index("turn_index"),
+        "turn_index",
         pa.array([str(v) if i != 24 else "x" for i, v in enumerate(turns.column("turn_index").to_pylist())]),
     )
     write_table(bad, tmp_path / "bad.parquet")
@@ -179,12 +204,31 @@ def test_writer_writes_run_metadata(tmp_path, turns):
 MINIMAL = {
     "turns": {"conversation_id": ["a"], "turn_index": [0], "role": ["r"], "assistant": ["x"]},
     "ground_truth": {"conversation_id": ["a"], "turn_index": [0], "ground_truth_assistant": ["Hello!"]},
-    "turn_scores": {"conversation_id": ["a"], "turn_index": [0], "method": ["cosine"], "score": [None], "status": ["unscored"]},
+    "turn_scores": {
+        "conversation_id": ["a"],
+        "turn_index": [0],
+        "method": ["cosine"],
+        "score": [None],
+        "status": ["unscored"],
+    },
     "session_scores": {"conversation_id": ["a"], "n_turns": [3], "score": [0.7], "adherent": [True]},
-    "rubric_items": {"question_id": ["q1"], "question": ["Is it JSON?"], "category": ["Format Adherence"], "kind": ["objective"]},
+    "rubric_items": {
+        "question_id": ["q1"],
+        "question": ["Is it JSON?"],
+        "category": ["Format Adherence"],
+        "kind": ["objective"],
+    },
     "artifacts": {"artifact_id": ["a1"], "generator": ["g"], "filled_prompt": ["p"], "output": ["o"]},
-    "judgments": {"artifact_id": ["a1"], "generator": ["g"], "judge": ["j"], "run": [0], "question_id": ["q1"],
-                  "answer": [None], "justification": ["unparseable"], "source": ["judge"]},
+    "judgments": {
+        "artifact_id": ["a1"],
+        "generator": ["g"],
+        "judge": ["j"],
+        "run": [0],
+        "question_id": ["q1"],
+        "answer": [None],
+        "justification": ["unparseable"],
+        "source": ["judge"],
+    },
     "persona_conversations": {"conversation_id": ["a"], "turn_index": [0], "speaker": ["User 1"], "text": ["hi"]},
     "personas": {"conversation_id": ["a"], "speaker": ["User 1"], "persona": [["I ski."]]},
 }

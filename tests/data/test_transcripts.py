@@ -13,41 +13,96 @@ from adherence.data import TURNS, DataError, TranscriptOptions, example_path, it
 ROLE = "You are a bank assistant. Only discuss banking."
 
 OPENAI = [
-    {"id": "conv-a", "metadata": {"app": "web"}, "messages": [
-        {"role": "system", "content": ROLE},
-        {"role": "developer", "content": "Answer in one sentence."},
-        {"role": "user", "content": "Hi, what is my balance?"},
-        {"role": "assistant", "content": None, "tool_calls": [
-            {"id": "t1", "type": "function", "function": {"name": "get_balance", "arguments": "{\"account\": \"main\"}"}}]},
-        {"role": "tool", "tool_call_id": "t1", "content": "1,204.50 EUR"},
-        {"role": "assistant", "content": [{"type": "text", "text": "Your main account holds"},
-                                          {"type": "text", "text": "1,204.50 EUR."}], "label": "adherent"},
-        {"role": "user", "content": [{"type": "text", "text": "Look at this:"}, {"type": "image_url", "image_url": {"url": "x"}}]},
-        {"role": "user", "content": "Should I buy Tesla stock?"},
-        {"role": "assistant", "content": "Buy it now, it will double!", "label": "scope_violation", "weight": 2.0},
-    ]},
-    {"messages": [{"role": "user", "content": "hello"}, {"role": "assistant", "content": "Hello! How can I help?"},
-                  {"role": "assistant", "content": "   "}]},
+    {
+        "id": "conv-a",
+        "metadata": {"app": "web"},
+        "messages": [
+            {"role": "system", "content": ROLE},
+            {"role": "developer", "content": "Answer in one sentence."},
+            {"role": "user", "content": "Hi, what is my balance?"},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": "t1",
+                        "type": "function",
+                        "function": {"name": "get_balance", "arguments": '{"account": "main"}'},
+                    }
+                ],
+            },
+            {"role": "tool", "tool_call_id": "t1", "content": "1,204.50 EUR"},
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "text", "text": "Your main account holds"},
+                    {"type": "text", "text": "1,204.50 EUR."},
+                ],
+                "label": "adherent",
+            },
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "Look at this:"},
+                    {"type": "image_url", "image_url": {"url": "x"}},
+                ],
+            },
+            {"role": "user", "content": "Should I buy Tesla stock?"},
+            {"role": "assistant", "content": "Buy it now, it will double!", "label": "scope_violation", "weight": 2.0},
+        ],
+    },
+    {
+        "messages": [
+            {"role": "user", "content": "hello"},
+            {"role": "assistant", "content": "Hello! How can I help?"},
+            {"role": "assistant", "content": "   "},
+        ]
+    },
 ]
 
 EXPECTED = [
-    {"conversation_id": "conv-a", "turn_index": 0, "role": ROLE + "\n\nAnswer in one sentence.",
-     "user": 'Hi, what is my balance?\n\n[tool call] get_balance({"account": "main"})\n\n[tool result t1] 1,204.50 EUR',
-     "assistant": "Your main account holds\n1,204.50 EUR.", "label": "adherent", "weight": None},
-    {"conversation_id": "conv-a", "turn_index": 1, "role": ROLE + "\n\nAnswer in one sentence.",
-     "user": "Look at this:\n[image_url]\n\nShould I buy Tesla stock?", "assistant": "Buy it now, it will double!",
-     "label": "scope_violation", "weight": 2.0},
-    {"conversation_id": "2", "turn_index": 0, "role": "Fallback role.", "user": "hello",
-     "assistant": "Hello! How can I help?", "label": None, "weight": None},
+    {
+        "conversation_id": "conv-a",
+        "turn_index": 0,
+        "role": ROLE + "\n\nAnswer in one sentence.",
+        "user": 'Hi, what is my balance?\n\n[tool call] get_balance({"account": "main"})\n\n[tool result t1] 1,204.50 EUR',
+        "assistant": "Your main account holds\n1,204.50 EUR.",
+        "label": "adherent",
+        "weight": None,
+    },
+    {
+        "conversation_id": "conv-a",
+        "turn_index": 1,
+        "role": ROLE + "\n\nAnswer in one sentence.",
+        "user": "Look at this:\n[image_url]\n\nShould I buy Tesla stock?",
+        "assistant": "Buy it now, it will double!",
+        "label": "scope_violation",
+        "weight": 2.0,
+    },
+    {
+        "conversation_id": "2",
+        "turn_index": 0,
+        "role": "Fallback role.",
+        "user": "hello",
+        "assistant": "Hello! How can I help?",
+        "label": None,
+        "weight": None,
+    },
 ]
 
 SHAREGPT = [
-    {"id": "s1", "conversations": [{"from": "system", "value": ROLE}, {"from": "human", "value": "hi"},
-                                   {"from": "gpt", "value": "Hello, how can I help with your account?"},
-                                   {"from": "human", "value": "weather?"},
-                                   {"from": "function_call", "value": "{\"name\": \"weather\"}"},
-                                   {"from": "observation", "value": "sunny"},
-                                   {"from": "gpt", "value": "I can only help with banking."}]},
+    {
+        "id": "s1",
+        "conversations": [
+            {"from": "system", "value": ROLE},
+            {"from": "human", "value": "hi"},
+            {"from": "gpt", "value": "Hello, how can I help with your account?"},
+            {"from": "human", "value": "weather?"},
+            {"from": "function_call", "value": '{"name": "weather"}'},
+            {"from": "observation", "value": "sunny"},
+            {"from": "gpt", "value": "I can only help with banking."},
+        ],
+    },
 ]
 
 
@@ -69,11 +124,26 @@ def test_openai_jsonl_row_by_row(tmp_path):
 
 
 def test_sharegpt_json_and_jsonl(tmp_path):
-    want = [{"conversation_id": "s1", "turn_index": 0, "role": ROLE, "user": "hi",
-             "assistant": "Hello, how can I help with your account?", "label": None, "weight": None},
-            {"conversation_id": "s1", "turn_index": 1, "role": ROLE,
-             "user": 'weather?\n\n[tool call] {"name": "weather"}\n\n[tool result] sunny',
-             "assistant": "I can only help with banking.", "label": None, "weight": None}]
+    want = [
+        {
+            "conversation_id": "s1",
+            "turn_index": 0,
+            "role": ROLE,
+            "user": "hi",
+            "assistant": "Hello, how can I help with your account?",
+            "label": None,
+            "weight": None,
+        },
+        {
+            "conversation_id": "s1",
+            "turn_index": 1,
+            "role": ROLE,
+            "user": 'weather?\n\n[tool call] {"name": "weather"}\n\n[tool result] sunny',
+            "assistant": "I can only help with banking.",
+            "label": None,
+            "weight": None,
+        },
+    ]
     (tmp_path / "s.json").write_text(json.dumps(SHAREGPT))
     assert _rows(read_turns(tmp_path / "s.json")) == want
     assert _rows(read_turns(_jsonl(tmp_path / "s.jsonl", SHAREGPT))) == want
@@ -105,20 +175,52 @@ def test_forced_format_and_flat_turns_untouched(tmp_path):
 
 # Arrow columns hold one type: a dataset's messages have text content and the same fields throughout.
 HF_CHATS = [
-    {"id": "h1", "messages": [{"role": "system", "content": ROLE}, {"role": "user", "content": "hi"},
-                              {"role": "assistant", "content": "Hello! How can I help?"},
-                              {"role": "user", "content": "Should I buy Tesla?"},
-                              {"role": "assistant", "content": "I can only help with banking."}]},
-    {"id": None, "messages": [{"role": "user", "content": "limit?"},
-                              {"role": "assistant", "content": "Your daily limit is 2,000 EUR."}]},
+    {
+        "id": "h1",
+        "messages": [
+            {"role": "system", "content": ROLE},
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": "Hello! How can I help?"},
+            {"role": "user", "content": "Should I buy Tesla?"},
+            {"role": "assistant", "content": "I can only help with banking."},
+        ],
+    },
+    {
+        "id": None,
+        "messages": [
+            {"role": "user", "content": "limit?"},
+            {"role": "assistant", "content": "Your daily limit is 2,000 EUR."},
+        ],
+    },
 ]
 HF_EXPECTED = [
-    {"conversation_id": "h1", "turn_index": 0, "role": ROLE, "user": "hi", "assistant": "Hello! How can I help?",
-     "label": None, "weight": None},
-    {"conversation_id": "h1", "turn_index": 1, "role": ROLE, "user": "Should I buy Tesla?",
-     "assistant": "I can only help with banking.", "label": None, "weight": None},
-    {"conversation_id": "2", "turn_index": 0, "role": "Fallback role.", "user": "limit?",
-     "assistant": "Your daily limit is 2,000 EUR.", "label": None, "weight": None},
+    {
+        "conversation_id": "h1",
+        "turn_index": 0,
+        "role": ROLE,
+        "user": "hi",
+        "assistant": "Hello! How can I help?",
+        "label": None,
+        "weight": None,
+    },
+    {
+        "conversation_id": "h1",
+        "turn_index": 1,
+        "role": ROLE,
+        "user": "Should I buy Tesla?",
+        "assistant": "I can only help with banking.",
+        "label": None,
+        "weight": None,
+    },
+    {
+        "conversation_id": "2",
+        "turn_index": 0,
+        "role": "Fallback role.",
+        "user": "limit?",
+        "assistant": "Your daily limit is 2,000 EUR.",
+        "label": None,
+        "weight": None,
+    },
 ]
 
 
@@ -136,9 +238,14 @@ def test_hugging_face_datasets(tmp_path):
     flat = read_turns(example_path("role"))
     ref = adherence.score(example_path("role"), method="kl", n_bootstrap=0)
     got = adherence.score(datasets.Dataset.from_list(flat.to_pylist()).shuffle(seed=3), method="kl", n_bootstrap=0)
+
     def by_key(t):
-        return dict(zip(zip(t.column("conversation_id").to_pylist(), t.column("turn_index").to_pylist()),
-                        t.column("score").to_pylist()))
+        return dict(
+            zip(
+                zip(t.column("conversation_id").to_pylist(), t.column("turn_index").to_pylist()),
+                t.column("score").to_pylist(),
+            )
+        )
 
     a, b = by_key(got), by_key(ref)
     # KL's vocabulary is ordered by first occurrence (the paper's tie-break), so a shuffled input sums in
@@ -165,8 +272,23 @@ def test_cli_scores_transcripts_end_to_end(tmp_path, tiny_llama_dir, capsys):
     role.write_text("Fallback role.\n")
     out = tmp_path / "o.parquet"
     with pytest.warns(UserWarning, match="skipped 1 malformed transcript"):
-        rc = main(["score", str(src), "-o", str(out), "--judge-model", str(tiny_llama_dir), "--device", "cpu",
-                   "--role-file", str(role), "--no-progress", "--bootstrap", "0"])
+        rc = main(
+            [
+                "score",
+                str(src),
+                "-o",
+                str(out),
+                "--judge-model",
+                str(tiny_llama_dir),
+                "--device",
+                "cpu",
+                "--role-file",
+                str(role),
+                "--no-progress",
+                "--bootstrap",
+                "0",
+            ]
+        )
     assert rc == 0
     assert "skipped 1 malformed input record(s) (record 3)" in capsys.readouterr().out
     t = pq.read_table(out)
@@ -223,7 +345,11 @@ def test_an_overlong_jsonl_line_is_one_error_before_it_is_held_in_memory(tmp_pat
 
     monkeypatch.setattr(formats, "MAX_LINE_BYTES", 4096)  # the real cap is 256 MiB
     path = tmp_path / "dump.jsonl"
-    path.write_text('{"messages": [{"role": "assistant", "content": "ok"}]}\n'
-                    + '{"messages": [{"role": "assistant", "content": "' + "x" * 10_000 + '"}]}\n')
+    path.write_text(
+        '{"messages": [{"role": "assistant", "content": "ok"}]}\n'
+        + '{"messages": [{"role": "assistant", "content": "'
+        + "x" * 10_000
+        + '"}]}\n'
+    )
     with pytest.raises(DataError, match=r"dump.jsonl: row 2, line 2: a line longer than 0 MiB"):
         list(iter_batches(path, TURNS))

@@ -15,9 +15,16 @@ import ray._private.parameter
 
 def main() -> None:
     params = ray._private.parameter.RayParams(
-        gcs_address=sys.argv[1], node_ip_address="127.0.0.1", num_cpus=int(sys.argv[2]) if len(sys.argv) > 2 else 1,
-        num_gpus=0, object_store_memory=150 * 1024 * 1024, min_worker_port=0, max_worker_port=0,
-        include_log_monitor=False, node_manager_port=0)
+        gcs_address=sys.argv[1],
+        node_ip_address="127.0.0.1",
+        num_cpus=int(sys.argv[2]) if len(sys.argv) > 2 else 1,
+        num_gpus=0,
+        object_store_memory=150 * 1024 * 1024,
+        min_worker_port=0,
+        max_worker_port=0,
+        include_log_monitor=False,
+        node_manager_port=0,
+    )
     params.dashboard_agent_listen_port = None
     ray._private.node.Node(params, head=False, shutdown_at_exit=True, spawn_reaper=True)
     signal.sigwait({signal.SIGTERM, signal.SIGINT})

@@ -11,11 +11,15 @@ from adherence.role import score_turns
 
 
 def _by_key(t: pa.Table, col="score"):
-    return dict(zip(zip(t.column("conversation_id").to_pylist(), t.column("turn_index").to_pylist()), t.column(col).to_pylist()))
+    return dict(
+        zip(zip(t.column("conversation_id").to_pylist(), t.column("turn_index").to_pylist()), t.column(col).to_pylist())
+    )
 
 
-@pytest.mark.parametrize("method,opts", [("cosine", {}), ("knn", {"reference_pool": "dataset"}), ("mahalanobis", {}),
-                                         ("pca_mahalanobis", {}), ("kl", {})])
+@pytest.mark.parametrize(
+    "method,opts",
+    [("cosine", {}), ("knn", {"reference_pool": "dataset"}), ("mahalanobis", {}), ("pca_mahalanobis", {}), ("kl", {})],
+)
 def test_sharded_job_equals_one_pass(tmp_path, method, opts):
     turns = read_turns(example_path("role"))
     direct = score_turns(turns, method, progress=False, **opts)
@@ -61,14 +65,20 @@ def test_in_memory_score_and_deterministic_order(synthetic):
 
 def test_resume_skips_finished_shards_and_changed_jobs_start_over(tmp_path, synthetic):
     src = write_table(synthetic(10), tmp_path / "in.parquet")
-    first = Engine(method="kl", shard_size=8, progress=False, n_bootstrap=0, keep_work_dir=True).run(src, tmp_path / "o.parquet")
+    first = Engine(method="kl", shard_size=8, progress=False, n_bootstrap=0, keep_work_dir=True).run(
+        src, tmp_path / "o.parquet"
+    )
     first_table = pq.read_table(tmp_path / "o.parquet")
     out_dir = tmp_path / "o.parquet.work" / "out"
     (out_dir / "shard-00001.done.json").unlink()
-    again = Engine(method="kl", shard_size=8, progress=False, n_bootstrap=0, resume=True, keep_work_dir=True).run(src, tmp_path / "o.parquet")
+    again = Engine(method="kl", shard_size=8, progress=False, n_bootstrap=0, resume=True, keep_work_dir=True).run(
+        src, tmp_path / "o.parquet"
+    )
     assert again.summary["shards_resumed"] == first.summary["shards"] - 1
     assert pq.read_table(tmp_path / "o.parquet").equals(first_table)
-    other = Engine(method="kl", kl_beta=2.0, shard_size=8, progress=False, n_bootstrap=0, resume=True).run(src, tmp_path / "o.parquet")
+    other = Engine(method="kl", kl_beta=2.0, shard_size=8, progress=False, n_bootstrap=0, resume=True).run(
+        src, tmp_path / "o.parquet"
+    )
     assert other.summary["shards_resumed"] == 0
 
 
@@ -100,11 +110,15 @@ def test_a_failing_shard_does_not_take_the_job_down(tmp_path, synthetic, monkeyp
 
 def test_configuration_errors_stop_the_job(tmp_path):
     with pytest.raises(Exception, match="not a local directory"):
-        Engine(method="cosine", encoder="/nonexistent/model", progress=False).run(example_path("role"), tmp_path / "o.parquet")
+        Engine(method="cosine", encoder="/nonexistent/model", progress=False).run(
+            example_path("role"), tmp_path / "o.parquet"
+        )
 
 
 def test_run_metadata_names_the_engine(tmp_path):
-    res = Engine(method="kl", shard_size=10, progress=False, n_bootstrap=0).run(example_path("role"), tmp_path / "o.parquet")
+    res = Engine(method="kl", shard_size=10, progress=False, n_bootstrap=0).run(
+        example_path("role"), tmp_path / "o.parquet"
+    )
     meta = json.loads((tmp_path / "o.parquet.meta.json").read_text())
     assert meta["engine"]["executor"] == "local" and meta["engine"]["shards"] == res.summary["shards"]
     assert 1 < res.summary["shards"] <= 3  # ceil(28 / 10) hash buckets, empty ones dropped
@@ -123,9 +137,13 @@ def test_judge_tensor_parallel_needs_the_vllm_backend_and_reaches_its_engine():
     with pytest.raises(ValueError, match="needs the vllm judge backend"):
         Engine(method="cosine", tensor_parallel=2)
     with pytest.raises(ValueError, match=r"needs the vllm judge backend \(--backend vllm\), got 'transformers'"):
-        Engine(config=RoleConfig(method="llm_judge", judge=JudgeConfig(model="m", backend="transformers")),
-               tensor_parallel=2)
-    vllm = RoleConfig(method="llm_judge", judge=JudgeConfig(model="m", backend="vllm", backend_options={"dtype": "bf16"}))
+        Engine(
+            config=RoleConfig(method="llm_judge", judge=JudgeConfig(model="m", backend="transformers")),
+            tensor_parallel=2,
+        )
+    vllm = RoleConfig(
+        method="llm_judge", judge=JudgeConfig(model="m", backend="vllm", backend_options={"dtype": "bf16"})
+    )
     local = Engine(config=vllm, tensor_parallel=4)
     assert local.config.judge.backend_options == {"dtype": "bf16", "tensor_parallel_size": 4}
     assert vllm.judge.backend_options == {"dtype": "bf16"}  # the caller's config is not changed

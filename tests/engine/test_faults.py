@@ -210,11 +210,20 @@ def test_same_size_edit_with_the_old_mtime_is_not_resumed(tmp_path):
 
 def test_a_second_job_on_the_same_output_is_refused(tmp_path, capsys):
     out = tmp_path / "o.parquet"
-    holder = subprocess.Popen([sys.executable, "-c", (
-        "import fcntl, os, sys, time\n"
-        f"fd = os.open({str(tmp_path / '.o.parquet.lock')!r}, os.O_RDWR | os.O_CREAT)\n"
-        "fcntl.flock(fd, fcntl.LOCK_EX); os.write(fd, str(os.getpid()).encode()); print('locked', flush=True)\n"
-        "time.sleep(60)\n")], stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            (
+                "import fcntl, os, sys, time\n"
+                f"fd = os.open({str(tmp_path / '.o.parquet.lock')!r}, os.O_RDWR | os.O_CREAT)\n"
+                "fcntl.flock(fd, fcntl.LOCK_EX); os.write(fd, str(os.getpid()).encode()); print('locked', flush=True)\n"
+                "time.sleep(60)\n"
+            ),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "locked"
         assert _score(EXAMPLE, out) == 1
@@ -303,8 +312,12 @@ class FaultServer(LocalHTTPServer):
         if fault == "error-body":
             return 200, b'{"error": {"message": "upstream overloaded"}}'
         if fault == "logprobs-null":
-            choice = {"index": 0, "message": {"role": "assistant", "content": "Yes"}, "finish_reason": "stop",
-                      "logprobs": None}
+            choice = {
+                "index": 0,
+                "message": {"role": "assistant", "content": "Yes"},
+                "finish_reason": "stop",
+                "logprobs": None,
+            }
             return 200, json.dumps({"choices": [choice]}).encode()
         if fault == "retry-after" and seen == 1:
             return 429, b'{"error": "slow down"}', [("Retry-After", "1")]
@@ -318,20 +331,39 @@ class FaultServer(LocalHTTPServer):
         elif fault == "neither":
             top = [{"token": "The", "logprob": math.log(0.6)}, {"token": "I", "logprob": math.log(0.3)}]
         elif fault == "yes-twice":
-            top = [{"token": "Yes", "logprob": math.log(0.4)}, {"token": "Yes", "logprob": math.log(0.4)},
-                   {"token": "No", "logprob": math.log(0.4)}]
+            top = [
+                {"token": "Yes", "logprob": math.log(0.4)},
+                {"token": "Yes", "logprob": math.log(0.4)},
+                {"token": "No", "logprob": math.log(0.4)},
+            ]
         first = {"token": "Yes", "logprob": math.log(0.7), "top_logprobs": top}
         if fault == "no-token":
             first = {"top_logprobs": top, "logprob": -0.1}
             top[0].pop("token")
-        choice = {"index": 0, "message": {"role": "assistant", "content": "Yes"}, "finish_reason": "stop",
-                  "logprobs": {"content": [first]} if body.get("logprobs") and self.logprobs else None}
+        choice = {
+            "index": 0,
+            "message": {"role": "assistant", "content": "Yes"},
+            "finish_reason": "stop",
+            "logprobs": {"content": [first]} if body.get("logprobs") and self.logprobs else None,
+        }
         return 200, json.dumps({"choices": [choice]}).encode()
 
 
 def _judge_args(url, *extra):
-    return ["--method", "llm_judge", "--backend", "openai", "--base-url", url, "--judge-model", "judge",
-            "--no-progress", "--bootstrap", "0", *extra]
+    return [
+        "--method",
+        "llm_judge",
+        "--backend",
+        "openai",
+        "--base-url",
+        url,
+        "--judge-model",
+        "judge",
+        "--no-progress",
+        "--bootstrap",
+        "0",
+        *extra,
+    ]
 
 
 def _assistant(i):
@@ -350,10 +382,36 @@ def test_an_api_key_never_reaches_disk_or_output(tmp_path, capsys):
     job.write_text(f"api-key: {key}\nconcurrency: 2\n")
     out = tmp_path / "o.parquet"
     with FaultServer() as server:
-        assert main(["score", str(EXAMPLE), "-o", str(out), "--config", str(job), "--keep-work-dir",
-                     *_judge_args(server.url)]) == 0
-        proc = subprocess.run([sys.executable, "-m", "adherence", "score", str(EXAMPLE), "-o", str(tmp_path / "p.jsonl"),
-                               f"--api-key={key}", *_judge_args(server.url)], capture_output=True, text=True)
+        assert (
+            main(
+                [
+                    "score",
+                    str(EXAMPLE),
+                    "-o",
+                    str(out),
+                    "--config",
+                    str(job),
+                    "--keep-work-dir",
+                    *_judge_args(server.url),
+                ]
+            )
+            == 0
+        )
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "adherence",
+                "score",
+                str(EXAMPLE),
+                "-o",
+                str(tmp_path / "p.jsonl"),
+                f"--api-key={key}",
+                *_judge_args(server.url),
+            ],
+            capture_output=True,
+            text=True,
+        )
         assert proc.returncode == 0 and key not in proc.stdout + proc.stderr
     assert server.auth and set(server.auth) == {f"Bearer {key}"}  # the key was used...
     captured = capsys.readouterr()
@@ -372,8 +430,15 @@ def test_the_request_timeout_bounds_the_whole_answer_and_its_size(tmp_path, caps
     out = tmp_path / "o.parquet"
     t0 = time.perf_counter()
     with FaultServer({slow: "trickle", huge: "huge"}) as server:
-        rc = main(["score", str(EXAMPLE), "-o", str(out), *_judge_args(server.url, "--request-timeout", "2",
-                                                                         "--max-retries", "1")])
+        rc = main(
+            [
+                "score",
+                str(EXAMPLE),
+                "-o",
+                str(out),
+                *_judge_args(server.url, "--request-timeout", "2", "--max-retries", "1"),
+            ]
+        )
     elapsed = time.perf_counter() - t0
     assert rc == 0 and elapsed < 120  # was: one read timeout per byte, 140 s a turn
     rows = {r["assistant"]: r for r in pq.read_table(out).to_pylist()}
@@ -387,9 +452,27 @@ def test_audit_run_checks_the_judge_server_before_its_first_question(tmp_path, c
     audit = EXAMPLE.parent / "audit"
     kw = {"status": status} if status else {"models": ["other-model"]}
     with FaultServer(**kw) as server:
-        rc = main(["audit", "run", "--rubric", str(audit / "rubric.yaml"), "--artifacts",
-                   str(audit / "artifacts.jsonl"), "--runs", "2", "-o", str(tmp_path / "out"), "--backend", "openai",
-                   "--base-url", server.url, "--judge-model", "judge", "--no-progress"])
+        rc = main(
+            [
+                "audit",
+                "run",
+                "--rubric",
+                str(audit / "rubric.yaml"),
+                "--artifacts",
+                str(audit / "artifacts.jsonl"),
+                "--runs",
+                "2",
+                "-o",
+                str(tmp_path / "out"),
+                "--backend",
+                "openai",
+                "--base-url",
+                server.url,
+                "--judge-model",
+                "judge",
+                "--no-progress",
+            ]
+        )
         calls = server.calls
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 1 and len(err) == 1, err
@@ -402,8 +485,16 @@ def test_one_response_without_logprobs_costs_one_row_not_the_job(tmp_path, capsy
     bad = {_assistant(0): "error-body", _assistant(2): "logprobs-null"}
     out = tmp_path / "o.parquet"
     with FaultServer(bad) as server:
-        rc = main(["score", str(EXAMPLE), "-o", str(out), *_judge_args(server.url),
-                   *(["--binary-fallback"] if fallback else [])])
+        rc = main(
+            [
+                "score",
+                str(EXAMPLE),
+                "-o",
+                str(out),
+                *_judge_args(server.url),
+                *(["--binary-fallback"] if fallback else []),
+            ]
+        )
     assert rc == 0
     rows = {r["assistant"]: r for r in pq.read_table(out).to_pylist()}
     for text in bad:
@@ -452,12 +543,15 @@ def test_unusable_logprobs_are_unscored_with_a_reason(tmp_path, fault):
     assert all(r["status"] == "ok" and r["score"] == pytest.approx(0.7) for r in others)
 
 
-@pytest.mark.parametrize("case,expect", [
-    ("unreachable", "cannot reach judge server"),
-    ("401", "refused the credentials"),
-    ("model", "does not serve model 'judge'"),
-    ("bad-url", "has no /chat/completions (HTTP 404)"),
-])
+@pytest.mark.parametrize(
+    "case,expect",
+    [
+        ("unreachable", "cannot reach judge server"),
+        ("401", "refused the credentials"),
+        ("model", "does not serve model 'judge'"),
+        ("bad-url", "has no /chat/completions (HTTP 404)"),
+    ],
+)
 def test_a_judge_server_that_cannot_serve_stops_the_job_before_any_row(tmp_path, capsys, case, expect):
     out = tmp_path / "o.parquet"
     t0 = time.perf_counter()
@@ -499,8 +593,15 @@ def test_request_timeout_bounds_a_server_that_never_answers(tmp_path, capsys):
     url = f"http://127.0.0.1:{silent.getsockname()[1]}/v1"
     t0 = time.perf_counter()
     try:
-        rc = main(["score", str(EXAMPLE), "-o", str(tmp_path / "o.parquet"),
-                   *_judge_args(url, "--request-timeout", "0.5", "--max-retries", "0")])
+        rc = main(
+            [
+                "score",
+                str(EXAMPLE),
+                "-o",
+                str(tmp_path / "o.parquet"),
+                *_judge_args(url, "--request-timeout", "0.5", "--max-retries", "0"),
+            ]
+        )
     finally:
         silent.close()
     assert rc == 1 and "cannot reach judge server" in capsys.readouterr().err
@@ -512,8 +613,19 @@ def test_a_killed_judge_run_resumes_from_the_cache(tmp_path, synthetic):
     n = pq.read_metadata(src).num_rows
     assert n > 600
     cache = tmp_path / "judge.sqlite"
-    cmd = [sys.executable, "-m", "adherence", "score", str(src), "-o", str(tmp_path / "o.parquet"),
-           "--judge-cache", str(cache), "--concurrency", "2"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "adherence",
+        "score",
+        str(src),
+        "-o",
+        str(tmp_path / "o.parquet"),
+        "--judge-cache",
+        str(cache),
+        "--concurrency",
+        "2",
+    ]
     with FaultServer() as server:
         proc = subprocess.Popen(cmd + _judge_args(server.url), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.time() + 600  # generous: a loaded machine is slow, a hang still ends
@@ -560,7 +672,9 @@ def test_max_error_rate(tmp_path, capsys):
     t = read_turns(EXAMPLE)
     texts = t.column("assistant").to_pylist()
     texts[0] = texts[1] = " "  # 2 of 28 rows are errors
-    src = write_table(t.set_column(t.column_names.index("assistant"), "assistant", pa.array(texts)), tmp_path / "in.parquet")
+    src = write_table(
+        t.set_column(t.column_names.index("assistant"), "assistant", pa.array(texts)), tmp_path / "in.parquet"
+    )
     assert _score(src, tmp_path / "a.parquet", "--max-error-rate", "0.05") == 1
     assert "error rate 0.0714 is above --max-error-rate 0.05" in capsys.readouterr().err
     assert _score(src, tmp_path / "b.parquet", "--max-error-rate", "0.1") == 0
@@ -572,14 +686,19 @@ def test_max_error_rate(tmp_path, capsys):
 
 def test_csv_text_that_looks_like_null_stays_text(tmp_path):
     src = tmp_path / "in.csv"
-    src.write_text("conversation_id,turn_index,role,user,assistant,ground_truth_assistant\n"
-                   "NA,0,You help.,N/A,null,None\nNA,1,You help.,NaN,#N/A,\n", encoding="utf-8")
+    src.write_text(
+        "conversation_id,turn_index,role,user,assistant,ground_truth_assistant\n"
+        "NA,0,You help.,N/A,null,None\nNA,1,You help.,NaN,#N/A,\n",
+        encoding="utf-8",
+    )
     out = tmp_path / "o.parquet"
     assert _score(src, out) == 0
     rows = pq.read_table(out).to_pylist()
     assert [r["conversation_id"] for r in rows] == ["NA", "NA"]
     assert [(r["user"], r["assistant"], r["ground_truth_assistant"]) for r in rows] == [
-        ("N/A", "null", "None"), ("NaN", "#N/A", None)]  # only the empty unquoted cell is null
+        ("N/A", "null", "None"),
+        ("NaN", "#N/A", None),
+    ]  # only the empty unquoted cell is null
 
 
 def test_parquet_directory_with_differing_columns_keeps_every_column(tmp_path):
@@ -615,11 +734,31 @@ def test_evaluate_prediction_on_a_score_output_with_error_rows(tmp_path, capsys)
     t = read_turns(EXAMPLE)
     texts = t.column("assistant").to_pylist()
     texts[0] = ""
-    src = write_table(t.set_column(t.column_names.index("assistant"), "assistant", pa.array(texts)), tmp_path / "in.parquet")
+    src = write_table(
+        t.set_column(t.column_names.index("assistant"), "assistant", pa.array(texts)), tmp_path / "in.parquet"
+    )
     assert _score(src, tmp_path / "o.parquet") == 0
     capsys.readouterr()
-    assert main(["evaluate", str(tmp_path / "o.parquet"), "--score", "score", "--label", "label", "--positive",
-                 "adherent", "--prediction", "prediction", "--bootstrap", "0", "--json"]) == 0
+    assert (
+        main(
+            [
+                "evaluate",
+                str(tmp_path / "o.parquet"),
+                "--score",
+                "score",
+                "--label",
+                "label",
+                "--positive",
+                "adherent",
+                "--prediction",
+                "prediction",
+                "--bootstrap",
+                "0",
+                "--json",
+            ]
+        )
+        == 0
+    )
     res = json.loads(capsys.readouterr().out)
     assert res["n_unscored"] == 1 and res["n"] == 27 and res["macro_f1"] is not None
 
@@ -642,20 +781,54 @@ def test_evaluate_page_escapes_every_value(tmp_path):
     rows = [{"score": i / 30, "label": evil[i % 3]} for i in range(30)]
     src = write_table(pa.Table.from_pylist(rows), tmp_path / "e.jsonl")
     page = tmp_path / "e.html"
-    assert main(["evaluate", str(src), "--score", "score", "--label", "label", "--positive", "<b>x</b>",
-                 "--html", str(page), "--bootstrap", "0"]) == 0
+    assert (
+        main(
+            [
+                "evaluate",
+                str(src),
+                "--score",
+                "score",
+                "--label",
+                "label",
+                "--positive",
+                "<b>x</b>",
+                "--html",
+                str(page),
+                "--bootstrap",
+                "0",
+            ]
+        )
+        == 0
+    )
     html = page.read_text()
     assert "<script>" not in html and "<img" not in html and "<b>x" not in html
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
 
 
-@pytest.mark.parametrize("name,content,expect", [
-    ("dup.csv", "conversation_id,turn_index,role,assistant,assistant\nc,0,r,a,b\n", "names column 'assistant' twice"),
-    ("deep.jsonl", '{"conversation_id":"c","turn_index":0,"role":"r","assistant":"a","x":' + "[" * 100000
-     + "]" * 100000 + "}\n", "nested too deeply"),
-    ("surrogate.jsonl", '{"conversation_id":"c","turn_index":0,"role":"r","assistant":"a \\ud800 b"}\n',
-     "lone UTF-16 surrogate"),
-], ids=["duplicate-header", "deep-json", "lone-surrogate"])
+@pytest.mark.parametrize(
+    "name,content,expect",
+    [
+        (
+            "dup.csv",
+            "conversation_id,turn_index,role,assistant,assistant\nc,0,r,a,b\n",
+            "names column 'assistant' twice",
+        ),
+        (
+            "deep.jsonl",
+            '{"conversation_id":"c","turn_index":0,"role":"r","assistant":"a","x":'
+            + "[" * 100000
+            + "]" * 100000
+            + "}\n",
+            "nested too deeply",
+        ),
+        (
+            "surrogate.jsonl",
+            '{"conversation_id":"c","turn_index":0,"role":"r","assistant":"a \\ud800 b"}\n',
+            "lone UTF-16 surrogate",
+        ),
+    ],
+    ids=["duplicate-header", "deep-json", "lone-surrogate"],
+)
 def test_bad_files_give_one_line_naming_file_row_and_column(tmp_path, capsys, name, content, expect):
     src = tmp_path / name
     src.write_text(content, encoding="utf-8")
@@ -679,8 +852,17 @@ def test_corrupt_judge_cache_names_the_file(tmp_path, capsys):
     cache = tmp_path / "cache.sqlite"
     cache.write_bytes(b"this is not a database" * 100)
     with FaultServer() as server:
-        rc = main(["score", str(EXAMPLE), "-o", str(tmp_path / "o.parquet"), "--judge-cache", str(cache),
-                   *_judge_args(server.url)])
+        rc = main(
+            [
+                "score",
+                str(EXAMPLE),
+                "-o",
+                str(tmp_path / "o.parquet"),
+                "--judge-cache",
+                str(cache),
+                *_judge_args(server.url),
+            ]
+        )
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and "cache.sqlite" in err[0] and "judge cache" in err[0]
 
@@ -689,16 +871,47 @@ def test_audit_rubric_errors_surface_before_any_judging(tmp_path, capsys):
     from adherence.audit import load_rubric
 
     rubric = tmp_path / "r.yaml"
-    rubric.write_text("questions:\n- id: q1\n  question: Is it short?\n  category: Format Adherence\n"
-                      "  kind: objective\n  check: {type: word_count, min: ten}\n")
+    rubric.write_text(
+        "questions:\n- id: q1\n  question: Is it short?\n  category: Format Adherence\n"
+        "  kind: objective\n  check: {type: word_count, min: ten}\n"
+    )
     with pytest.raises(Exception, match="min must be a whole number"):
         load_rubric(rubric)
-    rubric.write_text("questions:\n- id: q1\n  question: Does it name the company?\n  category: Data Field Utilization\n"
-                      "  kind: objective\n  check: {type: contains_at_least, values: ['{compnay}']}\n")
-    arts = write_table(pa.Table.from_pylist([{"artifact_id": "a1", "generator": "g", "filled_prompt": "p",
-                                              "output": "Acme is great", "company": "Acme"}]), tmp_path / "a.jsonl")
-    assert main(["audit", "run", "--rubric", str(rubric), "--artifacts", str(arts), "--runs", "1",
-                 "-o", str(tmp_path / "audit")]) == 2
+    rubric.write_text(
+        "questions:\n- id: q1\n  question: Does it name the company?\n  category: Data Field Utilization\n"
+        "  kind: objective\n  check: {type: contains_at_least, values: ['{compnay}']}\n"
+    )
+    arts = write_table(
+        pa.Table.from_pylist(
+            [
+                {
+                    "artifact_id": "a1",
+                    "generator": "g",
+                    "filled_prompt": "p",
+                    "output": "Acme is great",
+                    "company": "Acme",
+                }
+            ]
+        ),
+        tmp_path / "a.jsonl",
+    )
+    assert (
+        main(
+            [
+                "audit",
+                "run",
+                "--rubric",
+                str(rubric),
+                "--artifacts",
+                str(arts),
+                "--runs",
+                "1",
+                "-o",
+                str(tmp_path / "audit"),
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err
     assert "placeholder {compnay}" in err and "company" in err and not (tmp_path / "audit").exists()
 
@@ -709,8 +922,12 @@ def test_audit_rubric_errors_surface_before_any_judging(tmp_path, capsys):
 def test_work_dir_is_removed_after_success_unless_kept(tmp_path):
     out = tmp_path / "o.csv"
     assert _score(EXAMPLE, out, "--shard-size", "5") == 0
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["o.csv", "o.csv.meta.json", "o.sessions.csv",
-                                                         "o.sessions.csv.meta.json"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "o.csv",
+        "o.csv.meta.json",
+        "o.sessions.csv",
+        "o.sessions.csv.meta.json",
+    ]
     assert read_table(out).num_rows == 28
     assert _score(EXAMPLE, tmp_path / "k.parquet", "--keep-work-dir") == 0
     assert (tmp_path / "k.parquet.work" / "plan.json").exists()
@@ -742,8 +959,10 @@ def _unprivileged(cmd: list[str]) -> list[str]:
     return ["setpriv", f"--bounding-set={caps}", f"--inh-caps={caps}", *cmd]
 
 
-@pytest.mark.skipif(os.geteuid() == 0 and not shutil.which("setpriv"),
-                    reason="root without setpriv: file permissions cannot be enforced")
+@pytest.mark.skipif(
+    os.geteuid() == 0 and not shutil.which("setpriv"),
+    reason="root without setpriv: file permissions cannot be enforced",
+)
 def test_unreadable_input_and_read_only_output_dir_give_one_line(tmp_path):
     src = tmp_path / "in.jsonl"
     src.write_bytes(Path(EXAMPLE).read_bytes())
@@ -752,13 +971,17 @@ def test_unreadable_input_and_read_only_output_dir_give_one_line(tmp_path):
     base = [sys.executable, "-m", "adherence", "score", "--method", "kl", "--no-progress"]
     try:
         src.chmod(0)
-        res = subprocess.run(_unprivileged(base + [str(src), "-o", str(tmp_path / "o.parquet")]),
-                             capture_output=True, text=True)
+        res = subprocess.run(
+            _unprivileged(base + [str(src), "-o", str(tmp_path / "o.parquet")]), capture_output=True, text=True
+        )
         assert res.returncode == 2 and res.stderr.strip().splitlines() == [
-            f"adherence score: error: {src}: permission denied: the input is not readable"]
+            f"adherence score: error: {src}: permission denied: the input is not readable"
+        ]
         src.chmod(0o644)
         ro.chmod(0o555)
-        res = subprocess.run(_unprivileged(base + [str(src), "-o", str(ro / "o.parquet")]), capture_output=True, text=True)
+        res = subprocess.run(
+            _unprivileged(base + [str(src), "-o", str(ro / "o.parquet")]), capture_output=True, text=True
+        )
         assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1
         assert "directory" in res.stderr and "is not writable" in res.stderr and list(ro.iterdir()) == []
     finally:

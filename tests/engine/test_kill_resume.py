@@ -13,8 +13,23 @@ from adherence.data import write_table
 
 
 def _cmd(src, out, *extra):
-    return [sys.executable, "-m", "adherence", "score", str(src), "-o", str(out), "--method", "cosine",
-            "--shard-size", "12", "--no-progress", "--bootstrap", "0", *extra]
+    return [
+        sys.executable,
+        "-m",
+        "adherence",
+        "score",
+        str(src),
+        "-o",
+        str(out),
+        "--method",
+        "cosine",
+        "--shard-size",
+        "12",
+        "--no-progress",
+        "--bootstrap",
+        "0",
+        *extra,
+    ]
 
 
 @pytest.mark.slow
@@ -46,5 +61,7 @@ def test_sigkill_then_resume(tmp_path, synthetic):
     got, want = pq.read_table(out), pq.read_table(reference)
     keys = list(zip(got.column("conversation_id").to_pylist(), got.column("turn_index").to_pylist()))
     assert len(keys) == len(set(keys)) == turns.num_rows  # every turn exactly once
-    assert got.select(["conversation_id", "turn_index", "status"]).equals(want.select(["conversation_id", "turn_index", "status"]))
+    assert got.select(["conversation_id", "turn_index", "status"]).equals(
+        want.select(["conversation_id", "turn_index", "status"])
+    )
     assert got.column("score").to_pylist() == pytest.approx(want.column("score").to_pylist(), abs=1e-6)

@@ -39,8 +39,12 @@ _HAMMER = textwrap.dedent("""
 
 def test_four_processes_never_hold_the_same_lock(tmp_path):
     lock, inside = tmp_path / ".o.parquet.lock", tmp_path / "inside"
-    procs = [subprocess.Popen([sys.executable, "-c", _HAMMER, str(lock), str(inside), "250"], stdout=subprocess.PIPE,
-                              text=True) for _ in range(4)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _HAMMER, str(lock), str(inside), "250"], stdout=subprocess.PIPE, text=True
+        )
+        for _ in range(4)
+    ]
     overlaps = [int(p.communicate(timeout=600)[0].strip()) for p in procs]
     assert all(p.returncode == 0 for p in procs)
     assert overlaps == [0, 0, 0, 0]  # 1,000 acquisitions, never two holders at once
@@ -94,10 +98,23 @@ def test_temporaries_of_a_dead_job_are_removed_by_the_next_run_and_nothing_else(
 
     out = tmp_path / "o.parquet"
     # a job that died mid-publish: its temporaries, named by the engine, its process gone
-    code = ("import sys; from pathlib import Path; from adherence.engine._plan import temp_path\n"
-            "for a in sys.argv[1:]:\n    p = temp_path(Path(a)); p.write_text('partial'); print(p)")
-    made = subprocess.run([sys.executable, "-c", code, str(out), str(tmp_path / "o.sessions.parquet"),
-                           str(tmp_path / "o.parquet.meta.json")], capture_output=True, text=True, check=True)
+    code = (
+        "import sys; from pathlib import Path; from adherence.engine._plan import temp_path\n"
+        "for a in sys.argv[1:]:\n    p = temp_path(Path(a)); p.write_text('partial'); print(p)"
+    )
+    made = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            code,
+            str(out),
+            str(tmp_path / "o.sessions.parquet"),
+            str(tmp_path / "o.parquet.meta.json"),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     dead = [line for line in made.stdout.splitlines()]
     live = tmp_path / f".o.parquet.{os.getpid()}-0123abcd.tmp"  # a live process's: not ours to touch
     user = tmp_path / ".o.parquet.notes.tmp"  # a user's file of a similar name
@@ -120,21 +137,61 @@ def test_a_work_dir_is_ours_by_its_marker_never_by_file_names(tmp_path, capsys):
     src = write_table(read_turns(example_path("role")), e / "input.parquet")
     (e / "job.json").write_text('{"mine": true}')
     before = {p.name: p.read_bytes() for p in e.iterdir()}
-    code = main(["score", str(src), "-o", str(tmp_path / "o.parquet"), "--method", "kl", "--work-dir", str(e),
-                 "--no-progress", "--bootstrap", "0"])
+    code = main(
+        [
+            "score",
+            str(src),
+            "-o",
+            str(tmp_path / "o.parquet"),
+            "--method",
+            "kl",
+            "--work-dir",
+            str(e),
+            "--no-progress",
+            "--bootstrap",
+            "0",
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 2 and "refusing to use or clear it" in err and len(err.strip().splitlines()) == 1
     assert {p.name: p.read_bytes() for p in e.iterdir()} == before and not (tmp_path / "o.parquet").exists()
     # an empty directory the user made is used, emptied again, and kept
     d = tmp_path / "D"
     d.mkdir()
-    assert main(["score", str(example_path("role")), "-o", str(tmp_path / "o.parquet"), "--method", "kl",
-                 "--work-dir", str(d), "--no-progress", "--bootstrap", "0"]) == 0
+    assert (
+        main(
+            [
+                "score",
+                str(example_path("role")),
+                "-o",
+                str(tmp_path / "o.parquet"),
+                "--method",
+                "kl",
+                "--work-dir",
+                str(d),
+                "--no-progress",
+                "--bootstrap",
+                "0",
+            ]
+        )
+        == 0
+    )
     assert d.is_dir() and list(d.iterdir()) == []
     # a work dir an adherence job made (kept for resume) is reused, then removed
     w = tmp_path / "W"
-    args = ["score", str(example_path("role")), "-o", str(tmp_path / "p.parquet"), "--method", "kl", "--work-dir",
-            str(w), "--no-progress", "--bootstrap", "0"]
+    args = [
+        "score",
+        str(example_path("role")),
+        "-o",
+        str(tmp_path / "p.parquet"),
+        "--method",
+        "kl",
+        "--work-dir",
+        str(w),
+        "--no-progress",
+        "--bootstrap",
+        "0",
+    ]
     assert main(args + ["--keep-work-dir"]) == 0 and (w / ".adherence-work.json").exists()
     for q in tmp_path.glob("p*"):
         q.unlink()
@@ -155,15 +212,30 @@ def _run_with_midrun(monkeypatch, tmp_path, out, action, *extra):
         return res
 
     monkeypatch.setattr(_engine.Engine, "_execute", execute)
-    return main(["score", str(example_path("role")), "-o", str(out), "--method", "kl", "--no-progress",
-                 "--bootstrap", "0", *extra])
+    return main(
+        [
+            "score",
+            str(example_path("role")),
+            "-o",
+            str(out),
+            "--method",
+            "kl",
+            "--no-progress",
+            "--bootstrap",
+            "0",
+            *extra,
+        ]
+    )
 
 
 @pytest.mark.parametrize("where", ["output", "sessions-dir", "metadata"])
 def test_what_appears_at_a_target_during_the_run_is_never_replaced(tmp_path, capsys, monkeypatch, where):
     out = tmp_path / "o.parquet"
-    target = {"output": out, "sessions-dir": tmp_path / "o.sessions.parquet",
-              "metadata": tmp_path / "o.parquet.meta.json"}[where]
+    target = {
+        "output": out,
+        "sessions-dir": tmp_path / "o.sessions.parquet",
+        "metadata": tmp_path / "o.parquet.meta.json",
+    }[where]
 
     def appear():
         if where == "sessions-dir":
@@ -184,8 +256,23 @@ def test_what_appears_at_a_target_during_the_run_is_never_replaced(tmp_path, cap
     from adherence.cli.main import main
     from adherence.data import example_path
 
-    assert main(["score", str(example_path("role")), "-o", str(out), "--method", "kl", "--no-progress",
-                 "--bootstrap", "0", "--resume"]) == 0
+    assert (
+        main(
+            [
+                "score",
+                str(example_path("role")),
+                "-o",
+                str(out),
+                "--method",
+                "kl",
+                "--no-progress",
+                "--bootstrap",
+                "0",
+                "--resume",
+            ]
+        )
+        == 0
+    )
     assert "1 resumed" in capsys.readouterr().out
 
 

@@ -34,8 +34,11 @@ def _free_port() -> int:
 def s3():
     """A moto S3 server on loopback, with the process environment pointing pyarrow (and subprocesses) at it."""
     port = _free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.time() + 60
     while time.time() < deadline:
         try:
@@ -64,7 +67,8 @@ def s3():
 
 def _same_scores(got, want):
     assert got.select(["conversation_id", "turn_index", "status"]).equals(
-        want.select(["conversation_id", "turn_index", "status"]))
+        want.select(["conversation_id", "turn_index", "status"])
+    )
     assert got.column("score").to_pylist() == pytest.approx(want.column("score").to_pylist(), abs=1e-6)
 
 
@@ -88,12 +92,17 @@ def test_outputs_and_work_dir_on_s3_equal_a_local_run(s3, local_reference):
     assert res.output == out and res.sessions_output == f"{s3}/t1/scores.sessions.parquet"
     _same_scores(_read(out), ref)
     assert _read(res.sessions_output).column("score").to_pylist() == pytest.approx(
-        ref_sessions.column("score").to_pylist())
+        ref_sessions.column("score").to_pylist()
+    )
     meta = json.loads(Remote(out + ".meta.json").read_bytes())
     assert meta["published"] is True and meta["engine"]["work_dir"] == out + ".work"
     assert meta["outputs"]["digests"][out] == Remote(out).digest()  # the commit record names the data it commits
-    assert Remote(f"{s3}/t1").listdir() == ["scores.parquet", "scores.parquet.meta.json",
-                                           "scores.sessions.parquet", "scores.sessions.parquet.meta.json"]
+    assert Remote(f"{s3}/t1").listdir() == [
+        "scores.parquet",
+        "scores.parquet.meta.json",
+        "scores.sessions.parquet",
+        "scores.sessions.parquet.meta.json",
+    ]
     # A second run replaces what the first one wrote (its metadata says it is ours).
     Engine(method="cosine", shard_size=10, progress=False, n_bootstrap=0).run(src, out)
     _same_scores(_read(out), ref)
@@ -102,14 +111,23 @@ def test_outputs_and_work_dir_on_s3_equal_a_local_run(s3, local_reference):
 def test_local_output_with_a_work_dir_on_s3_and_kept(s3, local_reference, tmp_path):
     src, ref, _ = local_reference
     work = f"{s3}/t2/work"
-    res = Engine(method="knn", reference_pool="dataset", shard_size=10, progress=False, n_bootstrap=0,
-                 work_dir=work, keep_work_dir=True).run(src, tmp_path / "knn.parquet")
+    res = Engine(
+        method="knn",
+        reference_pool="dataset",
+        shard_size=10,
+        progress=False,
+        n_bootstrap=0,
+        work_dir=work,
+        keep_work_dir=True,
+    ).run(src, tmp_path / "knn.parquet")
     assert res.summary["shards"] >= 2
     names = Remote(work).walk()
     assert "job.json" in names and "references.json" in names  # the job-wide pool the workers read from S3
     assert sum(n.endswith(".done.json") for n in names) == res.summary["shards"]
     assert "lock" not in names
-    local = Engine(method="knn", reference_pool="dataset", shard_size=10, progress=False, n_bootstrap=0).run(src, tmp_path / "knn-local.parquet")
+    local = Engine(method="knn", reference_pool="dataset", shard_size=10, progress=False, n_bootstrap=0).run(
+        src, tmp_path / "knn-local.parquet"
+    )
     _same_scores(pq.read_table(res.output), pq.read_table(local.output))
 
 
@@ -150,8 +168,9 @@ def test_an_unpublished_output_left_by_a_kill_is_ours_to_replace(s3, local_refer
     src, ref, _ = local_reference
     out = Remote(f"{s3}/t5/scores.parquet")
     # What a kill between the metadata's first write and the data upload leaves behind.
-    out.with_name("scores.parquet.meta.json").write_bytes(json.dumps({"producer": "adherence",
-                                                                      "published": False}).encode())
+    out.with_name("scores.parquet.meta.json").write_bytes(
+        json.dumps({"producer": "adherence", "published": False}).encode()
+    )
     out.write_bytes(b"PAR1 half an upload never shows, but an older object may")
     Engine(method="cosine", progress=False, n_bootstrap=0, shard_size=10).run(src, out.uri)
     _same_scores(_read(out.uri), ref)
@@ -159,8 +178,23 @@ def test_an_unpublished_output_left_by_a_kill_is_ours_to_replace(s3, local_refer
 
 
 def _cmd(src, out, *extra):
-    return [sys.executable, "-m", "adherence", "score", str(src), "-o", out, "--method", "cosine",
-            "--shard-size", "12", "--no-progress", "--bootstrap", "0", *extra]
+    return [
+        sys.executable,
+        "-m",
+        "adherence",
+        "score",
+        str(src),
+        "-o",
+        out,
+        "--method",
+        "cosine",
+        "--shard-size",
+        "12",
+        "--no-progress",
+        "--bootstrap",
+        "0",
+        *extra,
+    ]
 
 
 @pytest.mark.slow
@@ -203,8 +237,9 @@ def test_ray_workers_read_and_write_shards_on_s3(s3, local_reference):
     out = f"{s3}/t7/scores.parquet"
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, _node_ip_address="127.0.0.1")
     try:
-        res = Engine(method="cosine", executor="ray", num_workers=2, shard_size=10, progress=False,
-                     n_bootstrap=0).run(src, out)
+        res = Engine(method="cosine", executor="ray", num_workers=2, shard_size=10, progress=False, n_bootstrap=0).run(
+            src, out
+        )
     finally:
         ray.shutdown()
     assert res.summary["executor"] == "ray" and res.summary["shards"] >= 2

@@ -21,7 +21,8 @@ def test_ray_equals_local(tmp_path, synthetic, ray_cluster):
     turns = synthetic(6)
     local = Engine(method="kl", shard_size=7, progress=False, n_bootstrap=50).run(turns, tmp_path / "l.parquet")
     remote = Engine(method="kl", shard_size=7, progress=False, n_bootstrap=50, executor="ray", num_workers=2).run(
-        turns, tmp_path / "r.parquet")
+        turns, tmp_path / "r.parquet"
+    )
     a, b = pq.read_table(tmp_path / "l.parquet"), pq.read_table(tmp_path / "r.parquet")
     assert a.equals(b)  # same rows, same order, same scores
     assert pq.read_table(local.sessions_output).equals(pq.read_table(remote.sessions_output))
@@ -32,8 +33,9 @@ def test_ray_equals_local(tmp_path, synthetic, ray_cluster):
 def test_ray_worker_that_cannot_load_its_models_stops_the_job_at_once(tmp_path, ray_cluster):
     import time
 
-    engine = Engine(method="cosine", encoder="/nonexistent/model", executor="ray", num_workers=1, max_retries=3,
-                    progress=False)
+    engine = Engine(
+        method="cosine", encoder="/nonexistent/model", executor="ray", num_workers=1, max_retries=3, progress=False
+    )
     start = time.perf_counter()
     with pytest.raises(EngineError, match=r"^worker on .* could not load its models: ModelNotFoundError") as e:
         engine.run(example_path("role"), tmp_path / "o.parquet")

@@ -31,16 +31,26 @@ def cluster(monkeypatch):
     made = []
 
     def make(head_cpus, *worker_cpus, head_gpus=0):
-        c = Cluster(initialize_head=True, connect=False, head_node_args={
-            "num_cpus": head_cpus, "num_gpus": head_gpus, "include_dashboard": False, "node_ip_address": LOOPBACK,
-            "_system_config": FAST_HEALTH})
+        c = Cluster(
+            initialize_head=True,
+            connect=False,
+            head_node_args={
+                "num_cpus": head_cpus,
+                "num_gpus": head_gpus,
+                "include_dashboard": False,
+                "node_ip_address": LOOPBACK,
+                "_system_config": FAST_HEALTH,
+            },
+        )
         made.append(c)
         # ray.init(address="127.0.0.1:...") would swap in the machine's address: connect on loopback
         with monkeypatch.context() as m:
             m.setattr(ray_constants, "ENABLE_RAY_CLUSTER", False)
             ray.init(address=c.address, log_to_driver=False)
-        nodes = [c.add_node(**({"num_cpus": n} if isinstance(n, (int, float)) else n), node_ip_address=LOOPBACK)
-                 for n in worker_cpus]
+        nodes = [
+            c.add_node(**({"num_cpus": n} if isinstance(n, (int, float)) else n), node_ip_address=LOOPBACK)
+            for n in worker_cpus
+        ]
         c.wait_for_nodes()
         return c, nodes
 
@@ -57,11 +67,13 @@ def _local(turns, tmp_path, method="kl", **kw):
 
 def _kill_when_a_shard_is_done(cluster, node, work: Path):
     """Kill ``node`` (no goodbye) as soon as the first shard's result is on disk: mid-run."""
+
     def watch():
         deadline = time.monotonic() + 600  # generous: a loaded machine is slow, a hang still ends
         while time.monotonic() < deadline and not list((work / "out").glob("*.done.json")):
             time.sleep(0.05)
         cluster.remove_node(node, allow_graceful=False)
+
     t = threading.Thread(target=watch, daemon=True)
     t.start()
     return t
@@ -81,8 +93,16 @@ def test_a_node_lost_mid_run_moves_its_shard_and_the_output_equals_a_local_run(t
     killer = _kill_when_a_shard_is_done(c, worker, work)
     start = time.perf_counter()
     # stall_timeout: long enough that a loaded machine's slow pings never cost the surviving worker
-    res = Engine(method="cosine", progress=False, n_bootstrap=20, shard_size=40, executor="ray", num_workers=2,
-                 stall_timeout=20, work_dir=work).run(turns, tmp_path / "r.parquet")
+    res = Engine(
+        method="cosine",
+        progress=False,
+        n_bootstrap=20,
+        shard_size=40,
+        executor="ray",
+        num_workers=2,
+        stall_timeout=20,
+        work_dir=work,
+    ).run(turns, tmp_path / "r.parquet")
     killer.join()
     assert pq.read_table(tmp_path / "r.parquet").equals(want)  # no row lost or duplicated
     s = res.summary
@@ -91,18 +111,28 @@ def test_a_node_lost_mid_run_moves_its_shard_and_the_output_equals_a_local_run(t
     assert time.perf_counter() - start < 450
 
 
-def test_every_node_lost_fails_in_bounded_time_naming_the_resources_then_resume_finishes(
-        tmp_path, synthetic, cluster):
+def test_every_node_lost_fails_in_bounded_time_naming_the_resources_then_resume_finishes(tmp_path, synthetic, cluster):
     turns = _long_job(synthetic)
     want = _local(turns, tmp_path, "cosine", shard_size=40)
     c, (worker,) = cluster(0, 2)
     work = tmp_path / "w"
     killer = _kill_when_a_shard_is_done(c, worker, work)
     start = time.perf_counter()
-    kw = dict(method="cosine", progress=False, n_bootstrap=20, shard_size=40, executor="ray", num_workers=2,
-              stall_timeout=6, work_dir=work)
-    with pytest.raises(EngineError, match=r"no Ray worker could run for 6 s \(each worker needs 1 CPU; .*"
-                                          r"rerun with --resume"):
+    kw = dict(
+        method="cosine",
+        progress=False,
+        n_bootstrap=20,
+        shard_size=40,
+        executor="ray",
+        num_workers=2,
+        stall_timeout=6,
+        work_dir=work,
+    )
+    with pytest.raises(
+        EngineError,
+        match=r"no Ray worker could run for 6 s \(each worker needs 1 CPU; .*"
+        r"rerun with --resume",
+    ):
         Engine(**kw).run(turns, tmp_path / "r.parquet")
     killer.join()
     assert time.perf_counter() - start < 300
@@ -121,8 +151,9 @@ def test_more_workers_than_cpus_run_as_fewer_with_a_warning(tmp_path, synthetic,
     want = _local(turns, tmp_path, shard_size=5)
     cluster(1, 1)
     with pytest.warns(UserWarning, match=r"6 Ray workers x 1 CPU do not fit the cluster's 2 CPUs; running 2"):
-        res = Engine(method="kl", progress=False, n_bootstrap=20, shard_size=5, executor="ray", num_workers=6
-                     ).run(turns, tmp_path / "r.parquet")
+        res = Engine(method="kl", progress=False, n_bootstrap=20, shard_size=5, executor="ray", num_workers=6).run(
+            turns, tmp_path / "r.parquet"
+        )
     assert pq.read_table(tmp_path / "r.parquet").equals(want)
     assert len({(w["host"], w["pid"]) for w in res.summary["workers"]}) <= 2
 
@@ -134,8 +165,9 @@ def test_relative_paths_are_absolute_for_workers_in_other_directories(tmp_path, 
     elsewhere = tmp_path / "cwd"
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)  # the workers were started in another directory
-    Engine(method="kl", progress=False, n_bootstrap=20, shard_size=5, executor="ray", num_workers=2,
-           work_dir="rel/work").run(turns, "rel/r.parquet")
+    Engine(
+        method="kl", progress=False, n_bootstrap=20, shard_size=5, executor="ray", num_workers=2, work_dir="rel/work"
+    ).run(turns, "rel/r.parquet")
     assert pq.read_table(elsewhere / "rel" / "r.parquet").equals(want)
 
 
@@ -149,22 +181,29 @@ def test_a_work_dir_one_node_cannot_see_is_refused_before_any_work(tmp_path, syn
     c, _ = cluster(1)
     helper = Path(__file__).with_name("_ray_node.py")
     # A node whose view of `private` is its own empty tmpfs, as a node without the shared mount would have.
-    node = subprocess.Popen(["unshare", "-m", "sh", "-c", f"mount -t tmpfs none {private} && "
-                             f"exec {sys.executable} {helper} {c.address} 1"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    node = subprocess.Popen(
+        ["unshare", "-m", "sh", "-c", f"mount -t tmpfs none {private} && exec {sys.executable} {helper} {c.address} 1"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         deadline = time.monotonic() + 60
         while sum(n["Alive"] for n in ray.nodes()) < 2 and time.monotonic() < deadline:
             time.sleep(0.5)
         assert sum(n["Alive"] for n in ray.nodes()) == 2
-        with pytest.raises(ValueError, match=r"the work dir .*private/w cannot be read from Ray node\(s\) 127\.0\.0\.1 "
-                                             r".*it must be on storage every node reaches"):
-            Engine(method="kl", progress=False, executor="ray", num_workers=1, work_dir=private / "w"
-                   ).run(synthetic(2), tmp_path / "r.parquet")
+        with pytest.raises(
+            ValueError,
+            match=r"the work dir .*private/w cannot be read from Ray node\(s\) 127\.0\.0\.1 "
+            r".*it must be on storage every node reaches",
+        ):
+            Engine(method="kl", progress=False, executor="ray", num_workers=1, work_dir=private / "w").run(
+                synthetic(2), tmp_path / "r.parquet"
+            )
         assert not (tmp_path / "r.parquet").exists()
         # the same job with the work dir where both nodes see it runs
-        Engine(method="kl", progress=False, n_bootstrap=20, executor="ray", num_workers=2, work_dir=tmp_path / "w"
-               ).run(synthetic(2), tmp_path / "r.parquet")
+        Engine(method="kl", progress=False, n_bootstrap=20, executor="ray", num_workers=2, work_dir=tmp_path / "w").run(
+            synthetic(2), tmp_path / "r.parquet"
+        )
         assert pq.read_table(tmp_path / "r.parquet").num_rows == synthetic(2).num_rows
     finally:
         node.terminate()
@@ -176,10 +215,14 @@ def test_gpu_workers_default_to_one_per_gpu_and_stop_at_once_when_cuda_cannot_se
     assert RayExecutor(gpus_per_worker=1).num_workers == 2
     assert RayExecutor(gpus_per_worker=0.5).num_workers == 4
     start = time.perf_counter()
-    with pytest.raises(EngineError, match=r"^worker on .* was given GPU \[\d\] but CUDA sees none .*no shard was "
-                                          r"scored there$"):
-        Engine(method="kl", progress=False, executor="ray", gpus_per_worker=1, max_retries=3
-               ).run(synthetic(2), tmp_path / "g.parquet")
+    with pytest.raises(
+        EngineError,
+        match=r"^worker on .* was given GPU \[\d\] but CUDA sees none .*no shard was "
+        r"scored there$",
+    ):
+        Engine(method="kl", progress=False, executor="ray", gpus_per_worker=1, max_retries=3).run(
+            synthetic(2), tmp_path / "g.parquet"
+        )
     assert time.perf_counter() - start < 240  # no retries
     assert not (tmp_path / "g.parquet").exists()
 
@@ -206,8 +249,12 @@ def test_ray_data_survives_a_node_lost_mid_run(tmp_path, synthetic, cluster):
     assert time.perf_counter() - start < 450
 
     def by_key(t):
-        return dict(zip(zip(t.column("conversation_id").to_pylist(), t.column("turn_index").to_pylist()),
-                        zip(t.column("status").to_pylist(), t.column("score").to_pylist())))
+        return dict(
+            zip(
+                zip(t.column("conversation_id").to_pylist(), t.column("turn_index").to_pylist()),
+                zip(t.column("status").to_pylist(), t.column("score").to_pylist()),
+            )
+        )
 
     a, b = by_key(got), by_key(want)
     assert got.num_rows == turns.num_rows and a.keys() == b.keys()  # nothing lost, nothing twice
@@ -249,8 +296,11 @@ def test_tensor_parallel_replicas_are_placement_groups_whose_every_gpu_is_checke
 
     turns = synthetic(2)
     start = time.perf_counter()
-    with pytest.raises(EngineError, match=r"^tensor-parallel replica \(placement group \w+, GPU bundle \d of 2\): "
-                                          r"worker on node .* was given GPU \[\d\] but CUDA sees none"):
+    with pytest.raises(
+        EngineError,
+        match=r"^tensor-parallel replica \(placement group \w+, GPU bundle \d of 2\): "
+        r"worker on node .* was given GPU \[\d\] but CUDA sees none",
+    ):
         Engine(config=config, executor="ray", tensor_parallel=2, progress=False).run(turns, tmp_path / "r.parquet")
     assert time.perf_counter() - start < 300 and not (tmp_path / "r.parquet").exists()
 
@@ -260,8 +310,12 @@ def test_a_tensor_parallel_replica_that_cannot_be_placed_fails_naming_it(tmp_pat
     --stall-timeout in one line, instead of waiting forever on a placement group."""
     cluster(1, {"num_cpus": 1, "num_gpus": 1}, {"num_cpus": 1, "num_gpus": 1})
     start = time.perf_counter()
-    with pytest.raises(EngineError, match=r"no Ray worker could run for 5 s \(each worker needs 1 CPU \+ 2 GPU in "
-                                          r"one placement group of 2 GPUs on a single node; the cluster has"):
-        Engine(config=_vllm_judge_config(), executor="ray", tensor_parallel=2, stall_timeout=5,
-               progress=False).run(synthetic(2), tmp_path / "r.parquet")
+    with pytest.raises(
+        EngineError,
+        match=r"no Ray worker could run for 5 s \(each worker needs 1 CPU \+ 2 GPU in "
+        r"one placement group of 2 GPUs on a single node; the cluster has",
+    ):
+        Engine(config=_vllm_judge_config(), executor="ray", tensor_parallel=2, stall_timeout=5, progress=False).run(
+            synthetic(2), tmp_path / "r.parquet"
+        )
     assert time.perf_counter() - start < 240

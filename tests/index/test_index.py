@@ -72,8 +72,10 @@ def test_random_embeddings_match_pylate(rng):
     from pylate.scores import colbert_scores
 
     g = torch.Generator().manual_seed(3)
-    docs = [torch.nn.functional.normalize(torch.randn(int(n), 48, generator=g), dim=-1)
-            for n in rng.integers(1, 90, size=13)]
+    docs = [
+        torch.nn.functional.normalize(torch.randn(int(n), 48, generator=g), dim=-1)
+        for n in rng.integers(1, 90, size=13)
+    ]
     qs = [torch.nn.functional.normalize(torch.randn(int(n), 48, generator=g), dim=-1) for n in rng.integers(1, 33, 4)]
     index = LateInteractionIndex(None, device="cpu", _lazy_encoder=True)
     index.add_tokens(TokenBatch.from_list(docs, 48), ids=[f"r{i}" for i in range(13)])
@@ -93,15 +95,20 @@ def test_long_documents_are_chunked_and_aggregated_by_maxsim(encoder):
     assert whole.n_chunks.tolist() == [len(chunks)]
     separate = encoder.encode_documents(chunks)
     torch.testing.assert_close(whole.embeddings, separate.embeddings)  # union of the windows' tokens
-    index = LateInteractionIndex(encoder, device="cpu").add_tokens(whole, ["long"]).add_tokens(
-        separate, [f"c{i}" for i in range(len(chunks))])
+    index = (
+        LateInteractionIndex(encoder, device="cpu")
+        .add_tokens(whole, ["long"])
+        .add_tokens(separate, [f"c{i}" for i in range(len(chunks))])
+    )
     q = index.encode_queries(["the speaker likes topic 5", "number 99"])
     s = index.score(q)
     # MaxSim over the union >= each chunk, and per query token it is the max over chunks.
     assert np.all(s[:, :1] >= s[:, 1:] - 1e-4)
     tok = q.embeddings.float() @ separate.embeddings.float().T
-    per_chunk = torch.stack([tok[:, a:b].max(dim=1).values for a, b in
-                             zip(separate.offsets[:-1].tolist(), separate.offsets[1:].tolist())], dim=1)
+    per_chunk = torch.stack(
+        [tok[:, a:b].max(dim=1).values for a, b in zip(separate.offsets[:-1].tolist(), separate.offsets[1:].tolist())],
+        dim=1,
+    )
     expect = [float(per_chunk[int(q.offsets[i]) : int(q.offsets[i + 1])].max(dim=1).values.sum()) for i in range(2)]
     np.testing.assert_allclose(s[:, 0], expect, atol=1e-3)
 
@@ -163,15 +170,24 @@ def test_colbert_checkpoint_with_projection_and_prefixes(tmp_path):
     tok = AutoTokenizer.from_pretrained(str(minilm))
     path = tmp_path / "tiny-colbert"
     torch.manual_seed(0)
-    BertModel(BertConfig(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                         intermediate_size=64, max_position_embeddings=128)).save_pretrained(path)
+    BertModel(
+        BertConfig(
+            vocab_size=tok.vocab_size,
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            intermediate_size=64,
+            max_position_embeddings=128,
+        )
+    ).save_pretrained(path)
     tok.save_pretrained(path)
     (path / "1_Dense").mkdir()
     (path / "1_Dense" / "config.json").write_text(json.dumps({"in_features": 32, "out_features": 8, "bias": False}))
     weight = torch.randn(8, 32)
     save_file({"linear.weight": weight}, str(path / "1_Dense" / "model.safetensors"))
-    (path / "config_sentence_transformers.json").write_text(json.dumps({"query_prefix": "[unused0] ",
-                                                                         "document_prefix": "[unused1] "}))
+    (path / "config_sentence_transformers.json").write_text(
+        json.dumps({"query_prefix": "[unused0] ", "document_prefix": "[unused1] "})
+    )
     enc = LateInteractionEncoder(str(path), device="cpu", progress=False)
     assert enc.dim == 8 and enc.query_prefix == "[unused0] "
     got = enc.encode_queries(["hello there"])

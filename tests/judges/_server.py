@@ -81,9 +81,18 @@ class ChatServer(LocalHTTPServer):
             req = JudgeRequest((content,), system=system)
             if body.get("logprobs") and self.logprobs:
                 top = self.backend.first_token_logprobs([req], top_k=body.get("top_logprobs", 20))[0].top_logprobs
-                choice = {"message": {"role": "assistant", "content": top[0][0]},
-                          "logprobs": {"content": [{"token": top[0][0], "logprob": top[0][1],
-                                                    "top_logprobs": [{"token": t, "logprob": v} for t, v in top]}]}}
+                choice = {
+                    "message": {"role": "assistant", "content": top[0][0]},
+                    "logprobs": {
+                        "content": [
+                            {
+                                "token": top[0][0],
+                                "logprob": top[0][1],
+                                "top_logprobs": [{"token": t, "logprob": v} for t, v in top],
+                            }
+                        ]
+                    },
+                }
             else:
                 text = self.backend.generate([req], max_tokens=body["max_tokens"])[0].text
                 choice = {"message": {"role": "assistant", "content": text}, "logprobs": None}
@@ -145,9 +154,31 @@ def score_while_the_server_dies(proc, url: str, tmp_path, *, after_s: float):
     src = tmp_path / "many.parquet"
     pq.write_table(many, src)
     threading.Timer(after_s, proc.kill).start()
-    rc = main(["score", str(src), "-o", str(tmp_path / "o.parquet"), "--backend", "openai", "--base-url", url,
-               "--judge-model", "smollm2", "--no-progress", "--bootstrap", "0", "--concurrency", "1",
-               "--max-retries", "1", "--request-timeout", "10", "--max-error-rate", "0.01"])
+    rc = main(
+        [
+            "score",
+            str(src),
+            "-o",
+            str(tmp_path / "o.parquet"),
+            "--backend",
+            "openai",
+            "--base-url",
+            url,
+            "--judge-model",
+            "smollm2",
+            "--no-progress",
+            "--bootstrap",
+            "0",
+            "--concurrency",
+            "1",
+            "--max-retries",
+            "1",
+            "--request-timeout",
+            "10",
+            "--max-error-rate",
+            "0.01",
+        ]
+    )
     got = read_turn_scores(tmp_path / "o.parquet")
     status = got.column("status").to_pylist()
     errors = {e for e, s in zip(got.column("error").to_pylist(), status) if s == "error"}

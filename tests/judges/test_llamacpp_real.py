@@ -32,8 +32,23 @@ def server(tmp_path_factory):
     judge = resolve_model(DEFAULT_JUDGE)
     port = free_port()
     url = f"http://127.0.0.1:{port}/v1"
-    cmd = [PYTHON, "-m", "llama_cpp.server", "--model", str(judge.path / judge.gguf_file), "--model_alias",
-           "smollm2", "--host", "127.0.0.1", "--port", str(port), "--n_ctx", "2048", "--n_threads", "2"]
+    cmd = [
+        PYTHON,
+        "-m",
+        "llama_cpp.server",
+        "--model",
+        str(judge.path / judge.gguf_file),
+        "--model_alias",
+        "smollm2",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--n_ctx",
+        "2048",
+        "--n_threads",
+        "2",
+    ]
     with external_server(cmd, url, tmp_path_factory.mktemp("llamacpp") / "server.log", timeout=180) as proc:
         yield proc, url
 
@@ -42,12 +57,31 @@ def server(tmp_path_factory):
 def reference(smollm_judge):
     """The in-process backend on the same GGUF (de-quantised to fp32): top-k P(yes), as a server gives."""
     return RoleJudge(JudgeConfig(model="bundled", full_vocab=False), backend=smollm_judge).score(
-        read_turns(example_path("role")))
+        read_turns(example_path("role"))
+    )
 
 
 def _score(url, out, *extra, src=None):
-    return main(["score", str(src or example_path("role")), "-o", str(out), "--backend", "openai", "--base-url",
-                 url, "--judge-model", "smollm2", "--no-progress", "--bootstrap", "0", "--concurrency", "4", *extra])
+    return main(
+        [
+            "score",
+            str(src or example_path("role")),
+            "-o",
+            str(out),
+            "--backend",
+            "openai",
+            "--base-url",
+            url,
+            "--judge-model",
+            "smollm2",
+            "--no-progress",
+            "--bootstrap",
+            "0",
+            "--concurrency",
+            "4",
+            *extra,
+        ]
+    )
 
 
 def test_continuous_scores_from_the_servers_logprobs(server, reference, tmp_path):

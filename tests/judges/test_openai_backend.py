@@ -43,7 +43,9 @@ def test_retries_then_per_row_errors(tiny_yes_no_judge, turns):
     # the last turn of the first conversation: its text is in no other prompt's history
     victim = turns.column("assistant")[3].as_py()
     with ChatServer(tiny_yes_no_judge, always_fail=victim) as server:
-        cols = RoleJudge(JudgeConfig(model="tiny", backend="openai"), backend=_backend(server, max_retries=1)).score(turns)
+        cols = RoleJudge(JudgeConfig(model="tiny", backend="openai"), backend=_backend(server, max_retries=1)).score(
+            turns
+        )
     assert cols["status"][3] == "error" and "HTTP 500" in cols["error"][3]
     assert cols["status"].count("ok") == turns.num_rows - 1
 
@@ -71,8 +73,14 @@ def test_unreachable_server_stops_before_any_row(turns):
 def test_payload_and_arguments():
     b = get_backend("openai", model="m", base_url="http://h/v1/")
     body = b.build_payload(JudgeRequest(("hi",), system="sys"), max_tokens=1, temperature=0.0, top_k=20, seed=None)
-    assert body == {"model": "m", "messages": [{"role": "system", "content": "sys"}, {"role": "user", "content": "hi"}],
-                    "max_tokens": 1, "temperature": 0.0, "logprobs": True, "top_logprobs": 20}
+    assert body == {
+        "model": "m",
+        "messages": [{"role": "system", "content": "sys"}, {"role": "user", "content": "hi"}],
+        "max_tokens": 1,
+        "temperature": 0.0,
+        "logprobs": True,
+        "top_logprobs": 20,
+    }
     with pytest.raises(ValueError, match="--base-url"):
         get_backend("openai", model="m")
     with pytest.raises(ValueError, match="Did you mean 'openai'"):
@@ -107,8 +115,15 @@ def test_a_fleet_spreads_requests_and_survives_an_endpoint_killed_mid_run(tiny_y
     a, b, c = _Counting(tiny_yes_no_judge), _Counting(tiny_yes_no_judge), _Counting(tiny_yes_no_judge)
     with a, b:
         c.thread.start()
-        fleet = get_backend("openai", model="tiny", base_url=[a.url, b.url, c.url], backoff=0.01, max_retries=2,
-                            concurrency=2, timeout=5)
+        fleet = get_backend(
+            "openai",
+            model="tiny",
+            base_url=[a.url, b.url, c.url],
+            backoff=0.01,
+            max_retries=2,
+            concurrency=2,
+            timeout=5,
+        )
         assert fleet.model_id.count("http://127.0.0.1:") == 3
         judge = RoleJudge(JudgeConfig(model="tiny", backend="openai"), backend=fleet)
         killed = threading.Event()
@@ -145,8 +160,9 @@ def test_max_qps_caps_the_request_rate_over_the_fleet(tiny_yes_no_judge, turns):
 
 def test_a_fleet_with_one_dead_endpoint_warns_and_scores_on_the_others(tiny_yes_no_judge, turns):
     with ChatServer(tiny_yes_no_judge) as a:
-        fleet = get_backend("openai", model="tiny", base_url=[a.url, "http://127.0.0.1:9/v1"], backoff=0.01,
-                            max_retries=1, timeout=2)
+        fleet = get_backend(
+            "openai", model="tiny", base_url=[a.url, "http://127.0.0.1:9/v1"], backoff=0.01, max_retries=1, timeout=2
+        )
         with pytest.warns(UserWarning, match=r"cannot reach judge server http://127.0.0.1:9/v1 .*skipped until"):
             cols = RoleJudge(JudgeConfig(model="tiny", backend="openai"), backend=fleet).score(turns)
     assert cols["status"] == ["ok"] * turns.num_rows

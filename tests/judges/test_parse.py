@@ -6,10 +6,25 @@ from scipy.special import expit, logsumexp
 from adherence.judges import conversation_request, p_yes_from_logprobs, parse_turn_verdicts, parse_yes_no
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("YES", 1), (" yes", 1), ("Yes.", 1), ("**YES**", 1), ("yes, it adheres", 1), ("\nNo!", 0), ("NO", 0),
-    ("'no'", 0), ("Nope", None), ("Maybe", None), ("", None), (None, None), ("The answer is yes", None), ("Yesterday", None),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("YES", 1),
+        (" yes", 1),
+        ("Yes.", 1),
+        ("**YES**", 1),
+        ("yes, it adheres", 1),
+        ("\nNo!", 0),
+        ("NO", 0),
+        ("'no'", 0),
+        ("Nope", None),
+        ("Maybe", None),
+        ("", None),
+        (None, None),
+        ("The answer is yes", None),
+        ("Yesterday", None),
+    ],
+)
 def test_parse_yes_no(text, expected):
     assert parse_yes_no(text) == expected
 

@@ -24,8 +24,13 @@ def test_cache_key_depends_on_everything_that_changes_the_answer():
     r = JudgeRequest(("a", "b"), group="g")
     k = r.cache_key("m", {"top_k": 20}, 0)
     assert k == JudgeRequest(("a", "b"), group="other").cache_key("m", {"top_k": 20}, 0)  # same prompt, same call
-    variants = {k, r.cache_key("m2", {"top_k": 20}, 0), r.cache_key("m", {"top_k": 5}, 0), r.cache_key("m", {"top_k": 20}, 1),
-                JudgeRequest(("a", "c")).cache_key("m", {"top_k": 20}, 0)}
+    variants = {
+        k,
+        r.cache_key("m2", {"top_k": 20}, 0),
+        r.cache_key("m", {"top_k": 5}, 0),
+        r.cache_key("m", {"top_k": 20}, 1),
+        JudgeRequest(("a", "c")).cache_key("m", {"top_k": 20}, 0),
+    }
     assert len(variants) == 5
 
 

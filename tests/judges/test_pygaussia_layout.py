@@ -20,13 +20,16 @@ def recorded():
 def _ours(rec, max_history=None):
     users = [t["user"] for t in rec["turns"]]
     assistants = [t["assistant"] for t in rec["turns"]]
-    return turn_requests(rec["conversation_id"], rec["role"], users, assistants, layout="pygaussia",
-                         max_history=max_history)[rec["turn_index"]]
+    return turn_requests(
+        rec["conversation_id"], rec["role"], users, assistants, layout="pygaussia", max_history=max_history
+    )[rec["turn_index"]]
 
 
 def test_messages_equal_pygaussias_on_every_record(recorded):
     records = recorded["records"]
-    assert len(records) >= 10 and any(r["turn_index"] == 0 for r in records) and any(r["turn_index"] >= 2 for r in records)
+    assert (
+        len(records) >= 10 and any(r["turn_index"] == 0 for r in records) and any(r["turn_index"] >= 2 for r in records)
+    )
     assert any(t["user"] == "" for r in records for t in r["turns"])  # an empty user message is covered
     for rec in records:
         assert _ours(rec).messages() == rec["messages"], (rec["conversation_id"], rec["turn_index"])

@@ -1,4 +1,3 @@
-
 import numpy as np
 import pyarrow as pa
 import pytest
@@ -27,7 +26,8 @@ def test_continuous_scores_every_turn(tiny_judge, turns):
     # a random judge's top-20 rarely holds yes or no: such a turn is unscored with its reason, never a 0.5
     for status, score, source, error in zip(top["status"], top["score"], top["p_yes_source"], top["error"]):
         assert (status, source) == ("ok", "logprobs") or (
-            status == "unscored" and score is None and "neither a yes nor a no token" in error), (status, error)
+            status == "unscored" and score is None and "neither a yes nor a no token" in error
+        ), (status, error)
 
 
 def test_rows_are_scored_in_conversation_order_whatever_the_input_order(tiny_judge, turns):

@@ -12,18 +12,19 @@ from adherence.judges._vllm import VLLMBackend
 LLAMA3_TEMPLATE = (
     "{{ bos_token }}{% for m in messages %}<|start_header_id|>{{ m['role'] }}<|end_header_id|>\n\n"
     "{{ m['content'] }}<|eot_id|>{% endfor %}{% if add_generation_prompt %}<|start_header_id|>assistant"
-    "<|end_header_id|>\n\n{% endif %}")
+    "<|end_header_id|>\n\n{% endif %}"
+)
 # A template that forgets the BOS the tokenizer defines (the prompt must still start with it).
 LLAMA_NO_BOS_TEMPLATE = LLAMA3_TEMPLATE.replace("{{ bos_token }}", "")
 GEMMA_TEMPLATE = (
     "{{ bos_token }}{% for m in messages %}<start_of_turn>{{ 'model' if m['role'] == 'assistant' else 'user' }}\n"
-    "{{ m['content'] }}<end_of_turn>\n{% endfor %}{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}")
+    "{{ m['content'] }}<end_of_turn>\n{% endfor %}{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}"
+)
 # A template that writes BOS twice: the prompt keeps one.
 DOUBLE_BOS_TEMPLATE = "{{ bos_token }}" + GEMMA_TEMPLATE
 
 FAMILIES = {
-    "llama": dict(bos="<|begin_of_text|>", eos="<|eot_id|>",
-                  extra=["<|start_header_id|>", "<|end_header_id|>"]),
+    "llama": dict(bos="<|begin_of_text|>", eos="<|eot_id|>", extra=["<|start_header_id|>", "<|end_header_id|>"]),
     "gemma": dict(bos="<bos>", eos="<eos>", extra=["<start_of_turn>", "<end_of_turn>"]),
 }
 
@@ -35,20 +36,52 @@ def _tokenizer_dir(path, family: str, template):
     from transformers import LlamaConfig, PreTrainedTokenizerFast
 
     f = FAMILIES[family]
-    words = ["<unk>", "<pad>", f["bos"], f["eos"], *f["extra"], "Hello", "You", "are", "auditing", "a", "chatbot",
-             "Role", "yes", "no", "user", "model", "assistant", "system", "YES", "NO"]
+    words = [
+        "<unk>",
+        "<pad>",
+        f["bos"],
+        f["eos"],
+        *f["extra"],
+        "Hello",
+        "You",
+        "are",
+        "auditing",
+        "a",
+        "chatbot",
+        "Role",
+        "yes",
+        "no",
+        "user",
+        "model",
+        "assistant",
+        "system",
+        "YES",
+        "NO",
+    ]
     tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
     single = f"{f['bos']} $A" + (f" {f['eos']}" if family == "gemma" else "")
     specials = [(f["bos"], words.index(f["bos"]))] + ([(f["eos"], words.index(f["eos"]))] if family == "gemma" else [])
     tok.post_processor = processors.TemplateProcessing(single=single, special_tokens=specials)
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token=f["bos"], eos_token=f["eos"], unk_token="<unk>",
-                                   pad_token="<pad>", additional_special_tokens=f["extra"])
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token=f["bos"],
+        eos_token=f["eos"],
+        unk_token="<unk>",
+        pad_token="<pad>",
+        additional_special_tokens=f["extra"],
+    )
     if template:
         fast.chat_template = template
     fast.save_pretrained(path)
-    LlamaConfig(vocab_size=len(words), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                num_attention_heads=2, max_position_embeddings=512).save_pretrained(path)
+    LlamaConfig(
+        vocab_size=len(words),
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        max_position_embeddings=512,
+    ).save_pretrained(path)
     return path, words.index(f["bos"]), words.index(f["eos"])
 
 
@@ -64,12 +97,28 @@ class _FakeLLM:
         return self.tok
 
 
-CASES = [("llama", LLAMA3_TEMPLATE), ("llama", LLAMA_NO_BOS_TEMPLATE), ("llama", None),
-         ("gemma", GEMMA_TEMPLATE), ("gemma", DOUBLE_BOS_TEMPLATE), ("gemma", None)]
+CASES = [
+    ("llama", LLAMA3_TEMPLATE),
+    ("llama", LLAMA_NO_BOS_TEMPLATE),
+    ("llama", None),
+    ("gemma", GEMMA_TEMPLATE),
+    ("gemma", DOUBLE_BOS_TEMPLATE),
+    ("gemma", None),
+]
 
 
-@pytest.mark.parametrize("family,template", CASES, ids=["llama3", "llama-template-without-bos", "llama-no-template",
-                                                        "gemma", "gemma-template-twice", "gemma-no-template"])
+@pytest.mark.parametrize(
+    "family,template",
+    CASES,
+    ids=[
+        "llama3",
+        "llama-template-without-bos",
+        "llama-no-template",
+        "gemma",
+        "gemma-template-twice",
+        "gemma-no-template",
+    ],
+)
 @pytest.mark.parametrize("layout", ["user", "system", "pygaussia"])
 def test_bos_once_and_nothing_appended(tmp_path, family, template, layout):
     path, bos, eos = _tokenizer_dir(tmp_path, family, template)

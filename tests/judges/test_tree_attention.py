@@ -22,7 +22,7 @@ def _dense_reference(q, k, v, rows, scale):
         for start, n, prefix in tails:
             for j in range(n):
                 allowed[b, 0, start + j, :prefix] = True
-                allowed[b, 0, start + j, start: start + j + 1] = True
+                allowed[b, 0, start + j, start : start + j + 1] = True
     used = allowed.any(-1)
     allowed |= ~used[..., None] & torch.eye(L, dtype=torch.bool)  # padding rows: themselves only
     out = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=allowed, scale=scale)
@@ -31,9 +31,11 @@ def _dense_reference(q, k, v, rows, scale):
 
 def test_tree_attention_matches_the_definition_with_gqa_padding_and_several_rows():
     g = torch.Generator().manual_seed(0)
-    rows = [(7, [(7, 3, 4), (10, 5, 7), (15, 1, 0)]),  # prefixes shorter than the trunk, and an empty one
-            (4, [(4, 6, 4)]),
-            (0, [(0, 2, 0), (2, 3, 0)])]  # no trunk at all
+    rows = [
+        (7, [(7, 3, 4), (10, 5, 7), (15, 1, 0)]),  # prefixes shorter than the trunk, and an empty one
+        (4, [(4, 6, 4)]),
+        (0, [(0, 2, 0), (2, 3, 0)]),
+    ]  # no trunk at all
     L = 20
     q = torch.randn(3, 4, L, 8, generator=g)
     k, v = torch.randn(3, 2, L, 8, generator=g), torch.randn(3, 2, L, 8, generator=g)  # 2 query heads per kv head
@@ -53,10 +55,15 @@ def test_outside_a_layout_it_is_plain_sdpa():
         is_causal = True
 
     g = torch.Generator().manual_seed(1)
-    q, k, v = torch.randn(2, 4, 9, 8, generator=g), torch.randn(2, 2, 9, 8, generator=g), torch.randn(2, 2, 9, 8, generator=g)
+    q, k, v = (
+        torch.randn(2, 4, 9, 8, generator=g),
+        torch.randn(2, 2, 9, 8, generator=g),
+        torch.randn(2, 2, 9, 8, generator=g),
+    )
     got, _ = _tree_attention._attention(_Module(), q, k, v, None, scaling=None)
-    ref = torch.nn.functional.scaled_dot_product_attention(q, k.repeat_interleave(2, 1), v.repeat_interleave(2, 1),
-                                                           is_causal=True).transpose(1, 2)
+    ref = torch.nn.functional.scaled_dot_product_attention(
+        q, k.repeat_interleave(2, 1), v.repeat_interleave(2, 1), is_causal=True
+    ).transpose(1, 2)
     torch.testing.assert_close(got, ref, atol=1e-5, rtol=1e-5)
 
 
@@ -90,16 +97,29 @@ def _tiny(tiny_llama_dir, config_cls, attn, **extra):
     from transformers import AutoTokenizer, LlamaConfig
 
     base = LlamaConfig.from_pretrained(tiny_llama_dir).to_dict()
-    keep = {k: base[k] for k in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
-                                 "num_attention_heads", "num_key_value_heads", "max_position_embeddings",
-                                 "pad_token_id", "eos_token_id", "bos_token_id")}
+    keep = {
+        k: base[k]
+        for k in (
+            "vocab_size",
+            "hidden_size",
+            "intermediate_size",
+            "num_hidden_layers",
+            "num_attention_heads",
+            "num_key_value_heads",
+            "max_position_embeddings",
+            "pad_token_id",
+            "eos_token_id",
+            "bos_token_id",
+        )
+    }
     cfg = config_cls(**keep, **extra)
     from transformers import AutoModelForCausalLM
 
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(cfg, attn_implementation=attn)
-    return TransformersBackend(loaded=(model, AutoTokenizer.from_pretrained(tiny_llama_dir), "tiny"), device="cpu",
-                               progress=False)
+    return TransformersBackend(
+        loaded=(model, AutoTokenizer.from_pretrained(tiny_llama_dir), "tiny"), device="cpu", progress=False
+    )
 
 
 def test_a_sliding_window_model_takes_the_dense_mask_and_says_so(tiny_llama_dir):
@@ -115,11 +135,14 @@ def test_a_sliding_window_model_takes_the_dense_mask_and_says_so(tiny_llama_dir)
     np.testing.assert_allclose(packed, separate, atol=1e-4)
 
 
-@pytest.mark.parametrize("extra,why", [
-    ({"sliding_window": 4096, "use_sliding_window": False}, None),  # Qwen2-style: a window configured but off
-    ({"layer_types": ["sliding_attention", "full_attention"], "sliding_window": 512}, "sliding-window"),
-    ({"attn_logit_softcapping": 50.0}, "softcap"),
-])
+@pytest.mark.parametrize(
+    "extra,why",
+    [
+        ({"sliding_window": 4096, "use_sliding_window": False}, None),  # Qwen2-style: a window configured but off
+        ({"layer_types": ["sliding_attention", "full_attention"], "sliding_window": 512}, "sliding-window"),
+        ({"attn_logit_softcapping": 50.0}, "softcap"),
+    ],
+)
 def test_config_checks_name_what_the_tree_cannot_do(extra, why):
     from types import SimpleNamespace
 
@@ -164,11 +187,11 @@ def _flat_layout(rows, L):
     for d, (trunk, tails) in enumerate(rows):
         off = d * L
         end = max([trunk] + [s + n for s, n, _ in tails])
-        doc[off:off + end] = d
-        lim[off:off + trunk] = off
+        doc[off : off + end] = d
+        lim[off : off + trunk] = off
         for b, (start, n, prefix) in enumerate(tails):
-            tid[off + start: off + start + n] = b
-            lim[off + start: off + start + n] = off + prefix
+            tid[off + start : off + start + n] = b
+            lim[off + start : off + start + n] = off + prefix
     return _tree_attention.FlexLayout(doc, tid, lim, block=16)
 
 
@@ -183,17 +206,17 @@ def test_flex_layout_mask_and_attention_equal_the_tree_definition():
     ref_allowed = torch.zeros((lay.T, lay.T), dtype=torch.bool)
     q = torch.randn(1, 4, lay.T, 8, generator=g)
     k, v = torch.randn(1, 2, lay.T, 8, generator=g), torch.randn(1, 2, lay.T, 8, generator=g)
-    per_row_q = torch.stack([q[0, :, d * L:(d + 1) * L] for d in range(3)])
-    per_row_k = torch.stack([k[0, :, d * L:(d + 1) * L] for d in range(3)])
-    per_row_v = torch.stack([v[0, :, d * L:(d + 1) * L] for d in range(3)])
+    per_row_q = torch.stack([q[0, :, d * L : (d + 1) * L] for d in range(3)])
+    per_row_k = torch.stack([k[0, :, d * L : (d + 1) * L] for d in range(3)])
+    per_row_v = torch.stack([v[0, :, d * L : (d + 1) * L] for d in range(3)])
     ref, used = _dense_reference(per_row_q, per_row_k, per_row_v, rows, 0.3)
     for d, (trunk, tails) in enumerate(rows):
         for i in range(trunk):
-            ref_allowed[d * L + i, d * L: d * L + i + 1] = True
+            ref_allowed[d * L + i, d * L : d * L + i + 1] = True
         for start, n, prefix in tails:
             for j in range(n):
-                ref_allowed[d * L + start + j, d * L: d * L + prefix] = True
-                ref_allowed[d * L + start + j, d * L + start: d * L + start + j + 1] = True
+                ref_allowed[d * L + start + j, d * L : d * L + prefix] = True
+                ref_allowed[d * L + start + j, d * L + start : d * L + start + j + 1] = True
     real = lay.doc >= 0
     assert torch.equal(lay.dense()[real][:, real], ref_allowed[real][:, real])
     # every block the block mask skips holds no allowed pair
@@ -208,7 +231,7 @@ def test_flex_layout_mask_and_attention_equal_the_tree_definition():
         got, _ = _tree_attention._attention(None, q, k, v, None, scaling=0.3)
     assert active.calls == 1 and got.shape == (1, lay.T, 4, 8)
     for d in range(3):
-        diff = (got[0, d * L:(d + 1) * L] - ref[d]).abs().amax(dim=(-1, -2))[used[d]]
+        diff = (got[0, d * L : (d + 1) * L] - ref[d]).abs().amax(dim=(-1, -2))[used[d]]
         assert float(diff.max()) < 1e-5
 
 

@@ -24,9 +24,11 @@ class FakeLLM:
         self.calls.append(([self.tokenizer.decode(p["prompt_token_ids"]) for p in prompts], params))
         out = []
         for i, _ in enumerate(prompts):
-            first = {11: SimpleNamespace(logprob=-0.2 - 0.01 * i, rank=1, decoded_token="Yes"),
-                     12: SimpleNamespace(logprob=-1.9, rank=2, decoded_token=" No"),
-                     13: SimpleNamespace(logprob=-4.0, rank=3, decoded_token=None)}
+            first = {
+                11: SimpleNamespace(logprob=-0.2 - 0.01 * i, rank=1, decoded_token="Yes"),
+                12: SimpleNamespace(logprob=-1.9, rank=2, decoded_token=" No"),
+                13: SimpleNamespace(logprob=-4.0, rank=3, decoded_token=None),
+            }
             out.append(SimpleNamespace(outputs=[SimpleNamespace(text=" YES", logprobs=[first])]))
         return out
 
@@ -36,8 +38,9 @@ def backend(tiny_llama_dir):
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(str(tiny_llama_dir))
-    return VLLMBackend("my-model", llm=FakeLLM(tok), sampling_params_cls=lambda **kw: kw, max_model_len=1024,
-                       progress=False)
+    return VLLMBackend(
+        "my-model", llm=FakeLLM(tok), sampling_params_cls=lambda **kw: kw, max_model_len=1024, progress=False
+    )
 
 
 def _reqs():

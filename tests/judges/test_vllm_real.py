@@ -80,8 +80,10 @@ def test_binary_and_conversation_modes_with_reasons(engine, reference, turns):
     ref = RoleJudge(JudgeConfig(model="x", output_mode="binary"), backend=reference).score(turns)
     same = sum(a == b for a, b in zip(got["score"], ref["score"]))
     assert same >= 26, (got["score"], ref["score"])  # greedy decoding, fp32 on both sides
-    conv = RoleJudge(JudgeConfig(model="x", backend="vllm", output_mode="binary", granularity="conversation",
-                                 include_reason=True), backend=engine).score(turns)
+    conv = RoleJudge(
+        JudgeConfig(model="x", backend="vllm", output_mode="binary", granularity="conversation", include_reason=True),
+        backend=engine,
+    ).score(turns)
     assert len(conv["status"]) == turns.num_rows and set(conv["status"]) <= {"ok", "unscored"}
     reasons = RoleJudge(JudgeConfig(model="x", backend="vllm", include_reason=True), backend=engine).score(turns)
     assert all(isinstance(r, str) and r for r in reasons["reason"])
@@ -90,9 +92,15 @@ def test_binary_and_conversation_modes_with_reasons(engine, reference, turns):
 def test_history_is_truncated_to_the_engines_context(engine, turns):
     words = " ".join(turns.column("assistant").to_pylist()).split() * 10
     n = 14
-    long = pa.table({"conversation_id": ["long"] * n, "turn_index": pa.array(range(n), pa.int32()),
-                     "role": ["A banking assistant."] * n, "user": ["Tell me more."] * n,
-                     "assistant": [" ".join(words[i * 180:(i + 1) * 180]) for i in range(n)]})
+    long = pa.table(
+        {
+            "conversation_id": ["long"] * n,
+            "turn_index": pa.array(range(n), pa.int32()),
+            "role": ["A banking assistant."] * n,
+            "user": ["Tell me more."] * n,
+            "assistant": [" ".join(words[i * 180 : (i + 1) * 180]) for i in range(n)],
+        }
+    )
     assert all(long.column("assistant").to_pylist())
     cols = RoleJudge(JudgeConfig(model="x", backend="vllm"), backend=engine).score(long)
     assert set(cols["status"]) == {"ok"}  # vLLM would reject a prompt over 2048 tokens; history was dropped
@@ -105,9 +113,23 @@ def server(exported, tmp_path_factory):
     entry point cannot find its distribution metadata), stopped after the module."""
     port = free_port()
     url = f"http://127.0.0.1:{port}/v1"
-    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(exported), "--host",
-           "127.0.0.1", "--port", str(port), "--max-model-len", "2048", "--dtype", "bfloat16",
-           "--served-model-name", "smollm2"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        str(exported),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--max-model-len",
+        "2048",
+        "--dtype",
+        "bfloat16",
+        "--served-model-name",
+        "smollm2",
+    ]
     log = tmp_path_factory.mktemp("vllm-server") / "server.log"
     with external_server(cmd, url, log, timeout=420, env=dict(os.environ, VLLM_CPU_KVCACHE_SPACE="2")) as proc:
         yield proc, url
@@ -116,8 +138,26 @@ def server(exported, tmp_path_factory):
 def test_openai_backend_against_vllm_serve_bf16(server, reference, turns, tmp_path):
     _, url = server
     out = tmp_path / "served.parquet"
-    assert main(["score", str(example_path("role")), "-o", str(out), "--backend", "openai", "--base-url", url,
-                 "--judge-model", "smollm2", "--no-progress", "--bootstrap", "0"]) == 0
+    assert (
+        main(
+            [
+                "score",
+                str(example_path("role")),
+                "-o",
+                str(out),
+                "--backend",
+                "openai",
+                "--base-url",
+                url,
+                "--judge-model",
+                "smollm2",
+                "--no-progress",
+                "--bootstrap",
+                "0",
+            ]
+        )
+        == 0
+    )
     got = read_turn_scores(out)
     assert set(got.column("status").to_pylist()) == {"ok"}
     assert set(got.column("p_yes_source").to_pylist()) == {"logprobs"}  # a server gives top-k
@@ -138,8 +178,16 @@ def test_judge_race_vllm_vs_transformers(exported, engine):
     """The race runs end to end with the real engine."""
     from adherence.bench import bench_judge_race
 
-    res = bench_judge_race(model=str(exported), backends=["transformers", "vllm"], unique=4, unique_words=60,
-                           conversations=2, turns=3, words_per_turn=20, prebuilt={"vllm": engine})
+    res = bench_judge_race(
+        model=str(exported),
+        backends=["transformers", "vllm"],
+        unique=4,
+        unique_words=60,
+        conversations=2,
+        turns=3,
+        words_per_turn=20,
+        prebuilt={"vllm": engine},
+    )
     for w in ("unique", "multi_turn"):
         v = res["workloads"][w]["backends"]["vllm"]
         assert v["max_abs_p_yes_vs_transformers"] <= 1e-4 and v["p_yes_source"] == ["full_vocab"]

@@ -13,8 +13,11 @@ DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 if DEVICE == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
     pytest.skip("no GPU and TRITON_INTERPRET is not set", allow_module_level=True)
 
-TOL = {torch.float32: dict(atol=2e-5, rtol=2e-5), torch.float16: dict(atol=2e-3, rtol=2e-3),
-       torch.bfloat16: dict(atol=1e-2, rtol=1e-2)}
+TOL = {
+    torch.float32: dict(atol=2e-5, rtol=2e-5),
+    torch.float16: dict(atol=2e-3, rtol=2e-3),
+    torch.bfloat16: dict(atol=1e-2, rtol=1e-2),
+}
 
 
 def _inputs(B, D, K, V, dtype, strided, seed=0):
@@ -68,14 +71,20 @@ def test_per_row_reference_ranges_and_empty_range():
 def test_reference_definitions_by_hand():
     x = torch.tensor([[3.0, 4.0]])
     out = fused_scores_reference(
-        x, paired=torch.tensor([[3.0, 4.0]]), refs=torch.tensor([[1.0, 0.0], [0.0, 1.0]]),
-        mu=torch.tensor([0.0, 0.0]), inv_var=torch.tensor([1.0, 4.0]),
-        p=torch.tensor([0.5, 0.5]), q=torch.tensor([[0.25, 0.75]]),
+        x,
+        paired=torch.tensor([[3.0, 4.0]]),
+        refs=torch.tensor([[1.0, 0.0], [0.0, 1.0]]),
+        mu=torch.tensor([0.0, 0.0]),
+        inv_var=torch.tensor([1.0, 4.0]),
+        p=torch.tensor([0.5, 0.5]),
+        q=torch.tensor([[0.25, 0.75]]),
     )[0]
     assert out[0].item() == pytest.approx(1.0)
     assert out[1].item() == pytest.approx(0.8)  # max(3/5, 4/5)
     assert out[2].item() == pytest.approx((9 + 4 * 16) ** 0.5)
-    assert out[3].item() == pytest.approx(0.5 * torch.log(torch.tensor(2.0)).item() + 0.5 * torch.log(torch.tensor(2 / 3)).item())
+    assert out[3].item() == pytest.approx(
+        0.5 * torch.log(torch.tensor(2.0)).item() + 0.5 * torch.log(torch.tensor(2 / 3)).item()
+    )
 
 
 def test_dispatch_and_errors():
@@ -192,6 +201,7 @@ class _EveryConfig:
                 self.launches += 1
                 meta = dict(BB=bb, BK=bk, BD=bd, FLAT=flat)
                 self.raw[grid(meta)](*args, **kw, **meta)
+
         return launch
 
 

@@ -6,8 +6,11 @@ import torch
 from adherence.kernels.maxsim import maxsim, maxsim_reference, maxsim_torch
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
-TOL = {torch.float32: dict(atol=1e-4, rtol=1e-5), torch.float16: dict(atol=2e-2, rtol=2e-3),
-       torch.bfloat16: dict(atol=1e-1, rtol=1e-2)}
+TOL = {
+    torch.float32: dict(atol=1e-4, rtol=1e-5),
+    torch.float16: dict(atol=2e-2, rtol=2e-3),
+    torch.bfloat16: dict(atol=1e-1, rtol=1e-2),
+}
 
 
 def _ragged(n, lo, hi, dim, dtype, g, empty_first=False):
@@ -59,8 +62,6 @@ def test_bad_offsets_are_rejected():
         maxsim(q, torch.tensor([0, 3]), q, torch.tensor([0, 3]), backend="cuda")
 
 
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("nq,nd,dim,max_q,max_d", [(1, 1, 16, 2, 3), (4, 7, 384, 40, 300), (3, 5, 769, 70, 129)])
@@ -80,10 +81,20 @@ def test_triton_kernel_matches_reference(dtype, nq, nd, dim, max_q, max_d, strid
         wide = torch.zeros(d.shape[0], dim * 2, dtype=dtype)
         wide[:, :dim] = d
         d = wide[:, :dim]
-    got = maxsim_triton(q.to(DEVICE), qo.to(DEVICE), d.to(DEVICE), do.to(DEVICE), qi.to(DEVICE), di.to(DEVICE),
-                        block_q=16, block_t=64 if max_d > 64 else 16, block_k=64 if dim >= 64 else 16)
+    got = maxsim_triton(
+        q.to(DEVICE),
+        qo.to(DEVICE),
+        d.to(DEVICE),
+        do.to(DEVICE),
+        qi.to(DEVICE),
+        di.to(DEVICE),
+        block_q=16,
+        block_t=64 if max_d > 64 else 16,
+        block_k=64 if dim >= 64 else 16,
+    )
     torch.testing.assert_close(got.cpu(), ref, **TOL[dtype])
     if nq * nd <= 1 or (dim == 384 and not strided and dtype == torch.float16):
-        full = maxsim_triton(q.to(DEVICE), qo.to(DEVICE), d.to(DEVICE), do.to(DEVICE), block_q=16, block_t=16,
-                             block_k=16)
+        full = maxsim_triton(
+            q.to(DEVICE), qo.to(DEVICE), d.to(DEVICE), do.to(DEVICE), block_q=16, block_t=16, block_k=16
+        )
         torch.testing.assert_close(full.cpu(), maxsim_torch(q, qo, d.contiguous(), do), **TOL[dtype])

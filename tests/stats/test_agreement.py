@@ -85,5 +85,7 @@ def test_case_and_space_variants_are_one_category(rng):
     # normalize=False keeps every spelling a category of its own, exactly as irrCAC's Python port counts them.
     raw = agreement(messy, normalize=False)
     assert len(raw.categories) == 6
-    assert raw.gwet_ac1 == pytest.approx(CAC(pd.DataFrame(messy), digits=12).gwet()["est"]["coefficient_value"], abs=1e-10)
+    assert raw.gwet_ac1 == pytest.approx(
+        CAC(pd.DataFrame(messy), digits=12).gwet()["est"]["coefficient_value"], abs=1e-10
+    )
     assert raw.gwet_ac1 != pytest.approx(ours.gwet_ac1, abs=1e-3)

@@ -105,7 +105,8 @@ def test_platt_matches_unpenalised_logistic_regression_on_smoothed_targets(seed)
     t = np.where(y == 1, (n_pos + 1) / (n_pos + 2), 1 / (n_neg + 2))
     X = np.r_[s, s][:, None]
     lr = LogisticRegression(C=np.inf, tol=1e-12, max_iter=100_000).fit(
-        X, np.r_[np.ones(len(s)), np.zeros(len(s))], sample_weight=np.r_[t, 1 - t])
+        X, np.r_[np.ones(len(s)), np.zeros(len(s))], sample_weight=np.r_[t, 1 - t]
+    )
     grid = np.linspace(0.1, 0.3, 41)
     assert np.allclose(m(grid), lr.predict_proba(grid[:, None])[:, 1], atol=1e-6)
     assert m.a == pytest.approx(lr.coef_[0, 0], rel=1e-4)

@@ -34,16 +34,22 @@ def test_avx512_cpu_gets_avx512_and_a_bare_cpu_gets_nothing():
 
 def test_cpuinfo_parsing(tmp_path):
     info = tmp_path / "cpuinfo"
-    info.write_text("processor\t: 0\nmodel name\t: Some CPU\nflags\t\t: fpu sse4_2 avx avx2 fma\n\n"
-                    "processor\t: 1\nflags\t\t: avx512f\n")
+    info.write_text(
+        "processor\t: 0\nmodel name\t: Some CPU\nflags\t\t: fpu sse4_2 avx avx2 fma\n\n"
+        "processor\t: 1\nflags\t\t: avx512f\n"
+    )
     model, got = flags.cpu_info(str(info))
     assert model == "Some CPU" and got == {"fpu", "sse4_2", "avx", "avx2", "fma"}
     assert flags.cpu_info(str(tmp_path / "missing"))[1] == set()
 
 
 def test_cli_prints_the_args_for_given_flags():
-    out = subprocess.run([sys.executable, str(ROOT / "tools" / "llama_cpp_cmake_args.py"), "--flags", "avx avx2"],
-                         capture_output=True, text=True, check=True).stdout.split()
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "llama_cpp_cmake_args.py"), "--flags", "avx avx2"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
     assert "-DGGML_AVX2=ON" in out and "-DGGML_AVX512=OFF" in out and "-DGGML_FMA=OFF" in out
 
 
