@@ -54,6 +54,36 @@ def device_name(device) -> str:
     return f"cpu ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
 
 
+#: The CPU flags a benchmark JSON names: the SIMD and matrix extensions that decide CPU speed.
+SIMD_FLAGS = ("sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512_vnni",
+              "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "amx_int8")
+
+
+def cpu_info() -> dict:
+    """The CPU a benchmark ran on: model, logical CPUs, SIMD flags, native bf16, and torch's CPU capability."""
+    import os
+
+    from ..models._device import cpu_bf16_native, cpu_features
+
+    model = None
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            model = next((ln.split(":", 1)[1].strip() for ln in f if ln.lower().startswith("model name")), None)
+    except OSError:
+        pass
+    flags = cpu_features()
+    out = {"model": model or platform.processor() or platform.machine(), "logical_cpus": os.cpu_count(),
+           "simd": [f for f in SIMD_FLAGS if f in flags], "bf16_native": cpu_bf16_native(flags)}
+    try:
+        import torch
+
+        out["torch_cpu_capability"] = torch.backends.cpu.get_cpu_capability()
+        out["torch_threads"] = torch.get_num_threads()
+    except Exception:  # noqa: BLE001 - a torch without the query only leaves the field out
+        pass
+    return out
+
+
 def measured_peaks(device) -> dict:
     """``{"matmul_flops", "matmul_shape", "copy_bytes_per_s", "copy_bytes"}`` measured on ``device``."""
     import torch

@@ -196,10 +196,7 @@ class BenchCommand(Command):
                 device=args.device,
             )
             if args.output:
-                from pathlib import Path
-
-                Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-                Path(args.output).write_text(json.dumps(res, indent=2) + "\n")
+                self._write(res, args.output)
             if args.json:
                 print(json.dumps(res, indent=2))
                 return 0
@@ -383,6 +380,9 @@ class BenchCommand(Command):
         import os
         from pathlib import Path
 
+        from ..bench._hardware import cpu_info
+
+        res.setdefault("cpu", cpu_info())  # every benchmark JSON names the CPU it ran on (model, SIMD flags)
         path = Path(output)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
@@ -391,6 +391,9 @@ class BenchCommand(Command):
 
     def _emit(self, res: dict, output) -> int:
         """Write and print the JSON; exit 1 when a correctness check it records failed (timings kept)."""
+        from ..bench._hardware import cpu_info
+
+        res.setdefault("cpu", cpu_info())
         if output:
             self._write(res, output)
         print(json.dumps(res, indent=2))
