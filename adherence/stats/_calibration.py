@@ -344,6 +344,35 @@ def _ci(fn, *arrays, n_bootstrap: int, seed: int, level: float) -> Optional[list
     return bootstrap_ci(fn, *arrays, n_resamples=n_bootstrap, seed=seed, level=level).as_list()
 
 
+def _before_after(
+    y: np.ndarray,
+    s: np.ndarray,
+    pred: np.ndarray,
+    prob: Optional[np.ndarray],
+    default_threshold: float,
+    n_bins: int,
+    **boot,
+) -> tuple[dict, dict]:
+    """Measures of the raw score at ``default_threshold`` (read as a probability where it lies in [0, 1]) and
+    of ``pred`` / ``prob`` (None: no probability), with bootstrap intervals and reliability bins."""
+    raw_prob = s if _in_unit(s) else None
+    raw_pred = (s >= default_threshold).astype(np.int8)
+
+    def ece(yy, pp):
+        return expected_calibration_error(yy, pp, n_bins)
+
+    out = []
+    for p, q in ((raw_pred, raw_prob), (pred, prob)):
+        m = _measures(y, p, q, n_bins)
+        m["balanced_accuracy_ci"] = _ci(balanced_accuracy, y, p, **boot)
+        m["ece_ci"] = _ci(ece, y, q, **boot) if q is not None else None
+        if q is not None:
+            m["reliability"] = reliability_bins(y, q, n_bins)
+        out.append(m)
+    out[0]["threshold"] = default_threshold
+    return out[0], out[1]
+
+
 def fit_calibration(
     y_true: Any,
     y_score: Any,
@@ -392,23 +421,18 @@ def fit_calibration(
         oof_pred[test] = (s[test] >= t_k).astype(np.int8)
         oof_prob[test] = _fit_map(method, y[train], s[train])(s[test])
 
-    raw_prob = s if _in_unit(s) else None
-    raw_pred = (s >= default_threshold).astype(np.int8)
-    before = _measures(y, raw_pred, raw_prob, n_bins)
-    after = _measures(y, oof_pred, oof_prob if method != "none" or raw_prob is not None else None, n_bins)
-    if method == "none" and raw_prob is None:
-        after["ece"] = after["brier"] = None
-    boot = dict(n_bootstrap=n_bootstrap, seed=seed, level=level)
-    before["balanced_accuracy_ci"] = _ci(balanced_accuracy, y, raw_pred, **boot)
-    after["balanced_accuracy_ci"] = _ci(balanced_accuracy, y, oof_pred, **boot)
-    ece = lambda yy, pp: expected_calibration_error(yy, pp, n_bins)  # noqa: E731
-    before["ece_ci"] = _ci(ece, y, raw_prob, **boot) if raw_prob is not None else None
-    after["ece_ci"] = _ci(ece, y, oof_prob, **boot) if after["ece"] is not None else None
-    before["threshold"] = default_threshold
-    if raw_prob is not None:
-        before["reliability"] = reliability_bins(y, raw_prob, n_bins)
-    if after["ece"] is not None:
-        after["reliability"] = reliability_bins(y, oof_prob, n_bins)
+    has_prob = method != "none" or _in_unit(s)
+    before, after = _before_after(
+        y,
+        s,
+        oof_pred,
+        oof_prob if has_prob else None,
+        default_threshold,
+        n_bins,
+        n_bootstrap=n_bootstrap,
+        seed=seed,
+        level=level,
+    )
 
     def refit(yy, ss):
         return fit_threshold(yy, ss, rule, target)
@@ -423,7 +447,7 @@ def fit_calibration(
         "rule": rule,
         "target": target,
         "threshold": threshold,
-        "threshold_ci": _ci(refit, y, s, **boot),
+        "threshold_ci": _ci(refit, y, s, n_bootstrap=n_bootstrap, seed=seed, level=level),
         "threshold_probability": float(cmap(np.array([threshold]))[0]),
         "map": cmap.to_dict(),
         "folds": folds,
@@ -459,23 +483,19 @@ def assess_calibration(
     ``default_threshold``) and ``after`` (``threshold`` and ``cmap``), in :func:`fit_calibration`'s shape."""
     y, s = _arrays(y_true, y_score)
     _both_classes(y)
-    raw_prob = s if _in_unit(s) else None
-    raw_pred = (s >= default_threshold).astype(np.int8)
     pred = (s >= threshold).astype(np.int8)
-    prob = cmap(s)
-    before = _measures(y, raw_pred, raw_prob, n_bins)
-    after = _measures(y, pred, prob if cmap.method != "none" or raw_prob is not None else None, n_bins)
-    boot = dict(n_bootstrap=n_bootstrap, seed=seed, level=level)
-    ece = lambda yy, pp: expected_calibration_error(yy, pp, n_bins)  # noqa: E731
-    before["balanced_accuracy_ci"] = _ci(balanced_accuracy, y, raw_pred, **boot)
-    after["balanced_accuracy_ci"] = _ci(balanced_accuracy, y, pred, **boot)
-    before["ece_ci"] = _ci(ece, y, raw_prob, **boot) if raw_prob is not None else None
-    after["ece_ci"] = _ci(ece, y, prob, **boot) if after["ece"] is not None else None
-    before["threshold"] = default_threshold
-    if raw_prob is not None:
-        before["reliability"] = reliability_bins(y, raw_prob, n_bins)
-    if after["ece"] is not None:
-        after["reliability"] = reliability_bins(y, prob, n_bins)
+    has_prob = cmap.method != "none" or _in_unit(s)
+    before, after = _before_after(
+        y,
+        s,
+        pred,
+        cmap(s) if has_prob else None,
+        default_threshold,
+        n_bins,
+        n_bootstrap=n_bootstrap,
+        seed=seed,
+        level=level,
+    )
     from ._ranking import roc_auc_score
 
     return {
