@@ -55,8 +55,22 @@ def device_name(device) -> str:
 
 
 #: The CPU flags a benchmark JSON names: the SIMD and matrix extensions that decide CPU speed.
-SIMD_FLAGS = ("sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512_vnni",
-              "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "amx_int8")
+SIMD_FLAGS = (
+    "sse4_2",
+    "avx",
+    "avx2",
+    "fma",
+    "f16c",
+    "avx512f",
+    "avx512bw",
+    "avx512vl",
+    "avx512_vnni",
+    "avx512_bf16",
+    "avx512_fp16",
+    "amx_tile",
+    "amx_bf16",
+    "amx_int8",
+)
 
 
 def cpu_info() -> dict:
@@ -72,8 +86,12 @@ def cpu_info() -> dict:
     except OSError:
         pass
     flags = cpu_features()
-    out = {"model": model or platform.processor() or platform.machine(), "logical_cpus": os.cpu_count(),
-           "simd": [f for f in SIMD_FLAGS if f in flags], "bf16_native": cpu_bf16_native(flags)}
+    out = {
+        "model": model or platform.processor() or platform.machine(),
+        "logical_cpus": os.cpu_count(),
+        "simd": [f for f in SIMD_FLAGS if f in flags],
+        "bf16_native": cpu_bf16_native(flags),
+    }
     try:
         import torch
 

@@ -42,3 +42,18 @@ def test_bf16_on_a_cpu_without_it_warns_but_is_honoured(monkeypatch):
         assert pick_dtype(torch.device("cpu"), "bf16") == torch.bfloat16
     with pytest.raises(ValueError, match="unknown dtype"):
         pick_dtype(torch.device("cpu"), "int8")
+
+
+def test_benchmark_json_names_the_cpu(tmp_path):
+    """Every benchmark JSON written by `adherence bench` carries the CPU it ran on."""
+    import json
+
+    from adherence.bench._hardware import SIMD_FLAGS, cpu_info
+    from adherence.cli.bench import BenchCommand
+
+    info = cpu_info()
+    assert set(info) >= {"model", "logical_cpus", "simd", "bf16_native"}
+    assert set(info["simd"]) <= set(SIMD_FLAGS) and info["bf16_native"] == cpu_bf16_native()
+    out = tmp_path / "b.json"
+    BenchCommand._write({"bench": "x"}, out)
+    assert json.loads(out.read_text())["cpu"]["model"] == info["model"]
