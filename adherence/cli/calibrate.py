@@ -126,8 +126,17 @@ class CalibrateCommand(Command):
                 "with --score, --label, --positive)",
                 file=sys.stderr,
             )
+        # The evaluation's own intervals are shown only on the page: without --html none are drawn.
         result, labels, scores = evaluate_table(
-            table, score=score, label=label, positive=positive, n_bootstrap=0, file=str(args.input), return_rows=True
+            table,
+            score=score,
+            label=label,
+            positive=positive,
+            n_bootstrap=args.bootstrap if args.html else 0,
+            seed=args.seed,
+            level=args.level,
+            file=str(args.input),
+            return_rows=True,
         )
         y = (labels == str(positive)).astype("int8")
         try:
@@ -187,20 +196,10 @@ class CalibrateCommand(Command):
         if args.html:
             from ..report import write_evaluation_html
 
-            full = evaluate_table(
-                table,
-                score=score,
-                label=label,
-                positive=positive,
-                n_bootstrap=args.bootstrap,
-                seed=args.seed,
-                level=args.level,
-                file=str(args.input),
-            )
-            full["input"] = str(args.input)
+            result["input"] = str(args.input)
             path = write_evaluation_html(
                 args.html,
-                full,
+                result,
                 labels,
                 scores,
                 meta=meta,

@@ -194,20 +194,9 @@ class EvaluateCommand(Command):
             table, meta, args.score, args.label, args.positive, "none" if cal else args.prediction, file=str(args.input)
         )
         if cal is not None:
-            import numpy as np
-            import pyarrow as pa
-
-            from ..data._validate import cast_column
-
             cfg_method = ((meta or {}).get("config") or {}).get("method")
             if cfg_method:
                 cal.check_method(cfg_method)
-            raw = cast_column(table.column(score), pa.float64(), column=score, file=str(args.input))
-            valid = np.asarray(raw.is_valid())
-            vals = raw.to_numpy(zero_copy_only=False).astype(np.float64)
-            pred = [int(v >= cal.threshold) if k and not np.isnan(v) else None for v, k in zip(vals, valid)]
-            prediction = "_calibrated_prediction"
-            table = table.append_column(prediction, pa.array(pred, pa.int8()))
         args.prediction = prediction
         result, labels, scores = evaluate_table(
             table,
@@ -220,6 +209,7 @@ class EvaluateCommand(Command):
             level=args.level,
             file=str(args.input),
             return_rows=True,
+            threshold=cal.threshold if cal is not None else None,
         )
         if (args.score, args.label, args.positive) != (score, label, positive):
             print(

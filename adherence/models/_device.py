@@ -62,11 +62,9 @@ def pick_dtype(device, dtype: Optional[str] = None):
 
     table = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
     on_cpu = getattr(device, "type", str(device)) == "cpu"
-    if dtype == "auto":
-        if not on_cpu:
-            return torch.bfloat16 if getattr(device, "type", "") == "cuda" else torch.float32
+    if dtype == "auto" and on_cpu:
         return torch.bfloat16 if cpu_bf16_native() else torch.float32
-    if dtype is not None:
+    if dtype not in (None, "auto"):
         if dtype not in _NAMES:
             raise ValueError(f"unknown dtype {dtype!r}; expected auto, float32, bfloat16 or float16")
         name = _NAMES[dtype]

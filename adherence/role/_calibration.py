@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Optional, Union
 
 import numpy as np
 
@@ -36,14 +36,6 @@ class Calibration:
     @property
     def method(self) -> Optional[str]:
         return self.source.get("method")
-
-    def apply(self, scores: Any) -> np.ndarray:
-        """The calibrated probability of each raw score (NaN stays NaN)."""
-        s = np.asarray(scores, dtype=np.float64)
-        out = np.full(s.shape, np.nan)
-        ok = ~np.isnan(s)
-        out[ok] = self.map(s[ok])
-        return out
 
     def describe(self) -> dict:
         """What a run's metadata records about the calibration it applied."""

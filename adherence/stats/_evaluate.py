@@ -139,6 +139,7 @@ def evaluate_table(
     level: float = 0.95,
     file: Optional[str] = None,
     return_rows: bool = False,
+    threshold: Optional[float] = None,
 ):
     """:func:`evaluate_scores` on columns of ``table``; nothing is dropped silently.
 
@@ -149,7 +150,8 @@ def evaluate_table(
     The label is compared as text to ``positive``.
 
     With ``return_rows=True`` the result is ``(result, labels, scores)`` of the
-    evaluated rows (for plotting).
+    evaluated rows (for plotting). ``threshold`` (instead of a ``prediction``
+    column) predicts ``score >= threshold`` for the prediction metrics.
 
     Raises:
         DataError: a named column is missing, or a score or prediction value is
@@ -187,6 +189,10 @@ def evaluate_table(
                 column=prediction,
             )
         p = p_all[keep]
+    if threshold is not None:
+        if prediction is not None:
+            raise ValueError("give a prediction column or a threshold, not both")
+        p = (s[keep] >= threshold).astype(np.int8)
     out = {
         "score_column": score,
         "label_column": label,

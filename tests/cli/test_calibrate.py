@@ -178,3 +178,20 @@ def test_score_applies_a_calibration_and_records_it(tmp_path, capsys):
         == 2
     )
     assert "not a calibration file" in capsys.readouterr().err and not (tmp_path / "x.parquet").exists()
+
+
+def test_evaluate_table_threshold_predicts_score_at_or_above_it():
+    import pyarrow as pa
+    from sklearn.metrics import f1_score
+
+    from adherence.stats import evaluate_table
+
+    rng = np.random.default_rng(5)
+    s = rng.random(60)
+    y = (rng.random(60) < s).astype(int)
+    t = pa.table({"score": s, "label": ["adherent" if v else "no" for v in y], "p": (s >= 0.3).astype(int)})
+    res = evaluate_table(t, score="score", label="label", positive="adherent", threshold=0.3, n_bootstrap=0)
+    assert res["f1_positive"] == pytest.approx(f1_score(y, s >= 0.3))
+    assert res["confusion"]["fp"] == int(((y == 0) & (s >= 0.3)).sum())
+    with pytest.raises(ValueError, match="not both"):
+        evaluate_table(t, score="score", label="label", positive="adherent", prediction="p", threshold=0.3)
