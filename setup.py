@@ -39,6 +39,7 @@ EXTRAS = {
         "pyspark>=3.5",  # adherence.spark tests run a local[2] Spark (Java 17 is on the machines)
         "moto[server]>=5.0",
         "ruff==0.17.6",  # tests/test_lint.py: lint and format check (pinned: formatting differs between versions)
+        "mypy==2.4.1",  # tests/test_lint.py: type check of adherence/ (mypy.ini; pinned: findings differ between versions)
         "mkdocs>=1.6,<2",  # tests/test_docs.py builds the docs site with --strict
         "mkdocs-material>=9.5",
         "mkdocstrings[python]>=0.26",

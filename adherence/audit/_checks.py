@@ -43,7 +43,7 @@ def fill_placeholders(value: Any, variables: dict) -> Any:
     if isinstance(value, str):
         return _PLACEHOLDER.sub(lambda m: str(variables[m.group(1)]) if m.group(1) in variables else m.group(0), value)
     if isinstance(value, list):
-        out = []
+        out: list[Any] = []
         for v in value:
             filled = fill_placeholders(v, variables)
             # A placeholder that names a list variable expands into its items.

@@ -110,6 +110,11 @@ def normalize_question(q: str) -> str:
     return re.sub(r"[^\w]+", " ", q.casefold()).strip()
 
 
+def _answer_word(answer: Optional[int]) -> Optional[str]:
+    """``Yes`` / ``No`` for a parsed verdict (1 / 0), None for none."""
+    return None if answer is None else ("Yes" if answer else "No")
+
+
 def parse_audit_answer(text: Optional[str], items: list) -> dict:
     """``question_id -> (answer, justification)`` for every item; unparseable or missing -> (None, None).
 
@@ -118,11 +123,11 @@ def parse_audit_answer(text: Optional[str], items: list) -> dict:
     counts agree. An answer without JSON is read as numbered lines
     ("2. No - the summary has 71 words"), numbers as in the prompt.
     """
-    out = {i.question_id: (None, None) for i in items}
+    out: dict[str, tuple[Optional[str], Optional[str]]] = {i.question_id: (None, None) for i in items}
     obj = repair_json(text)
     if obj is None:
         return _numbered_lines(text or "", items, out)
-    entries = []
+    entries: list[dict] = []
     if isinstance(obj, dict):
         for value in obj.values():
             if isinstance(value, list):
@@ -143,7 +148,7 @@ def parse_audit_answer(text: Optional[str], items: list) -> dict:
             close = difflib.get_close_matches(q, norms, n=1, cutoff=0.8)
             qid = by_norm[close[0]] if close else None
         answer = parse_yes_no(str(e.get("answer", "")))
-        value = ({1: "Yes", 0: "No"}.get(answer), (str(e["justification"]) if e.get("justification") else None))
+        value = (_answer_word(answer), (str(e["justification"]) if e.get("justification") else None))
         if qid is None:
             unmatched.append(value)
         elif out[qid] == (None, None):
@@ -152,7 +157,7 @@ def parse_audit_answer(text: Optional[str], items: list) -> dict:
         for i, e in zip(items, entries):
             answer = parse_yes_no(str(e.get("answer", "")))
             out[i.question_id] = (
-                {1: "Yes", 0: "No"}.get(answer),
+                _answer_word(answer),
                 str(e["justification"]) if e.get("justification") else None,
             )
     return out

@@ -7,7 +7,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional, Union
+from typing import Any, Optional, Union
 
 import pyarrow as pa
 
@@ -101,6 +101,8 @@ def load_rubric(path: Union[str, os.PathLike]) -> Rubric:
     path = Path(path)
     if not path.exists():
         raise DataError("no such file or directory", file=path)
+    raw: Any
+    ignored: Any
     if path.suffix.lower() in (".parquet", ".csv", ".jsonl"):
         t = read_table(path, RUBRIC_ITEMS)
         raw = [
@@ -198,16 +200,18 @@ def draft_rubric(
         seed=seed,
         stop=["]}"] if stop is None else stop,
     )
-    items, ignored, raw = [], [], []
+    items: list[RubricItem] = []
+    ignored: list[dict[str, str]] = []
+    raw: list[dict[str, Any]] = []
     for kind, out in zip(kinds, outs):
         text = out.text or ""
         raw.append({"kind": kind, "answer": text, "error": out.error})
         obj = _extract_json(text)
-        questions = []
+        questions: list[tuple[str, str]] = []
         if isinstance(obj, dict):
             for q in obj.get("questions") or []:
                 if isinstance(q, dict) and isinstance(q.get("question"), str) and q["question"].strip():
-                    cat = q.get("category") if q.get("category") in CATEGORIES else "Instruction Completeness"
+                    cat = str(q["category"]) if q.get("category") in CATEGORIES else "Instruction Completeness"
                     questions.append((cat, q["question"].strip()))
             for ig in obj.get("ignored") or []:
                 if isinstance(ig, dict) and ig.get("instruction"):

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 import string
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -87,7 +87,7 @@ def dbscan_cosine(embeddings: np.ndarray, eps: float = 0.05) -> np.ndarray:
             i = stack.pop()
             for j in np.flatnonzero(adj[i] & (labels < 0)):
                 labels[j] = current
-                stack.append(j)
+                stack.append(int(j))
         current += 1
     return labels
 
@@ -138,7 +138,7 @@ def stability_tables(
     questions = list(dict.fromkeys(r["question_id"] for r in rows))
     source = {r["question_id"]: r["source"] for r in rows}
     strategy = dict(strategy or {})
-    by = {}
+    by: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
     for r in judge_rows:
         by.setdefault((r["judge"], r["generator"], r["question_id"]), []).append(
             {"artifact": r["artifact_id"], "run": r["run"], "answer": r["answer"], "justification": r["justification"]}
@@ -149,7 +149,7 @@ def stability_tables(
         if q not in strategy:
             strategy[q] = choose_strategy([r["justification"] for r in judge_rows if r["question_id"] == q])
     # Embed every distinct fingerprint once.
-    fps = {}
+    fps: dict[str, None] = {}
     for (_, _, q), items in by.items():
         for it in items:
             it["fp"] = fingerprint(it["justification"], strategy[q])
@@ -187,7 +187,7 @@ def stability_tables(
                     continue
                 artifacts = sorted({it["artifact"] for it in items})
                 m = _matrix(items, artifacts, runs)
-                entry = {}
+                entry: dict[str, Any] = {}
                 try:
                     a = agreement(m)
                     entry.update(

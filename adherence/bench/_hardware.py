@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import platform
 import time
+from typing import Any
 
 __all__ = ["device_name", "measured_peaks", "spread", "synchronize", "timed"]
 
@@ -114,13 +115,13 @@ def measured_peaks(device) -> dict:
     n = 8192 if cuda else 1024
     dtype = torch.bfloat16 if cuda else torch.float32
     g = torch.Generator(device=device).manual_seed(0)
-    a = torch.randn(n, n, device=device, dtype=dtype, generator=g)
-    b = torch.randn(n, n, device=device, dtype=dtype, generator=g)
+    a: Any = torch.randn(n, n, device=device, dtype=dtype, generator=g)
+    b: Any = torch.randn(n, n, device=device, dtype=dtype, generator=g)
     mm = min(timed(lambda: torch.mm(a, b), 10 if cuda else 3, device, warmup=3 if cuda else 1))
     a = b = None  # free the operands (the timed closure is done with them)
     size = (1 << 30) if cuda else (64 << 20)
-    src = torch.empty(size, dtype=torch.uint8, device=device).fill_(1)
-    dst = torch.empty_like(src)
+    src: Any = torch.empty(size, dtype=torch.uint8, device=device).fill_(1)
+    dst: Any = torch.empty_like(src)
     cp = min(timed(lambda: dst.copy_(src), 20 if cuda else 3, device, warmup=3 if cuda else 1))
     src = dst = None
     out = {

@@ -96,8 +96,11 @@ def bench_engine(
     from ..engine import Engine
     from ..role import score_turns
 
-    tmp = tempfile.TemporaryDirectory(prefix="adherence-bench-") if work_dir is None else None
-    root = Path(work_dir or tmp.name)
+    tmp = None
+    if work_dir is None:
+        tmp = tempfile.TemporaryDirectory(prefix="adherence-bench-")
+        work_dir = tmp.name
+    root = Path(work_dir)
     root.mkdir(parents=True, exist_ok=True)
     try:
         check = write_synthetic_parquet(root / "check.parquet", 2_000)

@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 import platform
 import time
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import numpy as np
 
@@ -37,7 +37,7 @@ from ._hardware import device_name, measured_peaks, spread, synchronize
 __all__ = ["bench_judge", "synthetic_conversations", "RANDOM_CONFIGS"]
 
 # Random-weight configs of real architectures (no download): name -> LlamaConfig kwargs.
-RANDOM_CONFIGS = {
+RANDOM_CONFIGS: dict[str, dict[str, Any]] = {
     "llama-tiny": dict(
         hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2
     ),
@@ -271,7 +271,7 @@ def _engine_run(backend, turns: int, convs_turns: int, role_tokens: int, turn_to
 
     n_conv = -(-turns // convs_turns)
     words = max(2, round(turn_tokens * 2 / 3))
-    rows = {"conversation_id": [], "turn_index": [], "role": [], "user": [], "assistant": []}
+    rows: dict[str, list[Any]] = {"conversation_id": [], "turn_index": [], "role": [], "user": [], "assistant": []}
     for cid, role, users, assistants in synthetic_conversations(
         n_conv, convs_turns, words, seed, role_words=role_tokens
     ):
@@ -367,7 +367,7 @@ def bench_judge(
         raise ValueError(f"unknown workloads {sorted(unknown)}; available: prefix, unique, full_vocab")
     if engine_turns < 0:
         raise ValueError(f"`engine_turns` must be >= 0, got {engine_turns}")
-    kw = {"batch_tokens": batch_tokens} if batch_tokens else {}
+    kw: dict[str, Any] = {"batch_tokens": batch_tokens} if batch_tokens else {}
     say(f"loading {random_config or model or 'the bundled judge'}")
     if random_config is not None:
         backend = random_backend(random_config, device=device, dtype=dtype, **kw)

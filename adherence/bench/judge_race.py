@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import platform
 import time
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -97,7 +97,7 @@ def bench_judge_race(
         else:
             raise ValueError(f"unknown backend {name!r}: transformers, vllm or openai")
         built[f"{name}:startup_s"] = time.perf_counter() - t
-    result = {
+    result: dict[str, Any] = {
         "args": {
             "model": model,
             "backends": list(backends),
@@ -134,7 +134,7 @@ def bench_judge_race(
         reqs.config = JudgeConfig(model=model)
         per_turn, _, _ = reqs.requests(table)
         counts = counter.count_tokens([r for _, r in per_turn])
-        entry = {
+        entry: dict[str, Any] = {
             "turns": table.num_rows,
             "prompt_tokens": counts["prompt_tokens"],
             "transformers_forward_tokens": counts["forward_tokens"],

@@ -24,7 +24,7 @@ products of a hi/lo split.
 from __future__ import annotations
 
 import platform
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import torch
 
@@ -109,7 +109,7 @@ def bench_kernels(
     peaks = measured_peaks(dev)
     tol = 2e-5 if dt == torch.float32 else 2e-3
     elem = torch.tensor([], dtype=dt).element_size()
-    result = {
+    result: dict[str, Any] = {
         "bench": "kernels",
         "args": {
             "batch": batch,
@@ -143,10 +143,14 @@ def bench_kernels(
         }
 
     for name, k in (("fused", 0), ("fused_knn", refs)):
-        inp = _inputs(batch, dim, max(k, 1), vocab, dt, dev)
+        inp: Any = _inputs(batch, dim, max(k, 1), vocab, dt, dev)
         if not k:
             inp.pop("refs")
-        cfg = {"rows": batch, "refs": k, "columns": ["cosine", "mahalanobis", "kl"] + (["knn_max"] if k else [])}
+        cfg: dict[str, Any] = {
+            "rows": batch,
+            "refs": k,
+            "columns": ["cosine", "mahalanobis", "kl"] + (["knn_max"] if k else []),
+        }
         cfg["bytes_per_call"] = batch * (2 * dim * elem + vocab * 4) + k * dim * elem + 2 * dim * elem + vocab * 4
         backends = {"torch_eager": lambda: fused_scores_reference(**inp)}
         if use_triton:
@@ -172,8 +176,8 @@ def bench_kernels(
     for K in pools:
         rows = min(batch, max(64, int(pool_flop / (2 * K * dim))))
         g = torch.Generator().manual_seed(K)
-        x = torch.randn(rows, dim, generator=g).to(dt).to(dev)
-        pool = torch.randn(K, dim, generator=g).to(dt).to(dev)
+        x: Any = torch.randn(rows, dim, generator=g).to(dt).to(dev)
+        pool: Any = torch.randn(K, dim, generator=g).to(dt).to(dev)
         flop = 2.0 * rows * K * dim
         cfg = {"rows": rows, "refs": K, "columns": ["knn_max"], "flop_per_call": flop}
         eager = lambda: _chunked(lambda xc: fused_scores_reference(xc, refs=pool)[:, 1], x, K)  # noqa: E731

@@ -19,7 +19,7 @@ baseline reads the stored dtype (PyLate picks its own fastest backend); on CPU i
 from __future__ import annotations
 
 import platform
-from typing import Optional
+from typing import Any, Optional
 
 import numpy as np
 import torch
@@ -129,7 +129,7 @@ def bench_maxsim(
     tol = 1e-3 if dt == torch.float32 else 5e-2
     if err > tol:
         raise RuntimeError(f"MaxSim ({ours}) disagrees with the definition: max abs error {err} > {tol}")
-    correctness = {
+    correctness: dict[str, Any] = {
         "checked_against": "maxsim_reference (per pair, float32)",
         "pairs_checked": int(len(sample)),
         "max_abs_error": err,
@@ -141,7 +141,7 @@ def bench_maxsim(
     bytes_read = pool_tokens * dim * elem + queries * query_len * dim * elem
     name = device_name(dev)
     peaks = measured_peaks(dev)
-    result = {
+    result: dict[str, Any] = {
         "bench": "maxsim",
         "args": {
             "queries": queries,

@@ -8,7 +8,7 @@ method gets adherent mean, violation mean, separation, ROC AUC and AP
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import numpy as np
 
@@ -25,7 +25,14 @@ def _metrics(labels: list, scores: np.ndarray) -> dict:
     y = np.array([lab == "adherent" for lab in labels], dtype=np.int8)
     ok = ~np.isnan(scores)
     y, s = y[ok], scores[ok]
-    out = {"adherent": None, "violation": None, "separation": None, "auc": None, "ap": None, "n_scored": int(ok.sum())}
+    out: dict[str, Any] = {
+        "adherent": None,
+        "violation": None,
+        "separation": None,
+        "auc": None,
+        "ap": None,
+        "n_scored": int(ok.sum()),
+    }
     if y.any():
         out["adherent"] = float(s[y == 1].mean())
     if (y == 0).any():

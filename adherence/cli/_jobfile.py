@@ -151,15 +151,16 @@ def apply_job_file(parser: argparse.ArgumentParser, path: str) -> dict:
             close = difflib.get_close_matches(str(key).replace("_", "-"), names, n=1)
             hint = f"; did you mean {close[0]!r}?" if close else f"; the options are: {', '.join(names)}"
             raise DataError(f"unknown option {key!r}{hint}", file=path)
+        convert = action.type if callable(action.type) else None
         if isinstance(action, (argparse._StoreTrueAction, argparse._StoreFalseAction)):
             if not isinstance(value, bool):
                 raise DataError(f"option {key!r} is a flag: true or false, got {value!r}", file=path)
         elif action.nargs in ("+", "*"):
             value = value if isinstance(value, list) else [value]
-            value = [action.type(v) if action.type else (v if isinstance(v, str) else str(v)) for v in value]
-        elif value is not None and action.type is not None and not isinstance(value, bool):
+            value = [convert(v) if convert else (v if isinstance(v, str) else str(v)) for v in value]
+        elif value is not None and convert is not None and not isinstance(value, bool):
             try:
-                value = action.type(value)
+                value = convert(value)
             except (TypeError, ValueError) as exc:
                 raise DataError(f"option {key!r}: bad value {value!r} ({exc})", file=path) from None
         if action.choices is not None and value is not None:

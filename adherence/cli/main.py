@@ -51,8 +51,14 @@ def _load(name: str) -> Command:
     return getattr(importlib.import_module(module), cls)()
 
 
-def _parser(selected: Optional[str]) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+class _Parser(argparse.ArgumentParser):
+    """The top-level parser; ``selected_parser`` is the sub-parser of the command on the line, if any."""
+
+    selected_parser: Optional[argparse.ArgumentParser] = None
+
+
+def _parser(selected: Optional[str]) -> _Parser:
+    parser = _Parser(
         prog="adherence",
         description="Score conversational AI at scale: role adherence, instruction-adherence audits, "
         "persona-simulation evaluation.",
@@ -181,7 +187,7 @@ def _main(argv: Optional[Sequence[str]]) -> int:
     parser = _parser(selected)
     job_values: dict = {}
     job = job_file_argument(argv) if selected else None
-    sub = getattr(parser, "selected_parser", None)
+    sub = parser.selected_parser
     if job and sub is not None and any(a.dest == "config_file" for a in sub._actions):
         from ..data import DataError
 

@@ -68,7 +68,7 @@ class PersonaCorpus(NamedTuple):
         )
 
 
-def _skip_or_raise(skipped: list, strict: bool, error: DataError, where: str) -> None:
+def _skip_or_raise(skipped: list[tuple[str, str]], strict: bool, error: DataError, where: str) -> None:
     """``--strict-input``: the first malformed record is an error; otherwise it is recorded and skipped."""
     if strict:
         raise error
@@ -95,7 +95,7 @@ def _finish(records: list[dict], contract, file: str) -> pa.Table:
 def turns_from_pygaussia(obj: Any, *, file: str = "<json>") -> pa.Table:
     """Turns from pygaussia-style ``Dataset`` objects (one dict or a list of them)."""
     datasets = obj if isinstance(obj, list) else [obj]
-    records = []
+    records: list[dict[str, Any]] = []
     for d_i, ds in enumerate(datasets):
         where = f"dataset {d_i}"
         if not isinstance(ds, dict):
@@ -304,7 +304,9 @@ def read_synthetic_persona_chat(path: PathLike, *, limit: Optional[int] = None, 
     p2 = table.column(by_lower[_SPC_COLUMNS[1]]).to_pylist()
     convs = table.column(by_lower[_SPC_COLUMNS[2]]).to_pylist()
     n = len(convs) if limit is None else min(limit, len(convs))
-    conv_rows, persona_rows, skipped = [], [], []
+    conv_rows: list[dict[str, Any]] = []
+    persona_rows: list[dict[str, Any]] = []
+    skipped: list[tuple[str, str]] = []
     for i in range(n):
         cid = f"{stem}-{i}"
         utterances: list[list[str]] = []

@@ -198,21 +198,25 @@ def iter_batches(
         def open_raw():
             return _raw_batches(path, fmt, contract, batch_size, transcripts)
 
-    def fetch(rows: list[int], key: list[str]) -> dict:
-        """Key values of the given 0-based rows, re-read from the source (only to confirm a duplicate)."""
-        wanted, found, offset = set(rows), {}, 0
-        for batch in open_raw():
-            batch = conform(batch, contract, file=file, row_offset=offset)
-            hit = [r for r in wanted if offset <= r < offset + batch.num_rows]
-            if hit:
-                cols = [batch.column(k).to_pylist() for k in key]
-                for r in hit:
-                    found[r] = tuple(c[r - offset] for c in cols)
-            offset += batch.num_rows
-        return found
+    tracker = None
+    if contract is not None and contract.key:
+        keyed = contract
 
+        def fetch(rows: list[int], key: list[str]) -> dict:
+            """Key values of the given 0-based rows, re-read from the source (only to confirm a duplicate)."""
+            wanted, found, offset = set(rows), {}, 0
+            for batch in open_raw():
+                batch = conform(batch, keyed, file=file, row_offset=offset)
+                hit = [r for r in wanted if offset <= r < offset + batch.num_rows]
+                if hit:
+                    cols = [batch.column(k).to_pylist() for k in key]
+                    for r in hit:
+                        found[r] = tuple(c[r - offset] for c in cols)
+                offset += batch.num_rows
+            return found
+
+        tracker = KeyTracker(contract, file=file, fetch=fetch)
     raw: Iterator[pa.Table] = open_raw()
-    tracker = KeyTracker(contract, file=file, fetch=fetch) if contract is not None and contract.key else None
     offset = 0
     for batch in raw:
         if contract is not None:

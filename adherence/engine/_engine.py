@@ -27,7 +27,7 @@ from ..data._metadata import redact_secrets
 from ..data._validate import conform_schema as _conform_schema
 from ..role import RoleConfig, aggregate_sessions, get_method
 from ..role._base import missing_references
-from ._executors import EngineError, check_reachable, get_executor
+from ._executors import EngineError, Executor, RayExecutor, check_reachable, get_executor
 from ._plan import _write_json_atomic, content_digest, plan_job, temp_path
 from ._safety import (
     PathLock,
@@ -49,8 +49,8 @@ __all__ = ["Engine", "JobResult", "score"]
 class JobResult:
     """What a job produced: paths (or the table for in-memory runs) and its summary."""
 
-    output: Optional[Path]
-    sessions_output: Optional[Path]
+    output: Union[Path, str, None]  # a str is an object-storage URI
+    sessions_output: Union[Path, str, None]
     summary: dict
     table: Optional[pa.Table] = None
     sessions: Optional[pa.Table] = None
@@ -157,7 +157,7 @@ class Engine:
             self.executor_kwargs["tensor_parallel"] = tensor_parallel
         self.shard_size, self.work_dir, self.resume, self.keep_work_dir = shard_size, work_dir, resume, keep_work_dir
         self.progress, self.n_bootstrap, self.seed, self.batch_size = progress, n_bootstrap, seed, batch_size
-        self._executor = None
+        self._executor: Optional[Executor] = None
         self._names: dict = {}
         self._remote_work: Optional[Remote] = None
         from ..data import TranscriptOptions
@@ -188,11 +188,15 @@ class Engine:
         exactly once). A failure or an interrupt leaves earlier files untouched.
         """
         start = time.perf_counter()
-        tmp_ctx = tempfile.TemporaryDirectory(prefix="adherence-") if output is None else None
+        tmp_ctx = None
+        target: Union[str, os.PathLike] = Path() if output is None else output
+        if output is None:
+            tmp_ctx = tempfile.TemporaryDirectory(prefix="adherence-")
+            target = Path(tmp_ctx.name) / "scores.parquet"
         staging: Optional[Path] = None
         try:
             # Absolute from here on (Ray workers run in other directories and on other nodes), or URIs.
-            out_t = as_target(Path(tmp_ctx.name) / "scores.parquet" if output is None else output)
+            out_t = as_target(target)
             sessions_t = _beside(out_t, "sessions") if sessions_output is None else as_target(sessions_output)
             work_t = as_target(self.work_dir) if self.work_dir else _beside(out_t, "work")
             remote = {
@@ -204,7 +208,7 @@ class Engine:
                 # Object storage: bookkeeping and the files to publish are staged locally on the driver.
                 staging = Path(tempfile.mkdtemp(prefix="adherence-staging-"))
             out_path, sessions_path, work = (
-                t if isinstance(t, Path) else staging / sub / Remote(t).name
+                _local_side(t, staging, sub)
                 for t, sub in ((out_t, "publish"), (sessions_t, "publish"), (work_t, "work"))
             )
             self._names = {"turns": str(out_t), "sessions": str(sessions_t), "work": str(work_t)}
@@ -293,12 +297,13 @@ class Engine:
         config = dataclasses.replace(self.config, progress=False)
         needs_references = method.uses_dataset_references(self.config)
         if self.executor_name == "ray":
-            self._executor = get_executor(self.executor_name, **self.executor_kwargs)
-            check_reachable(self._executor.ray, str(self._remote_work) if self._remote_work else work)
+            executor = self._executor = get_executor(self.executor_name, **self.executor_kwargs)
+            if isinstance(executor, RayExecutor):
+                check_reachable(executor.ray, str(self._remote_work) if self._remote_work else work)
             if not needs_references and not method.needs_reference_texts:
                 # Workers start (and load their models) while the input is being planned (a method that needs
                 # reference texts waits for the plan to show there are some).
-                self._executor.start(config)
+                executor.start(config)
         from ..data import TranscriptOptions
 
         transcripts = TranscriptOptions(self.input_format, self.role, self.strict_input)
@@ -525,6 +530,8 @@ class Engine:
                 sessions_sink.write(sessions)
                 n_sessions += sessions.num_rows
             sink.close()
+            if sessions_sink is None:
+                raise EngineError("the plan has no shards, so no sessions were written; nothing was published")
             sessions_sink.close()
             written = sink.count_rows()
             if written != plan.total_rows:
@@ -533,7 +540,7 @@ class Engine:
                 )
             elapsed = time.perf_counter() - start
             totals = {k: sum(r[k] for r in results.values()) for k in ("rows", "ok", "error", "unscored")}
-            models = next((r.get("models") for r in results.values() if r.get("models")), {})
+            models: dict = next((r.get("models") for r in results.values() if r.get("models")), {})
             failed = sorted(r["shard_id"] for r in results.values() if r.get("failed"))
             summary = {
                 "method": self.config.method,
@@ -612,6 +619,15 @@ def _tensor_parallel_config(config: RoleConfig, n: int, executor: str) -> RoleCo
     if executor == "ray":
         opts.setdefault("distributed_executor_backend", "ray")
     return dataclasses.replace(config, judge=dataclasses.replace(judge, backend_options=opts))
+
+
+def _local_side(target: Union[Path, str], staging: Optional[Path], sub: str) -> Path:
+    """A local target as it is; an object-storage one as its copy staged under ``staging/sub``."""
+    if isinstance(target, Path):
+        return target
+    if staging is None:
+        raise EngineError(f"{target} is on object storage but no staging directory was made for it")
+    return staging / sub / Remote(target).name
 
 
 def _beside(target: Union[Path, str], what: str) -> Union[Path, str]:

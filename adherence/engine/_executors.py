@@ -9,7 +9,7 @@ import uuid
 import warnings
 from abc import ABC, abstractmethod
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Any, Callable, Optional, Union
 
 from .._optional import require
 from ..role import RoleConfig
@@ -129,7 +129,7 @@ class RayExecutor(Executor):
         self._pgs: list = []
         self._prepares: dict = {}
         self._actor_config: Optional[RoleConfig] = None
-        self.stats = {"retried_shards": 0, "workers_lost": 0, "workers": {}}
+        self.stats: dict[str, Any] = {"retried_shards": 0, "workers_lost": 0, "workers": {}}
 
     def _fit(self, num_workers: Optional[int], total: dict) -> int:
         """How many workers to start on a cluster with ``total`` resources (one line when none fits)."""
@@ -344,7 +344,7 @@ def _probe(path: str, token: str) -> bool:
         return False
 
 
-def check_reachable(ray, work: Path, timeout: float = 60.0) -> None:
+def check_reachable(ray, work: Union[str, Path], timeout: float = 60.0) -> None:
     """Prove that every live node of the Ray cluster sees ``work`` (the driver writes a token there and a
     zero-CPU task on each node reads it back) before any work; one line naming the nodes that do not."""
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -354,8 +354,8 @@ def check_reachable(ray, work: Path, timeout: float = 60.0) -> None:
     nodes = [n for n in ray.nodes() if n.get("Alive")]
     token = uuid.uuid4().hex
     remote = is_uri(str(work))
-    marker = (Remote(str(work)) if remote else work) / f".reachable-{token}"
-    if remote:
+    marker: Union[Path, Remote] = (Remote(str(work)) if remote else Path(work)) / f".reachable-{token}"
+    if isinstance(marker, Remote):
         marker.write_bytes(token.encode("utf-8"))
     else:
         marker.write_text(token, encoding="utf-8")
@@ -377,7 +377,7 @@ def check_reachable(ray, work: Path, timeout: float = 60.0) -> None:
             if not ok:
                 bad.append(refs[r])
     finally:
-        if remote:
+        if isinstance(marker, Remote):
             marker.delete()
         else:
             marker.unlink(missing_ok=True)

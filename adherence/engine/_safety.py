@@ -93,8 +93,12 @@ def _read_meta(path: Path) -> Optional[dict]:
 
 def is_adherence_output(path: Path) -> bool:
     """True when ``path``'s run metadata says adherence wrote it (so a new run may replace it)."""
-    meta = _read_meta(path)
-    return bool(meta) and (meta.get("producer") == PRODUCER or "adherence" in (meta.get("versions") or {}))
+    return _written_by_adherence(_read_meta(path))
+
+
+def _written_by_adherence(meta: Optional[dict]) -> bool:
+    """True when run metadata names adherence as the producer (or, from older runs, among the versions)."""
+    return meta is not None and (meta.get("producer") == PRODUCER or "adherence" in (meta.get("versions") or {}))
 
 
 def _same(a: Path, b: Path) -> bool:
@@ -444,7 +448,7 @@ def check_remote_output(obj, what: str) -> None:
             f"{what} on object storage must be one file (.parquet, .jsonl or .csv), not a directory", file=obj.uri
         )
     meta = _remote_meta(obj)
-    ours = bool(meta) and (meta.get("producer") == PRODUCER or "adherence" in (meta.get("versions") or {}))
+    ours = _written_by_adherence(meta)
     if obj.is_dir():
         raise DataError(f"{what} is a prefix holding other objects; refusing to replace it", file=obj.uri)
     if obj.exists() and not ours:

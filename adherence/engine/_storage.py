@@ -203,17 +203,20 @@ class Remote:
 Target = Union[str, os.PathLike, Remote]
 
 
-def _remote(path: Target) -> Optional[Remote]:
+def _where(path: Target) -> Union[Path, Remote]:
+    """An object-storage URI as a :class:`Remote`, anything else as a local :class:`Path`."""
     if isinstance(path, Remote):
         return path
-    return Remote(path) if is_uri(path) else None
+    if isinstance(path, str) and is_uri(path):
+        return Remote(path)
+    return Path(path)
 
 
 def read_arrow_stream(path: Target) -> pa.Table:
     """An Arrow IPC stream file, local or on object storage."""
-    r = _remote(path)
-    if r is None:
-        with pa.ipc.open_stream(str(path)) as reader:
+    r = _where(path)
+    if isinstance(r, Path):
+        with pa.ipc.open_stream(str(r)) as reader:
             return reader.read_all()
     with r.fs.open_input_stream(r.path) as fh, pa.ipc.open_stream(fh) as reader:
         return reader.read_all()
@@ -222,9 +225,9 @@ def read_arrow_stream(path: Target) -> pa.Table:
 def read_parquet(path: Target, columns=None) -> pa.Table:
     import pyarrow.parquet as pq
 
-    r = _remote(path)
-    if r is None:
-        return pq.read_table(path, columns=columns)
+    r = _where(path)
+    if isinstance(r, Path):
+        return pq.read_table(r, columns=columns)
     return pq.read_table(r.path, filesystem=r.fs, columns=columns)
 
 
@@ -232,15 +235,14 @@ def write_parquet(table: pa.Table, path: Target) -> None:
     """Parquet written atomically: locally a temporary renamed into place, on object storage one upload."""
     import pyarrow.parquet as pq
 
-    r = _remote(path)
-    if r is None:
+    r = _where(path)
+    if isinstance(r, Path):
         from ._plan import temp_path
 
-        out = Path(path)
-        tmp = temp_path(out)
+        tmp = temp_path(r)
         try:
             pq.write_table(table, tmp)
-            os.replace(tmp, out)
+            os.replace(tmp, r)
         finally:
             tmp.unlink(missing_ok=True)
         return
@@ -250,27 +252,27 @@ def write_parquet(table: pa.Table, path: Target) -> None:
 
 
 def digest(path: Target) -> str:
-    r = _remote(path)
-    if r is None:
+    r = _where(path)
+    if isinstance(r, Path):
         from ._plan import content_digest
 
-        return content_digest(path)
+        return content_digest(r)
     return r.digest()
 
 
 def read_json(path: Target):
-    r = _remote(path)
-    if r is None:
-        return json.loads(Path(path).read_text(encoding="utf-8"))
+    r = _where(path)
+    if isinstance(r, Path):
+        return json.loads(r.read_text(encoding="utf-8"))
     return json.loads(r.read_bytes().decode("utf-8"))
 
 
 def write_json(path: Target, obj) -> None:
-    r = _remote(path)
-    if r is None:
+    r = _where(path)
+    if isinstance(r, Path):
         from ._plan import _write_json_atomic
 
-        _write_json_atomic(Path(path), obj)
+        _write_json_atomic(r, obj)
     else:
         r.write_bytes(json.dumps(obj, ensure_ascii=False, default=repr).encode("utf-8"))
 

@@ -11,12 +11,15 @@ from __future__ import annotations
 import json
 from collections import Counter
 from pathlib import Path
-from typing import Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Optional, Sequence, Union
 
 import numpy as np
 
 from .._optional import require
 from ._encoder import LateInteractionEncoder, TokenBatch
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["LateInteractionIndex", "SearchResult"]
 
@@ -65,8 +68,10 @@ class LateInteractionIndex:
         if backend not in ("auto", "triton", "torch"):
             raise ValueError(f"`backend` must be 'auto', 'triton' or 'torch', got {backend!r}")
         self._encoder_spec = encoder
-        self._encoder = encoder if isinstance(encoder, LateInteractionEncoder) else None
-        if self._encoder is None and not _lazy_encoder:
+        self._encoder: Optional[LateInteractionEncoder] = None
+        if isinstance(encoder, LateInteractionEncoder):
+            self._encoder = encoder
+        elif not _lazy_encoder:
             self._encoder = LateInteractionEncoder(encoder)
         self.backend = backend
         from ..models import pick_device
@@ -77,14 +82,15 @@ class LateInteractionIndex:
         self.ids: list[str] = []
         self.n_chunks = np.zeros(0, dtype=np.int64)
         self.meta: dict = {"encoder": self._encoder.describe() if self._encoder else None}
-        self._faiss = None
-        self._on_device = None
+        self._faiss: Any = None
+        self._on_device: Optional[tuple[torch.Tensor, torch.Tensor]] = None
 
     # -- building -----------------------------------------------------------------------------
     @property
     def encoder(self) -> LateInteractionEncoder:
         if self._encoder is None:
-            spec = self._encoder_spec or (self.meta.get("encoder") or {}).get("model")
+            given = self._encoder_spec if isinstance(self._encoder_spec, str) else None
+            spec = given or (self.meta.get("encoder") or {}).get("model")
             self._encoder = LateInteractionEncoder(spec)
             if self._encoder.dim != self.dim:
                 raise ValueError(f"encoder {self._encoder.name!r} has dim {self._encoder.dim}, the index {self.dim}")
@@ -235,9 +241,8 @@ class LateInteractionIndex:
         if not len(self):
             raise ValueError("the index is empty")
         q = self.encode_queries(queries)
-        if self._faiss is None:
-            self.build_faiss()
-        _, tok = self._faiss.search(q.embeddings.float().cpu().numpy(), min(k_tokens, int(self.offsets[-1])))
+        faiss_index = self._faiss if self._faiss is not None else self.build_faiss()
+        _, tok = faiss_index.search(q.embeddings.float().cpu().numpy(), min(k_tokens, int(self.offsets[-1])))
         owner = np.searchsorted(self.offsets.numpy(), np.where(tok < 0, 0, tok), side="right") - 1
         owner = np.where(tok < 0, -1, owner)
         q_off = q.offsets.numpy()

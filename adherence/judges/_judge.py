@@ -8,7 +8,7 @@ import math
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal, Optional
+from typing import Any, Literal, Optional
 
 import pyarrow as pa
 
@@ -185,7 +185,7 @@ def cached_calls(
     key_params = {"kind": kind, **params}
     keys = [r.cache_key(backend.model_id, key_params, repeat) for r in requests]
     found = cache.get_many(keys) if cache is not None else {}
-    outputs = [JudgeOutput.from_json(found[k]) if k in found else None for k in keys]
+    outputs: list[Optional[JudgeOutput]] = [JudgeOutput.from_json(found[k]) if k in found else None for k in keys]
     todo = [i for i, k in enumerate(keys) if k not in found]
     if stats is not None:
         stats["cache_hits"] = stats.get("cache_hits", 0) + len(requests) - len(todo)
@@ -208,11 +208,13 @@ def cached_calls(
                 seed=params.get("seed"),
                 **extra,
             )
+        if len(fresh) != len(part):
+            raise RuntimeError(f"the {backend.name} backend returned {len(fresh)} outputs for {len(part)} requests")
         for i, out in zip(part, fresh):
             outputs[i] = out
         if cache is not None:
             cache.put_many({keys[i]: o.to_json() for i, o in zip(part, fresh) if o.error is None})
-    return outputs
+    return [o if o is not None else JudgeOutput(error="the judge returned nothing for this request") for o in outputs]
 
 
 class RoleJudge:
@@ -250,9 +252,10 @@ class RoleJudge:
     @property
     def stats(self) -> dict:
         out = dict(self._stats)
+        counted = getattr(self.backend, "stats", {})
         for k in ("prompt_tokens", "forward_tokens", "generated_tokens", "batches"):
-            if k in getattr(self.backend, "stats", {}):
-                out[k] = int(self.backend.stats[k])
+            if k in counted:
+                out[k] = int(counted[k])
         return out
 
     def _preflight(self) -> None:
@@ -294,8 +297,8 @@ class RoleJudge:
         order = sorted(range(n), key=lambda i: (rows[i]["conversation_id"], rows[i]["turn_index"]))
         per_turn: list[tuple[int, JudgeRequest]] = []
         per_conv: list[tuple[list[int], JudgeRequest]] = []
-        for cid, members in itertools.groupby(order, key=lambda i: rows[i]["conversation_id"]):
-            members = list(members)
+        for cid, group in itertools.groupby(order, key=lambda i: rows[i]["conversation_id"]):
+            members = list(group)
             role = rows[members[0]]["role"]
             if not role or not str(role).strip():
                 for i in members:
@@ -336,7 +339,7 @@ class RoleJudge:
         An unparseable answer is ``unscored`` (never 0); a failed call or bad row is ``error``.
         """
         n = turns.num_rows
-        cols = {
+        cols: dict[str, list[Any]] = {
             "score": [None] * n,
             "status": [None] * n,
             "error": [None] * n,
@@ -364,7 +367,7 @@ class RoleJudge:
     def _continuous(self, reqs: list, sample: int) -> Optional[list]:
         """Per request ``(p, source, mass)`` or an error tuple ``(None, message, status)``; None: no log-probs."""
         c = self.config
-        params = {"top_k": c.top_k}
+        params: dict[str, Any] = {"top_k": c.top_k}
         exact = c.full_vocab and self.backend.full_vocab
         if exact:
             params["variants"] = [sorted(v) for v in c.variants]
@@ -378,7 +381,7 @@ class RoleJudge:
             log.info("logprobs unsupported: %s", exc)
             return None
         yes, no = c.variants
-        got = []
+        got: list[tuple[Any, ...]] = []
         for o in outs:
             if o.error:
                 got.append((None, o.error, "error", o.truncated))
@@ -426,10 +429,10 @@ class RoleJudge:
     def _binary(self, reqs: list, sample: int) -> list:
         """Per request ``(verdict or None, error or None, truncated)``."""
         c = self.config
-        params = {"max_tokens": 4, "temperature": c.temperature, "seed": self._sample_seed(sample)}
+        params: dict[str, Any] = {"max_tokens": 4, "temperature": c.temperature, "seed": self._sample_seed(sample)}
         if c.samples > 1:
             params["sample"] = sample
-        got = []
+        got: list[tuple[Any, ...]] = []
         for o in self._call("generate", reqs, **params):
             if o.error:
                 got.append((None, o.error, o.truncated))
@@ -446,7 +449,7 @@ class RoleJudge:
         reqs = [r for _, r in items]
         k = c.samples
         continuous = c.output_mode == "continuous"
-        runs = None
+        runs: Optional[list[list[tuple[Any, ...]]]] = None
         if continuous and self.backend.supports_logprobs:
             runs = []
             for s in range(k):
@@ -467,7 +470,7 @@ class RoleJudge:
                 stacklevel=3,
             )
             continuous = False
-        if continuous:
+        if continuous and runs is not None:
             for j, i in enumerate(idx):
                 results = [run[j] for run in runs]
                 cols["truncated"][i] = any(r[-1] for r in results)
@@ -522,7 +525,7 @@ class RoleJudge:
         reqs = [r for _, r in items]
         per_turn = 40 if c.include_reason else 8
         budget = [16 + per_turn * len(m) for m, _ in items]
-        outs = []
+        outs: list[tuple[int, JudgeOutput]] = []
         for size in sorted(set(budget)):
             chosen = [k for k, b in enumerate(budget) if b == size]
             got = self._call(

@@ -204,8 +204,8 @@ class OpenAIBackend(JudgeBackend):
                 self._mark(url, False, retry_after=30.0)
         if len(failures) == len(self.base_urls):
             raise failures[0]
-        for exc in failures:
-            warnings.warn(f"{exc}; that endpoint is skipped until it answers", stacklevel=2)
+        for failure in failures:
+            warnings.warn(f"{failure}; that endpoint is skipped until it answers", stacklevel=2)
 
     def _preflight_one(self, where: str, logprobs: bool) -> None:
         import httpx

@@ -186,7 +186,7 @@ def turn_requests(
             continue
         if template is not None:
             content = template.format(role=role, history="".join(earlier) or NO_HISTORY, user=u or "", assistant=a)
-            pieces = (content,)
+            pieces: tuple[str, ...] = (content,)
         else:
             head = f"You are auditing a chatbot. Its role definition:\n{role}\n\nConversation so far:\n"
             tail = ("" if earlier else NO_HISTORY + "\n") + (

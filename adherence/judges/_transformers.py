@@ -12,7 +12,7 @@ its prefixes. The LM head runs only on the rows that are read.
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 from ..models import DEFAULT_JUDGE, pick_device, pick_dtype, resolve_model
 from ._backend import JudgeBackend, JudgeOutput
@@ -299,7 +299,9 @@ class TransformersBackend(JudgeBackend):
     def _packs(self, group: list) -> list:
         """Split a conversation's (index, plan) list into packs: (trunk_ids, [(index, prefix_len, tail)])."""
         group = sorted(group, key=lambda it: len(it[1].history))
-        packs, current, trunk_pieces = [], [], 0
+        packs: list[tuple[int, list[tuple[int, _Plan]]]] = []
+        current: list[tuple[int, _Plan]] = []
+        trunk_pieces = 0
         longest = group[-1][1]
         cum = [len(longest.head)]
         for h in longest.history:
@@ -383,7 +385,9 @@ class TransformersBackend(JudgeBackend):
         from . import _tree_attention
 
         torch = self._torch
-        batches, current, size = [], [], 0
+        batches: list[list[Any]] = []
+        current: list[Any] = []
+        size = 0
         for s in seqs:
             if current and size + len(s[0]) > self.batch_tokens:
                 batches.append(current)
@@ -483,7 +487,8 @@ class TransformersBackend(JudgeBackend):
         """Greedy batches (items pre-sorted by decreasing length) with batch * longest <= batch_tokens."""
         from tqdm.auto import tqdm
 
-        batches, current = [], []
+        batches: list[list[Any]] = []
+        current: list[Any] = []
         for it in items:
             if current and (len(current) + 1) * key(current[0]) > self.batch_tokens:
                 batches.append(current)
@@ -500,7 +505,8 @@ class TransformersBackend(JudgeBackend):
 
     def _arrange(self, requests: Sequence[JudgeRequest], plans: list) -> tuple[list, list]:
         """``(plain, packs)``: prompts run on their own row, and conversations packed with a shared trunk."""
-        plain, groups = [], {}
+        plain: list[tuple[int, list[int]]] = []
+        groups: dict[tuple[Any, ...], list[tuple[int, _Plan]]] = {}
         for i, (req, plan) in enumerate(zip(requests, plans)):
             if plan.error:
                 continue

@@ -56,7 +56,7 @@ def export_judge(output: Union[str, os.PathLike], model: Optional[str] = None, *
     tok = AutoTokenizer.from_pretrained(path, gguf_file=resolved.gguf_file)
     m = AutoModelForCausalLM.from_pretrained(path, gguf_file=resolved.gguf_file, dtype=getattr(torch, _DTYPES[dtype]))
     # The weights are de-quantised in memory; drop the GGUF quantizer, which transformers refuses to serialise.
-    m.hf_quantizer = None
+    m.hf_quantizer = None  # type: ignore[assignment]  # typed as a quantizer; None is what transformers checks for
     if hasattr(m.config, "quantization_config"):
         del m.config.quantization_config
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -110,9 +110,9 @@ class BiEncoderRetriever(Retriever):
             return out
         p = self.encoder.encode(pieces).float().cpu().numpy()
         sims = q @ p.T
-        owner = np.asarray(owner)
+        owners = np.asarray(owner)
         out[:] = -np.inf
-        np.maximum.at(out.T, owner, sims.T)
+        np.maximum.at(out.T, owners, sims.T)
         out[np.isinf(out)] = 0.0
         return out
 

@@ -71,7 +71,9 @@ def naturalness(corpus, nli, *, k_previous: int = 5, threshold: float = 0.7) -> 
         return pairs.setdefault((premise, hypothesis), len(pairs))
 
     consecutive, persona_groups, self_groups = [], [], []
-    prev_conv, prev_text, history = None, None, {}
+    prev_conv: str | None = None
+    prev_text: str | None = None
+    history: dict[str, list[str]] = {}
     for c, s, t in corpus.utterances():
         t = (t or "").strip()
         if c != prev_conv:

@@ -64,7 +64,8 @@ def _hist_svg(y: np.ndarray, s: np.ndarray, positive: str) -> str:
     if len(drawn) == 2:  # where both classes fall in a bin the two fills blend: name that colour too
         white = (1.0, 1.0, 1.0)
         first = [0.55 * c + 0.45 * w for c, w in zip(to_rgb(drawn[0]), white)]
-        both = [0.55 * c + 0.45 * f for c, f in zip(to_rgb(drawn[1]), first)]
+        r, g, b = (0.55 * c + 0.45 * f for c, f in zip(to_rgb(drawn[1]), first))
+        both = (r, g, b)
         handles.append(Patch(color=both, label="both classes (overlap)"))
     ax.set_xlabel("score")
     ax.set_ylabel("turns")
@@ -260,10 +261,10 @@ def evaluation_html(
     ``calibration``: a calibration's before/after (``fit_calibration`` or ``evaluate --calibration``), shown
     with its reliability diagram.
     """
-    labels = np.asarray(labels, dtype=object)
+    names = np.asarray(labels, dtype=object)
     s = np.asarray(scores, dtype=np.float64)
     positive = result["positive"]
-    y = (labels == positive).astype(np.int8)
+    y = (names == positive).astype(np.int8)
     ci = result.get("ci", {})
     rows = []
     for m in _METRICS:
@@ -310,8 +311,8 @@ def evaluation_html(
             _confusion_html(result["confusion"], positive),
         ]
     figs = [_roc_svg(y, s, result.get("auc")), _hist_svg(y, s, positive)]
-    if len(set(labels.tolist())) > 2:
-        figs.append(_by_label_svg(labels, s, positive))
+    if len(set(names.tolist())) > 2:
+        figs.append(_by_label_svg(names, s, positive))
     sections.append("<h2>Figures</h2><div class='figs'>" + "".join(figs) + "</div>")
     by = result.get("by_label", {})
     sections.append("<h2>Scores per label</h2>")

@@ -5,12 +5,15 @@ from __future__ import annotations
 import importlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, Optional, Union
+from typing import TYPE_CHECKING, Any, Optional, Union
 
 import numpy as np
 import pyarrow as pa
 
 from .._registry import unknown_name
+
+if TYPE_CHECKING:
+    from ..judges import RoleJudge
 
 __all__ = ["RoleConfig", "MethodResult", "Method", "METHODS", "get_method", "text_column", "missing_references"]
 
@@ -211,7 +214,7 @@ class Method(ABC):
         assistant = text_column(turns, "assistant")
         truth = text_column(turns, "ground_truth_assistant")
         refs = text_column(turns, "references")
-        out = []
+        out: list[Optional[str]] = []
         for a, g, r in zip(assistant, truth, refs):
             if _blank(a):
                 out.append("empty assistant turn")
@@ -236,7 +239,7 @@ class Resources:
     def __init__(self, config: RoleConfig, *, encoder=None) -> None:
         self.config = config
         self._encoder = encoder
-        self._judge = None
+        self._judge: Optional[RoleJudge] = None
 
     @property
     def encoder(self):

@@ -86,8 +86,10 @@ class KnnMethod(_EncoderMethod):
                 refs = enc.encode(ref_lists[0])
                 out = fused_scores(x, refs=refs)[:, 1]
             else:
-                flat, starts, ends = [], [], []
-                for i in idx:
+                flat: list[str] = []
+                starts: list[int] = []
+                ends: list[int] = []
+                for i in idx.tolist():
                     starts.append(len(flat))
                     flat.extend(ref_lists[i])
                     ends.append(len(flat))

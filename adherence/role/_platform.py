@@ -103,7 +103,8 @@ def _key_problems(table: pa.Table) -> dict:
     names = table.column_names
     cids = table.column("conversation_id").to_pylist() if "conversation_id" in names else [None] * table.num_rows
     idxs = table.column("turn_index").to_pylist() if "turn_index" in names else [None] * table.num_rows
-    out, seen = {}, {}
+    out: dict[int, str] = {}
+    seen: dict[tuple[Any, Any], int] = {}
     for i, key in enumerate(zip(cids, idxs)):
         if key[0] is None or key[1] is None:
             out[i] = f"null {'conversation_id' if key[0] is None else 'turn_index'}: the turn cannot be placed"

@@ -142,6 +142,7 @@ def fit_threshold(y_true: Any, y_score: Any, rule: str = "youden", target: Optio
             raise ValueError("the youden rule takes no target")
     elif target is None or not 0.0 < target <= 1.0:
         raise ValueError(f"the {rule} rule needs a target in (0, 1], got {target!r}")
+    goal = 0.0 if target is None else target
     order = np.argsort(-s, kind="stable")
     ss, yy = s[order], y[order]
     last = np.r_[np.flatnonzero(np.diff(ss)), len(ss) - 1]  # last index of each distinct score (descending)
@@ -153,10 +154,10 @@ def fit_threshold(y_true: Any, y_score: Any, rule: str = "youden", target: Optio
     if rule == "youden":
         j = int(np.argmax(tpr - fpr))
     elif rule == "recall":
-        j = int(np.flatnonzero(tpr >= target - 1e-12)[0])
+        j = int(np.flatnonzero(tpr >= goal - 1e-12)[0])
     else:
         precision = tp / (tp + fp)
-        ok = np.flatnonzero(precision >= target - 1e-12)
+        ok = np.flatnonzero(precision >= goal - 1e-12)
         if not len(ok):
             raise UndefinedMetricError(f"no threshold reaches precision {target} (the best is {precision.max():.4f})")
         j = int(ok[-1])
@@ -439,7 +440,7 @@ def fit_calibration(
 
     from ._ranking import roc_auc_score
 
-    out = {
+    out: dict[str, Any] = {
         "n": int(len(y)),
         "n_positive": int(y.sum()),
         "n_negative": int(len(y) - y.sum()),

@@ -86,6 +86,7 @@ def evaluate_scores(
     out: dict[str, Any] = {"n": int(len(y)), "n_positive": int(y.sum()), "n_negative": int(len(y) - y.sum())}
     undefined: dict[str, str] = {}
     ci: dict[str, Any] = {}
+    jobs: list[tuple[str, Callable[..., Any], tuple[np.ndarray, np.ndarray]]]
     jobs = [(name, fn, (y, s)) for name, fn in _SCORE_METRICS.items()]
     if y_pred is not None:
         p = np.asarray(y_pred, dtype=np.int8)
