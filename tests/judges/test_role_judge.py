@@ -94,3 +94,26 @@ def test_bundled_judge_warns_it_is_a_smoke_test(smollm_judge, turns):
         judge = RoleJudge(JudgeConfig(backend="transformers", backend_options={"device": "cpu", "progress": False}))
     cols = judge.score(turns.slice(0, 4))
     assert set(cols["status"]) == {"ok"} and all(0 < s < 1 for s in cols["score"])
+
+
+def test_a_backend_that_drops_outputs_is_an_error_naming_it(tiny_judge, turns):
+    # A user's own backend (JudgeBackend is public) that answers fewer requests than it was given: the job
+    # stops with one line naming it, instead of leaving the missing turns without an output.
+    from adherence.judges import JudgeBackend
+
+    class Lossy(JudgeBackend):
+        name = "lossy"
+        full_vocab = True
+
+        @property
+        def model_id(self):
+            return tiny_judge.model_id
+
+        def first_token_logprobs(self, requests, **kw):
+            return tiny_judge.first_token_logprobs(requests, **kw)[:-1]
+
+        def generate(self, requests, **kw):
+            return tiny_judge.generate(requests, **kw)
+
+    with pytest.raises(RuntimeError, match=r"the lossy backend returned \d+ outputs for \d+ requests"):
+        _judge(Lossy()).score(turns)
