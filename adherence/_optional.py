@@ -21,7 +21,7 @@ def is_available(module: str) -> bool:
 
 
 def require(module: str, extra: str, purpose: str = "") -> ModuleType:
-    """Import ``module`` or raise :class:`MissingDependencyError` naming ``pip install adherence[extra]``."""
+    """Import ``module`` or raise ``MissingDependencyError`` naming ``pip install adherence[extra]``."""
     if not is_available(module):
         what = f" for {purpose}" if purpose else ""
         raise MissingDependencyError(

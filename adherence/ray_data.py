@@ -29,7 +29,7 @@ class RoleScorer:
     """``Dataset.map_batches(RoleScorer, fn_constructor_kwargs={...}, batch_format="pyarrow")``.
 
     Args:
-        **options: the options of :func:`adherence.score` (``method``, ``encoder``, ``judge``,
+        **options: the options of ``adherence.score`` (``method``, ``encoder``, ``judge``,
             ``threshold``, ... or ``config``). Methods that need the whole job's ground truths are
             refused (use the engine for those).
 
@@ -85,10 +85,11 @@ def score_dataset(
     Args:
         ds: a ``ray.data.Dataset`` with the turns contract's columns.
         concurrency: scoring actors (each loads the models once).
-        num_gpus, num_cpus: resources per actor (``num_gpus=1``: one actor per GPU).
+        num_gpus: GPUs per actor (``num_gpus=1``: one actor per GPU).
+        num_cpus: CPUs per actor.
         num_partitions: partitions of the shuffle that groups conversations (default: 4 per actor).
         rows_per_call: turns per scoring call, about (buckets = rows / rows_per_call, at least 4 per actor).
-        **options: as :func:`adherence.score` (``method``, ``judge``, ``encoder``, ...).
+        **options: as ``adherence.score`` (``method``, ``judge``, ``encoder``, ...).
 
     Returns:
         a ``ray.data.Dataset`` with the input columns plus ``method, score, prediction, status,

@@ -62,7 +62,7 @@ def score_dataframe(df, *, chunk_rows: int = 4096, num_partitions: Optional[int]
         df: turns (the turns contract's columns; others pass through).
         chunk_rows: turns per scoring call (whole conversations; a longer conversation is one call).
         num_partitions: partitions of the hash repartition by ``conversation_id`` (default: Spark's).
-        **options: as :func:`adherence.score` (``method``, ``judge``, ``encoder``, ...). Methods that need
+        **options: as ``adherence.score`` (``method``, ``judge``, ``encoder``, ...). Methods that need
             the whole job's ground truths are refused.
 
     Returns:

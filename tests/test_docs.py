@@ -27,6 +27,14 @@ def test_mkdocs_build_strict(tmp_path):
     assert (site / "index.html").exists() and (site / "calibrate" / "index.html").exists()
     api = (site / "api" / "stats" / "index.html").read_text(encoding="utf-8")
     assert "fit_calibration" in api and "roc_auc_score" in api  # the API reference is generated from docstrings
+    # Docstrings render as Markdown: a Sphinx role (:class:`X`) shows raw, and "a, b: ..." under Args or
+    # Attributes renders as a parameter named "a," of type "b".
+    for page in sorted((site / "api").rglob("index.html")):
+        html = page.read_text(encoding="utf-8")
+        roles = re.findall(r":(?:class|func|meth|attr|mod|data|exc|obj):", html)
+        assert not roles, (page.relative_to(site), roles[:5])
+        joined = re.findall(r"<code>\w+,</code>", html)
+        assert not joined, (page.relative_to(site), joined[:5])
 
 
 def test_every_page_is_in_the_navigation():

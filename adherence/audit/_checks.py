@@ -192,7 +192,7 @@ CHECKS: dict[str, tuple[Callable, tuple]] = {
 
 
 def validate_check(spec: Any) -> dict:
-    """Check a spec's shape; returns it, or raises :class:`CheckError` with what is wrong."""
+    """Check a spec's shape; returns it, or raises ``CheckError`` with what is wrong."""
     if not isinstance(spec, dict) or "type" not in spec:
         raise CheckError(f"a check must be an object with a 'type'; got {spec!r}")
     if spec["type"] not in CHECKS:

@@ -4,7 +4,7 @@ Each configuration runs in a fresh Python process so its peak RSS is its own.
 Texts are drawn from a small pool, so after the first shard the encoder cache
 answers and the benchmark measures the engine (planning, sharding, scoring
 kernel, writing), not the encoder. Correctness first: on a small file the
-engine's output must equal a one-pass :func:`adherence.role.score_turns`.
+engine's output must equal a one-pass ``adherence.role.score_turns``.
 """
 
 from __future__ import annotations

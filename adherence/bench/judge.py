@@ -12,7 +12,7 @@ Three workloads on one model (a checkpoint, or random weights of a real architec
   ``tolerance`` (1e-3 in bf16, 1e-4 in fp32). ``speedup`` = separate time / shared time.
 * ``full_vocab``: the ``unique`` workload read as top-k only and with the exact whole-vocabulary
   yes/no sums; ``overhead`` = exact time / top-k time - 1.
-* ``engine`` (with ``engine_turns``): the whole job — :class:`adherence.engine.Engine` reading a Parquet
+* ``engine`` (with ``engine_turns``): the whole job — ``adherence.engine.Engine`` reading a Parquet
   file of ``engine_turns`` turns (conversations shaped as in ``prefix``), judging them with a random model
   of ``engine_config`` and publishing the scores — timed end to end, with the GPU's utilisation sampled
   (NVML) and the process's CPU time per forward batch; the 1M-turn time is projected from its rate.

@@ -1,7 +1,7 @@
 """Throughput of the fused scoring kernels against torch eager, correctness checked first.
 
 Two kinds of configuration, each compared with the hardware limit measured in the same run
-(:func:`adherence.bench._hardware.measured_peaks`):
+(``adherence.bench._hardware.measured_peaks``):
 
 * ``fused`` (cosine + Mahalanobis + KL) and ``fused_knn`` (the same plus kNN-max over a small shared
   pool): memory-bound. Bytes moved per candidate row are what the kernels must read at least once: the

@@ -12,7 +12,7 @@ embeddings must add) is timed separately as ``padded_pipeline``.
 
 Bytes that must be read at least once per query: the pool's document tokens
 (``sum(len) * dim * element size``). GB/s = bytes / time; ``ratio_to_peak`` divides it by the copy
-bandwidth measured in the same run (:func:`adherence.bench._hardware.measured_peaks`). On CUDA the
+bandwidth measured in the same run (``adherence.bench._hardware.measured_peaks``). On CUDA the
 baseline reads the stored dtype (PyLate picks its own fastest backend); on CPU it runs in float32.
 """
 

@@ -1,6 +1,6 @@
 """The EVAL4SIM persona protocol end to end: wall time, where it goes, and agreement with a CPU run.
 
-Runs :func:`adherence.persona.evaluate_persona` on one reference corpus (adherence with every retriever
+Runs ``adherence.persona.evaluate_persona`` on one reference corpus (adherence with every retriever
 over 13 pool sizes and ``repeats`` pools per query and size, and consistency), on the chosen device,
 and reports the wall time with its parts: loading, each retriever's scoring (encoding and MaxSim
 included) and MRR-curve sampling, and consistency. With ``baseline`` (the JSON ``adherence persona -o``

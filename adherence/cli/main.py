@@ -166,7 +166,7 @@ def _interrupted(exc: KeyboardInterrupt) -> int:
 
 
 def console_main() -> None:
-    """The ``adherence`` command: :func:`main`, then exit with its code -- a signal arriving after the job
+    """The ``adherence`` command: ``main``, then exit with its code -- a signal arriving after the job
     ended (its output published) no longer changes that code."""
     import signal
 

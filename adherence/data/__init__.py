@@ -1,6 +1,6 @@
 """Arrow data contracts, validating readers and writers, and format adapters.
 
-Every reader validates what it reads and raises :class:`DataError` naming the
+Every reader validates what it reads and raises ``DataError`` naming the
 file, row and column of the first problem; columns a contract does not name
 pass through untouched.
 """

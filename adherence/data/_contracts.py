@@ -1,6 +1,6 @@
 """Arrow data contracts: every table the engine reads or writes.
 
-A :class:`Contract` lists its columns with their Arrow type, whether the
+A ``Contract`` lists its columns with their Arrow type, whether the
 column must be present, whether its values may be null, and for closed
 vocabularies the allowed values. Columns a contract does not name pass
 through untouched, after the contract's own columns.

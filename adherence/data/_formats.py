@@ -1,8 +1,8 @@
 """The file formats, below every adapter: detection, checks and one streaming reader per format.
 
 Every reader checks the file before trusting it (empty file, non-UTF-8 text, unparseable lines).
-Errors name file, row and column (:class:`DataError`). Nothing here knows about adapters or chat
-transcripts: :mod:`adherence.data._io` dispatches between them, above.
+Errors name file, row and column (``DataError``). Nothing here knows about adapters or chat
+transcripts: ``adherence.data._io`` dispatches between them, above.
 """
 
 from __future__ import annotations
@@ -122,7 +122,7 @@ def _check_surrogates(record: dict, *, file, row: int, line: int) -> None:
 
 
 def check_utf8(path: PathLike, chunk_size: int = 1 << 24) -> None:
-    """Raise :class:`DataError` naming the line of the first byte that is not UTF-8."""
+    """Raise ``DataError`` naming the line of the first byte that is not UTF-8."""
     decoder = codecs.getincrementaldecoder("utf-8")()
     line = 1
     with open(path, "rb") as fh:
@@ -218,7 +218,7 @@ def records_to_table(
 ) -> pa.Table:
     """Build a table from dict records; contract columns get their types, others are inferred.
 
-    Values that cannot be put in one typed column produce a :class:`DataError`
+    Values that cannot be put in one typed column produce a ``DataError``
     naming the row and column.
     """
     names: dict[str, None] = {}

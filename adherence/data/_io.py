@@ -1,9 +1,9 @@
 """Readers and writers for Parquet, JSONL and CSV, streaming in record batches.
 
-The dispatch above the formats (:mod:`._formats`), the adapters (:mod:`._adapters`) and chat
-transcripts (:mod:`._transcripts`): a source is detected, read by its format's reader or exploded from
+The dispatch above the formats (``._formats``), the adapters (``._adapters``) and chat
+transcripts (``._transcripts``): a source is detected, read by its format's reader or exploded from
 transcripts, and, when given a contract, each batch is cast to it and the contract's key is checked
-across the whole stream. Errors name file, row and column (:class:`DataError`).
+across the whole stream. Errors name file, row and column (``DataError``).
 """
 
 from __future__ import annotations
@@ -162,7 +162,7 @@ def iter_batches(
         format: override the format detected from the extension.
         batch_size: rows per yielded table.
         allow_empty: yield nothing instead of raising for a source with no rows.
-        transcripts: a :class:`adherence.data.TranscriptOptions`: chat transcripts (OpenAI
+        transcripts: a ``adherence.data.TranscriptOptions``: chat transcripts (OpenAI
             ``messages``, ShareGPT ``conversations``) are exploded into turns. Reading turns
             (``contract`` is ``TURNS``) detects them by default.
 
@@ -240,7 +240,7 @@ def read_table(
     format: Optional[str] = None,
     allow_empty: bool = False,
 ) -> pa.Table:
-    """Read a whole table (see :func:`iter_batches` for arguments and errors)."""
+    """Read a whole table (see ``iter_batches`` for arguments and errors)."""
     batches = list(iter_batches(source, contract, format=format, allow_empty=allow_empty))
     if not batches:
         schema = contract.schema([c for c in contract.required]) if contract else pa.schema([])
@@ -295,7 +295,7 @@ def write_table(
     """Write ``table`` atomically (temp file + rename) as Parquet, JSONL or CSV.
 
     With ``metadata``, a run-metadata JSON is written beside the output as
-    ``<path>.meta.json`` (see :func:`adherence.data.write_run_metadata`).
+    ``<path>.meta.json`` (see ``adherence.data.write_run_metadata``).
     """
     path = Path(path)
     fmt = detect_format(path, format) if format or path.suffix else "parquet"

@@ -173,7 +173,7 @@ def metadata_path(output: Union[str, os.PathLike]) -> Path:
 
 
 def write_run_metadata(output: Union[str, os.PathLike], meta: dict) -> Path:
-    """Write ``meta`` (from :func:`run_metadata`) beside ``output``, atomically."""
+    """Write ``meta`` (from ``run_metadata``) beside ``output``, atomically."""
     target = metadata_path(output)
     tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     tmp.write_text(json.dumps(redact_secrets(_jsonable(meta)), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")

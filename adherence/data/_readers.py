@@ -65,10 +65,10 @@ def _blank_text(v) -> bool:
 def read_ground_truth(source: Source, *, format: Optional[str] = None) -> dict:
     """Reference replies keyed by turn: ``{(conversation_id, turn_index): (ground_truth_assistant, references)}``.
 
-    The file (any format :func:`read_table` reads) has the :data:`GROUND_TRUTH` columns:
+    The file (any format ``read_table`` reads) has the ``GROUND_TRUTH`` columns:
     ``conversation_id``, ``turn_index`` (0-based within the conversation, as transcripts number
     their assistant turns), and ``ground_truth_assistant`` and/or ``references`` (a list of texts,
-    for ``knn``). A key given twice, a missing column or a mistyped value raises :class:`DataError`
+    for ``knn``). A key given twice, a missing column or a mistyped value raises ``DataError``
     naming the file, row and column.
 
     Example:
@@ -100,7 +100,7 @@ def read_ground_truth(source: Source, *, format: Optional[str] = None) -> dict:
 
 
 def read_turns(source: Source, *, format: Optional[str] = None) -> pa.Table:
-    """Read turns (any supported format or adapter) validated against :data:`TURNS`."""
+    """Read turns (any supported format or adapter) validated against ``TURNS``."""
     return read_table(source, TURNS, format=format)
 
 

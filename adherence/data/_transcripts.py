@@ -206,7 +206,7 @@ def explode_transcripts(
     """Turn tables of at most ``batch_size`` rows from ``(record_no, line_no, record)`` triples.
 
     A malformed transcript is skipped and listed in ``opts.skipped`` (or, with ``opts.strict``,
-    raises :class:`DataError` naming the file, record and line).
+    raises ``DataError`` naming the file, record and line).
     """
     from ._contracts import TURNS
 

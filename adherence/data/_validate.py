@@ -206,7 +206,7 @@ class KeyTracker:
 
     Each row's key is reduced to a 64-bit hash; duplicates inside a batch are
     reported at once, duplicates across batches when the stream ends
-    (:meth:`finish`). A suspected duplicate is confirmed on the real key values
+    (``finish``). A suspected duplicate is confirmed on the real key values
     (``fetch`` re-reads them by row) before it is reported, naming both rows.
     """
 

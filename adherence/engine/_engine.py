@@ -68,7 +68,7 @@ class Engine:
 
     Args:
         method: a role method (``llm_judge`` default, ``cosine``, ...); ``config`` may
-            be given instead, and further keyword options go to :class:`RoleConfig`.
+            be given instead, and further keyword options go to ``RoleConfig``.
         executor: ``local`` (in-process) or ``ray``.
         num_workers: Ray actors (ignored by ``local``; default one per ``gpus_per_worker`` GPUs of
             the cluster, else 1; CPU workers beyond the cluster's CPUs run as fewer, with a warning).
@@ -91,7 +91,8 @@ class Engine:
         role: the role definition for transcripts without a system message.
         strict_input: a malformed transcript is an error (default: skipped with a warning, counted
             in the summary and the run metadata).
-        n_bootstrap, seed: session confidence intervals.
+        n_bootstrap: bootstrap resamples of the session confidence intervals.
+        seed: seed of those resamples.
 
     Example::
 
@@ -183,7 +184,7 @@ class Engine:
         With no ``output`` the result is returned in memory (``JobResult.table``).
 
         Nothing the job did not create is deleted or overwritten: every output path is checked
-        before any work (:func:`check_outputs`), and the output, the sessions file and their
+        before any work (``check_outputs``), and the output, the sessions file and their
         metadata are published together, only once complete and verified (every input row
         exactly once). A failure or an interrupt leaves earlier files untouched.
         """
@@ -475,7 +476,7 @@ class Engine:
 
     @staticmethod
     def _verify_rows(shard_files: list[Path], total: int) -> None:
-        """Every input row exactly once across the shard outputs, or an :class:`EngineError` (nothing is published)."""
+        """Every input row exactly once across the shard outputs, or an ``EngineError`` (nothing is published)."""
         seen = np.zeros(total, dtype=bool)
         count = 0
         for f in shard_files:
@@ -864,7 +865,7 @@ class _TableSink:
 def score(source, output: Optional[Union[str, os.PathLike]] = None, **options: Any) -> Union[pa.Table, JobResult]:
     """Score a turns dataset with the engine; returns the scores table when ``output`` is None.
 
-    Options are :class:`Engine`'s and :class:`RoleConfig`'s, e.g.
+    Options are ``Engine``'s and ``RoleConfig``'s, e.g.
     ``score("turns.parquet", method="cosine", executor="ray", num_workers=2)``.
     """
     options.setdefault("progress", False)

@@ -57,7 +57,7 @@ class RayExecutor(Executor):
     Each actor declares its resources (``cpus_per_worker``, ``gpus_per_worker``) and holds one shard at
     a time (backpressure). Ray restarts an actor whose process or node died wherever the resources
     exist (``max_restarts=-1``); the shard it held is queued again (at most ``max_retries`` times for
-    one shard, then :class:`EngineError` naming it). Actors are pinged from a second thread: one that
+    one shard, then ``EngineError`` naming it). Actors are pinged from a second thread: one that
     has not answered for ``stall_timeout`` seconds (its node is gone and nothing else can host it, or
     it never could be placed) is given up and its shard goes to the others; when no actor is left the
     job fails with one line naming the resources it waited for, its work dir kept for ``--resume``.

@@ -184,7 +184,7 @@ def plan_job(
 
     ``check_columns`` sees the input's column names with the first batch (before anything is
     written) and raises to refuse them. ``ground_truth`` is a file of reference replies keyed by
-    ``(conversation_id, turn_index)`` (:func:`adherence.data.read_ground_truth`); it fills each turn
+    ``(conversation_id, turn_index)`` (``adherence.data.read_ground_truth``); it fills each turn
     whose own ``ground_truth_assistant`` / ``references`` is empty.
     """
     if shard_size < 1:

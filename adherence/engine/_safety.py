@@ -278,7 +278,7 @@ def _write_marker(path: Path, obj: dict) -> None:
 def remove_dead_temporaries(targets) -> list[str]:
     """Remove the temporaries an earlier, killed job left beside ``targets`` (called holding their locks).
 
-    Only ``.<name>.<pid>-<8 hex>.tmp`` beside a target ``<name>`` (what :func:`temp_path` makes) whose
+    Only ``.<name>.<pid>-<8 hex>.tmp`` beside a target ``<name>`` (what ``temp_path`` makes) whose
     process is gone: a live process's temporaries are left alone. A temporary directory is removed only
     if it holds nothing but Parquet parts. Returns the names removed.
     """
@@ -403,7 +403,7 @@ class WorkDir:
 
     def clear(self, keep_lock: bool = False) -> None:
         """Remove the engine's own entries (never anything else: foreign entries were refused on entry); the
-        marker stays until :meth:`remove`."""
+        marker stays until ``remove``."""
         for q in list(self.path.iterdir()):
             if (keep_lock and q.name == "lock") or q.name == WORK_MARKER:
                 continue

@@ -192,7 +192,7 @@ class Remote:
             self.fs.delete_dir(self.path)
 
     def digest(self, algorithm: str = "sha256") -> str:
-        """The same ``algorithm:hex`` that :func:`adherence.data.file_digest` gives for a local copy."""
+        """The same ``algorithm:hex`` that ``adherence.data.file_digest`` gives for a local copy."""
         h = hashlib.new(algorithm)
         with self.fs.open_input_stream(self.path) as fh:
             for chunk in iter(lambda: fh.read(1 << 22), b""):
@@ -204,7 +204,7 @@ Target = Union[str, os.PathLike, Remote]
 
 
 def _where(path: Target) -> Union[Path, Remote]:
-    """An object-storage URI as a :class:`Remote`, anything else as a local :class:`Path`."""
+    """An object-storage URI as a ``Remote``, anything else as a local ``Path``."""
     if isinstance(path, Remote):
         return path
     if isinstance(path, str) and is_uri(path):

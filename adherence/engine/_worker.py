@@ -22,7 +22,7 @@ class WorkerSetupError(RuntimeError):
 
 def verify_gpu(gpu_ids=()) -> dict:
     """Prove that CUDA sees the GPU this worker was given (a context is made on it) before any shard;
-    ``{"device", "gpu", "gpu_ids"}`` for the run metadata, or :class:`WorkerSetupError` in one line."""
+    ``{"device", "gpu", "gpu_ids"}`` for the run metadata, or ``WorkerSetupError`` in one line."""
     import torch
 
     where = f"node {socket.gethostname()}, pid {os.getpid()}"
@@ -49,7 +49,7 @@ def _probe_gpu() -> dict:
 
 def verify_replica_gpus(n: int) -> dict:
     """A tensor-parallel replica's GPUs: one zero-CPU probe per GPU bundle of this actor's placement group
-    (where vLLM's own workers will run) proves CUDA sees each; one :class:`WorkerSetupError` line otherwise."""
+    (where vLLM's own workers will run) proves CUDA sees each; one ``WorkerSetupError`` line otherwise."""
     import ray
     from ray.exceptions import RayTaskError
     from ray.util import get_current_placement_group
@@ -122,7 +122,7 @@ class ShardWorker:
     def prepare(self) -> dict:
         """Load the models once (and, for a GPU worker, prove CUDA sees its GPU); this worker's description.
 
-        Raises :class:`WorkerSetupError` (never retried) when it cannot get ready."""
+        Raises ``WorkerSetupError`` (never retried) when it cannot get ready."""
         with self._lock:
             if not self._ready:
                 if self.expect_gpu and self.tensor_parallel > 1:

@@ -105,10 +105,13 @@ class LateInteractionEncoder:
     Args:
         model: local path (a ColBERT/PyLate checkpoint or any encoder), ``bundled:all-MiniLM-L6-v2``
             (default) or a cached hub id.
-        device, dtype, batch_size: as for :class:`adherence.models.Encoder`.
+        device: as for ``adherence.models.Encoder``.
+        dtype: as for ``adherence.models.Encoder``.
+        batch_size: as for ``adherence.models.Encoder``.
         max_length: token limit per window (default: the checkpoint's ``max_seq_length``).
-        query_prefix, document_prefix: prepended before encoding (default: the checkpoint's
-            ``config_sentence_transformers.json``, e.g. PyLate's ``"[Q] "``/``"[D] "``).
+        query_prefix: prepended to queries before encoding (default: the checkpoint's
+            ``config_sentence_transformers.json``, e.g. PyLate's ``"[Q] "``).
+        document_prefix: prepended to documents the same way (e.g. ``"[D] "``).
 
     Example::
 
@@ -187,7 +190,7 @@ class LateInteractionEncoder:
         return TokenBatch.from_list([e.cpu() for e in self._encode(texts, self.query_prefix)], self.dim)
 
     def encode_documents(self, texts: Sequence[str]) -> TokenBatch:
-        """One token matrix per document: the union of its windows' tokens (see :meth:`chunks`)."""
+        """One token matrix per document: the union of its windows' tokens (see ``chunks``)."""
         import torch
 
         texts = [t if isinstance(t, str) else "" for t in texts]

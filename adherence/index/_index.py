@@ -1,7 +1,7 @@
 """A late-interaction index: document token embeddings (fp16, contiguous, with offsets) on disk.
 
-Exact MaxSim scores small pools directly (:meth:`LateInteractionIndex.score`); for a
-query against the whole corpus (:meth:`LateInteractionIndex.search`) FAISS finds the
+Exact MaxSim scores small pools directly (``LateInteractionIndex.score``); for a
+query against the whole corpus (``LateInteractionIndex.search``) FAISS finds the
 nearest document tokens of every query token, the documents they belong to become
 candidates, and exact MaxSim reranks the candidates.
 """
@@ -41,7 +41,7 @@ class LateInteractionIndex:
     """Documents' token embeddings for exact MaxSim and FAISS candidate generation.
 
     Args:
-        encoder: a :class:`LateInteractionEncoder`, a model name/path for one, or ``None``
+        encoder: a ``LateInteractionEncoder``, a model name/path for one, or ``None``
             (the bundled all-MiniLM-L6-v2). Not needed to score precomputed query tokens.
         device: where scoring runs (default: the encoder's device, else CPU).
         backend: MaxSim implementation, ``"auto"`` (Triton on CUDA, torch otherwise), ``"triton"``, ``"torch"``.

@@ -78,7 +78,7 @@ class JudgeBackend(ABC):
         """Top-k log-probabilities of the first generated token of each request.
 
         ``variants`` = ``(yes_texts, no_texts)`` (normalised token texts): backends with
-        :attr:`full_vocab` also return ``yes_no``, the log of each set's total probability.
+        ``full_vocab`` also return ``yes_no``, the log of each set's total probability.
         """
 
     @abstractmethod

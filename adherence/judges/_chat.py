@@ -5,7 +5,7 @@ prompt (a tokenizer that appends EOS or SEP would end the prompt before the answ
 *before* a text -- Llama's and Gemma's BOS -- must still be there, exactly once: a chat template usually
 writes it itself (``{{ bos_token }}``), the plain fallback for checkpoints without a template never does,
 and a base model prompted without its BOS degrades (Gemma 3 270M: "France. The The The").
-:func:`prompt_ids` adds the prefix where the rendered prompt lacks it and drops a repeated one.
+``prompt_ids`` adds the prefix where the rendered prompt lacks it and drops a repeated one.
 """
 
 from __future__ import annotations

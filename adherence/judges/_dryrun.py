@@ -10,7 +10,7 @@ __all__ = ["dry_run", "judge_plan"]
 
 
 def judge_plan(turns: pa.Table, config) -> dict:
-    """Counts for scoring ``turns`` with ``config`` (a :class:`adherence.role.RoleConfig` with a judge).
+    """Counts for scoring ``turns`` with ``config`` (a ``adherence.role.RoleConfig`` with a judge).
 
     Prompt and forward tokens are exact for the transformers backend (its tokenizer, chat
     template and prefix-sharing packer); other backends get a characters / 4 estimate,

@@ -56,12 +56,14 @@ class JudgeConfig:
             with ``include_reason``; binary only).
         include_reason: also generate a short justification per turn.
         top_k: log-probs read from the first token (servers, and the ``top_logprobs`` path).
-        yes_tokens, no_tokens: the token texts that count as a yes / a no (matched after
-            strip + casefold, space markers removed); default ``("yes",)`` / ``("no",)``.
+        yes_tokens: the token texts that count as a yes (matched after strip + casefold, space
+            markers removed); default ``("yes",)``.
+        no_tokens: the token texts that count as a no, matched the same way; default ``("no",)``.
         full_vocab: in-process backends (transformers) compute P(yes) exactly over the whole
             vocabulary (``p_yes_source="full_vocab"``); False reads the top-k like a server.
         max_history: keep only the last N earlier exchanges in each turn's prompt (None: all).
-        temperature, seed: sampling for generated text (0 = greedy).
+        temperature: sampling temperature for generated text (0 = greedy).
+        seed: sampling seed for generated text.
         samples: self-consistency: k >= 2 judge calls per turn (binary mode needs
             ``temperature > 0``); the majority verdict (binary) or the mean P(yes) (continuous,
             servers only: in-process log-probs are exact and deterministic), with the share of
@@ -72,7 +74,7 @@ class JudgeConfig:
         system: a system message sent with every per-turn prompt.
         layout: ``user`` (the prompt is the user message), ``system`` (the filled prompt is the
             system message and the user message only asks for the verdict) or ``pygaussia`` (the
-            papers' prompt and message layout, token for token: :data:`PYGAUSSIA_PROMPT` filled as
+            papers' prompt and message layout, token for token: ``PYGAUSSIA_PROMPT`` filled as
             the system message, the turn's user text as the user message).
         binary_fallback: with a provider that returns no log-probs, fall back to binary in
             continuous mode (``p_yes_source="binary_fallback"``) instead of failing.

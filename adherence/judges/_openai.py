@@ -3,9 +3,9 @@
 Bounded concurrency, retries with exponential backoff on connection errors,
 timeouts, 429 and 5xx (a ``Retry-After`` header sets the wait), then the
 request's row gets ``status=error`` while the others are kept; a malformed
-response is an error of its row only. Before any row, :meth:`OpenAIBackend.preflight`
+response is an error of its row only. Before any row, ``OpenAIBackend.preflight``
 checks that the server is reachable, accepts the credentials, serves the model
-and returns log-probabilities when they are needed (:class:`JudgeUnavailable`
+and returns log-probabilities when they are needed (``JudgeUnavailable``
 otherwise), so a misconfigured job stops at once instead of failing every row.
 """
 

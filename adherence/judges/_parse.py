@@ -110,7 +110,7 @@ def p_yes_from_logprobs(
     unscored: 0.5 is no verdict); a token listed twice counts once; with ``with_mass``,
     ``(p_yes, source, mass)`` where mass is the yes+no probability found among
     the top-k (a lower bound of the whole-vocabulary mass). ``yes``/``no``: the
-    normalised variant sets (:func:`variant_sets`).
+    normalised variant sets (``variant_sets``).
 
     Raises:
         ValueError: a log-probability is NaN or positive, or every yes/no variant has

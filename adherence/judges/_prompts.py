@@ -77,7 +77,7 @@ PYGAUSSIA_PROMPT = (
     "Output a single word and nothing else.\n"
 )
 
-#: Judge prompt layouts: ``user`` (default), ``system`` and ``pygaussia`` (see :func:`turn_requests`).
+#: Judge prompt layouts: ``user`` (default), ``system`` and ``pygaussia`` (see ``turn_requests``).
 LAYOUTS = ("user", "system", "pygaussia")
 
 _TEMPLATE_FIELDS = ("role", "history", "user", "assistant")
@@ -161,8 +161,8 @@ def turn_requests(
         max_history: keep only the last N earlier exchanges (0: none).
         system: system message of every request (``layout="user"``).
         layout: ``user`` (the prompt is the user message), ``system`` (the filled prompt
-            is the system message and the user message is :data:`SYSTEM_LAYOUT_QUESTION`) or
-            ``pygaussia`` (the papers' prompt, :data:`PYGAUSSIA_PROMPT`, filled as pygaussia fills it, is
+            is the system message and the user message is ``SYSTEM_LAYOUT_QUESTION``) or
+            ``pygaussia`` (the papers' prompt, ``PYGAUSSIA_PROMPT``, filled as pygaussia fills it, is
             the system message and the turn's user text is the user message; no template or system).
     """
     if layout not in LAYOUTS:

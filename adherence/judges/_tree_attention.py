@@ -10,16 +10,16 @@ diagonal skipped) and each tail one SDPA call over ``trunk[:prefix] + tail`` wit
 
 On CUDA the packed conversations of a batch are laid end to end in one row (no padding between them)
 and attention is one FlexAttention call per layer with a block mask built from the same tree
-(:class:`FlexLayout`): blocks no pair of which is allowed are skipped, blocks wholly allowed run
+(``FlexLayout``): blocks no pair of which is allowed are skipped, blocks wholly allowed run
 unmasked, and nothing of size ``L x L`` is kept. The per-tail SDPA formulation stays for CPU, and the
 dense mask stays the reference.
 
 It is installed as a transformers attention implementation (``adherence_tree``) that behaves as
-``sdpa`` unless a layout is active (:func:`layout`), so generation and plain passes are unchanged.
+``sdpa`` unless a layout is active (``layout``), so generation and plain passes are unchanged.
 Models that do not route attention through transformers' attention interface, or whose attention has a
 softcap, a sliding window or a position bias, keep the dense-mask path: those named in the model's
-configuration are never switched (:func:`install` returns False, so the run metadata says
-``tree_attention: false``), the rest turn it off at their first pass (:class:`Unsupported`).
+configuration are never switched (``install`` returns False, so the run metadata says
+``tree_attention: false``), the rest turn it off at their first pass (``Unsupported``).
 """
 
 from __future__ import annotations
@@ -294,8 +294,8 @@ def install(model) -> bool:
 
 @contextlib.contextmanager
 def layout(rows):
-    """Run the enclosed forward pass with this tree layout (a per-row list for :class:`Layout`, or a
-    :class:`FlexLayout`); yields it (check ``calls`` after)."""
+    """Run the enclosed forward pass with this tree layout (a per-row list for ``Layout``, or a
+    ``FlexLayout``); yields it (check ``calls`` after)."""
     lay = rows if isinstance(rows, FlexLayout) else Layout(rows)
     token = _ACTIVE.set(lay)
     try:

@@ -32,7 +32,7 @@ class VLLMBackend(JudgeBackend):
         max_model_len: prompt + output token limit, passed to the engine (default: the model's).
         dtype: weights/activations dtype passed to the engine (``auto``, ``float32``, ``bfloat16``...;
             vLLM's ``auto`` runs bf16 on CPUs that support it). The dtype the engine really used is in
-            :meth:`describe` and the run metadata.
+            ``describe`` and the run metadata.
         kv_cache_gb: KV-cache size on CPU (sets ``VLLM_CPU_KVCACHE_SPACE`` before the engine starts; the
             default reservation fails on small machines); on GPU use ``gpu_memory_utilization``.
         engine_kwargs: passed to ``vllm.LLM`` (``tensor_parallel_size``, ``gpu_memory_utilization``, ...);

@@ -1,6 +1,6 @@
-"""The Triton kernels behind :mod:`adherence.kernels.fused_scores` (imported only when they run).
+"""The Triton kernels behind ``adherence.kernels.fused_scores`` (imported only when they run).
 
-One module of ``@triton.jit`` functions, so that helpers such as :func:`_dot` resolve as globals when
+One module of ``@triton.jit`` functions, so that helpers such as ``_dot`` resolve as globals when
 a kernel compiles; the wrapper, the checks and the torch reference live in ``fused_scores``.
 """
 

@@ -8,8 +8,8 @@ For each candidate row ``b``:
 * ``mahalanobis[b]`` = sqrt(sum_d (x_bd - mu_d)^2 * inv_var_d);
 * ``kl[b]``          = KL(P || Q_b) = sum_v P_v (log P_v - log Q_bv).
 
-Every part is optional. :func:`fused_scores_reference` is the pure-torch
-definition; :func:`fused_scores` dispatches to the Triton kernel for CUDA
+Every part is optional. ``fused_scores_reference`` is the pure-torch
+definition; ``fused_scores`` dispatches to the Triton kernel for CUDA
 tensors (or when forced, e.g. under ``TRITON_INTERPRET=1`` on CPU) and to the
 reference otherwise. Arithmetic is float32 whatever the input dtype.
 """
@@ -74,7 +74,7 @@ class FusedInputs:
 def fused_scores_reference(
     x, paired=None, refs=None, ref_start=None, ref_end=None, mu=None, inv_var=None, p=None, q=None
 ):
-    """Pure-torch definition of :func:`fused_scores`: ``[B, 4]`` float32, NaN where not asked (or no reference)."""
+    """Pure-torch definition of ``fused_scores``: ``[B, 4]`` float32, NaN where not asked (or no reference)."""
     a = FusedInputs(x, paired, refs, ref_start, ref_end, mu, inv_var, p, q)
     ranged = ref_start is not None
     return fused_scores_math(
@@ -83,7 +83,7 @@ def fused_scores_reference(
 
 
 def fused_scores_math(x, paired=None, refs=None, ref_start=None, ref_end=None, mu=None, inv_var=None, p=None, q=None):
-    """The arithmetic of :func:`fused_scores_reference` on inputs already checked, without a host sync or a
+    """The arithmetic of ``fused_scores_reference`` on inputs already checked, without a host sync or a
     data-dependent branch, so that ``torch.compile`` traces it whole (the benchmarks' compiled baseline).
     No ``ref_start``/``ref_end``: every row against every reference."""
     xf = x.float()
@@ -336,15 +336,17 @@ def fused_scores(
     *,
     backend: str = "auto",
 ):
-    """Score a batch of candidates; returns ``[B, 4]`` float32 with columns :data:`COLUMNS`.
+    """Score a batch of candidates; returns ``[B, 4]`` float32 with columns ``COLUMNS``.
 
     Args:
         x: candidates ``[B, D]`` (any float dtype, any strides).
         paired: paired references ``[B, D]`` -> ``cosine``.
         refs: reference matrix ``[K, D]`` -> ``knn_max`` over ``refs[ref_start[b]:ref_end[b]]``
             (the whole matrix when no ranges are given); NaN for an empty range.
-        mu, inv_var: centroid and inverse variances ``[D]`` -> ``mahalanobis``.
-        p, q: reference distribution ``[V]`` and candidate distributions ``[B, V]`` -> ``kl``.
+        mu: centroid ``[D]`` -> ``mahalanobis`` (with ``inv_var``).
+        inv_var: inverse variances ``[D]``.
+        p: reference distribution ``[V]`` -> ``kl`` (with ``q``).
+        q: candidate distributions ``[B, V]``.
         backend: ``"auto"`` (Triton for CUDA tensors, torch otherwise), ``"triton"`` or ``"torch"``.
 
     Example:

@@ -7,11 +7,11 @@ For a query ``q`` (tokens ``Q[q_off[q]:q_off[q+1]]``) and a document ``d`` (toke
 
 An empty document or query scores 0. Three implementations share that definition:
 
-* :func:`maxsim_reference` — a loop over pairs, the plain definition (tests);
-* :func:`maxsim_torch` — the CPU path: documents' tokens stay back to back, one float32
+* ``maxsim_reference`` — a loop over pairs, the plain definition (tests);
+* ``maxsim_torch`` — the CPU path: documents' tokens stay back to back, one float32
   matmul against a block of queries, then a segmented max per document (no padding),
   for a list of ``(query, document)`` pairs or (``pairs=None``) the full matrix;
-* :func:`maxsim_triton` — one Triton program per pair: tiles of query tokens x document
+* ``maxsim_triton`` — one Triton program per pair: tiles of query tokens x document
   tokens through ``tl.dot`` with a running max, so a document is read once per pair and
   no padded copy is ever made. CUDA tensors use it by default.
 """
@@ -90,9 +90,12 @@ def maxsim_torch(q_emb, q_off, d_emb, d_off, q_idx=None, d_idx=None, *, budget: 
     """MaxSim with large float32 matmuls and a segmented max over document tokens (no document padding).
 
     Args:
-        q_emb, q_off: query token embeddings ``[Nq_tokens, dim]`` and offsets ``[nq + 1]``.
-        d_emb, d_off: document token embeddings ``[Nd_tokens, dim]`` and offsets ``[nd + 1]``.
-        q_idx, d_idx: pairs to score (``[P]`` each); ``None`` scores every query against every document.
+        q_emb: query token embeddings ``[Nq_tokens, dim]``.
+        q_off: query offsets ``[nq + 1]`` into ``q_emb``.
+        d_emb: document token embeddings ``[Nd_tokens, dim]``.
+        d_off: document offsets ``[nd + 1]`` into ``d_emb``.
+        q_idx: query of each pair to score (``[P]``); ``None`` scores every query against every document.
+        d_idx: document of each pair to score (``[P]``); ``None`` with ``q_idx``.
         budget: float32 elements of the largest similarity block held at once (memory bound).
 
     Returns:

@@ -240,7 +240,7 @@ class Encoder:
 
         Tokenisation matches BERTScore's: the stripped text with the model's
         special tokens, truncated at ``max_length`` (default: the sentence limit;
-        BERTScore passes the model's own :attr:`token_limit`, 512 for all-MiniLM-L6-v2,
+        BERTScore passes the model's own ``token_limit``, 512 for all-MiniLM-L6-v2,
         as the ``bert-score`` package does). Returns ``(embeddings, token_ids)``: lists of float32
         tensors ``[n_tokens_i, dim]`` and of token-id lists.
         """

@@ -7,13 +7,13 @@ utterances (*target*). A query's score for a conversation is
 the relevant conversation competes with D random distractors (conversations whose
 persona text equals the query's are never distractors); the reciprocal rank is averaged
 over queries and repeated samples, giving an MRR degradation curve over D. The curve's
-trapezoid area divided by the span of D (:func:`adherence.stats.normalized_auc`) is the
+trapezoid area divided by the span of D (``adherence.stats.normalized_auc``) is the
 raw adherence score.
 
 Retrievers (each scores queries against documents): ``tfidf`` (word TF-IDF cosine),
 ``bm25`` (Okapi BM25), ``bi_encoder`` (sentence-embedding cosine, max over the
 document's windows) and ``late_interaction`` (exact MaxSim on
-:class:`adherence.index.LateInteractionIndex`).
+``adherence.index.LateInteractionIndex``).
 """
 
 from __future__ import annotations
@@ -187,7 +187,7 @@ class AdherenceData:
 
 
 def build_adherence_data(corpus, *, max_queries: Optional[int] = None, seed: int = 0) -> AdherenceData:
-    """Queries (speakers with a persona and at least one utterance) and documents from a :class:`PersonaCorpus`."""
+    """Queries (speakers with a persona and at least one utterance) and documents from a ``PersonaCorpus``."""
     order: dict = {}
     by_conv: dict = {}
     by_speaker: dict = {}
@@ -315,10 +315,10 @@ def adherence_curves(
     """The adherence dimension of one corpus: an MRR curve per method and the primary method's score.
 
     Args:
-        methods: retrievers to run (:data:`RETRIEVERS`).
+        methods: retrievers to run (``RETRIEVERS``).
         primary: the method whose normalised AUC is the adherence score.
         alpha: speaker weight ``w = sin(alpha * pi / 2)`` (0: full conversation only, 1: target speaker only).
-        pool_sizes: distractor counts D (default :func:`default_pool_sizes`).
+        pool_sizes: distractor counts D (default ``default_pool_sizes``).
         repeats: random pools per query and D.
         max_queries: score a seeded random subset of queries.
         retrievers: prebuilt ``{name: Retriever}`` (reuses loaded models across corpora).

@@ -32,7 +32,7 @@ class PersonaConfig:
     """Options of an EVAL4SIM run.
 
     Attributes:
-        dimensions: any of :data:`DIMENSIONS`.
+        dimensions: any of ``DIMENSIONS``.
         methods: adherence retrievers to run (curves for each); ``primary`` gives the adherence score.
         alpha: speaker weight, ``w = sin(alpha * pi / 2)``.
         pool_sizes: distractor counts (default: 13 geometric steps over [1, 1000], the top lowered to
@@ -123,10 +123,10 @@ def evaluate_persona(
 
     Args:
         reference: the human corpus: a path (PersonaChat txt, Synthetic-Persona-Chat CSV, a
-            contract directory) or a :class:`adherence.data.PersonaCorpus`.
+            contract directory) or a ``adherence.data.PersonaCorpus``.
         simulations: simulated corpora, same forms.
         names: display names, reference first (default: file stems).
-        config: a :class:`PersonaConfig`, or its fields as keyword options.
+        config: a ``PersonaConfig``, or its fields as keyword options.
 
     Returns:
         ``{name: {"role", "adherence", "consistency", "naturalness", "e4s", "e4s_rank"}}`` with the

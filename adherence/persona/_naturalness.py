@@ -51,7 +51,7 @@ def naturalness(corpus, nli, *, k_previous: int = 5, threshold: float = 0.7) -> 
 
     Args:
         nli: an NLI model with ``probabilities(premises, hypotheses) -> [n, n_labels]`` and ``labels``
-            (:class:`adherence.role.NliModel`).
+            (``adherence.role.NliModel``).
 
     Returns:
         ``{"score", "cs", "pcr", "scr", "er", "nr", "cr", "n_consecutive", "n_persona_utterances",

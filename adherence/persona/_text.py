@@ -1,9 +1,9 @@
 """Text features for the persona dimensions: sentence splitting, TF-IDF and BM25 (sparse, scipy).
 
-:class:`TfidfVectorizer` follows scikit-learn's ``TfidfVectorizer`` defaults (lowercase,
+``TfidfVectorizer`` follows scikit-learn's ``TfidfVectorizer`` defaults (lowercase,
 raw counts, smooth idf ``ln((1 + n) / (1 + df)) + 1``, L2-normalised rows; ``max_features``
 keeps the most frequent terms), for words (``\\b\\w\\w+\\b``) or
-character n-grams (whitespace runs collapsed). :class:`BM25` is Okapi BM25 as
+character n-grams (whitespace runs collapsed). ``BM25`` is Okapi BM25 as
 ``rank_bm25.BM25Okapi`` computes it (negative idf floored at ``epsilon`` x mean idf).
 """
 
@@ -123,7 +123,7 @@ class BM25:
     """Okapi BM25 over tokenised documents.
 
     Args:
-        documents: token lists (see :func:`word_tokens`).
+        documents: token lists (see ``word_tokens``).
         k1, b, epsilon: BM25 parameters (rank_bm25's defaults).
 
     Example:

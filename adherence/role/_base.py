@@ -35,7 +35,7 @@ class RoleConfig:
     """Options of the reference-based role-adherence methods.
 
     Attributes:
-        method: one of :data:`METHODS`.
+        method: one of ``METHODS``.
         encoder: sentence/token encoder (path, ``bundled:...`` or cached hub id).
         reference_pool: ``"per_turn"`` (each turn's ``references``, else its ground
             truth) or ``"dataset"`` (all ground truths of the scored set).
@@ -50,7 +50,7 @@ class RoleConfig:
         reference_file: a JSON list of reference texts used as the ``dataset`` pool
             instead of the scored table's own ground truths (the engine writes it so
             every shard of a job sees the whole job's references).
-        judge: options of the ``llm_judge`` method (:class:`adherence.judges.JudgeConfig`).
+        judge: options of the ``llm_judge`` method (``adherence.judges.JudgeConfig``).
         threshold: turn/session decision threshold; ``strict_mode`` makes a session
             score 1 only if every turn was scored and reaches it.
         session_mode: ``mean`` (mean turn score) or ``threshold_mean`` (mean of the
@@ -58,7 +58,9 @@ class RoleConfig:
         calibration: an applied calibration file (``Calibration.describe()`` plus its ``map``): each
             scored row also gets ``calibrated_score``, the mapped probability; ``threshold`` is the
             calibration's.
-        device, batch_size, progress: execution options.
+        device: where models run (default: CUDA when available).
+        batch_size: texts per encoder batch (default: the encoder's, by device).
+        progress: show progress bars.
     """
 
     method: str = "llm_judge"

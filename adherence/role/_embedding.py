@@ -1,6 +1,6 @@
 """Embedding methods: cosine, kNN, diagonal Mahalanobis and PCA + Mahalanobis.
 
-All four go through the fused scoring kernel (:mod:`adherence.kernels`).
+All four go through the fused scoring kernel (``adherence.kernels``).
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ SCORE_FIELDS = (
 
 
 def platform_config(options: dict, where: str) -> RoleConfig:
-    """A :class:`RoleConfig` from ``adherence.score``-style options, refusing job-wide methods.
+    """A ``RoleConfig`` from ``adherence.score``-style options, refusing job-wide methods.
 
     Methods whose scale depends on the whole job's ground truths (the ``dataset`` reference pool,
     Mahalanobis, PCA+Mahalanobis, KL, idf-weighted BERTScore) need the engine's job-wide pass.
@@ -51,7 +51,7 @@ def platform_config(options: dict, where: str) -> RoleConfig:
 
 
 def output_schema(input_schema: pa.Schema) -> pa.Schema:
-    """The input columns (minus any named like a score column) followed by :data:`SCORE_FIELDS`."""
+    """The input columns (minus any named like a score column) followed by ``SCORE_FIELDS``."""
     names = {f.name for f in SCORE_FIELDS}
     return pa.schema([f for f in input_schema if f.name not in names] + list(SCORE_FIELDS))
 

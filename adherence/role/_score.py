@@ -100,7 +100,7 @@ def _session_bootstrap(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Percentile bootstrap of the weighted mean for G sessions of the same length n at once.
 
-    ``vals``/``wts`` are (G, n). Each session is resampled exactly as :func:`bootstrap_ci`
+    ``vals``/``wts`` are (G, n). Each session is resampled exactly as ``bootstrap_ci``
     with ``seed`` would resample it alone (the same index matrix, drawn once per length), so
     the bounds equal the per-session computation; resamples whose weights sum to 0 are skipped.
     """
@@ -144,7 +144,7 @@ def aggregate_sessions(
     1.0 only if every turn was scored and reaches ``threshold``: a turn left unscored
     or in error makes it 0.0, since it cannot be shown to adhere. ``ci_low``/``ci_high``
     is a percentile bootstrap over the session's scored turns (the same resamples as
-    :func:`adherence.stats.bootstrap_ci` with ``seed``, computed for all sessions of one
+    ``adherence.stats.bootstrap_ci`` with ``seed``, computed for all sessions of one
     length at once). A session with no scored turn, or whose scored turns all weigh 0,
     has a null score and ``adherent``.
     """

@@ -1,7 +1,7 @@
 """Statistics, each checked in tests against an independent reference.
 
 ``*_score`` is higher-is-better. An undefined value raises
-:class:`UndefinedMetricError` (a ``ValueError``) with the reason, except where a
+``UndefinedMetricError`` (a ``ValueError``) with the reason, except where a
 documented flag is returned instead (Fleiss' kappa / AC1 under a single category).
 """
 

@@ -113,7 +113,7 @@ def percent_agreement(ratings: Any, *, normalize: bool = True) -> float:
 def gwet_ac1(ratings: Any, *, normalize: bool = True) -> float:
     """Gwet's AC1: (p_a - p_e) / (1 - p_e) with p_e = sum_k pi_k (1 - pi_k) / (q - 1).
 
-    Returns 1.0 when a single category is used (see :func:`agreement` for the flag).
+    Returns 1.0 when a single category is used (see ``agreement`` for the flag).
     """
     return agreement(ratings, normalize=normalize).gwet_ac1
 

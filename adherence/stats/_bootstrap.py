@@ -18,7 +18,8 @@ class ConfidenceInterval:
     """A percentile bootstrap interval.
 
     Attributes:
-        low, high: interval bounds (NaN when no resample was valid).
+        low: the interval's lower bound (NaN when no resample was valid).
+        high: the interval's upper bound (NaN when no resample was valid).
         estimate: the statistic on the full data (NaN when undefined there).
         level: the confidence level.
         n_resamples: resamples that produced a value.
@@ -47,7 +48,7 @@ def bootstrap_ci(
     """Percentile bootstrap interval of ``statistic(*arrays)``.
 
     Rows are resampled jointly across ``arrays``. A resample on which the statistic
-    is undefined (it raises :class:`UndefinedMetricError`, e.g. a single class for
+    is undefined (it raises ``UndefinedMetricError``, e.g. a single class for
     AUC, or returns NaN) is skipped and counted in ``n_skipped``, as the
     role-adherence paper's experiments did.
 

@@ -1,7 +1,7 @@
 """Calibration of a score on a labelled sample: a decision threshold and a probability map.
 
 A judge's P(yes) is rarely a probability one can threshold at 0.5: a small judge may put every turn
-between 0.15 and 0.23, a base model every turn above 0.5. :func:`fit_calibration` fits, on labelled
+between 0.15 and 0.23, a base model every turn above 0.5. ``fit_calibration`` fits, on labelled
 turns, a threshold on the raw score (Youden's J, a target precision or a target recall) and a monotone
 map from score to probability (Platt's sigmoid or isotonic regression), and measures what they do on
 turns they were not fitted on (stratified k-fold): balanced accuracy and expected calibration error
@@ -391,7 +391,7 @@ def fit_calibration(
     """Fit a threshold and a probability map on labelled scores, and measure them on held-out rows.
 
     Returns a JSON-ready dict: ``threshold`` (on the raw score) with its bootstrap ``threshold_ci``,
-    ``map`` (:meth:`CalibrationMap.to_dict`), ``before`` (the raw score at ``default_threshold``, and as
+    ``map`` (``CalibrationMap.to_dict``), ``before`` (the raw score at ``default_threshold``, and as
     a probability where it lies in [0, 1]) and ``after`` (out-of-fold: each fold's rows predicted and
     mapped by a threshold and map fitted on the other folds), each with balanced accuracy, ECE, Brier
     score and bootstrap intervals, and the reliability bins of both.
@@ -481,7 +481,7 @@ def assess_calibration(
     level: float = 0.95,
 ) -> dict:
     """A fitted calibration applied to (new) labelled scores: ``before`` (the raw score at
-    ``default_threshold``) and ``after`` (``threshold`` and ``cmap``), in :func:`fit_calibration`'s shape."""
+    ``default_threshold``) and ``after`` (``threshold`` and ``cmap``), in ``fit_calibration``'s shape."""
     y, s = _arrays(y_true, y_score)
     _both_classes(y)
     pred = (s >= threshold).astype(np.int8)

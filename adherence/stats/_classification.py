@@ -47,7 +47,7 @@ def f1_per_class(y_true: Any, y_pred: Any, labels: Optional[Sequence] = None) ->
 
 
 def macro_f1(y_true: Any, y_pred: Any, labels: Optional[Sequence] = None) -> float:
-    """Unweighted mean of :func:`f1_per_class` over the labels present in either input."""
+    """Unweighted mean of ``f1_per_class`` over the labels present in either input."""
     per = f1_per_class(y_true, y_pred, labels)
     if not per:
         raise UndefinedMetricError("no labels; macro F1 is undefined")

@@ -142,7 +142,7 @@ def evaluate_table(
     return_rows: bool = False,
     threshold: Optional[float] = None,
 ):
-    """:func:`evaluate_scores` on columns of ``table``; nothing is dropped silently.
+    """``evaluate_scores`` on columns of ``table``; nothing is dropped silently.
 
     Rows whose score is null or NaN (e.g. ``status=unscored``) are counted in
     ``n_unscored`` and rows without a label in ``n_unlabeled``; both are left out
