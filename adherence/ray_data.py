@@ -66,6 +66,18 @@ def _add_bucket(batch: pa.Table, n_buckets: int) -> pa.Table:
     return batch.append_column(_BUCKET, pa.array(ids, pa.int32()))
 
 
+def _checkpoint_filter_cpus() -> float:
+    """CPUs held by Ray Data's checkpoint filter when the current ``DataContext`` checkpoints: a resumed run
+    starts an actor pool of at least ``checkpoint_actor_pool_min_size`` one-CPU actors that live as long
+    as the scoring actors. 0 without checkpointing."""
+    from ray.data import DataContext
+
+    config = getattr(DataContext.get_current(), "checkpoint_config", None)
+    if config is None:
+        return 0.0
+    return float(getattr(config, "checkpoint_actor_pool_min_size", 1) or 1)
+
+
 def score_dataset(
     ds,
     *,
@@ -108,11 +120,18 @@ def score_dataset(
     if ray.is_initialized():
         total = ray.cluster_resources().get("CPU", 0.0)
         need = concurrency * (1.0 if num_cpus is None else num_cpus)
-        if total and need >= total:
+        held = _checkpoint_filter_cpus()
+        if total and need + held >= total:
             # Actors hold their CPUs for the whole run; the grouping shuffle would wait forever.
+            also = (
+                f" with the {held:g} CPU(s) Ray Data's checkpoint filter actors hold when a checkpointed run "
+                "is resumed (DataContext.checkpoint_config is set)"
+                if held
+                else ""
+            )
             raise ValueError(
                 f"{concurrency} actor(s) x {need / concurrency:g} CPU would take all {total:g} CPUs of the "
-                "Ray cluster and leave none for the grouping shuffle: lower `concurrency` or `num_cpus`"
+                f"Ray cluster{also} and leave none for the grouping shuffle: lower `concurrency` or `num_cpus`"
             )
     kwargs: dict = {
         "fn_constructor_kwargs": options,

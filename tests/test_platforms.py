@@ -82,6 +82,26 @@ def test_ray_data_refuses_job_wide_methods(ray_local, turns):
         score_dataset(ray.data.from_arrow(turns), method="cosine", concurrency=2)
 
 
+@pytest.mark.ray
+def test_ray_data_counts_the_checkpoint_filter_cpus(ray_local, turns, tmp_path):
+    # With Ray Data's checkpointing on, a resumed run starts filter actors that hold a CPU each for the whole
+    # run: one scoring actor on this 2-CPU cluster would then starve the grouping shuffle, so it is refused
+    # up front (without checkpointing the same call is accepted, see the test above).
+    import ray.data
+    from ray.data.checkpoint import CheckpointConfig
+
+    from adherence.ray_data import score_dataset
+
+    ctx = ray.data.DataContext.get_current()
+    ctx.checkpoint_config = CheckpointConfig(id_column="turn_id", checkpoint_path=str(tmp_path / "ckpt"))
+    try:
+        with pytest.raises(ValueError, match="checkpoint filter actors hold"):
+            score_dataset(ray.data.from_arrow(turns), method="cosine", concurrency=1)
+    finally:
+        ctx.checkpoint_config = None
+    score_dataset(ray.data.from_arrow(turns), method="cosine", concurrency=1)  # planned, not refused
+
+
 # --------------------------------------------------------------------------- Spark
 
 
