@@ -468,7 +468,9 @@ class RemoteWorkDir:
 
     The driver keeps a local staging copy of the bookkeeping; this side holds what the workers and a
     later ``--resume`` (from any machine) need: shard inputs, shard outputs, their ``done`` records,
-    the job manifest and the reference pool.
+    the job manifest and the reference pool. As on a local disk, names prove nothing: a prefix that
+    holds objects is used (and cleared) only when it holds the ``.adherence-work.json`` marker an
+    adherence job wrote there.
     """
 
     def __init__(self, obj, *, resume: bool, ttl: float = 60.0) -> None:
@@ -491,9 +493,26 @@ class RemoteWorkDir:
                 out.append(rel)
         return out
 
+    def _marker(self) -> Optional[dict]:
+        q = self.obj / WORK_MARKER
+        try:
+            m = json.loads(q.read_bytes().decode("utf-8")) if q.is_file() else None
+        except (OSError, ValueError):
+            return None
+        return m if isinstance(m, dict) and m.get("producer") == PRODUCER else None
+
     def __enter__(self) -> RemoteWorkDir:
         if self.obj.is_file():
             raise DataError("the work directory is an object, not a prefix", file=self.obj.uri)
+        marker = self._marker()
+        entries = [rel for rel in self.obj.walk() if rel != "lock"]  # a lone lease: the lease decides
+        if entries and marker is None:
+            # Names prove nothing: someone's job.json or out/shard-00000.parquet is not ours to clear.
+            raise DataError(
+                f"the work directory holds objects adherence did not write ({entries[0]}, ...; no "
+                f"{WORK_MARKER} of ours); refusing to use or clear it: pass another --work-dir",
+                file=self.obj.uri,
+            )
         foreign = self.foreign_entries()
         if foreign:
             raise DataError(
@@ -504,15 +523,20 @@ class RemoteWorkDir:
         self.lease.acquire()
         if not self.resume:
             self.clear()
+        if marker is None:
+            (self.obj / WORK_MARKER).write_bytes(
+                json.dumps({"producer": PRODUCER, "created": True, "pid": os.getpid()}).encode("utf-8")
+            )
         return self
 
     def __exit__(self, *exc) -> None:
         self.lease.release()
 
-    def clear(self) -> None:
-        """Remove the engine's own entries (foreign ones were refused on entry), the lease excepted."""
+    def clear(self, *, keep_marker: bool = True) -> None:
+        """Remove the engine's own entries (foreign ones were refused on entry), the lease excepted, and
+        the marker too when ``keep_marker`` is False."""
         for rel in self.obj.walk():
-            if rel != "lock":
+            if rel != "lock" and (rel != WORK_MARKER or not keep_marker):
                 (self.obj / rel).delete()
         for name in _WORK_DIRS:
             try:
@@ -537,7 +561,7 @@ class RemoteWorkDir:
 
     def remove(self) -> None:
         """After success: every engine entry, the lease, and the prefix itself once nothing else is under it."""
-        self.clear()
+        self.clear(keep_marker=False)
         self.lease.release()
         if not self.obj.walk():
             try:

@@ -125,6 +125,7 @@ def test_local_output_with_a_work_dir_on_s3_and_kept(s3, local_reference, tmp_pa
     assert "job.json" in names and "references.json" in names  # the job-wide pool the workers read from S3
     assert sum(n.endswith(".done.json") for n in names) == res.summary["shards"]
     assert "lock" not in names
+    assert ".adherence-work.json" in names  # the marker that lets a later run (or --resume) use and clear it
     local = Engine(method="knn", reference_pool="dataset", shard_size=10, progress=False, n_bootstrap=0).run(
         src, tmp_path / "knn-local.parquet"
     )
@@ -144,6 +145,16 @@ def test_foreign_objects_are_never_overwritten(s3, local_reference):
     with pytest.raises(Exception, match=r"holds objects adherence did not write \(notes.txt"):
         Engine(method="cosine", progress=False, work_dir=work.uri).run(src, f"{s3}/t3/other.parquet")
     assert (work / "notes.txt").read_bytes() == b"keep me"
+    assert not Remote(f"{s3}/t3/other.parquet").exists()
+
+    # Names prove nothing: a prefix holding only names the engine uses, but no marker of ours, is not cleared.
+    lookalike = Remote(f"{s3}/t3/lookalike")
+    (lookalike / "job.json").write_bytes(b'{"theirs": true}')
+    (lookalike / "out" / "shard-00000.parquet").write_bytes(b"their shard")
+    with pytest.raises(Exception, match=r"holds objects adherence did not write .*no \.adherence-work\.json of ours"):
+        Engine(method="cosine", progress=False, work_dir=lookalike.uri).run(src, f"{s3}/t3/other.parquet")
+    assert (lookalike / "job.json").read_bytes() == b'{"theirs": true}'
+    assert (lookalike / "out" / "shard-00000.parquet").read_bytes() == b"their shard"
     assert not Remote(f"{s3}/t3/other.parquet").exists()
 
     with pytest.raises(Exception, match="must be one file"):
