@@ -9,7 +9,14 @@ from typing import Any, Optional
 
 from ..judges import JudgeRequest, parse_yes_no
 
-__all__ = ["audit_request", "parse_audit_answer", "repair_json", "normalize_question"]
+__all__ = [
+    "audit_request",
+    "question_requests",
+    "evidence_request",
+    "parse_audit_answer",
+    "repair_json",
+    "normalize_question",
+]
 
 _PROMPT = (
     "You are a strict and fair evaluator. An application was given the prompt below and produced the output "
@@ -19,6 +26,37 @@ _PROMPT = (
     "Answer with JSON only, one key per category, in this form:\n"
     '{{"<category>": [{{"question": "<the question>", "justification": "<evidence>", "answer": "Yes" or "No"}}]}}'
 )
+
+
+# --answer-format per-question: one request per question, answered by the first token's P(yes), then the evidence
+# for the verdict drawn, in a second call. Every answer parses, so small judges can audit too.
+_HEAD = (
+    "You are a strict and fair evaluator. An application was given the prompt below and produced the output "
+    "below.\n\n<prompt>\n{prompt}\n</prompt>\n\n<output>\n{output}\n</output>\n\n"
+)
+_ASK = "Question about the OUTPUT: {question}\nAnswer with Yes or No only."
+_EVIDENCE = (
+    "Question about the OUTPUT: {question}\nThe answer is {answer}. In one sentence, give the evidence for it, "
+    "quoted or counted from the output."
+)
+
+
+def question_requests(filled_prompt: str, output: str, items: list, *, group: str = "") -> list[JudgeRequest]:
+    """One yes/no request per judge-answered item (in ``ordered_items`` order), the artifact as a shared prefix."""
+    head = _HEAD.format(prompt=filled_prompt or "", output=output or "")
+    return [
+        JudgeRequest((head, _ASK.format(question=i.question)), group=group, index=n)
+        for n, i in enumerate(ordered_items(items))
+    ]
+
+
+def evidence_request(question: JudgeRequest, item: Any, answer: str) -> JudgeRequest:
+    """The request for the evidence behind ``answer`` to ``question`` (same artifact prefix)."""
+    return JudgeRequest(
+        (question.pieces[0], _EVIDENCE.format(question=item.question, answer=answer)),
+        group=question.group,
+        index=question.index,
+    )
 
 
 def ordered_items(items: list) -> list:

@@ -10,10 +10,12 @@ import pyarrow as pa
 
 from ..data import ARTIFACTS, JUDGMENTS, read_table
 from ._checks import placeholders, run_check
-from ._judge import audit_request, parse_audit_answer
+from ._judge import audit_request, evidence_request, ordered_items, parse_audit_answer, question_requests
 from ._rubric import Rubric
 
-__all__ = ["AuditConfig", "run_audit", "artifact_variables"]
+__all__ = ["AuditConfig", "run_audit", "artifact_variables", "ANSWER_FORMATS", "tempered_p_yes"]
+
+ANSWER_FORMATS = ("json", "per-question")
 
 
 @dataclass
@@ -24,11 +26,17 @@ class AuditConfig:
         runs: independent judge runs per artifact (k).
         temperature: sampling temperature of each run (0 = greedy: identical runs).
         seed: run r samples with seed + r.
-        max_tokens: answer budget per artifact (None: 48 + 72 per judge-answered question).
+        max_tokens: answer budget per artifact (None: 48 + 72 per judge-answered question); with
+            ``answer_format="per-question"``: the evidence budget per question (None: 48).
         stop: the answer ends at the first of these strings (default ``"]}"``, the end of the
             requested JSON; a cut answer's open brackets are closed before parsing).
         cache: SQLite judge-call cache (keyed by model, prompt, sampling params and run index).
         progress: a progress bar with ETA over runs x artifacts.
+        answer_format: ``"json"``: one generated JSON answer per artifact and run, parsed tolerantly (a
+            judge that cannot write it leaves the answers unscored). ``"per-question"``: each question
+            is its own request, answered Yes or No from the first token's P(yes) (greedy at temperature 0,
+            else drawn with P(yes) tempered by the temperature, seeded per run), then the evidence for
+            that verdict is generated: every answer parses, whatever the judge's size.
     """
 
     runs: int = 5
@@ -38,8 +46,11 @@ class AuditConfig:
     cache: Optional[str] = None
     stop: tuple = ("]}",)
     progress: bool = True
+    answer_format: str = "json"
 
     def __post_init__(self) -> None:
+        if self.answer_format not in ANSWER_FORMATS:
+            raise ValueError(f"`answer_format` must be one of {', '.join(ANSWER_FORMATS)}, got {self.answer_format!r}")
         if self.runs < 1:
             raise ValueError(f"`runs` must be >= 1, got {self.runs}")
         if self.temperature < 0:
@@ -48,7 +59,19 @@ class AuditConfig:
             raise ValueError(f"`max_tokens` must be >= 1, got {self.max_tokens}")
 
     def budget(self, n_questions: int) -> int:
+        if self.answer_format == "per-question":
+            return self.max_tokens or 48
         return self.max_tokens or 48 + 72 * n_questions
+
+
+def tempered_p_yes(p: float, temperature: float) -> float:
+    """P(yes) of sampling between yes and no at ``temperature`` from the judge's P(yes) ``p`` (the two-way
+    softmax with logits divided by the temperature); 0 or 1 at temperature 0 (greedy, ``p >= 0.5`` is yes)."""
+    if temperature == 0:
+        return 1.0 if p >= 0.5 else 0.0
+    if p <= 0.0 or p >= 1.0:
+        return float(p >= 1.0)
+    return 1.0 / (1.0 + ((1.0 - p) / p) ** (1.0 / temperature))
 
 
 def artifact_variables(row: dict) -> dict:
@@ -136,7 +159,9 @@ def run_audit(
                         raw=None,
                     )
                 )
-    if judge_items:
+    if judge_items and config.answer_format == "per-question":
+        out += _per_question(rows, judge_items, backend, cache, config, judge)
+    elif judge_items:
         requests = [
             audit_request(r["filled_prompt"], r["output"], judge_items, group=f"{r['artifact_id']}|{r['generator']}")
             for r in rows
@@ -188,3 +213,138 @@ def run_audit(
                     )
         bar.close()
     return read_table(pa.Table.from_pylist(out), JUDGMENTS)
+
+
+def _first_token_p_yes(backend, cache, requests: list) -> list:
+    """Per request ``(P(yes) or None, what it came from or why there is none)``: exact over the whole vocabulary
+    in-process, from the top log-probabilities on servers. None for every request of a backend without them."""
+    from ..judges._judge import cached_calls
+    from ..judges._parse import p_yes_from_logprobs, p_yes_from_sums, variant_sets
+
+    if not backend.supports_logprobs:
+        return [(None, "the judge returns no log-probabilities")] * len(requests)
+    yes, no = variant_sets()
+    params: dict = {"top_k": 20}
+    if backend.full_vocab:
+        params["variants"] = [sorted(yes), sorted(no)]
+    try:
+        outs = cached_calls(backend, cache, "logprobs", requests, **params)
+    except RuntimeError as exc:
+        if backend.supports_logprobs:  # not a missing-logprobs failure
+            raise
+        return [(None, f"the judge returns no log-probabilities ({exc})")] * len(requests)
+    got: list = []
+    for o in outs:
+        try:
+            if o.error:
+                got.append((None, f"judge call failed: {o.error}"))
+            elif o.yes_no is not None:
+                got.append((p_yes_from_sums(*o.yes_no)[0], "full_vocab"))
+            elif o.top_logprobs:
+                p, source = p_yes_from_logprobs(o.top_logprobs, yes=yes, no=no)
+                got.append((p, source) if source != "fallback_0.5" else (None, "no yes or no among the top tokens"))
+            else:
+                got.append((None, "the judge returned no log-probabilities"))
+        except ValueError as exc:
+            got.append((None, f"unusable log-probabilities: {exc}"))
+    return got
+
+
+def _per_question(rows: list, judge_items: list, backend, cache, config: AuditConfig, judge: str) -> list:
+    """Judge-answered rows of ``answer_format="per-question"``: a P(yes) per (artifact, question), a verdict per
+    run drawn from it, and the evidence for each verdict generated in a second call."""
+    import numpy as np
+    from tqdm.auto import tqdm
+
+    from ..judges import parse_yes_no
+    from ..judges._judge import cached_calls
+
+    items = ordered_items(judge_items)
+    asks = [
+        question_requests(r["filled_prompt"], r["output"], items, group=f"{r['artifact_id']}|{r['generator']}")
+        for r in rows
+    ]
+    flat = [q for per_row in asks for q in per_row]
+    p_yes = _first_token_p_yes(backend, cache, flat)
+    step = 6 * len(items)  # about six artifacts per call, as in the JSON format
+    out = []
+    bar = tqdm(
+        total=config.runs * len(rows),
+        desc=f"judging ({judge})",
+        unit="answer",
+        leave=False,
+        disable=not config.progress,
+        dynamic_ncols=True,
+    )
+    for run in range(config.runs):
+        seed = config.seed + run
+        draws = np.random.default_rng([config.seed, run]).random(len(flat))
+        verdicts: list = []
+        said: list = []
+        if any(p is None for p, _ in p_yes):  # no log-probabilities: generated verdicts, sampled by the backend
+            said = cached_calls(
+                backend,
+                cache,
+                "audit-verdict",
+                flat,
+                repeat=run,
+                max_tokens=4,
+                temperature=config.temperature,
+                seed=seed,
+            )
+        for n, (p, source) in enumerate(p_yes):
+            if p is not None:
+                verdicts.append(("Yes" if draws[n] < tempered_p_yes(p, config.temperature) else "No", p, source))
+            else:
+                v = parse_yes_no(said[n].text) if said[n].error is None else None
+                why = source if v is not None else (said[n].error or f"unparseable judge answer: {said[n].text!r}")
+                verdicts.append(({1: "Yes", 0: "No"}.get(v) if v is not None else None, None, why))
+        wanted = [(n, evidence_request(flat[n], items[n % len(items)], v[0])) for n, v in enumerate(verdicts) if v[0]]
+        evidence: dict = {}
+        advanced = 0.0
+        for a in range(0, len(wanted), step):
+            part = wanted[a : a + step]
+            texts = cached_calls(
+                backend,
+                cache,
+                "audit-evidence",
+                [r for _, r in part],
+                repeat=run,
+                max_tokens=config.budget(len(items)),
+                temperature=config.temperature,
+                seed=seed,
+            )
+            evidence.update({n: o for (n, _), o in zip(part, texts)})
+            bar.update(len(part) / len(items))
+            advanced += len(part) / len(items)
+        bar.update(len(rows) - advanced)  # artifacts whose verdicts were all unscored need no evidence
+        for k, row in enumerate(rows):
+            for j, item in enumerate(items):
+                n = k * len(items) + j
+                answer, p, source = verdicts[n]
+                e = evidence.get(n)
+                why = None
+                if answer is None:
+                    why = source
+                elif e is not None and e.error:
+                    why = f"judge call failed: {e.error}"
+                elif e is not None:
+                    why = (e.text or "").strip() or None
+                raw = {"p_yes": p, "p_yes_source": source if p is not None else None, "verdict": answer}
+                if e is not None:
+                    raw["evidence"] = e.text
+                out.append(
+                    dict(
+                        artifact_id=row["artifact_id"],
+                        generator=row["generator"],
+                        judge=judge,
+                        run=run,
+                        question_id=item.question_id,
+                        answer=answer,
+                        justification=why,
+                        source="judge",
+                        raw=json.dumps(raw, ensure_ascii=False),
+                    )
+                )
+    bar.close()
+    return out

@@ -113,7 +113,16 @@ class AuditCommand(Command):
             "--max-tokens",
             type=int,
             help="answer budget per artifact and run, in tokens (default: 48 + 72 per judge-answered "
-            "question; answers also end at the close of the requested JSON)",
+            "question; answers also end at the close of the requested JSON); with --answer-format "
+            "per-question: the evidence budget per question (default 48)",
+        )
+        run.add_argument(
+            "--answer-format",
+            choices=("json", "per-question"),
+            default="json",
+            help="json: one JSON answer per artifact and run, parsed tolerantly (default); per-question: each "
+            "question answered Yes/No from the first token's P(yes), then the evidence generated (every answer "
+            "parses: for small judges)",
         )
         run.add_argument("--encoder", help="encoder for reasoning stability (default: bundled all-MiniLM-L6-v2)")
         run.add_argument("--eps", type=float, default=0.05, help="DBSCAN cosine eps (default 0.05)")
@@ -165,6 +174,7 @@ class AuditCommand(Command):
             max_tokens=args.max_tokens,
             cache=args.judge_cache,
             progress=not args.no_progress,
+            answer_format=args.answer_format,
         )
         ks = [int(k) for k in args.ks.split(",")] if args.ks else list(range(1, args.runs + 1))
         if not all(1 <= k <= args.runs for k in ks):
