@@ -126,7 +126,6 @@ def run_audit(
     Code-answered rows carry ``judge="code"``; judge-answered rows keep the judge's raw answer
     in ``raw`` so an unscored answer can be read.
     """
-    from tqdm.auto import tqdm
 
     from ..judges import JudgeCache
     from ..judges._judge import cached_calls
@@ -146,19 +145,7 @@ def run_audit(
         for run in range(config.runs):
             for i in code_items:
                 answer, evidence = code[i.question_id]
-                out.append(
-                    dict(
-                        artifact_id=row["artifact_id"],
-                        generator=row["generator"],
-                        judge="code",
-                        run=run,
-                        question_id=i.question_id,
-                        answer=answer,
-                        justification=evidence,
-                        source="code",
-                        raw=None,
-                    )
-                )
+                out.append(_judgment(row, "code", run, i.question_id, answer, evidence, None, source="code"))
     if judge_items and config.answer_format == "per-question":
         out += _per_question(rows, judge_items, backend, cache, config, judge)
     elif judge_items:
@@ -168,14 +155,7 @@ def run_audit(
         ]
         budget = config.budget(len(judge_items))
         step = 6  # artifacts per call: batched generation, and a progress bar that moves
-        bar = tqdm(
-            total=config.runs * len(rows),
-            desc=f"judging ({judge})",
-            unit="answer",
-            leave=False,
-            disable=not config.progress,
-            dynamic_ncols=True,
-        )
+        bar = _progress(config, len(rows), judge)
         for run in range(config.runs):
             answers = []
             for a in range(0, len(requests), step):
@@ -199,20 +179,39 @@ def run_audit(
                     if o.error:
                         why = f"judge call failed: {o.error}"
                     out.append(
-                        dict(
-                            artifact_id=row["artifact_id"],
-                            generator=row["generator"],
-                            judge=judge,
-                            run=run,
-                            question_id=i.question_id,
-                            answer=answer,
-                            justification=why,
-                            source="judge",
-                            raw=o.text if o.error is None else None,
-                        )
+                        _judgment(row, judge, run, i.question_id, answer, why, o.text if o.error is None else None)
                     )
         bar.close()
     return read_table(pa.Table.from_pylist(out), JUDGMENTS)
+
+
+def _judgment(row: dict, judge: str, run: int, question_id: str, answer, justification, raw, source="judge") -> dict:
+    """One row of the judgments table (``source="code"``: answered by a code check)."""
+    return dict(
+        artifact_id=row["artifact_id"],
+        generator=row["generator"],
+        judge=judge,
+        run=run,
+        question_id=question_id,
+        answer=answer,
+        justification=justification,
+        source=source,
+        raw=raw,
+    )
+
+
+def _progress(config: AuditConfig, n_rows: int, judge: str):
+    """The judging progress bar: runs x artifacts answers, with an ETA."""
+    from tqdm.auto import tqdm
+
+    return tqdm(
+        total=config.runs * n_rows,
+        desc=f"judging ({judge})",
+        unit="answer",
+        leave=False,
+        disable=not config.progress,
+        dynamic_ncols=True,
+    )
 
 
 def _first_token_p_yes(backend, cache, requests: list) -> list:
@@ -254,7 +253,6 @@ def _per_question(rows: list, judge_items: list, backend, cache, config: AuditCo
     """Judge-answered rows of ``answer_format="per-question"``: a P(yes) per (artifact, question), a verdict per
     run drawn from it, and the evidence for each verdict generated in a second call."""
     import numpy as np
-    from tqdm.auto import tqdm
 
     from ..judges import parse_yes_no
     from ..judges._judge import cached_calls
@@ -268,14 +266,7 @@ def _per_question(rows: list, judge_items: list, backend, cache, config: AuditCo
     p_yes = _first_token_p_yes(backend, cache, flat)
     step = 6 * len(items)  # about six artifacts per call, as in the JSON format
     out = []
-    bar = tqdm(
-        total=config.runs * len(rows),
-        desc=f"judging ({judge})",
-        unit="answer",
-        leave=False,
-        disable=not config.progress,
-        dynamic_ncols=True,
-    )
+    bar = _progress(config, len(rows), judge)
     for run in range(config.runs):
         seed = config.seed + run
         draws = np.random.default_rng([config.seed, run]).random(len(flat))
@@ -334,17 +325,7 @@ def _per_question(rows: list, judge_items: list, backend, cache, config: AuditCo
                 if e is not None:
                     raw["evidence"] = e.text
                 out.append(
-                    dict(
-                        artifact_id=row["artifact_id"],
-                        generator=row["generator"],
-                        judge=judge,
-                        run=run,
-                        question_id=item.question_id,
-                        answer=answer,
-                        justification=why,
-                        source="judge",
-                        raw=json.dumps(raw, ensure_ascii=False),
-                    )
+                    _judgment(row, judge, run, item.question_id, answer, why, json.dumps(raw, ensure_ascii=False))
                 )
     bar.close()
     return out
