@@ -62,8 +62,8 @@ def _rows_kernel(
             diff = x - mu[None, :]
             mh += tl.sum(diff * diff * iv[None, :], axis=1)
     x_norm = tl.sqrt(xx)
-    if WANT_XN:
-        tl.store(XN + rows, x_norm, mask=rm)
+    if WANT_XN:  # 1/|x| for the kNN kernels (0 for a zero row: its products are 0)
+        tl.store(XN + rows, tl.where(x_norm > 0, 1.0 / tl.maximum(x_norm, 1e-30), 0.0), mask=rm)
     if HAS_Y:
         denom = tl.maximum(x_norm * tl.sqrt(yy), 1e-12)
         tl.store(OUT + rows * sob + 0, xy / denom, mask=rm)
@@ -122,15 +122,16 @@ def _tile_dot(acc, X, sxb, sxd, R, srk, srd, rows, rm, k, km, d, D, MODE: tl.con
 
 
 @triton.jit
-def _tile_max(best, acc, RN, k, km, xn, start, end, SHARED: tl.constexpr):
-    # the running max of the cosine over one finished reference tile, within each row's range
-    rn = tl.load(RN + k, mask=km, other=1.0)
-    cos = acc / tl.maximum(xn[:, None] * rn[None, :], 1e-12)
+def _tile_max(best, acc, RINV, k, km, start, end, SHARED: tl.constexpr):
+    # the running max of <x, r_k> / |r_k| over one finished reference tile, within each row's range (the
+    # row's 1/|x| is applied once to the max, after the last tile: it is positive, so the max is the same)
+    rinv = tl.load(RINV + k, mask=km, other=0.0)
+    sim = acc * rinv[None, :]
     if SHARED:
         inside = km[None, :]
     else:
         inside = (k[None, :] >= start[:, None]) & (k[None, :] < end[:, None])
-    return tl.maximum(best, tl.max(tl.where(inside, cos, float("-inf")), axis=1))
+    return tl.maximum(best, tl.max(tl.where(inside, sim, float("-inf")), axis=1))
 
 
 @triton.jit
@@ -138,17 +139,17 @@ def _knn_dot_kernel(
     X,
     sxb,
     sxd,
-    XN,
+    XINV,
     R,
     srk,
     srd,
-    RN,
+    RINV,
     RSTART,
     REND,
     PART,
     spb,
     B,
-    D,
+    D: tl.constexpr,
     K,
     BUCKET,
     SHARED: tl.constexpr,
@@ -162,8 +163,10 @@ def _knn_dot_kernel(
     # with a running max of the cosine: the [B, K] similarity matrix never exists. Program (i, j)
     # covers the j-th of num_programs(1) slices of the union of its rows' reference ranges (the
     # whole pool when SHARED). FLAT runs the reference tiles and feature chunks as one loop, so the
-    # software pipeline never drains between tiles (D is small: a few chunks per tile).
-    # BUCKET (unused) is the autotuner's key for the number of row blocks.
+    # software pipeline never drains between tiles; otherwise the feature chunks of a tile are
+    # unrolled (D is a compile-time constant, a few chunks) inside the loop over tiles. The cosine is
+    # <x, r> * (1/|r|) per tile and * (1/|x|) once at the end (XINV, RINV: 0 for a zero vector, whose
+    # products are 0). BUCKET (unused) is the autotuner's key for the number of row blocks.
     rows = tl.program_id(0).to(tl.int64) * BB + tl.arange(0, BB)
     split = tl.program_id(1)
     n_split = tl.num_programs(1)
@@ -182,7 +185,6 @@ def _knn_dot_kernel(
     per = tl.cdiv(n_tiles, n_split)
     t_lo = lo + split * per * BK
     t_hi = tl.minimum(hi, t_lo + per * BK)
-    xn = tl.load(XN + rows, mask=rm, other=1.0)
     cols_k = tl.arange(0, BK)
     cols_d = tl.arange(0, BD)
     best = tl.full([BB], float("-inf"), dtype=tl.float32)
@@ -197,16 +199,18 @@ def _knn_dot_kernel(
             km = k < t_hi
             acc = _tile_dot(acc, X, sxb, sxd, R, srk, srd, rows, rm, k, km, dc * BD + cols_d, D, MODE)
             if dc == nd - 1:
-                best = _tile_max(best, acc, RN, k, km, xn, start, end, SHARED)
+                best = _tile_max(best, acc, RINV, k, km, start, end, SHARED)
                 acc = tl.zeros([BB, BK], dtype=tl.float32)
     else:
         for k0 in range(t_lo, t_hi, BK):
             k = k0 + cols_k
             km = k < t_hi
             acc = tl.zeros([BB, BK], dtype=tl.float32)
-            for d0 in range(0, D, BD):
+            for d0 in tl.static_range(0, D, BD):
                 acc = _tile_dot(acc, X, sxb, sxd, R, srk, srd, rows, rm, k, km, d0 + cols_d, D, MODE)
-            best = _tile_max(best, acc, RN, k, km, xn, start, end, SHARED)
+            best = _tile_max(best, acc, RINV, k, km, start, end, SHARED)
+    xinv = tl.load(XINV + rows, mask=rm, other=1.0)
+    best = tl.where(best == float("-inf"), best, best * xinv)
     tl.store(PART + split * spb + rows, best, mask=rm)
 
 
@@ -215,11 +219,11 @@ def _knn_rows_kernel(
     X,
     sxb,
     sxd,
-    XN,
+    XINV,
     R,
     srk,
     srd,
-    RN,
+    RINV,
     RSTART,
     REND,
     OUT,
@@ -234,7 +238,7 @@ def _knn_rows_kernel(
     offs_d = tl.arange(0, BLOCK_D)
     start = tl.load(RSTART + b)
     end = tl.load(REND + b)
-    x_norm = tl.load(XN + b)
+    x_inv = tl.load(XINV + b)
     offs_k = tl.arange(0, BLOCK_K)
     best = tl.full([BLOCK_K], float("-inf"), dtype=tl.float32)
     for k0 in range(start, end, BLOCK_K):
@@ -249,8 +253,8 @@ def _knn_rows_kernel(
                 tl.float32
             )
             dot += tl.sum(r * x[None, :], axis=1)
-        rn = tl.load(RN + k, mask=km, other=1.0)
-        cos = dot / tl.maximum(rn * x_norm, 1e-12)
+        rinv = tl.load(RINV + k, mask=km, other=0.0)
+        cos = dot * rinv * x_inv
         best = tl.maximum(best, tl.where(km, cos, float("-inf")))
     tl.store(OUT + b * sob + 1, tl.max(best, axis=0))
 

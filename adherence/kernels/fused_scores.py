@@ -131,7 +131,16 @@ _KNN_CONFIGS = (
     (128, 256, 64, True, 8, 3),
     (128, 128, 128, True, 8, 3),
     (256, 128, 64, True, 8, 3),
+    (256, 128, 64, True, 8, 4),
+    (256, 128, 128, True, 8, 3),
     (128, 64, 128, True, 4, 4),
+    # the feature chunks unrolled inside the loop over reference tiles
+    (128, 64, 128, False, 4, 4),
+    (128, 128, 128, False, 8, 3),
+    (128, 128, 64, False, 8, 4),
+    (128, 256, 64, False, 8, 3),
+    (256, 128, 64, False, 8, 3),
+    (64, 256, 128, False, 8, 3),
 )
 
 
@@ -217,6 +226,7 @@ def fused_scores_triton(
     p_ = a.p.contiguous() if a.p is not None else dummy
     q_ = a.q if a.q is not None else x
     V = a.p.shape[0] if a.p is not None else 1
+    # 1/|x| per row (the rows kernel writes it for the kNN kernels)
     xn = torch.empty(a.B, dtype=torch.float32, device=x.device) if a.refs is not None else dummy
     _KERNELS["rows"][(triton.cdiv(a.B, _ROWS),)](
         x,
@@ -247,7 +257,8 @@ def fused_scores_triton(
     )
     if a.refs is not None and a.refs.shape[0]:
         r = a.refs
-        rn = r.float().norm(dim=1).contiguous()
+        rn = r.float().norm(dim=1)
+        rinv = torch.where(rn > 0, rn.reciprocal(), torch.zeros_like(rn)).contiguous()
         shared = ref_start is None  # every row against the whole pool: no range to inspect (no device sync)
         tiles = knn == "tiles" or (knn == "auto" and (shared or _use_tiles(a.ref_start, a.ref_end, _KNN_B)))
         if tiles:
@@ -259,7 +270,7 @@ def fused_scores_triton(
                 xd, mode = xd.float(), 1  # the interpreter (numpy) has no bf16 matmul: exact products in fp32
             rd = r.to(xd.dtype)
             span = r.shape[0] if shared else int((a.ref_end.max() - a.ref_start.min()).clamp_min(0))
-            args = (xd, xd.stride(0), xd.stride(1), xn, rd, rd.stride(0), rd.stride(1), rn, a.ref_start, a.ref_end)
+            args = (xd, xd.stride(0), xd.stride(1), xn, rd, rd.stride(0), rd.stride(1), rinv, a.ref_start, a.ref_end)
             if _autotuned(x):
 
                 def n_split(bb, bk):
@@ -309,7 +320,7 @@ def fused_scores_triton(
                 r,
                 r.stride(0),
                 r.stride(1),
-                rn,
+                rinv,
                 a.ref_start,
                 a.ref_end,
                 out,

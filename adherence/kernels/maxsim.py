@@ -11,9 +11,14 @@ An empty document or query scores 0. Three implementations share that definition
 * ``maxsim_torch`` — the CPU path: documents' tokens stay back to back, one float32
   matmul against a block of queries, then a segmented max per document (no padding),
   for a list of ``(query, document)`` pairs or (``pairs=None``) the full matrix;
-* ``maxsim_triton`` — one Triton program per pair: tiles of query tokens x document
-  tokens through ``tl.dot`` with a running max, so a document is read once per pair and
-  no padded copy is ever made. CUDA tensors use it by default.
+* ``maxsim_triton`` — Triton, no padded copy ever made. Pairs are grouped by document:
+  one program takes a document and up to ``G`` of the queries paired with it (the queries
+  whose pools overlap), multiplies tiles of its tokens by all their tokens at once through
+  ``tl.dot`` (a ``[doc tokens, G x query length]`` tile, wide enough for the tensor cores)
+  with a running max, and sums each query's maxima. A document is read from device memory
+  about once for all its queries, not once per pair, and ``G`` follows the measured overlap
+  (1 when every pair has its own document). Queries longer than 128 tokens take one program
+  per pair instead. CUDA tensors use it by default.
 """
 
 from __future__ import annotations
@@ -157,15 +162,34 @@ def maxsim_torch(q_emb, q_off, d_emb, d_off, q_idx=None, d_idx=None, *, budget: 
     return out
 
 
-_KERNEL = None
+_KERNELS: dict = {}
+
+# The per-pair kernel's tiles (document tokens, feature chunk, warps, pipeline stages), the GPU
+# autotuner's candidates; query tokens per tile stay ``block_q``.
+_PAIR_CONFIGS = (
+    (64, 64, 4, 3),
+    (64, 128, 4, 3),
+    (128, 64, 8, 3),
+)
+# The grouped kernel's tiles: (document tokens, feature chunk, warps, pipeline stages).
+_GROUP_CONFIGS = (
+    (64, 64, 4, 3),
+    (64, 128, 4, 3),
+    (128, 64, 4, 3),
+    (128, 64, 8, 3),
+    (128, 128, 8, 3),
+    (64, 64, 4, 4),
+)
+#: Query tokens x queries per grouped tile (tl.dot's N): the width the tensor cores are fed.
+_GROUP_WIDTH = 128
 
 
-def _build_kernel():
+def _build_kernels():
     import triton
     import triton.language as tl
 
     @triton.jit
-    def _maxsim_kernel(
+    def _pair_kernel(
         Q,
         stride_q,
         D,
@@ -174,6 +198,7 @@ def _build_kernel():
         d_off,
         q_idx,
         d_idx,
+        out_pos,
         out,
         dim,
         BLOCK_Q: tl.constexpr,
@@ -181,6 +206,7 @@ def _build_kernel():
         BLOCK_K: tl.constexpr,
         UPCAST: tl.constexpr,
     ):
+        # Program p scores pair p of the launch order and writes it at out[out_pos[p]].
         p = tl.program_id(0)
         qi = tl.load(q_idx + p)
         di = tl.load(d_idx + p)
@@ -209,50 +235,178 @@ def _build_kernel():
                 acc = tl.where(mt[None, :], acc, float("-inf"))
                 best = tl.maximum(best, tl.max(acc, axis=1))
             total += tl.where(mq & (db > da), best, 0.0)
-        tl.store(out + p, tl.sum(total, axis=0))
+        tl.store(out + tl.load(out_pos + p), tl.sum(total, axis=0))
 
-    return _maxsim_kernel
+    @triton.jit
+    def _group_kernel(
+        Q,
+        stride_q,
+        D,
+        stride_d,
+        q_off,
+        d_off,
+        q_idx,
+        d_idx,
+        out_pos,
+        g_start,
+        g_count,
+        out,
+        dim,
+        G: tl.constexpr,
+        QL: tl.constexpr,
+        BLOCK_T: tl.constexpr,
+        BLOCK_K: tl.constexpr,
+        UPCAST: tl.constexpr,
+    ):
+        # Program g: pairs g_start[g] .. + g_count[g] of the launch order, which share one document.
+        # Column c of the tile is token c % QL of the group's query c // QL (padding masked to 0).
+        g = tl.program_id(0)
+        base = tl.load(g_start + g)
+        cnt = tl.load(g_count + g)
+        di = tl.load(d_idx + base)
+        da = tl.load(d_off + di)
+        db = tl.load(d_off + di + 1)
+        c = tl.arange(0, G * QL)
+        j = c // QL
+        jm = j < cnt
+        qi = tl.load(q_idx + base + j, mask=jm, other=0)
+        qrow = tl.load(q_off + qi, mask=jm, other=0) + c % QL
+        qm = jm & (qrow < tl.load(q_off + qi + 1, mask=jm, other=0))
+        best = tl.full([G * QL], float("-inf"), dtype=tl.float32)
+        for t0 in range(da, db, BLOCK_T):
+            rt = t0 + tl.arange(0, BLOCK_T)
+            mt = rt < db
+            acc = tl.zeros([BLOCK_T, G * QL], dtype=tl.float32)
+            for k0 in range(0, dim, BLOCK_K):
+                rk = k0 + tl.arange(0, BLOCK_K)
+                mk = rk < dim
+                d = tl.load(D + rt[:, None] * stride_d + rk[None, :], mask=mt[:, None] & mk[None, :], other=0.0)
+                q = tl.load(Q + qrow[None, :] * stride_q + rk[:, None], mask=qm[None, :] & mk[:, None], other=0.0)
+                if UPCAST:
+                    q = q.to(tl.float32)
+                    d = d.to(tl.float32)
+                acc += tl.dot(d, q, input_precision="ieee", out_dtype=tl.float32)
+            acc = tl.where(mt[:, None], acc, float("-inf"))
+            best = tl.maximum(best, tl.max(acc, axis=0))
+        per_query = tl.sum(tl.reshape(tl.where(qm & (db > da), best, 0.0), (G, QL)), axis=1)
+        jj = tl.arange(0, G)
+        jjm = jj < cnt
+        tl.store(out + tl.load(out_pos + base + jj, mask=jjm, other=0), per_query, mask=jjm)
+
+    def tune(kernel, configs, key):
+        # every configuration writes the same scores, so a tuning run leaves ``out`` as a plain run would
+        return triton.autotune(
+            configs=[triton.Config(dict(BLOCK_T=t, BLOCK_K=k), num_warps=w, num_stages=st) for t, k, w, st in configs],
+            key=key,
+        )(kernel)
+
+    return {
+        "pair": _pair_kernel,
+        "pair_tuned": tune(_pair_kernel, _PAIR_CONFIGS, ["dim", "BLOCK_Q", "UPCAST"]),
+        "group": _group_kernel,
+        "group_tuned": tune(_group_kernel, _GROUP_CONFIGS, ["dim", "G", "QL", "UPCAST"]),
+    }
+
+
+def _next_pow2(n: int, lo: int) -> int:
+    v = lo
+    while v < n:
+        v *= 2
+    return v
+
+
+def _by_document(q_idx, d_idx):
+    """The pairs' launch order grouped by document (``(q_idx, d_idx, out_pos)`` in that order)."""
+    order = torch.argsort(d_idx, stable=True)
+    return q_idx[order], d_idx[order], order
+
+
+def _groups(d_sorted, width: int):
+    """Groups of at most ``width`` consecutive pairs of one document in a document-sorted launch order:
+    ``(start, count)`` per group, and the mean number of pairs per document."""
+    n = d_sorted.numel()
+    first = torch.ones(n, dtype=torch.bool, device=d_sorted.device)
+    first[1:] = d_sorted[1:] != d_sorted[:-1]
+    run_start = torch.nonzero(first).flatten()
+    run_end = torch.cat([run_start[1:], torch.tensor([n], device=d_sorted.device)])
+    run_of = torch.cumsum(first.long(), 0) - 1
+    rank = torch.arange(n, device=d_sorted.device) - run_start[run_of]
+    start = torch.nonzero(rank % width == 0).flatten()
+    count = torch.minimum(run_end[run_of[start]] - start, torch.full_like(start, width))
+    return start, count, n / max(run_start.numel(), 1)
 
 
 def maxsim_triton(
-    q_emb, q_off, d_emb, d_off, q_idx=None, d_idx=None, *, block_q: int = 32, block_t: int = 64, block_k: int = 64
+    q_emb,
+    q_off,
+    d_emb,
+    d_off,
+    q_idx=None,
+    d_idx=None,
+    *,
+    block_q: int = 32,
+    block_t: Optional[int] = None,
+    block_k: Optional[int] = None,
+    group: bool = True,
 ) -> torch.Tensor:
-    """The Triton kernel (CUDA tensors, or any device under ``TRITON_INTERPRET=1``).
+    """The Triton kernels (CUDA tensors, or any device under ``TRITON_INTERPRET=1``).
 
     Embeddings are read in their own dtype (fp16/bf16 through tensor cores) and
     accumulated in float32. Returns ``[P]`` for pairs, ``[nq, nd]`` for the full matrix.
+
+    Args:
+        block_q: query tokens per tile of the per-pair kernel.
+        block_t, block_k: document tokens and features per tile; ``None``: tuned on GPUs on first use
+            (64 and 64 under the interpreter).
+        group: pairs grouped by document, each document's queries scored together (queries up to 128
+            tokens; longer ones take the per-pair kernel, launched in document order); False: one
+            program per pair, in the order given.
     """
-    global _KERNEL
     _check(q_emb, q_off, d_emb, d_off, q_idx, d_idx)
     dev = q_emb.device
     full = q_idx is None
     nq, nd = q_off.numel() - 1, d_off.numel() - 1
-    if full:
-        q_idx = torch.arange(nq, device=dev).repeat_interleave(nd)
-        d_idx = torch.arange(nd, device=dev).repeat(nq)
+    q_off, d_off = q_off.to(dev, torch.int64).contiguous(), d_off.to(dev, torch.int64).contiguous()
+    if full:  # document-major: the queries of one document are neighbours; out[q, d] at q * nd + d
+        q_idx = torch.arange(nq, device=dev).repeat(nd)
+        d_idx = torch.arange(nd, device=dev).repeat_interleave(nq)
+        pos = q_idx * nd + d_idx
+    else:
+        q_idx, d_idx = q_idx.to(dev, torch.int64), d_idx.to(dev, torch.int64)
+        if group:
+            q_idx, d_idx, pos = _by_document(q_idx, d_idx)
+        else:
+            pos = torch.arange(q_idx.numel(), device=dev)
     if d_emb.dtype != q_emb.dtype:
         d_emb = d_emb.to(q_emb.dtype)
     q_emb, d_emb = q_emb.contiguous(), d_emb.contiguous()
     out = torch.zeros(q_idx.numel(), dtype=torch.float32, device=dev)
-    if out.numel():
-        if _KERNEL is None:
-            _KERNEL = _build_kernel()
-        _KERNEL[(q_idx.numel(),)](
-            q_emb,
-            q_emb.stride(0),
-            d_emb,
-            d_emb.stride(0),
-            q_off.to(dev, torch.int64).contiguous(),
-            d_off.to(dev, torch.int64).contiguous(),
-            q_idx.to(dev, torch.int64).contiguous(),
-            d_idx.to(dev, torch.int64).contiguous(),
-            out,
-            q_emb.shape[1],
-            BLOCK_Q=block_q,
-            BLOCK_T=block_t,
-            BLOCK_K=block_k,
-            # The interpreter's dot (numpy) has no bfloat16: upcast there; GPUs use tensor cores.
-            UPCAST=os.environ.get("TRITON_INTERPRET") == "1" and q_emb.dtype == torch.bfloat16,
+    if not out.numel():
+        return out.view(nq, nd) if full else out
+    if not _KERNELS:
+        _KERNELS.update(_build_kernels())
+    common = (q_emb, q_emb.stride(0), d_emb, d_emb.stride(0), q_off, d_off, q_idx.contiguous(), d_idx.contiguous())
+    # The interpreter's dot (numpy) has no bfloat16: upcast there; GPUs use tensor cores.
+    upcast = os.environ.get("TRITON_INTERPRET") == "1" and q_emb.dtype == torch.bfloat16
+    tuned = q_emb.is_cuda and block_t is None and block_k is None
+    tiles = {} if tuned else dict(BLOCK_T=block_t or 64, BLOCK_K=block_k or 64)
+    q_len = max(int((q_off[1:] - q_off[:-1]).max()), 1)
+    if group and q_len <= _GROUP_WIDTH:
+        ql = _next_pow2(q_len, 16)
+        start, count, per_doc = _groups(d_idx, _GROUP_WIDTH // ql)
+        g = 1
+        while g * 2 <= min(per_doc, _GROUP_WIDTH // ql):  # as many queries per tile as documents have
+            g *= 2
+        if g < _GROUP_WIDTH // ql:
+            start, count, _ = _groups(d_idx, g)
+        kernel = _KERNELS["group_tuned" if tuned else "group"]
+        kernel[(start.numel(),)](
+            *common, pos.contiguous(), start, count, out, q_emb.shape[1], G=g, QL=ql, UPCAST=upcast, **tiles
+        )
+    else:
+        kernel = _KERNELS["pair_tuned" if tuned else "pair"]
+        kernel[(q_idx.numel(),)](
+            *common, pos.contiguous(), out, q_emb.shape[1], BLOCK_Q=block_q, UPCAST=upcast, **tiles
         )
     return out.view(nq, nd) if full else out
 

@@ -22,6 +22,9 @@ def test_bench_checks_correctness_then_times(tmp_path):
     assert any(k.startswith("baseline") for k in res["backends"]) and res["speedup_vs_baseline"] > 0
     assert res["bench"] == "maxsim" and res["correct"] and res["speedup"] == res["speedup_vs_baseline"]
     assert res["ratio_to_peak"] == pytest.approx(ours["gb_per_s"] * 1e9 / res["peak"]["copy_bytes_per_s"])
+    # bytes that must be read: each document of the pools' union once (2 pools of 50 from 80 overlap)
+    assert res["pool_overlap"] > 1 and res["pair_bytes_per_run"] > res["bytes_read_per_run"]
+    assert res["bytes_read_per_run"] == pytest.approx(res["pair_bytes_per_run"] / res["pool_overlap"], rel=0.2)
     with pytest.raises(ValueError, match="cannot exceed"):
         bench_maxsim(pool=10, corpus=5)
 

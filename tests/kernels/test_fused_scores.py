@@ -224,3 +224,24 @@ def test_every_autotune_candidate_and_the_shared_split_buffer_give_the_reference
     want = fused_scores_reference(inp["x"], refs=inp["refs"], **kw)
     assert tuner.launches == len(fs._KNN_CONFIGS)
     torch.testing.assert_close(got[:, 1], want[:, 1], atol=2e-5, rtol=2e-5)
+
+
+@pytest.mark.parametrize("knn", ["tiles", "rows"])
+def test_zero_vectors_score_zero_like_the_reference(knn):
+    # 1/|x| and 1/|r| are applied as factors (0 for a zero vector): a zero candidate or a zero reference
+    # must still give the reference's cosine of 0, never NaN or inf.
+    x = torch.randn(5, 32)
+    x[2] = 0
+    refs = torch.randn(7, 32)
+    refs[3] = 0
+    refs[4] = -x[0] * 3  # the only reference for row 0 beside the zero one is opposite: its max is 0
+    refs[[0, 1, 2, 5, 6]] = -x[0]
+    start, end = torch.tensor([0, 0, 0, 3, 0]), torch.tensor([7, 7, 7, 4, 0])
+    for kw in ({}, dict(ref_start=start, ref_end=end)):
+        got = fused_scores_triton(x.to(DEVICE), refs=refs.to(DEVICE), knn=knn, **kw)[:, 1].cpu()
+        want = fused_scores_reference(x, refs=refs, **kw)[:, 1]
+        torch.testing.assert_close(got, want, equal_nan=True, atol=2e-5, rtol=2e-5)
+        assert got[0] == 0 and got[2] == 0
+    assert torch.isnan(
+        fused_scores_triton(x.to(DEVICE), refs=refs.to(DEVICE), knn=knn, ref_start=start, ref_end=end)[4, 1]
+    )

@@ -98,3 +98,41 @@ def test_triton_kernel_matches_reference(dtype, nq, nd, dim, max_q, max_d, strid
             q.to(DEVICE), qo.to(DEVICE), d.to(DEVICE), do.to(DEVICE), block_q=16, block_t=16, block_k=16
         )
         torch.testing.assert_close(full.cpu(), maxsim_torch(q, qo, d.contiguous(), do), **TOL[dtype])
+
+
+@pytest.mark.parametrize("group", [True, False])
+@pytest.mark.parametrize("max_q", [20, 200])  # 200: longer than a grouped tile, the per-pair kernel in document order
+def test_triton_pairs_grouped_by_document_land_where_they_were_asked(group, max_q):
+    # Pairs that share documents (overlapping pools, repeated pairs, documents out of order, an empty
+    # document) are scored grouped by document; every score must still land at its own pair's position.
+    pytest.importorskip("triton")
+    if DEVICE == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("no GPU and TRITON_INTERPRET is not set")
+    from adherence.kernels.maxsim import _by_document, _groups, maxsim_triton
+
+    g = torch.Generator().manual_seed(7)
+    q, qo = _ragged(5, 1, max_q, 32, torch.float32, g)
+    d, do = _ragged(6, 0, 40, 32, torch.float32, g, empty_first=True)
+    qi = torch.tensor([4, 0, 3, 0, 2, 1, 4, 4, 0, 1, 2, 3])
+    di = torch.tensor([5, 2, 2, 5, 0, 2, 5, 1, 3, 2, 2, 2])
+    oq, od, pos = _by_document(qi, di)
+    assert od.tolist() == sorted(di.tolist()) and torch.equal(oq, qi[pos]) and sorted(pos.tolist()) == list(range(12))
+    start, count, per_doc = _groups(od, 2)  # document 2 has 6 pairs, document 5 has 3
+    assert list(zip(od[start].tolist(), count.tolist())) == [
+        (0, 1),
+        (1, 1),
+        (2, 2),
+        (2, 2),
+        (2, 2),
+        (3, 1),
+        (5, 2),
+        (5, 1),
+    ]
+    assert per_doc == 12 / 5
+    ref = maxsim_reference(q, qo, d, do, qi, di)
+    dev = [t.to(DEVICE) for t in (q, qo, d, do)]
+    for tiles in (dict(block_t=16, block_k=16), dict(block_t=64, block_k=64)):
+        got = maxsim_triton(*dev, qi.to(DEVICE), di.to(DEVICE), block_q=16, group=group, **tiles)
+        torch.testing.assert_close(got.cpu(), ref, **TOL[torch.float32])
+    full = maxsim_triton(*dev, block_q=16, block_t=16, block_k=16, group=group)
+    torch.testing.assert_close(full.cpu(), maxsim_torch(q, qo, d, do), **TOL[torch.float32])
