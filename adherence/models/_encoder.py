@@ -105,6 +105,7 @@ class Encoder:
         self.cache_bytes = int(cache_bytes)
         self._cache: OrderedDict[str, torch.Tensor] = OrderedDict()
         self._cache_used = 0
+        self._backends: dict = {}  # max_length -> a fast tokenizer's backend set to truncate there
 
     @property
     def name(self) -> str:
@@ -124,34 +125,62 @@ class Encoder:
             limit = min(limit, int(tok))
         return limit
 
+    def _token_ids(self, texts: Sequence[str], max_length: int):
+        """Token ids of every text (special tokens added, truncated at ``max_length``), as one flat int64
+        array and the texts' lengths. A fast tokenizer runs through a copy of its Rust backend (one
+        parallel ``encode_batch``, the same ids as calling the tokenizer): the Python wrapper's per-text
+        conversion cost more than the model's forward pass on a GPU."""
+        import itertools
+
+        import numpy as np
+
+        backend = self._backends.get(max_length)
+        if backend is None and getattr(self.tokenizer, "is_fast", False):
+            from tokenizers import Tokenizer
+
+            backend = Tokenizer.from_str(self.tokenizer.backend_tokenizer.to_str())
+            backend.no_padding()
+            backend.enable_truncation(
+                max_length, strategy="longest_first", direction=getattr(self.tokenizer, "truncation_side", "right")
+            )
+            self._backends[max_length] = backend
+        if backend is not None:  # encode_batch_fast: the same ids without character offsets (tokenizers >= 0.21)
+            encode = getattr(backend, "encode_batch_fast", backend.encode_batch)
+            ids = [e.ids for e in encode(list(texts))]
+        else:
+            ids = self.tokenizer(list(texts), truncation=True, max_length=max_length)["input_ids"]
+        lens = np.fromiter((len(i) for i in ids), dtype=np.int64, count=len(ids))
+        flat = np.fromiter(itertools.chain.from_iterable(ids), dtype=np.int64, count=int(lens.sum()))
+        return flat, lens
+
     def _batches(self, texts: Sequence[str], desc: str, max_length: Optional[int] = None):
         """Yield (indices, model inputs on the device) with texts sorted by decreasing token length."""
+        import numpy as np
         import torch
         from tqdm.auto import tqdm
 
-        max_length = max_length or self.max_length
-        ids = self.tokenizer(list(texts), truncation=True, max_length=max_length)["input_ids"]
-        order = sorted(range(len(texts)), key=lambda i: -len(ids[i]))
+        flat, lens = self._token_ids(texts, max_length or self.max_length)
+        if not flat.size:
+            flat = np.zeros(1, dtype=np.int64)
+        starts = np.concatenate([[0], np.cumsum(lens)[:-1]]).astype(np.int64)
+        order = np.argsort(-lens, kind="stable")
         batches, s = [], 0
         while s < len(order):
-            longest = max(len(ids[order[s]]), 1)
+            longest = max(int(lens[order[s]]), 1)
             n = self.batch_size if not self.batch_tokens else max(1, min(self.batch_size, self.batch_tokens // longest))
             batches.append(order[s : s + n])
             s += n
         pad = self.tokenizer.pad_token_id or 0
         pin = self.device.type == "cuda"
         for idx in tqdm(batches, desc=desc, unit="batch", disable=not self.progress or len(batches) < 4, leave=False):
-            L = max(len(ids[idx[0]]), 1)
-            input_ids = torch.full((len(idx), L), pad, dtype=torch.long)
-            mask = torch.zeros((len(idx), L), dtype=torch.long)
-            for r, i in enumerate(idx):
-                n = len(ids[i])
-                input_ids[r, :n] = torch.as_tensor(ids[i])
-                mask[r, :n] = 1
+            pos = np.arange(max(int(lens[idx[0]]), 1))
+            valid = pos[None, :] < lens[idx][:, None]
+            input_ids = torch.from_numpy(np.where(valid, flat[np.where(valid, starts[idx][:, None] + pos, 0)], pad))
+            mask = torch.from_numpy(valid.astype(np.int64))
             if pin:
                 input_ids, mask = input_ids.pin_memory(), mask.pin_memory()
             yield (
-                idx,
+                idx.tolist(),
                 {
                     "input_ids": input_ids.to(self.device, non_blocking=pin),
                     "attention_mask": mask.to(self.device, non_blocking=pin),

@@ -48,6 +48,20 @@ def test_encoder_matches_sentence_transformers(encoder, st_model, turns):
     np.testing.assert_allclose(ours, ref, atol=1e-5)
 
 
+def test_encoder_token_ids_are_the_tokenizers_own(encoder, turns):
+    # The fast path (the tokenizer's Rust backend, one encode_batch) must give exactly what calling the
+    # tokenizer gives: special tokens, truncation at each limit, empty and non-ASCII texts, long texts.
+    texts = turns.column("assistant").to_pylist()[:30] + ["", " ", "naïve café — 東京 🙂", "word " * 600]
+    for limit in (8, encoder.max_length, encoder.token_limit):
+        flat, lens = encoder._token_ids(texts, limit)
+        want = encoder.tokenizer(texts, truncation=True, max_length=limit)["input_ids"]
+        assert lens.tolist() == [len(w) for w in want] and max(lens) == limit
+        assert flat.tolist() == [t for w in want for t in w]
+    assert set(encoder._backends) == {8, encoder.max_length, encoder.token_limit}
+    # the tokenizer itself is untouched: no truncation or padding left set on it by the fast path
+    assert len(encoder.tokenizer("word " * 600)["input_ids"]) > encoder.token_limit
+
+
 def test_encoder_token_budget_batches_duplicates_and_cache_keep_input_order(encoder, st_model, turns):
     from adherence.models import Encoder
 
