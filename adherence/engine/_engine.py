@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
 import json
 import os
 import shutil
@@ -20,6 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from .._fingerprint import score_hash
 from ..data import DataError, metadata_path, run_metadata
 from ..data._errors import skipped_summary
 from ..data._io import _as_table, _check_file
@@ -54,13 +54,6 @@ class JobResult:
     summary: dict
     table: Optional[pa.Table] = None
     sessions: Optional[pa.Table] = None
-
-
-def _config_hash(config: RoleConfig) -> str:
-    d = dataclasses.asdict(config)
-    for k in ("progress", "device", "batch_size", "reference_file"):
-        d.pop(k, None)
-    return hashlib.sha256(json.dumps(d, sort_keys=True, default=repr).encode()).hexdigest()[:16]
 
 
 class Engine:
@@ -364,7 +357,7 @@ class Engine:
         """Write the job's manifest; True when an earlier, different job's shard outputs were cleared."""
         manifest = work / "job.json"
         cleared = False
-        job = {"config": _config_hash(self.config), "fingerprint": plan.fingerprint, "shard_size": plan.shard_size}
+        job = {"config": score_hash(self.config), "fingerprint": plan.fingerprint, "shard_size": plan.shard_size}
         if manifest.exists():
             try:
                 old = json.loads(manifest.read_text())

@@ -12,7 +12,8 @@ from typing import Any, Literal, Optional
 
 import pyarrow as pa
 
-from ._backend import JudgeBackend, JudgeOutput, get_backend
+from .._fingerprint import COSMETIC
+from ._backend import JudgeBackend, JudgeOutput, get_backend, score_options
 from ._cache import JudgeCache
 from ._parse import p_yes_from_logprobs, p_yes_from_sums, parse_turn_verdicts, parse_yes_no, variant_sets
 from ._prompts import (
@@ -95,12 +96,14 @@ class JudgeConfig:
     seed: Optional[int] = 0
     samples: int = 1
     repeat: int = 0
-    cache: Optional[str] = None
+    cache: Optional[str] = field(default=None, metadata=COSMETIC)  # a cached answer is the same call's
     template: Optional[str] = None
     system: Optional[str] = None
     layout: Literal["user", "system", "pygaussia"] = "user"
     binary_fallback: bool = False
-    backend_options: dict = field(default_factory=dict)
+    backend_options: dict = field(
+        default_factory=dict, metadata={"score_options": lambda cfg, opts: score_options(cfg.backend, opts)}
+    )
 
     def __post_init__(self) -> None:
         if self.output_mode not in ("binary", "continuous"):

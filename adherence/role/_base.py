@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Optional, Union
 import numpy as np
 import pyarrow as pa
 
+from .._fingerprint import COSMETIC
 from .._registry import unknown_name
 
 if TYPE_CHECKING:
@@ -76,14 +77,15 @@ class RoleConfig:
     bertscore_baseline: Optional[float] = None
     nli_model: Optional[str] = None
     judge: Optional[Any] = None
-    reference_file: Optional[str] = None
+    reference_file: Optional[str] = field(default=None, metadata=COSMETIC)  # its texts are the input's
     threshold: float = 0.5
     strict_mode: bool = False
     session_mode: str = "mean"
     calibration: Optional[dict] = None
-    device: Optional[str] = None
-    batch_size: Optional[int] = None  # encoder texts per batch (default: the encoder's, by device)
-    progress: bool = True
+    device: Optional[str] = field(default=None, metadata=COSMETIC)
+    # encoder texts per batch (default: the encoder's, by device)
+    batch_size: Optional[int] = field(default=None, metadata=COSMETIC)
+    progress: bool = field(default=True, metadata=COSMETIC)
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
