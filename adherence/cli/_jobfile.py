@@ -50,6 +50,7 @@ PATH_OPTIONS = {
     "output",
     "sessions_output",
     "work_dir",
+    "calibration",
     "role_file",
     "judge_template",
     "judge_cache",

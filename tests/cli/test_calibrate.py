@@ -195,3 +195,27 @@ def test_evaluate_table_threshold_predicts_score_at_or_above_it():
     assert res["confusion"]["fp"] == int(((y == 0) & (s >= 0.3)).sum())
     with pytest.raises(ValueError, match="not both"):
         evaluate_table(t, score="score", label="label", positive="adherent", prediction="p", threshold=0.3)
+
+
+def test_a_job_files_calibration_is_the_file_beside_it(tmp_path, capsys, monkeypatch):
+    """`calibration: cal.json` in a job file names the file beside the job file, as its other paths do, wherever
+    the job is started from."""
+    jobs = tmp_path / "jobs"
+    jobs.mkdir()
+    first = jobs / "cos.parquet"
+    assert main(["score", str(example_path("role")), "--method", "cosine", "-o", str(first), "--no-progress"]) == 0
+    assert main(["calibrate", str(first), "-o", str(jobs / "cal.json"), "--bootstrap", "20", "--folds", "3"]) == 0
+    job = jobs / "job.yaml"
+    job.write_text(
+        f"input: {example_path('role')}\nmethod: cosine\noutput: out.parquet\ncalibration: cal.json\nno-progress: true\n"
+    )
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    assert main(["score", "--config", str(job)]) == 0
+    meta = json.loads(metadata_path(jobs / "out.parquet").read_text())
+    assert str(jobs / "cal.json") in json.dumps(meta)
+    threshold = json.loads((jobs / "cal.json").read_text())["threshold"]
+    assert all(
+        r["prediction"] == int(r["score"] >= threshold) for r in read_turn_scores(jobs / "out.parquet").to_pylist()
+    )
