@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .._fingerprint import score_hash
+from .._fingerprint import score_fingerprint, score_hash
 from ..data import DataError, metadata_path, run_metadata
 from ..data._errors import skipped_summary
 from ..data._io import _as_table, _check_file
@@ -28,7 +28,7 @@ from ..data._validate import conform_schema as _conform_schema
 from ..role import RoleConfig, aggregate_sessions, get_method
 from ..role._base import missing_references
 from ._executors import EngineError, Executor, RayExecutor, check_reachable, get_executor
-from ._plan import _write_json_atomic, content_digest, plan_job, temp_path
+from ._plan import _write_json_atomic, content_digest, plan_job, same_input, temp_path
 from ._safety import (
     PathLock,
     RemoteWorkDir,
@@ -354,19 +354,36 @@ class Engine:
         return check
 
     def _check_job_manifest(self, work: Path, plan) -> bool:
-        """Write the job's manifest; True when an earlier, different job's shard outputs were cleared."""
+        """Write the job's manifest; True when an earlier, different job's shard outputs were cleared (with
+        ``--resume``, a warning says on one line why its work could not be reused)."""
         manifest = work / "job.json"
         cleared = False
-        job = {"config": score_hash(self.config), "fingerprint": plan.fingerprint, "shard_size": plan.shard_size}
+        options = json.loads(json.dumps(score_fingerprint(self.config), sort_keys=True, default=repr))
+        job = {
+            "config": score_hash(self.config),
+            "fingerprint": plan.fingerprint,
+            "shard_size": plan.shard_size,
+            "options": options,
+        }
         if manifest.exists():
             try:
                 old = json.loads(manifest.read_text())
             except ValueError:
                 old = None
-            if old != job:
+            if (
+                not isinstance(old, dict)
+                or old.get("config") != job["config"]
+                or old.get("shard_size") != job["shard_size"]
+                or not same_input(old.get("fingerprint"), job["fingerprint"])
+            ):
                 # Different job in the same place: its shard outputs must not be mixed with ours.
                 shutil.rmtree(work / "out", ignore_errors=True)
                 cleared = True
+                if self.resume:
+                    warnings.warn(
+                        f"--resume: the earlier work in {work} is not reused: {_why_not_reused(old, job)}",
+                        stacklevel=3,
+                    )
         _write_json_atomic(manifest, job)
         return cleared
 
@@ -598,6 +615,31 @@ class Engine:
         finally:
             publisher.discard()
         return summary
+
+
+def _flat(d: Any, prefix: str = "") -> dict:
+    if not isinstance(d, dict):
+        return {prefix: d}
+    out: dict = {}
+    for k, v in d.items():
+        out.update(_flat(v, f"{prefix}.{k}" if prefix else str(k)))
+    return out
+
+
+def _why_not_reused(old: Any, job: dict) -> str:
+    """What differs between an earlier job's manifest and this job's, in a few words."""
+    if not isinstance(old, dict):
+        return "its manifest (job.json) is unreadable"
+    if not same_input(old.get("fingerprint"), job["fingerprint"]):
+        return "the input's content changed"
+    if old.get("shard_size") != job["shard_size"]:
+        return f"the shard size changed ({old.get('shard_size')} -> {job['shard_size']})"
+    if "options" not in old:
+        return "it was made by an older version, which recorded no options"
+    a, b = _flat(old["options"]), _flat(job["options"])
+    changed = [f"{k} {a.get(k)!r} -> {b.get(k)!r}" for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+    more = f" and {len(changed) - 4} more" if len(changed) > 4 else ""
+    return "options that decide scores changed (" + ", ".join(changed[:4]) + more + ")"
 
 
 def _tensor_parallel_config(config: RoleConfig, n: int, executor: str) -> RoleConfig:

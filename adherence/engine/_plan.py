@@ -15,13 +15,14 @@ unchanged and whose shard files still hash to what was written.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import uuid
 import zlib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
 import pyarrow as pa
@@ -29,7 +30,7 @@ import pyarrow as pa
 from ..data import TURNS, file_digest, iter_batches
 from ..data._readers import _blank_text
 
-__all__ = ["Plan", "ShardInfo", "plan_job", "input_fingerprint", "content_digest", "temp_path"]
+__all__ = ["Plan", "ShardInfo", "plan_job", "input_fingerprint", "content_digest", "same_input", "temp_path"]
 
 
 @dataclass
@@ -89,6 +90,18 @@ def input_fingerprint(source) -> dict:
     }
 
 
+def same_input(a: Any, b: Any) -> bool:
+    """Whether two input fingerprints name the same content read the same way, wherever the files lie (the
+    recorded paths are left out: the same bytes moved or copied elsewhere are the same input)."""
+
+    def content(fp):
+        if not isinstance(fp, dict):
+            return fp
+        return {k: content(v) for k, v in fp.items() if k != "path"}
+
+    return content(a) == content(b)
+
+
 def temp_path(path: Path) -> Path:
     """A temporary sibling of ``path``, unique per process and call (two jobs never share one)."""
     return path.with_name(f".{path.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp")
@@ -133,7 +146,7 @@ def _reusable(plan_path: Path, fingerprint: dict, shard_size: int, collect_refer
     except (OSError, ValueError, TypeError, KeyError):
         return None  # unreadable plan: plan again
     if (
-        old.fingerprint != fingerprint
+        not same_input(old.fingerprint, fingerprint)
         or old.shard_size != shard_size
         or (old.reference_file is None and collect_references)
         or (old.reference_file is not None and not Path(old.reference_file).exists())
@@ -207,7 +220,7 @@ def plan_job(
     if plan_path.exists():
         old = _reusable(plan_path, fingerprint, shard_size, collect_references)
         if old is not None:
-            return old
+            return dataclasses.replace(old, fingerprint=fingerprint)  # the same content, named where it lies now
     n_rows = _count_rows(source, batch_size, transcripts)
     n_shards = max(1, -(-n_rows // shard_size))
     shard_dir = work_dir / "shards"

@@ -1,13 +1,14 @@
 """A resumed job reuses its finished shards exactly when nothing that decides a score changed."""
 
 import dataclasses
+import json
 
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
 from adherence._fingerprint import score_fingerprint, score_hash
-from adherence.data import example_path
+from adherence.data import example_path, metadata_path
 from adherence.engine import Engine
 from adherence.judges import JudgeConfig
 from adherence.role import RoleConfig
@@ -94,3 +95,43 @@ def test_an_unknown_option_of_any_backend_counts(backend):
     a = dataclasses.replace(cfg, backend_options={"new_knob": 1})
     b = dataclasses.replace(cfg, backend_options={"new_knob": 2})
     assert score_hash(a) != score_hash(b)
+
+
+def test_the_same_bytes_at_another_path_are_the_same_input(tmp_path, synthetic):
+    from adherence.data import write_table
+
+    src = write_table(synthetic(10), tmp_path / "in.parquet")
+    first = Engine(method="kl", shard_size=8, progress=False, n_bootstrap=0, keep_work_dir=True).run(
+        src, tmp_path / "o.parquet"
+    )
+    moved = tmp_path / "elsewhere" / "copy.parquet"
+    moved.parent.mkdir()
+    moved.write_bytes(src.read_bytes())
+    again = Engine(method="kl", shard_size=8, progress=False, n_bootstrap=0, resume=True, keep_work_dir=True).run(
+        moved, tmp_path / "o.parquet"
+    )
+    assert again.summary["shards_resumed"] == first.summary["shards"]
+    meta = json.loads(metadata_path(tmp_path / "o.parquet").read_text())
+    assert meta["inputs"][0]["path"] == str(moved)  # the run names the input it read
+
+
+def test_work_a_resume_cannot_reuse_is_named_with_the_reason(tmp_path, synthetic, recwarn):
+    from adherence.data import write_table
+
+    src = write_table(synthetic(10), tmp_path / "in.parquet")
+    run = dict(method="kl", shard_size=8, progress=False, n_bootstrap=0, keep_work_dir=True)
+    Engine(**run).run(src, tmp_path / "o.parquet")
+    with pytest.warns(
+        UserWarning,
+        match=r"--resume: the earlier work in .* is not reused: options that decide "
+        r"scores changed \(kl_beta 1\.0 -> 2\.0, threshold 0\.5 -> 0\.3\)",
+    ):
+        Engine(**run, resume=True, kl_beta=2.0, threshold=0.3).run(src, tmp_path / "o.parquet")
+    with pytest.warns(UserWarning, match=r"not reused: the shard size changed \(8 -> 5\)"):
+        Engine(**dict(run, shard_size=5), resume=True, kl_beta=2.0, threshold=0.3).run(src, tmp_path / "o.parquet")
+    write_table(synthetic(11), src)
+    with pytest.warns(UserWarning, match=r"not reused: the input's content changed"):
+        Engine(**dict(run, shard_size=5), resume=True, kl_beta=2.0, threshold=0.3).run(src, tmp_path / "o.parquet")
+    recwarn.clear()
+    Engine(**dict(run, shard_size=5), resume=True, kl_beta=2.0, threshold=0.3).run(src, tmp_path / "o.parquet")
+    assert not [w for w in recwarn if "--resume" in str(w.message)]  # nothing discarded, nothing said
