@@ -110,6 +110,12 @@ class JudgeBackend(ABC):
     ) -> list[JudgeOutput]:
         """Generated text of each request (greedy at temperature 0), ending early at any ``stop`` string."""
 
+    @property
+    def cache_id(self) -> str:
+        """Identity of the model in the judge-call cache: what answers, not where it is served (a cached call
+        is reused across endpoints, ports and host names that serve the same model)."""
+        return self.model_id
+
     def describe(self) -> dict:
         return {"backend": self.name, "model": self.model_id}
 

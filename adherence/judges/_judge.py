@@ -178,7 +178,8 @@ def cached_calls(
 
     ``kind="logprobs"`` asks for first-token log-probabilities (``top_k``); any
     other kind generates text (``max_tokens``, ``temperature``, ``seed``). The key
-    is model id + messages + ``{"kind": kind, **params}`` + ``repeat``. Calls go to
+    is the backend's ``cache_id`` (the model, not its endpoints) + messages + ``{"kind": kind, **params}``
+    + ``repeat``. Calls go to
     the backend ``commit_every`` at a time and each group is committed as it returns,
     so a killed run resumes from the cache. Failed calls are not cached, so a re-run
     retries them. ``variants`` (log-probs only) asks in-process backends for exact
@@ -188,7 +189,7 @@ def cached_calls(
     if not requests:
         return []
     key_params = {"kind": kind, **params}
-    keys = [r.cache_key(backend.model_id, key_params, repeat) for r in requests]
+    keys = [r.cache_key(backend.cache_id, key_params, repeat) for r in requests]
     found = cache.get_many(keys) if cache is not None else {}
     outputs: list[Optional[JudgeOutput]] = [JudgeOutput.from_json(found[k]) if k in found else None for k in keys]
     todo = [i for i, k in enumerate(keys) if k not in found]

@@ -118,6 +118,10 @@ class OpenAIBackend(JudgeBackend):
     def model_id(self) -> str:
         return f"openai:{'|'.join(sorted(self.base_urls))}::{self.model}"
 
+    @property
+    def cache_id(self) -> str:
+        return f"openai::{self.model}"  # the served model's name; the endpoints are where, not what
+
     def _pick(self) -> tuple:
         """``(url, seconds to wait)``: the next endpoint that is up, round-robin; else the one back soonest."""
         now = time.monotonic()

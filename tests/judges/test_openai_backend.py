@@ -175,3 +175,22 @@ def test_base_url_flags_repeat_and_read_a_file(tmp_path):
     f.write_text("# our servers\nhttp://a:8000/v1\n\nhttp://b:8000/v1\n")
     assert base_urls(["http://x/v1", f"@{f}"]) == ["http://x/v1", "http://a:8000/v1", "http://b:8000/v1"]
     assert base_urls("http://x/v1") == ["http://x/v1"] and base_urls(None) == []
+
+
+def test_the_cache_keys_on_the_model_not_on_where_it_is_served(tiny_yes_no_judge, turns, tmp_path):
+    # localhost vs 127.0.0.1, another port, one more endpoint in the fleet: the same model asked the same thing
+    from adherence.judges import JudgeCache
+
+    cache = str(tmp_path / "c.sqlite")
+    with ChatServer(tiny_yes_no_judge) as a, ChatServer(tiny_yes_no_judge) as b:
+        first = RoleJudge(JudgeConfig(model="tiny", backend="openai", cache=cache), backend=_backend(a))
+        cols = first.score(turns)
+        assert first.stats["cache_hits"] == 0 and len(JudgeCache(cache)) == turns.num_rows
+        for urls in (a.url.replace("127.0.0.1", "localhost"), [b.url, a.url]):
+            backend = get_backend("openai", model="tiny", base_url=urls, backoff=0.01)
+            again = RoleJudge(JudgeConfig(model="tiny", backend="openai", cache=cache), backend=backend)
+            assert again.score(turns)["score"] == cols["score"]
+            assert again.stats["cache_hits"] == turns.num_rows and again.stats["calls"] == 0
+    # another served model is another judge: nothing reused
+    other = get_backend("openai", model="other", base_url=a.url, backoff=0.01)
+    assert other.cache_id != backend.cache_id
