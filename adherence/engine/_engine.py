@@ -36,6 +36,7 @@ from ._safety import (
     check_outputs,
     check_remote_output,
     check_replaceable,
+    output_columns,
     output_format,
     remove_dead_temporaries,
     reserved_columns,
@@ -341,11 +342,11 @@ class Engine:
         name = str(source) if isinstance(source, (str, os.PathLike)) else "<table>"
 
         def check(columns: list) -> None:
-            clash = reserved_columns(self.config.method, columns)
+            clash = reserved_columns(self.config.method, columns, self.config)
             if clash:
+                reserved = ", ".join(output_columns(self.config.method, self.config))
                 raise DataError(
-                    f"input column {clash[0]!r} would be replaced by the scores (reserved: method, score, "
-                    f"prediction, status, error, reason, p_yes_source, truncated, yes_no_mass, {self.config.method}_*); "
+                    f"input column {clash[0]!r} would be replaced by the scores (reserved: {reserved}); "
                     "rename or drop it",
                     file=name,
                     column=clash[0],
@@ -584,7 +585,7 @@ class Engine:
                 summary["failure"] = next(r["failed"] for r in results.values() if r.get("failed"))
             # The plan hashed the input already (resume by content): record that digest, do not hash it again.
             meta = run_metadata(
-                config=dataclasses.asdict(self.config),
+                config=_recorded_config(self.config),
                 seed=self.seed,
                 inputs=[source],
                 models=models,
@@ -615,6 +616,17 @@ class Engine:
         finally:
             publisher.discard()
         return summary
+
+
+def _recorded_config(config: RoleConfig) -> dict:
+    """The job's options as its metadata records them: an applied calibration by its path, file digest,
+    threshold and kind of map, not the map's knots (a large isotonic file would be copied into every
+    metadata file)."""
+    d = dataclasses.asdict(config)
+    cal = d.get("calibration")
+    if isinstance(cal, dict) and isinstance(cal.get("map"), dict):
+        d["calibration"] = dict(cal, map=cal["map"].get("method"))
+    return d
 
 
 def _flat(d: Any, prefix: str = "") -> dict:

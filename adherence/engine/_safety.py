@@ -30,6 +30,7 @@ __all__ = [
     "check_replaceable",
     "WorkDir",
     "PathLock",
+    "output_columns",
     "reserved_columns",
     "remove_dead_temporaries",
     "is_adherence_output",
@@ -78,9 +79,22 @@ def output_format(path: Path) -> str:
     return fmt
 
 
-def reserved_columns(method: str, columns) -> list[str]:
+def output_columns(method: str, config=None) -> tuple:
+    """The columns a run of ``method`` adds (``<method>_*`` stands for its own): the always-present ones,
+    ``calibrated_score`` with a calibration, ``agreement``/``samples`` with self-consistency samples."""
+    extra: tuple = ()
+    if config is not None and getattr(config, "calibration", None):
+        extra += ("calibrated_score",)
+    judge = getattr(config, "judge", None) if config is not None else None
+    if judge is not None and getattr(judge, "samples", 1) > 1:
+        extra += ("agreement", "samples")
+    return tuple(c for c in _OUTPUT_COLUMNS if c != "_row") + extra + (f"{method}_*",)
+
+
+def reserved_columns(method: str, columns, config=None) -> list[str]:
     """Input columns that the scores would replace (``score``, ``status``, ``<method>_*`` ...)."""
-    return [c for c in columns if c in _OUTPUT_COLUMNS or c.startswith(f"{method}_")]
+    added = set(output_columns(method, config)) | {"_row"}
+    return [c for c in columns if c in added or c.startswith(f"{method}_")]
 
 
 def _read_meta(path: Path) -> Optional[dict]:

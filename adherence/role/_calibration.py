@@ -9,6 +9,7 @@ probability; the raw ``score`` is kept.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from pathlib import Path
@@ -24,11 +25,12 @@ FORMAT = "adherence-calibration/1"
 class Calibration:
     """A loaded calibration file."""
 
-    def __init__(self, data: dict, path: Optional[str] = None) -> None:
+    def __init__(self, data: dict, path: Optional[str] = None, file_digest: Optional[str] = None) -> None:
         from ..stats import CalibrationMap
 
         self.data = data
         self.path = path
+        self.file_digest = file_digest
         self.threshold = float(data["threshold"])
         self.map = CalibrationMap.from_dict(data["map"])
         self.source = data.get("source") or {}
@@ -41,6 +43,7 @@ class Calibration:
         """What a run's metadata records about the calibration it applied."""
         return {
             "path": self.path,
+            "file_digest": self.file_digest,
             "digest": self.data.get("digest"),
             "threshold": self.threshold,
             "map": self.map.method,
@@ -64,7 +67,8 @@ def load_calibration(path: Union[str, os.PathLike]) -> Calibration:
 
     p = Path(path)
     try:
-        data = json.loads(p.read_text(encoding="utf-8"))
+        raw = p.read_bytes()
+        data = json.loads(raw.decode("utf-8"))
     except FileNotFoundError:
         raise
     except (OSError, UnicodeDecodeError, ValueError) as exc:
@@ -74,9 +78,12 @@ def load_calibration(path: Union[str, os.PathLike]) -> Calibration:
             f'not a calibration file (no "format": "{FORMAT}"; write one with `adherence calibrate`)', file=str(path)
         )
     try:
-        cal = Calibration(data, str(path))
+        cal = Calibration(data, str(path), "sha256:" + hashlib.sha256(raw).hexdigest())
     except (KeyError, TypeError, ValueError) as exc:
         raise DataError(f"malformed calibration file ({exc})", file=str(path)) from None
-    if not np.isfinite(cal.threshold):
-        raise DataError("malformed calibration file (the threshold is not a number)", file=str(path))
+    if not (np.isfinite(cal.threshold) and 0.0 <= cal.threshold <= 1.0):
+        raise DataError(
+            f"malformed calibration file (`threshold` must be a score in [0, 1], got {data.get('threshold')!r})",
+            file=str(path),
+        )
     return cal

@@ -203,11 +203,20 @@ class CalibrationMap:
 
     @classmethod
     def from_dict(cls, d: dict) -> CalibrationMap:
+        """The map of a calibration file's ``map`` object; a ValueError naming the field that is wrong."""
+
+        def finite(name: str, v: Any) -> float:
+            f = float(v)
+            if not math.isfinite(f):
+                raise ValueError(f"`map.{name}` must be a finite number, got {v!r}")
+            return f
+
         m = d.get("method")
         if m == "platt":
-            return cls("platt", a=float(d["a"]), b=float(d["b"]))
+            return cls("platt", a=finite("a", d["a"]), b=finite("b", d["b"]))
         if m == "isotonic":
-            x, y = [float(v) for v in d["x"]], [float(v) for v in d["y"]]
+            x = [finite(f"x[{i}]", v) for i, v in enumerate(d["x"])]
+            y = [finite(f"y[{i}]", v) for i, v in enumerate(d["y"])]
             if (
                 len(x) != len(y)
                 or not x
@@ -215,6 +224,9 @@ class CalibrationMap:
                 or any(b < a for a, b in zip(y, y[1:]))
             ):
                 raise ValueError("isotonic map: x and y must be non-empty, of equal length and non-decreasing")
+            bad = next((i for i, v in enumerate(y) if not 0.0 <= v <= 1.0), None)
+            if bad is not None:
+                raise ValueError(f"`map.y[{bad}]` must be a probability in [0, 1], got {y[bad]!r}")
             return cls("isotonic", x=tuple(x), y=tuple(y))
         if m == "none":
             return cls("none")

@@ -219,3 +219,69 @@ def test_a_job_files_calibration_is_the_file_beside_it(tmp_path, capsys, monkeyp
     assert all(
         r["prediction"] == int(r["score"] >= threshold) for r in read_turn_scores(jobs / "out.parquet").to_pylist()
     )
+
+
+@pytest.mark.parametrize(
+    "edit,field",
+    [
+        (lambda c: c["map"].update(method="platt", a=float("nan"), b=0.0), "map.a"),
+        (lambda c: c["map"].update(method="platt", a=1.0, b=float("inf")), "map.b"),
+        (lambda c: c.update(map={"method": "isotonic", "x": [0.1, float("nan")], "y": [0.2, 0.3]}), "map.x[1]"),
+        (lambda c: c.update(map={"method": "isotonic", "x": [0.1, 0.2], "y": [0.2, 1.5]}), "map.y[1]"),
+        (lambda c: c.update(threshold=5), "threshold"),
+        (lambda c: c.update(threshold=float("nan")), "threshold"),
+    ],
+)
+def test_a_calibration_file_edited_out_of_range_is_refused_naming_the_field(tmp_path, capsys, edit, field):
+    first = tmp_path / "cos.parquet"
+    assert main(["score", str(example_path("role")), "--method", "cosine", "-o", str(first), "--no-progress"]) == 0
+    cal_path = tmp_path / "cal.json"
+    assert main(["calibrate", str(first), "-o", str(cal_path), "--bootstrap", "20", "--folds", "3"]) == 0
+    cal = json.loads(cal_path.read_text())
+    edit(cal)
+    cal_path.write_text(json.dumps(cal))  # json writes NaN and Infinity, as a hand edit or another tool might
+    capsys.readouterr()
+    out = tmp_path / "again.parquet"
+    args = ["score", str(example_path("role")), "--method", "cosine", "-o", str(out), "--calibration", str(cal_path)]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and str(cal_path) in err and f"`{field}`" in err
+    assert not out.exists()
+
+
+def test_the_metadata_records_the_calibration_file_not_its_map(tmp_path):
+    import hashlib
+
+    first = tmp_path / "cos.parquet"
+    assert main(["score", str(example_path("role")), "--method", "cosine", "-o", str(first), "--no-progress"]) == 0
+    cal_path = tmp_path / "cal.json"
+    args = ["calibrate", str(first), "-o", str(cal_path), "--map", "isotonic", "--bootstrap", "20", "--folds", "3"]
+    assert main(args) == 0
+    knots = json.loads(cal_path.read_text())["map"]["x"]
+    out = tmp_path / "again.parquet"
+    assert (
+        main(["score", str(example_path("role")), "--method", "cosine", "-o", str(out), "--calibration", str(cal_path)])
+        == 0
+    )
+    recorded = json.loads(metadata_path(out).read_text())["config"]["calibration"]
+    assert recorded["map"] == "isotonic" and recorded["path"] == str(cal_path)
+    assert recorded["file_digest"] == "sha256:" + hashlib.sha256(cal_path.read_bytes()).hexdigest()
+    assert len(knots) > 2 and "x" not in json.dumps(recorded["map"])
+
+
+def test_an_input_column_the_calibration_would_replace_is_refused(tmp_path, capsys):
+    first = tmp_path / "cos.parquet"
+    assert main(["score", str(example_path("role")), "--method", "cosine", "-o", str(first), "--no-progress"]) == 0
+    cal_path = tmp_path / "cal.json"
+    assert main(["calibrate", str(first), "-o", str(cal_path), "--bootstrap", "20", "--folds", "3"]) == 0
+    rows = [json.loads(line) for line in example_path("role").read_text().splitlines() if line.strip()]
+    src = tmp_path / "in.jsonl"
+    src.write_text("".join(json.dumps(dict(r, calibrated_score=0.9)) + "\n" for r in rows))
+    capsys.readouterr()
+    out = tmp_path / "x.parquet"
+    assert main(["score", str(src), "--method", "cosine", "-o", str(out), "--calibration", str(cal_path)]) == 2
+    err = capsys.readouterr().err
+    assert "'calibrated_score' would be replaced by the scores" in err and str(src) in err and not out.exists()
+    # without a calibration the column is the user's and passes through
+    assert main(["score", str(src), "--method", "cosine", "-o", str(out), "--no-progress"]) == 0
+    assert set(read_turn_scores(out).column("calibrated_score").to_pylist()) == {0.9}
