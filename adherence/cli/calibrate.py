@@ -105,7 +105,7 @@ class CalibrateCommand(Command):
 
         from ..data import DataError, read_table
         from ..engine._plan import _write_json_atomic, content_digest
-        from ..role._calibration import FORMAT
+        from ..role._calibration import FORMAT, map_digest
         from ..stats import UndefinedMetricError, evaluate_table, fit_calibration
         from .evaluate import _metadata, resolve_columns
 
@@ -181,14 +181,7 @@ class CalibrateCommand(Command):
             "fit": cal,
             "adherence": __version__,
         }
-        import hashlib
-
-        doc["digest"] = (
-            "sha256:"
-            + hashlib.sha256(
-                json.dumps({k: doc[k] for k in ("threshold", "map")}, sort_keys=True).encode()
-            ).hexdigest()[:16]
-        )
+        doc["digest"] = map_digest(doc)
         out = Path(args.output)
         out.parent.mkdir(parents=True, exist_ok=True)
         _write_json_atomic(out, doc)

@@ -17,7 +17,7 @@ from typing import Optional, Union
 
 import numpy as np
 
-__all__ = ["FORMAT", "Calibration", "load_calibration"]
+__all__ = ["FORMAT", "Calibration", "load_calibration", "map_digest"]
 
 FORMAT = "adherence-calibration/1"
 
@@ -61,6 +61,12 @@ class Calibration:
             )
 
 
+def map_digest(doc: dict) -> str:
+    """The digest ``adherence calibrate`` writes beside a calibration's threshold and map (and checks on load)."""
+    text = json.dumps({k: doc.get(k) for k in ("threshold", "map")}, sort_keys=True)
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
 def load_calibration(path: Union[str, os.PathLike]) -> Calibration:
     """Read and check a calibration file; a ValueError naming the file and what is wrong."""
     from ..data import DataError
@@ -84,6 +90,12 @@ def load_calibration(path: Union[str, os.PathLike]) -> Calibration:
     if not (np.isfinite(cal.threshold) and 0.0 <= cal.threshold <= 1.0):
         raise DataError(
             f"malformed calibration file (`threshold` must be a score in [0, 1], got {data.get('threshold')!r})",
+            file=str(path),
+        )
+    if data.get("digest") != map_digest(data):
+        raise DataError(
+            "this calibration was edited after it was fitted (its threshold and map no longer match the "
+            f"digest {data.get('digest')!r} written with them); fit it again with `adherence calibrate`",
             file=str(path),
         )
     return cal

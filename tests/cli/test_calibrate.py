@@ -285,3 +285,18 @@ def test_an_input_column_the_calibration_would_replace_is_refused(tmp_path, caps
     # without a calibration the column is the user's and passes through
     assert main(["score", str(src), "--method", "cosine", "-o", str(out), "--no-progress"]) == 0
     assert set(read_turn_scores(out).column("calibrated_score").to_pylist()) == {0.9}
+
+
+def test_a_calibration_edited_after_fitting_is_refused(tmp_path, capsys):
+    first = tmp_path / "cos.parquet"
+    assert main(["score", str(example_path("role")), "--method", "cosine", "-o", str(first), "--no-progress"]) == 0
+    cal_path = tmp_path / "cal.json"
+    assert main(["calibrate", str(first), "-o", str(cal_path), "--bootstrap", "20", "--folds", "3"]) == 0
+    cal = json.loads(cal_path.read_text())
+    cal["threshold"] = round(min(1.0, cal["threshold"] + 0.05), 4)  # a plausible hand edit, digest kept
+    cal_path.write_text(json.dumps(cal))
+    capsys.readouterr()
+    args = ["score", str(example_path("role")), "--method", "cosine", "-o", str(tmp_path / "x.parquet")]
+    assert main([*args, "--calibration", str(cal_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "edited after it was fitted" in err and str(cal_path) in err and len(err.splitlines()) == 1
