@@ -132,6 +132,11 @@ class ScoreCommand(Command):
             "sessions, and `calibrated_score` holds the mapped probability (recorded in the metadata)",
         )
         p.add_argument(
+            "--calibration-any-judge",
+            action="store_true",
+            help="apply a --calibration fitted on another judge's or prompt layout's scores (refused by default)",
+        )
+        p.add_argument(
             "--strict",
             action="store_true",
             help="a session is 1 only if every turn was scored and reaches the threshold (an unscored or "
@@ -368,6 +373,8 @@ class ScoreCommand(Command):
                     f"--calibration with --method {args.method} needs a fixed --alpha: with 'median' "
                     "the score's scale depends on each job, so a fitted threshold does not carry over"
                 )
+            if args.method == "llm_judge" and not args.calibration_any_judge:
+                cal.check_layout(args.judge_layout)
             threshold = cal.threshold
             calibration = dict(cal.describe(), map=cal.map.to_dict())
         config = RoleConfig(
@@ -377,6 +384,7 @@ class ScoreCommand(Command):
             alpha=args.alpha,
             threshold=0.5 if threshold is None else threshold,
             calibration=calibration,
+            calibration_any_judge=args.calibration_any_judge,
             strict_mode=args.strict,
             session_mode=args.session_mode,
             nli_model=args.nli_model,

@@ -59,6 +59,8 @@ class RoleConfig:
         calibration: an applied calibration file (``Calibration.describe()`` plus its ``map``): each
             scored row also gets ``calibrated_score``, the mapped probability; ``threshold`` is the
             calibration's.
+        calibration_any_judge: apply ``calibration`` to another judge's scores (by default a calibration
+            fitted on one judge model, backend or prompt layout is refused for another).
         device: where models run (default: CUDA when available).
         batch_size: texts per encoder batch (default: the encoder's, by device).
         progress: show progress bars.
@@ -82,6 +84,8 @@ class RoleConfig:
     strict_mode: bool = False
     session_mode: str = "mean"
     calibration: Optional[dict] = None
+    # apply ``calibration`` even when it was fitted on another judge's scores (a permission, not a score option)
+    calibration_any_judge: bool = field(default=False, metadata=COSMETIC)
     device: Optional[str] = field(default=None, metadata=COSMETIC)
     # encoder texts per batch (default: the encoder's, by device)
     batch_size: Optional[int] = field(default=None, metadata=COSMETIC)
@@ -259,7 +263,12 @@ class Resources:
         if self._judge is None:
             from ..judges import JudgeConfig, RoleJudge
 
-            self._judge = RoleJudge(self.config.judge or JudgeConfig())
+            judge = RoleJudge(self.config.judge or JudgeConfig())
+            if self.config.calibration and not self.config.calibration_any_judge:
+                from ._calibration import check_judge
+
+                check_judge(self.config.calibration, judge.backend)
+            self._judge = judge
         return self._judge
 
     def usage(self) -> dict:

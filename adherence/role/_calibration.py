@@ -17,7 +17,7 @@ from typing import Optional, Union
 
 import numpy as np
 
-__all__ = ["FORMAT", "Calibration", "load_calibration", "map_digest"]
+__all__ = ["FORMAT", "Calibration", "check_judge", "load_calibration", "map_digest"]
 
 FORMAT = "adherence-calibration/1"
 
@@ -52,6 +52,15 @@ class Calibration:
             "fitted_on": self.source,
         }
 
+    def check_layout(self, layout: Optional[str]) -> None:
+        """A judge's P(yes) under another prompt layout is another score."""
+        fitted = self.source.get("judge_layout")
+        if fitted and layout and fitted != layout:
+            raise ValueError(
+                f"{self.path}: this calibration was fitted on judge scores with --judge-layout {fitted}; the run "
+                f"uses {layout} (fit one on its scores, or pass --calibration-any-judge)"
+            )
+
     def check_method(self, method: str) -> None:
         """A calibration fitted on one method's scores means nothing on another's."""
         if self.method and method != self.method:
@@ -59,6 +68,23 @@ class Calibration:
                 f"{self.path}: this calibration was fitted on {self.method} scores; the run scores with "
                 f"{method} (fit one on {method} scores with `adherence calibrate`)"
             )
+
+
+def check_judge(calibration: Optional[dict], backend) -> None:
+    """A calibration of one judge's P(yes) means nothing for another's: refuse the job's judge when the
+    calibration (as ``RoleConfig.calibration`` holds it) was fitted on another model or backend. A model
+    served by OpenAI-compatible servers is the same judge on any endpoint."""
+    fitted = ((calibration or {}).get("fitted_on") or {}).get("judge")
+
+    def identity(model_id: str) -> str:  # an OpenAI-compatible server's model id names its endpoints too
+        return "openai::" + model_id.rsplit("::", 1)[-1] if model_id.startswith("openai:") else model_id
+
+    if not fitted or identity(fitted) == identity(backend.model_id):
+        return
+    raise ValueError(
+        f"{(calibration or {}).get('path')}: this calibration was fitted on the scores of judge {fitted}; this job's judge "
+        f"is {backend.model_id} (fit one on its scores, or pass --calibration-any-judge)"
+    )
 
 
 def map_digest(doc: dict) -> str:

@@ -300,3 +300,29 @@ def test_a_calibration_edited_after_fitting_is_refused(tmp_path, capsys):
     assert main([*args, "--calibration", str(cal_path)]) == 2
     err = capsys.readouterr().err.strip()
     assert "edited after it was fitted" in err and str(cal_path) in err and len(err.splitlines()) == 1
+
+
+def test_a_calibration_of_one_judge_is_refused_for_another(tmp_path, capsys, tiny_llama_dir, tiny_yes_no_judge):
+    """A judge calibration applies to the judge (model, backend, prompt layout) whose scores it was fitted on."""
+    src = str(example_path("role"))
+    judge_a, judge_b = str(tiny_llama_dir), str(tiny_yes_no_judge.resolved.path)
+    first = tmp_path / "a.parquet"
+    base = ["--device", "cpu", "--no-progress", "--bootstrap", "0"]
+    assert main(["score", src, "--judge-model", judge_a, "-o", str(first), *base]) == 0
+    cal_path = tmp_path / "cal.json"
+    assert main(["calibrate", str(first), "-o", str(cal_path), "--bootstrap", "20", "--folds", "3"]) == 0
+    capsys.readouterr()
+
+    def score(judge, *extra):
+        out = tmp_path / f"out-{len(list(tmp_path.iterdir()))}.parquet"
+        return main(
+            ["score", src, "--judge-model", judge, "-o", str(out), "--calibration", str(cal_path), *base, *extra]
+        )
+
+    assert score(judge_b) == 2
+    err = capsys.readouterr().err.strip()
+    assert f"fitted on the scores of judge {judge_a}" in err and judge_b in err and "--calibration-any-judge" in err
+    assert score(judge_a, "--judge-layout", "system") == 2
+    assert "--judge-layout user" in capsys.readouterr().err
+    assert score(judge_b, "--calibration-any-judge") == 0
+    assert score(judge_a) == 0  # its own judge
