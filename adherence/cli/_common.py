@@ -202,9 +202,18 @@ def base_urls(values) -> list:
                 lines = Path(v[1:]).read_text(encoding="utf-8").splitlines()
             except (OSError, UnicodeDecodeError) as exc:
                 raise DataError(f"cannot read the list of base URLs ({exc})", file=v[1:]) from None
-            out += [ln.strip() for ln in lines if ln.strip() and not ln.strip().startswith("#")]
+            listed = [ln.strip() for ln in lines if ln.strip() and not ln.strip().startswith("#")]
+            if not listed:
+                raise DataError("the list of base URLs is empty (one http(s) URL a line)", file=v[1:])
+            out += listed
         else:
             out.append(str(v))
+    from urllib.parse import urlsplit
+
+    for url in out:
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ValueError(f"--base-url must be an http:// or https:// URL with a host, got {url!r}")
     return out
 
 

@@ -97,3 +97,28 @@ def test_the_command_line_starts_before_any_heavy_import():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+@pytest.mark.parametrize(
+    "url,message",
+    [
+        (
+            "ftp://127.0.0.1:1/v1",
+            "--base-url must be an http:// or https:// URL with a host, got 'ftp://127.0.0.1:1/v1'",
+        ),
+        ("http:///v1", "--base-url must be an http:// or https:// URL with a host"),
+        ("@EMPTY", "the list of base URLs is empty"),
+    ],
+)
+def test_a_base_url_that_cannot_be_a_server_is_bad_input(tmp_path, capsys, url, message):
+    # a bad option is exit 2 in one line before anything runs, not a job failure (exit 1) after it started
+    empty = tmp_path / "urls.txt"
+    empty.write_text("# none yet\n\n")
+    url = url.replace("EMPTY", str(empty))
+    out = tmp_path / "x.parquet"
+    args = ["score", str(example_path("role")), "-o", str(out), "--backend", "openai", "--judge-model", "m"]
+    assert main([*args, "--base-url", url, "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1 and not out.exists()
+    if url.startswith("@"):
+        assert str(empty) in err
