@@ -78,14 +78,19 @@ class Rubric:
 
 
 def _load_obj(path: Path):
-    text = path.read_text(encoding="utf-8")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise DataError(f"not UTF-8 text (byte {exc.start}: {exc.reason})", file=path) from None
     if path.suffix.lower() in (".yaml", ".yml"):
         import yaml
 
         try:
             return yaml.safe_load(text)
         except yaml.YAMLError as exc:
-            raise DataError(f"invalid YAML: {exc}", file=path) from None
+            mark = getattr(exc, "problem_mark", None)
+            what = " ".join(str(getattr(exc, "problem", None) or exc).split())  # one line
+            raise DataError(f"invalid YAML ({what})", file=path, line=mark.line + 1 if mark else None) from None
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
@@ -136,6 +141,15 @@ def load_rubric(path: Union[str, os.PathLike]) -> Rubric:
                 file=path,
                 row=n,
                 column="kind",
+            )
+        if q["category"] not in CATEGORIES:
+            from .._registry import unknown_name
+
+            raise DataError(
+                f"question {qid!r}: " + unknown_name("category", str(q["category"]), CATEGORIES),
+                file=path,
+                row=n,
+                column="category",
             )
         if qid in seen:
             raise DataError(f"duplicate question id {qid!r}", file=path, row=n, column="id")

@@ -124,3 +124,25 @@ def test_cli_audit_run_and_report(tmp_path, tiny_llama_dir, capsys):
     assert page.count(str(tiny_llama_dir)) == 1 and "Unscored judge answers: 108 of 108" in page
     assert "Code-answered questions" in page and "no stability statistic" in page
     assert main(["audit", "report", str(tmp_path / "nothing")]) == 2
+
+
+@pytest.mark.parametrize(
+    "content,message,line",
+    [
+        (b"questions:\n  - id: q1\n    question: Caf\xe9?\n", "not UTF-8 text", None),
+        (b"questions:\n  - id: q1\n    question: [unclosed\n    kind: objective\n", "invalid YAML (", 4),
+        (
+            b"questions:\n  - {id: q1, question: x, category: Format Adherance, kind: objective}\n",
+            "question 'q1': unknown category 'Format Adherance'. Did you mean 'Format Adherence'?",
+            None,
+        ),
+    ],
+)
+def test_a_broken_rubric_is_one_line_naming_the_file(tmp_path, content, message, line):
+    bad = tmp_path / "rubric.yaml"
+    bad.write_bytes(content)
+    with pytest.raises(DataError) as err:
+        load_rubric(bad)
+    text = str(err.value)
+    assert message in text and str(bad) in text and len(text.splitlines()) == 1
+    assert err.value.line == line
