@@ -360,6 +360,8 @@ class Engine:
         manifest = work / "job.json"
         cleared = False
         options = json.loads(json.dumps(score_fingerprint(self.config), sort_keys=True, default=repr))
+        if isinstance(options.get("calibration"), dict):  # named by its digests, not copied knot by knot
+            options["calibration"].pop("map", None)
         job = {
             "config": score_hash(self.config),
             "fingerprint": plan.fingerprint,
