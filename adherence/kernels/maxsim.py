@@ -29,6 +29,7 @@ from typing import Optional
 import torch
 
 from .._optional import is_available
+from .fused_scores import _next_pow2
 
 __all__ = ["maxsim", "maxsim_reference", "maxsim_torch", "maxsim_triton"]
 
@@ -285,26 +286,24 @@ def _build_kernels():
     return {"pair": _pair_kernel, "group": _group_kernel}
 
 
-def _next_pow2(n: int, lo: int) -> int:
-    v = lo
-    while v < n:
-        v *= 2
-    return v
-
-
 def _by_document(q_idx, d_idx):
     """The pairs' launch order grouped by document (``(q_idx, d_idx, out_pos)`` in that order)."""
     order = torch.argsort(d_idx, stable=True)
     return q_idx[order], d_idx[order], order
 
 
+def _runs(d_sorted):
+    """Where each document's run of pairs starts in a document-sorted launch order (and the first-of-run mask)."""
+    first = torch.ones(d_sorted.numel(), dtype=torch.bool, device=d_sorted.device)
+    first[1:] = d_sorted[1:] != d_sorted[:-1]
+    return torch.nonzero(first).flatten(), first
+
+
 def _groups(d_sorted, width: int):
     """Groups of at most ``width`` consecutive pairs of one document in a document-sorted launch order:
     ``(start, count)`` per group, and the mean number of pairs per document."""
     n = d_sorted.numel()
-    first = torch.ones(n, dtype=torch.bool, device=d_sorted.device)
-    first[1:] = d_sorted[1:] != d_sorted[:-1]
-    run_start = torch.nonzero(first).flatten()
+    run_start, first = _runs(d_sorted)
     run_end = torch.cat([run_start[1:], torch.tensor([n], device=d_sorted.device)])
     run_of = torch.cumsum(first.long(), 0) - 1
     rank = torch.arange(n, device=d_sorted.device) - run_start[run_of]
@@ -371,13 +370,12 @@ def maxsim_triton(
 
     q_len = max(int((q_off[1:] - q_off[:-1]).max()), 1)
     if group and q_len <= _GROUP_WIDTH:
-        ql = _next_pow2(q_len, 16)
-        start, count, per_doc = _groups(d_idx, _GROUP_WIDTH // ql)
+        ql = _next_pow2(q_len, 16, _GROUP_WIDTH)
+        per_doc = d_idx.numel() / max(_runs(d_idx)[0].numel(), 1)
         g = 1
         while g * 2 <= min(per_doc, _GROUP_WIDTH // ql):  # as many queries per tile as documents have
             g *= 2
-        if g < _GROUP_WIDTH // ql:
-            start, count, _ = _groups(d_idx, g)
+        start, count, _ = _groups(d_idx, g)
         _KERNELS["group"][(start.numel(),)](
             *common,
             pos.contiguous(),
