@@ -6,11 +6,9 @@ import importlib
 import importlib.util
 from types import ModuleType
 
+from ._errors import MissingDependencyError
+
 __all__ = ["MissingDependencyError", "require", "is_available"]
-
-
-class MissingDependencyError(ImportError):
-    """An optional dependency is not installed; the message names the extra to install."""
 
 
 def is_available(module: str) -> bool:

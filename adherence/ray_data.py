@@ -20,6 +20,7 @@ from typing import Any, Optional
 
 import pyarrow as pa
 
+from ._errors import OptionError
 from ._optional import require
 
 __all__ = ["RoleScorer", "score_dataset"]
@@ -113,7 +114,7 @@ def score_dataset(
     from .role._platform import platform_config
 
     if concurrency < 1 or rows_per_call < 1:
-        raise ValueError(f"`concurrency` and `rows_per_call` must be >= 1, got {concurrency} and {rows_per_call}")
+        raise OptionError(f"`concurrency` and `rows_per_call` must be >= 1, got {concurrency} and {rows_per_call}")
     platform_config(options, "a Ray Data map")  # refuse bad options on the driver, before any actor starts
     import ray
 
@@ -129,7 +130,7 @@ def score_dataset(
                 if held
                 else ""
             )
-            raise ValueError(
+            raise OptionError(
                 f"{concurrency} actor(s) x {need / concurrency:g} CPU would take all {total:g} CPUs of the "
                 f"Ray cluster{also} and leave none for the grouping shuffle: lower `concurrency` or `num_cpus`"
             )

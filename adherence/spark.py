@@ -18,6 +18,7 @@ from typing import Any, Iterator, Optional
 
 import pyarrow as pa
 
+from ._errors import OptionError
 from ._optional import require
 
 __all__ = ["score_dataframe"]
@@ -75,12 +76,12 @@ def score_dataframe(df, *, chunk_rows: int = 4096, num_partitions: Optional[int]
     from .role._platform import SCORE_FIELDS, platform_config
 
     if chunk_rows < 1:
-        raise ValueError(f"`chunk_rows` must be >= 1, got {chunk_rows}")
+        raise OptionError(f"`chunk_rows` must be >= 1, got {chunk_rows}")
     config = platform_config(options, "a Spark job")
     names = {f.name for f in SCORE_FIELDS}
     clash = [c for c in df.columns if c in names]
     if clash:
-        raise ValueError(f"input column {clash[0]!r} would be replaced by the scores; rename or drop it")
+        raise OptionError(f"input column {clash[0]!r} would be replaced by the scores; rename or drop it")
     arrow_schema = pa.schema(list(to_arrow_schema(df.schema)) + list(SCORE_FIELDS))
     parts = df.repartition(num_partitions, "conversation_id") if num_partitions else df.repartition("conversation_id")
     parts = parts.sortWithinPartitions("conversation_id", "turn_index")

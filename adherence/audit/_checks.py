@@ -16,6 +16,8 @@ import json
 import re
 from typing import Any, Callable, Optional
 
+from .._errors import UserError
+
 __all__ = [
     "CHECKS",
     "run_check",
@@ -28,7 +30,7 @@ __all__ = [
 ]
 
 
-class CheckError(ValueError):
+class CheckError(UserError, ValueError):
     """A check spec is invalid (unknown type, missing argument)."""
 
 

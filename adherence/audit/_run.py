@@ -8,6 +8,7 @@ from typing import Optional
 
 import pyarrow as pa
 
+from .._errors import OptionError
 from ..data import ARTIFACTS, JUDGMENTS, read_table
 from ._checks import placeholders, run_check
 from ._judge import audit_request, evidence_request, ordered_items, parse_audit_answer, question_requests
@@ -50,13 +51,13 @@ class AuditConfig:
 
     def __post_init__(self) -> None:
         if self.answer_format not in ANSWER_FORMATS:
-            raise ValueError(f"`answer_format` must be one of {', '.join(ANSWER_FORMATS)}, got {self.answer_format!r}")
+            raise OptionError(f"`answer_format` must be one of {', '.join(ANSWER_FORMATS)}, got {self.answer_format!r}")
         if self.runs < 1:
-            raise ValueError(f"`runs` must be >= 1, got {self.runs}")
+            raise OptionError(f"`runs` must be >= 1, got {self.runs}")
         if self.temperature < 0:
-            raise ValueError(f"`temperature` must be >= 0, got {self.temperature}")
+            raise OptionError(f"`temperature` must be >= 0, got {self.temperature}")
         if self.max_tokens is not None and self.max_tokens < 1:
-            raise ValueError(f"`max_tokens` must be >= 1, got {self.max_tokens}")
+            raise OptionError(f"`max_tokens` must be >= 1, got {self.max_tokens}")
 
     def budget(self, n_questions: int) -> int:
         if self.answer_format == "per-question":

@@ -22,6 +22,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 import pyarrow as pa
 
+from .._errors import OptionError
 from ..stats import UndefinedMetricError, agreement
 
 __all__ = ["fingerprint", "choose_strategy", "dbscan_cosine", "dominant_share", "stability_tables", "STRATEGIES"]
@@ -52,7 +53,7 @@ def fingerprint(justification: Optional[str], strategy: str) -> Optional[str]:
             justification.casefold().translate(str.maketrans(string.punctuation, " " * len(string.punctuation))).split()
         )
         return " ".join(w for w in words if w not in _STOP)
-    raise ValueError(f"unknown fingerprint strategy {strategy!r}; available: {', '.join(STRATEGIES)}")
+    raise OptionError(f"unknown fingerprint strategy {strategy!r}; available: {', '.join(STRATEGIES)}")
 
 
 def choose_strategy(justifications: Sequence[Optional[str]], share: float = 0.6) -> str:
@@ -131,7 +132,7 @@ def stability_tables(
     all_runs = sorted({r["run"] for r in rows})
     ks = sorted(set(ks or [len(all_runs)]))
     if max(ks) > len(all_runs):
-        raise ValueError(f"k = {max(ks)} exceeds the {len(all_runs)} runs in the judgments")
+        raise OptionError(f"k = {max(ks)} exceeds the {len(all_runs)} runs in the judgments")
     judge_rows = [r for r in rows if r["source"] == "judge"]
     judges = sorted({r["judge"] for r in judge_rows})
     strata = sorted({(r["judge"], r["generator"]) for r in judge_rows})

@@ -30,6 +30,7 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
+from .._errors import OptionError
 from ..judges import turn_requests
 from ..judges._parse import NO_VARIANTS, YES_VARIANTS, p_yes_from_sums
 from ._hardware import device_name, measured_peaks, spread, synchronize
@@ -108,7 +109,7 @@ def random_backend(name: str, *, device=None, dtype=None, **kwargs):
     from ..judges._transformers import TransformersBackend
 
     if name not in RANDOM_CONFIGS:
-        raise ValueError(f"unknown random config {name!r}; available: {', '.join(RANDOM_CONFIGS)}")
+        raise OptionError(f"unknown random config {name!r}; available: {', '.join(RANDOM_CONFIGS)}")
     tok = _tokenizer()
     cfg = LlamaConfig(
         vocab_size=tok.vocab_size, max_position_embeddings=8192, pad_token_id=tok.pad_token_id, **RANDOM_CONFIGS[name]
@@ -364,9 +365,9 @@ def bench_judge(
 
     unknown = set(workloads) - {"prefix", "unique", "full_vocab"}
     if unknown:
-        raise ValueError(f"unknown workloads {sorted(unknown)}; available: prefix, unique, full_vocab")
+        raise OptionError(f"unknown workloads {sorted(unknown)}; available: prefix, unique, full_vocab")
     if engine_turns < 0:
-        raise ValueError(f"`engine_turns` must be >= 0, got {engine_turns}")
+        raise OptionError(f"`engine_turns` must be >= 0, got {engine_turns}")
     kw: dict[str, Any] = {"batch_tokens": batch_tokens} if batch_tokens else {}
     say(f"loading {random_config or model or 'the bundled judge'}")
     if random_config is not None:

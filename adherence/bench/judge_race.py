@@ -13,6 +13,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 import pyarrow as pa
 
+from .._errors import OptionError
 from .judge import synthetic_conversations
 
 __all__ = ["bench_judge_race"]
@@ -92,10 +93,10 @@ def bench_judge_race(
             )
         elif name == "openai":
             if not base_url:
-                raise ValueError("the openai backend needs --base-url (e.g. a vllm server on 127.0.0.1)")
+                raise OptionError("the openai backend needs --base-url (e.g. a vllm server on 127.0.0.1)")
             built[name] = get_backend("openai", model=served_model or model, base_url=base_url, concurrency=16)
         else:
-            raise ValueError(f"unknown backend {name!r}: transformers, vllm or openai")
+            raise OptionError(f"unknown backend {name!r}: transformers, vllm or openai")
         built[f"{name}:startup_s"] = time.perf_counter() - t
     result: dict[str, Any] = {
         "args": {

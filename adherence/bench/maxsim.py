@@ -27,6 +27,7 @@ from typing import Any, Optional
 import numpy as np
 import torch
 
+from .._errors import OptionError
 from .._optional import is_available
 from ..kernels.maxsim import maxsim, maxsim_reference
 from ._hardware import device_name, measured_peaks, spread, timed
@@ -109,7 +110,7 @@ def bench_maxsim(
     """Benchmark dict: arguments, device, versions, correctness, and median/spread time, queries/s, GB/s per backend."""
     dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     if pool > corpus:
-        raise ValueError(f"`pool` ({pool}) cannot exceed `corpus` ({corpus})")
+        raise OptionError(f"`pool` ({pool}) cannot exceed `corpus` ({corpus})")
     dt = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}[dtype]
     q, q_off, d, d_off, lens = _corpus(corpus, doc_len, query_len, queries, dim, dt, dev, seed)
     rng = np.random.default_rng(seed)

@@ -12,6 +12,7 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
+from .._errors import OptionError
 from ..data import read_turns
 from ..role import Resources, RoleConfig, score_turns
 from ..stats import UndefinedMetricError, average_precision_score, roc_auc_score
@@ -61,7 +62,7 @@ def role_paper(
     """``{method: {"n=15": {adherent, violation, separation, auc, ap, n_scored}, ...}}``."""
     turns = read_turns(path)
     if "label" not in turns.column_names:
-        raise ValueError(f"{path}: the benchmark needs a 'label' column ('adherent' = positive)")
+        raise OptionError(f"{path}: the benchmark needs a 'label' column ('adherent' = positive)")
     methods = list(DEFAULT_METHODS) + (["bertscore"] if bertscore else []) + (["nli"] if nli_model else [])
     base = RoleConfig(
         encoder=encoder,

@@ -7,6 +7,8 @@ import os
 import sys
 from typing import Iterator
 
+from .._errors import OptionError
+
 __all__ = [
     "HelpFormatter",
     "comma_ints",
@@ -41,7 +43,7 @@ def comma_ints(text: str, what: str) -> list:
     try:
         return [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
-        raise ValueError(f"{what} must be comma-separated integers, got {text!r}") from None
+        raise OptionError(f"{what} must be comma-separated integers, got {text!r}") from None
 
 
 def leaf_parsers(parser: argparse.ArgumentParser) -> Iterator[argparse.ArgumentParser]:
@@ -56,7 +58,7 @@ def leaf_parsers(parser: argparse.ArgumentParser) -> Iterator[argparse.ArgumentP
 
 
 def add_common_flags(parser: argparse.ArgumentParser) -> None:
-    """``--no-progress`` and ``-q/--quiet`` on every runnable (sub)command."""
+    """``--no-progress``, ``-q/--quiet`` and ``--debug`` on every runnable (sub)command."""
     for p in leaf_parsers(parser):
         have = {s for a in p._actions for s in a.option_strings}
         if "--no-progress" not in have:
@@ -68,6 +70,12 @@ def add_common_flags(parser: argparse.ArgumentParser) -> None:
                 action="store_true",
                 help="stderr shows errors only (no progress bars, warnings or notes); results still go to "
                 "stdout and files",
+            )
+        if "--debug" not in have:
+            p.add_argument(
+                "--debug",
+                action="store_true",
+                help="an unexpected error (a bug, not bad input) shows its full traceback instead of one line",
             )
 
 
@@ -213,7 +221,7 @@ def base_urls(values) -> list:
     for url in out:
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.netloc:
-            raise ValueError(f"--base-url must be an http:// or https:// URL with a host, got {url!r}")
+            raise OptionError(f"--base-url must be an http:// or https:// URL with a host, got {url!r}")
     return out
 
 
@@ -229,12 +237,12 @@ def judge_backend_options(args: argparse.Namespace, *, progress: bool = True, **
     if args.backend == "openai":
         urls = base_urls(args.base_url)
         if not urls:
-            raise ValueError("--backend openai needs --base-url (e.g. http://127.0.0.1:8000/v1)")
+            raise OptionError("--backend openai needs --base-url (e.g. http://127.0.0.1:8000/v1)")
         if args.concurrency < 1 or args.max_retries < 0 or not args.request_timeout > 0:
-            raise ValueError("--concurrency must be >= 1, --max-retries >= 0 and --request-timeout > 0")
+            raise OptionError("--concurrency must be >= 1, --max-retries >= 0 and --request-timeout > 0")
         max_qps = getattr(args, "max_qps", None)
         if max_qps is not None and not max_qps > 0:
-            raise ValueError(f"--max-qps must be > 0, got {max_qps}")
+            raise OptionError(f"--max-qps must be > 0, got {max_qps}")
         return {
             "base_url": urls[0] if len(urls) == 1 else urls,
             "api_key": args.api_key,
@@ -251,9 +259,9 @@ def judge_backend_options(args: argparse.Namespace, *, progress: bool = True, **
         try:
             extra = json.loads(extra)
         except ValueError as exc:
-            raise ValueError(f"--vllm-engine-args must be a JSON object ({exc})") from None
+            raise OptionError(f"--vllm-engine-args must be a JSON object ({exc})") from None
     if extra is not None and not isinstance(extra, dict):
-        raise ValueError("--vllm-engine-args must be a JSON object of vllm.LLM keyword arguments")
+        raise OptionError("--vllm-engine-args must be a JSON object of vllm.LLM keyword arguments")
     opts.update(extra or {})
     for flag, key in (
         ("vllm_dtype", "dtype"),

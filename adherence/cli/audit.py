@@ -7,6 +7,7 @@ import json
 import sys
 from pathlib import Path
 
+from .._errors import OptionError
 from .main import Command
 
 
@@ -82,7 +83,6 @@ def format_metrics(metrics: dict) -> str:
 
 class AuditCommand(Command):
     name = "audit"
-    help = "instruction-adherence audits with judge stability"
 
     def add_args(self, p: argparse.ArgumentParser) -> None:
         sub = p.add_subparsers(dest="audit", metavar="STEP", required=True)
@@ -139,7 +139,7 @@ class AuditCommand(Command):
 
             prompt = Path(args.system_prompt).read_text(encoding="utf-8")
             if args.max_tokens < 1:
-                raise ValueError(f"--max-tokens must be >= 1, got {args.max_tokens}")
+                raise OptionError(f"--max-tokens must be >= 1, got {args.max_tokens}")
             rubric, raw = draft_rubric(prompt, _backend(args, progress=True), max_tokens=args.max_tokens)
             path = rubric.save(args.output)
             Path(str(path) + ".raw.json").write_text(json.dumps(raw, indent=2, ensure_ascii=False), encoding="utf-8")
@@ -178,7 +178,7 @@ class AuditCommand(Command):
         )
         ks = [int(k) for k in args.ks.split(",")] if args.ks else list(range(1, args.runs + 1))
         if not all(1 <= k <= args.runs for k in ks):
-            raise ValueError(f"--ks values must be in [1, {args.runs}], got {args.ks}")
+            raise OptionError(f"--ks values must be in [1, {args.runs}], got {args.ks}")
         needs_judge = any(not i.by_code for i in rubric.items)
         backend = _backend(args) if needs_judge else None
         judgments = run_audit(rubric, args.artifacts, backend or _NoJudge(), config=config)

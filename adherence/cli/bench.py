@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from .._errors import OptionError
 from ._common import comma_ints
 from .main import Command
 
@@ -15,7 +16,6 @@ def _fmt(v) -> str:
 
 class BenchCommand(Command):
     name = "bench"
-    help = "benchmarks and paper reproductions"
 
     def add_args(self, p: argparse.ArgumentParser) -> None:
         sub = p.add_subparsers(dest="bench", metavar="BENCH", required=True)
@@ -185,7 +185,7 @@ class BenchCommand(Command):
 
             sizes = comma_ints(args.sizes, "--sizes")
             if not sizes or min(sizes) < 2:
-                raise ValueError("--sizes needs integers >= 2")
+                raise OptionError("--sizes needs integers >= 2")
             res = role_paper(
                 args.benchmark,
                 sizes=sizes,
@@ -264,7 +264,7 @@ class BenchCommand(Command):
                 )
                 < 1
             ):
-                raise ValueError(
+                raise OptionError(
                     "--conversations, --turns, --role-tokens, --turn-tokens, --unique, --prompt-tokens "
                     "and --repeats must be >= 1"
                 )
@@ -293,7 +293,7 @@ class BenchCommand(Command):
             from ..bench import bench_judge_race
 
             if min(args.unique, args.conversations, args.turns) < 1:
-                raise ValueError("--unique, --conversations and --turns must be >= 1")
+                raise OptionError("--unique, --conversations and --turns must be >= 1")
             res = bench_judge_race(
                 model=args.judge_model,
                 backends=[b.strip() for b in args.backends.split(",") if b.strip()],
@@ -310,10 +310,10 @@ class BenchCommand(Command):
             from ..bench import bench_kernels
 
             if min(args.batch, args.dim, args.refs, args.vocab, args.repeats) < 1:
-                raise ValueError("--batch, --dim, --refs, --vocab and --repeats must be >= 1")
+                raise OptionError("--batch, --dim, --refs, --vocab and --repeats must be >= 1")
             pools = comma_ints(args.pools, "--pools")
             if pools and min(pools) < 1:
-                raise ValueError("--pools sizes must be >= 1")
+                raise OptionError("--pools sizes must be >= 1")
             res = bench_kernels(
                 batch=args.batch,
                 dim=args.dim,
@@ -329,7 +329,7 @@ class BenchCommand(Command):
             from ..bench import bench_encoder
 
             if min(args.texts, args.repeats) < 1:
-                raise ValueError("--texts and --repeats must be >= 1")
+                raise OptionError("--texts and --repeats must be >= 1")
             res = bench_encoder(
                 texts=args.texts,
                 persona_csv=args.persona_csv,
@@ -343,7 +343,7 @@ class BenchCommand(Command):
             from ..bench import bench_persona
 
             if args.repeats < 1 or (args.limit is not None and args.limit < 2):
-                raise ValueError("--repeats must be >= 1 and --limit >= 2")
+                raise OptionError("--repeats must be >= 1 and --limit >= 2")
             res = bench_persona(
                 reference=args.reference,
                 baseline=args.baseline,
@@ -356,7 +356,7 @@ class BenchCommand(Command):
             from ..bench import bench_maxsim
 
             if min(args.queries, args.pool, args.corpus, args.doc_len, args.query_len, args.dim, args.repeats) < 1:
-                raise ValueError(
+                raise OptionError(
                     "--queries, --pool, --corpus, --doc-len, --query-len, --dim and --repeats must be >= 1"
                 )
             res = bench_maxsim(
@@ -372,22 +372,20 @@ class BenchCommand(Command):
                 baseline=not args.no_baseline,
             )
             return self._emit(res, args.output)
-        raise ValueError(f"unknown benchmark {args.bench!r}")
+        raise OptionError(f"unknown benchmark {args.bench!r}")
 
     @staticmethod
     def _write(res: dict, output) -> None:
         """The JSON at ``output``, replaced atomically (a reader never sees half a file)."""
-        import os
         from pathlib import Path
 
+        from .._atomic import write_json_atomic
         from ..bench._hardware import cpu_info
 
         res.setdefault("cpu", cpu_info())  # every benchmark JSON names the CPU it ran on (model, SIMD flags)
         path = Path(output)
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-        tmp.write_text(json.dumps(res, indent=2) + "\n")
-        os.replace(tmp, path)
+        write_json_atomic(path, res, indent=2)
 
     def _emit(self, res: dict, output) -> int:
         """Write and print the JSON; exit 1 when a correctness check it records failed (timings kept)."""

@@ -6,53 +6,13 @@ import argparse
 import json
 import sys
 
+from .._errors import OptionError
+from ._labelled import format_calibration, read_metadata, resolve_columns
 from .main import Command
-
-
-def _cell(m: dict, key: str) -> str:
-    v, ci = m.get(key), m.get(f"{key}_ci")
-    if v is None:
-        return "n/a"
-    return f"{v:.4f}" + (f" [{ci[0]:.4f}, {ci[1]:.4f}]" if ci and ci[0] is not None else "")
-
-
-def format_calibration(cal: dict, *, after_label: str) -> str:
-    """Plain-text before/after table of a calibration."""
-    level = int(round(100 * cal.get("ci_level", 0.95)))
-    b, a = cal["before"], cal["after"]
-    target = "" if cal.get("target") is None else f", target {cal['target']}"
-    thr_ci = cal.get("threshold_ci")
-    lines = [
-        f"{cal['n']} labelled turns ({cal['n_positive']} positive, {cal['n_negative']} negative)"
-        + (f", AUC {cal['auc']:.4f}" if cal.get("auc") is not None else ""),
-        f"threshold ({cal['rule']}{target}): score >= {cal['threshold']:.6g}"
-        + (f"  {level}% CI [{thr_ci[0]:.6g}, {thr_ci[1]:.6g}]" if thr_ci and thr_ci[0] is not None else "")
-        + (
-            f"  (calibrated probability there {cal['threshold_probability']:.3f})"
-            if cal.get("threshold_probability") is not None
-            else ""
-        ),
-        f"probability map: {cal['map']['method']}",
-        "",
-    ]
-    left = f"before (score >= {b.get('threshold', 0.5):g})"
-    w = max(30, len(left) + 2)
-    lines.append(f"{'':<26}{left:<{w}}{after_label}")
-    for key, name in (
-        ("balanced_accuracy", "balanced accuracy"),
-        ("ece", f"ECE ({cal.get('n_bins', 10)} bins)"),
-        ("brier", "Brier score"),
-        ("predicted_positive_share", "share predicted positive"),
-    ):
-        lines.append(f"{name:<26}{_cell(b, key):<{w}}{_cell(a, key)}")
-    if cal.get("note"):
-        lines.append(f"note: {cal['note']}")
-    return "\n".join(lines)
 
 
 class CalibrateCommand(Command):
     name = "calibrate"
-    help = "fit a threshold and a probability map on labelled scores, checked on held-out rows"
 
     def add_args(self, p: argparse.ArgumentParser) -> None:
         p.add_argument(
@@ -103,20 +63,19 @@ class CalibrateCommand(Command):
     def run(self, args: argparse.Namespace) -> int:
         from pathlib import Path
 
-        from ..data import DataError, read_table
-        from ..engine._plan import _write_json_atomic, content_digest
+        from .._atomic import write_json_atomic
+        from ..data import DataError, file_digest, read_table
         from ..role._calibration import FORMAT, map_digest
         from ..stats import UndefinedMetricError, evaluate_table, fit_calibration
-        from .evaluate import _metadata, resolve_columns
 
         if args.bootstrap < 0:
-            raise ValueError(f"--bootstrap must be >= 0, got {args.bootstrap}")
+            raise OptionError(f"--bootstrap must be >= 0, got {args.bootstrap}")
         if args.rule == "youden" and args.target is not None:
-            raise ValueError("--target applies to --rule precision or recall")
+            raise OptionError("--target applies to --rule precision or recall")
         if args.rule != "youden" and (args.target is None or not 0 < args.target <= 1):
-            raise ValueError(f"--rule {args.rule} needs --target in (0, 1], e.g. --target 0.9")
+            raise OptionError(f"--rule {args.rule} needs --target in (0, 1], e.g. --target 0.9")
         table = read_table(args.input, format=args.format)
-        meta = _metadata(args.input)
+        meta = read_metadata(args.input)
         score, label, positive, _ = resolve_columns(
             table, meta, args.score, args.label, args.positive, "none", file=str(args.input)
         )
@@ -158,7 +117,7 @@ class CalibrateCommand(Command):
         models = (meta or {}).get("models") or {}
         source = {
             "input": str(args.input),
-            "input_digest": content_digest(Path(args.input)),
+            "input_digest": file_digest(Path(args.input), "sha256"),
             "score_column": score,
             "label_column": label,
             "positive": str(positive),
@@ -184,7 +143,7 @@ class CalibrateCommand(Command):
         doc["digest"] = map_digest(doc)
         out = Path(args.output)
         out.parent.mkdir(parents=True, exist_ok=True)
-        _write_json_atomic(out, doc)
+        write_json_atomic(out, doc)
         after_label = f"after (held-out, {cal['folds']}-fold)"
         if args.html:
             from ..report import write_evaluation_html

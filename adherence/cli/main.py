@@ -33,10 +33,10 @@ COMMANDS = {
 
 
 class Command:
-    """A subcommand: ``name``, ``help``, ``add_args(parser)`` and ``run(args) -> exit code``."""
+    """A subcommand: ``name``, ``add_args(parser)`` and ``run(args) -> exit code`` (its one-line help is its
+    entry in ``COMMANDS``, read without importing it)."""
 
     name: str = ""
-    help: str = ""
 
     def add_args(self, parser: argparse.ArgumentParser) -> None:  # pragma: no cover - interface
         raise NotImplementedError
@@ -77,10 +77,10 @@ def _parser(selected: Optional[str]) -> _Parser:
 
 
 def _user_errors() -> tuple:
-    from .._optional import MissingDependencyError
-    from ..data import DataError
+    """Bad input, options or configuration (exit 2): only the errors adherence raises as such."""
+    from .._errors import UserError
 
-    return (DataError, MissingDependencyError, ValueError)
+    return (UserError,)
 
 
 class _ErrorsOnly:
@@ -116,10 +116,9 @@ def _job_errors() -> tuple:
     """Failures of the job itself (not of its input): one line, exit 1."""
     import sqlite3
 
-    from ..engine import EngineError
-    from ..judges._openai import JudgeUnavailable
+    from .._errors import JobError
 
-    return (EngineError, JudgeUnavailable, OSError, sqlite3.Error, MemoryError)
+    return (JobError, OSError, sqlite3.Error, MemoryError)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -267,9 +266,18 @@ def _run(args) -> int:
         print(f"adherence {args.command}: error: input nested too deeply to process", file=sys.stderr)
         return 2
     except Exception as exc:  # noqa: BLE001 - an orchestrator reads one line and the exit code
-        if not isinstance(exc, _job_errors()):
+        if isinstance(exc, _job_errors()):
+            print(f"adherence {args.command}: error: {exc}", file=sys.stderr)
+            return 1
+        if getattr(args, "debug", False):
             raise
-        print(f"adherence {args.command}: error: {exc}", file=sys.stderr)
+        # Not bad input and not a failure adherence foresaw: a bug, shown as one, never as "bad input" (exit 2).
+        cause = (str(exc).strip().splitlines() or [""])[0]
+        print(
+            f"adherence {args.command}: internal error: {type(exc).__name__}: {cause} (unexpected; rerun with "
+            "--debug for the traceback and report it)",
+            file=sys.stderr,
+        )
         return 1
 
 

@@ -10,7 +10,6 @@ from .main import Command
 
 class ModelsCommand(Command):
     name = "models"
-    help = "model utilities: export the bundled judge as a transformers checkpoint"
 
     def add_args(self, p: argparse.ArgumentParser) -> None:
         sub = p.add_subparsers(dest="models", metavar="STEP", required=True)

@@ -7,6 +7,7 @@ import json
 import sys
 from pathlib import Path
 
+from .._errors import OptionError
 from ._common import comma_ints
 from .main import Command
 
@@ -78,7 +79,6 @@ def format_persona(results: dict) -> str:
 
 class PersonaCommand(Command):
     name = "persona"
-    help = "EVAL4SIM: persona adherence, consistency and naturalness of simulations vs a human corpus"
 
     def add_args(self, p: argparse.ArgumentParser) -> None:
         p.add_argument(
@@ -149,7 +149,7 @@ class PersonaCommand(Command):
             progress=not (getattr(args, "no_progress", False) or getattr(args, "quiet", False)),
         )
         if args.html and not str(args.html).endswith((".html", ".htm")):
-            raise ValueError(f"--html needs a .html path, got {args.html}")
+            raise OptionError(f"--html needs a .html path, got {args.html}")
         results = evaluate_persona(args.reference, args.simulation, names=args.name, config=cfg)
         if args.output:
             json_path = Path(args.output)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from .._errors import OptionError
 from .main import Command
 
 
@@ -56,7 +57,6 @@ def job_failure(summary: dict, max_error_rate: float = 1.0) -> str:
 
 class ScoreCommand(Command):
     name = "score"
-    help = "score assistant turns for role adherence"
 
     def add_args(self, p: argparse.ArgumentParser) -> None:
         from ..role import METHODS
@@ -299,11 +299,11 @@ class ScoreCommand(Command):
         from ..role import RoleConfig
 
         if not 0.0 <= args.max_error_rate <= 1.0:
-            raise ValueError(f"--max-error-rate must be in [0, 1], got {args.max_error_rate}")
+            raise OptionError(f"--max-error-rate must be in [0, 1], got {args.max_error_rate}")
         role_text = args.role_text
         if args.role_file:
             if role_text:
-                raise ValueError("give --role or --role-file, not both")
+                raise OptionError("give --role or --role-file, not both")
             from pathlib import Path
 
             from ..data import DataError
@@ -314,11 +314,11 @@ class ScoreCommand(Command):
                 raise DataError(f"cannot read the role file ({exc})", file=args.role_file) from None
 
         if args.input is None:
-            raise ValueError("give the input file (or `input:` in --config)")
+            raise OptionError("give the input file (or `input:` in --config)")
         if args.output is None and not args.dry_run:
-            raise ValueError("give -o/--output (or `output:` in --config)")
+            raise OptionError("give -o/--output (or `output:` in --config)")
         if args.dry_run and args.method != "llm_judge":
-            raise ValueError("--dry-run counts judge tokens: it applies to --method llm_judge")
+            raise OptionError("--dry-run counts judge tokens: it applies to --method llm_judge")
         judge = None
         if args.method == "llm_judge":
             from ..judges import JudgeConfig
@@ -364,12 +364,12 @@ class ScoreCommand(Command):
             cal = load_calibration(args.calibration)
             cal.check_method(args.method)
             if threshold is not None:
-                raise ValueError(
+                raise OptionError(
                     "give --threshold or --calibration, not both (the calibration file holds the "
                     f"threshold: {cal.threshold:.6g})"
                 )
             if args.method in ("mahalanobis", "pca_mahalanobis") and args.alpha == "median":
-                raise ValueError(
+                raise OptionError(
                     f"--calibration with --method {args.method} needs a fixed --alpha: with 'median' "
                     "the score's scale depends on each job, so a fitted threshold does not carry over"
                 )

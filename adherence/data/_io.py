@@ -18,6 +18,8 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
+from .._atomic import atomic_path
+from .._errors import OptionError
 from ._adapters import read_json_turns, read_personachat
 from ._contracts import Contract
 from ._errors import DataError, warn_skipped
@@ -175,7 +177,7 @@ def iter_batches(
         True
     """
     if batch_size <= 0:
-        raise ValueError(f"`batch_size` must be positive, got {batch_size}")
+        raise OptionError(f"`batch_size` must be positive, got {batch_size}")
     if transcripts is None and contract is not None and contract.name == "turns":
         transcripts = TranscriptOptions()
     if isinstance(source, pa.RecordBatchReader):
@@ -303,8 +305,7 @@ def write_table(
         raise DataError(f"cannot write format {fmt!r}; use .parquet, .jsonl or .csv", file=path)
     if path.parent and not path.parent.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
+    with atomic_path(path) as tmp:
         if fmt == "parquet":
             pq.write_table(table, tmp)
         elif fmt == "jsonl":
@@ -312,10 +313,6 @@ def write_table(
                 _write_jsonl(table, fh)
         else:
             pacsv.write_csv(_csv_ready(table), tmp)
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
     if metadata is not None:
         from ._metadata import write_run_metadata
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import hashlib
-import json
 import os
 import platform
 import re
@@ -12,6 +11,8 @@ import sys
 from importlib import metadata as _im
 from pathlib import Path
 from typing import Any, Iterable, Optional, Union
+
+from .._atomic import write_json_atomic
 
 __all__ = ["run_metadata", "write_run_metadata", "metadata_path", "file_digest", "redact_secrets"]
 
@@ -175,7 +176,5 @@ def metadata_path(output: Union[str, os.PathLike]) -> Path:
 def write_run_metadata(output: Union[str, os.PathLike], meta: dict) -> Path:
     """Write ``meta`` (from ``run_metadata``) beside ``output``, atomically."""
     target = metadata_path(output)
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(redact_secrets(_jsonable(meta)), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    os.replace(tmp, target)
+    write_json_atomic(target, redact_secrets(_jsonable(meta)), indent=2)
     return target

@@ -8,6 +8,7 @@ from typing import Optional, Union
 
 import pyarrow as pa
 
+from .._errors import OptionError
 from ._adapters import PersonaCorpus, read_personachat, read_synthetic_persona_chat
 from ._contracts import (
     ARTIFACTS,
@@ -55,7 +56,7 @@ def example_path(name: str = "role") -> Path:
         for p in _EXAMPLE_DIR.rglob("*")
         if p.is_file() and p.suffix in (".jsonl", ".yaml", ".csv", ".txt", ".parquet", ".json")
     )
-    raise ValueError(f"no bundled example {name!r}; available: {', '.join(EXAMPLES)}, or a file: {', '.join(files)}")
+    raise OptionError(f"no bundled example {name!r}; available: {', '.join(EXAMPLES)}, or a file: {', '.join(files)}")
 
 
 def _blank_text(v) -> bool:

@@ -1,7 +1,9 @@
 """The engine: plan (shard by conversation), execute (local or Ray), resume, merge."""
 
+from .._errors import EngineError
 from ._engine import Engine, JobResult, score
-from ._executors import EngineError, LocalExecutor, RayExecutor, get_executor
+from ._executors import LocalExecutor, RayExecutor, get_executor
+from ._messages import ShardResult, ShardTask
 from ._plan import Plan, ShardInfo, plan_job
 from ._worker import ShardWorker
 
@@ -13,6 +15,8 @@ __all__ = [
     "Plan",
     "RayExecutor",
     "ShardInfo",
+    "ShardResult",
+    "ShardTask",
     "ShardWorker",
     "get_executor",
     "plan_job",

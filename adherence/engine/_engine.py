@@ -19,18 +19,23 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from .._atomic import atomic_path, temp_path, write_json_atomic
+from .._errors import EngineError, OptionError
 from .._fingerprint import score_fingerprint, score_hash
 from ..data import DataError, metadata_path, run_metadata
 from ..data._errors import skipped_summary
 from ..data._io import _as_table, _check_file
 from ..data._metadata import redact_secrets
+from ..data._storage import Remote, as_target, write_json
 from ..data._validate import conform_schema as _conform_schema
 from ..role import RoleConfig, aggregate_sessions, get_method
 from ..role._base import missing_references
-from ._executors import EngineError, Executor, RayExecutor, check_reachable, get_executor
-from ._plan import _write_json_atomic, content_digest, plan_job, same_input, temp_path
+from ._executors import Executor, RayExecutor, check_reachable, get_executor
+from ._messages import ShardResult, ShardTask
+from ._plan import content_digest, plan_job, same_input
 from ._safety import (
     PathLock,
+    RemoteLease,
     RemoteWorkDir,
     WorkDir,
     check_outputs,
@@ -41,7 +46,6 @@ from ._safety import (
     remove_dead_temporaries,
     reserved_columns,
 )
-from ._storage import Remote, RemoteLease, as_target, write_json
 
 __all__ = ["Engine", "JobResult", "score"]
 
@@ -127,12 +131,12 @@ class Engine:
         elif method_options or (method and method != config.method):
             config = dataclasses.replace(config, method=method or config.method, **method_options)
         if executor not in ("local", "ray"):
-            raise ValueError(f"`executor` must be 'local' or 'ray', got {executor!r}")
+            raise OptionError(f"`executor` must be 'local' or 'ray', got {executor!r}")
         self.job = job  # the caller's resolved options (e.g. the CLI's, with its --config file), kept in the metadata
         if shard_size < 1 or (num_workers is not None and num_workers < 1):
-            raise ValueError("`shard_size` and `num_workers` must be >= 1")
+            raise OptionError("`shard_size` and `num_workers` must be >= 1")
         if stall_timeout <= 0:
-            raise ValueError(f"`stall_timeout` must be > 0 seconds, got {stall_timeout}")
+            raise OptionError(f"`stall_timeout` must be > 0 seconds, got {stall_timeout}")
         if tensor_parallel > 1:
             config = _tensor_parallel_config(config, tensor_parallel, executor)
         self.config = config
@@ -277,7 +281,7 @@ class Engine:
         import torch
 
         if not torch.cuda.is_available():
-            raise ValueError(
+            raise OptionError(
                 f"--device cuda, but CUDA sees no GPU on this machine (torch {torch.__version__}); "
                 "use --device cpu, or --executor ray --gpus-per-worker 1 on a cluster with GPUs"
             )
@@ -387,21 +391,21 @@ class Engine:
                         f"--resume: the earlier work in {work} is not reused: {_why_not_reused(old, job)}",
                         stacklevel=3,
                     )
-        _write_json_atomic(manifest, job)
+        write_json_atomic(manifest, job)
         return cleared
 
     @staticmethod
-    def _finished(done: Path, output: Path) -> Optional[dict]:
+    def _finished(done: Path, output: Path) -> Optional[ShardResult]:
         """A shard's earlier result, if its output is complete, not failed, and hashes to what was recorded."""
         if not (done.exists() and output.exists()):
             return None
         try:
-            res = json.loads(done.read_text())
+            res = ShardResult.from_json(json.loads(done.read_text()))
         except ValueError:
             return None
-        if res.get("failed") or not res.get("digest") or content_digest(output) != res["digest"]:
+        if res is None or res.failed or content_digest(output) != res.digest:
             return None
-        return dict(res, resumed=True)
+        return dataclasses.replace(res, resumed=True)
 
     def _execute(self, plan, work: Path, config: RoleConfig) -> dict:
         from tqdm.auto import tqdm
@@ -411,8 +415,8 @@ class Engine:
         for stale in out_dir.glob(".*.tmp"):
             stale.unlink()  # leftovers of a killed run
         rw = self._remote_work
-        results: dict[int, dict] = {}
-        tasks = []
+        results: dict[int, ShardResult] = {}
+        tasks: list[ShardTask] = []
         for s in plan.shards:
             output = out_dir / f"shard-{s.shard_id:05d}.parquet"
             earlier = self._finished(out_dir / f"shard-{s.shard_id:05d}.done.json", output)
@@ -421,15 +425,11 @@ class Engine:
             elif rw is not None:  # the workers read and write on object storage; this run's shard goes up first
                 (rw / "shards" / Path(s.path).name).upload(Path(s.path))
                 tasks.append(
-                    {
-                        "shard_id": s.shard_id,
-                        "input": str(rw / "shards" / Path(s.path).name),
-                        "output": str(rw / "out" / output.name),
-                    }
+                    ShardTask(s.shard_id, str(rw / "shards" / Path(s.path).name), str(rw / "out" / output.name))
                 )
             else:
-                tasks.append({"shard_id": s.shard_id, "input": s.path, "output": str(output)})
-        done_rows = sum(r["rows"] for r in results.values())
+                tasks.append(ShardTask(s.shard_id, s.path, str(output)))
+        done_rows = sum(r.rows for r in results.values())
         bar = tqdm(
             total=plan.total_rows,
             initial=done_rows,
@@ -439,20 +439,20 @@ class Engine:
             dynamic_ncols=True,
         )
 
-        def on_result(res: dict) -> None:
-            name = f"shard-{res['shard_id']:05d}"
+        def on_result(res: ShardResult) -> None:
+            name = f"shard-{res.shard_id:05d}"
             if rw is not None:
                 # Fetched and checked against the digest the worker computed before it counts as done.
                 (rw / "out" / f"{name}.parquet").download(out_dir / f"{name}.parquet")
-                if content_digest(out_dir / f"{name}.parquet") != res["digest"]:
+                if content_digest(out_dir / f"{name}.parquet") != res.digest:
                     raise EngineError(
                         f"shard output {rw / 'out' / name}.parquet changed after its worker wrote it; "
                         "nothing was published (rerun with --resume)"
                     )
-                write_json(rw / "out" / f"{name}.done.json", res)
-            _write_json_atomic(out_dir / f"{name}.done.json", res)
-            results[res["shard_id"]] = res
-            bar.update(res["rows"])
+                write_json(rw / "out" / f"{name}.done.json", res.to_json())
+            write_json_atomic(out_dir / f"{name}.done.json", res.to_json())
+            results[res.shard_id] = res
+            bar.update(res.rows)
 
         try:
             if tasks:
@@ -553,9 +553,9 @@ class Engine:
                     f"the output holds {written} rows, the input {plan.total_rows}; nothing was published"
                 )
             elapsed = time.perf_counter() - start
-            totals = {k: sum(r[k] for r in results.values()) for k in ("rows", "ok", "error", "unscored")}
-            models: dict = next((r.get("models") for r in results.values() if r.get("models")), {})
-            failed = sorted(r["shard_id"] for r in results.values() if r.get("failed"))
+            totals = {k: sum(getattr(r, k) for r in results.values()) for k in ("rows", "ok", "error", "unscored")}
+            models: dict = next((r.models for r in results.values() if r.models), {})
+            failed = sorted(r.shard_id for r in results.values() if r.failed)
             summary = {
                 "method": self.config.method,
                 "turns": totals["rows"],
@@ -564,7 +564,7 @@ class Engine:
                 "unscored": totals["unscored"],
                 "sessions": n_sessions,
                 "shards": len(plan.shards),
-                "shards_resumed": sum(1 for r in results.values() if r.get("resumed")),
+                "shards_resumed": sum(1 for r in results.values() if r.resumed),
                 "failed_shards": failed,
                 "elapsed_s": elapsed,
                 "turns_per_s": totals["rows"] / elapsed if elapsed > 0 else None,
@@ -577,14 +577,14 @@ class Engine:
                 summary["workers"] = sorted(stats["workers"].values(), key=lambda w: (w.get("host"), w.get("pid")))
             usage: dict = {}
             for r in results.values():  # this run's work only: resumed shards were paid for earlier
-                for k, v in ({} if r.get("resumed") else r.get("judge_usage") or {}).items():
+                for k, v in ({} if r.resumed else r.judge_usage).items():
                     usage[k] = usage.get(k, 0) + v
             if usage:
                 summary["judge_usage"] = usage
             if plan.skipped:
                 summary["skipped_records"] = skipped_summary(plan.skipped)
             if failed:
-                summary["failure"] = next(r["failed"] for r in results.values() if r.get("failed"))
+                summary["failure"] = next(r.failed for r in results.values() if r.failed)
             # The plan hashed the input already (resume by content): record that digest, do not hash it again.
             meta = run_metadata(
                 config=_recorded_config(self.config),
@@ -660,7 +660,7 @@ def _tensor_parallel_config(config: RoleConfig, n: int, executor: str) -> RoleCo
     """The judge's vLLM engine split over ``n`` GPUs (over Ray on the executor's placement group)."""
     judge = config.judge
     if config.method != "llm_judge" or judge is None or judge.backend != "vllm":
-        raise ValueError(
+        raise OptionError(
             f"--judge-tensor-parallel {n} needs the vllm judge backend (--backend vllm), got "
             f"{getattr(judge, 'backend', None) if config.method == 'llm_judge' else config.method!r}"
         )
@@ -736,18 +736,13 @@ def _publish_remote(pairs: list) -> None:
 def _spill(source, path: Path) -> None:
     """Write an in-memory source to ``path`` (Parquet, atomically): an Arrow table or batch, a
     RecordBatchReader (streamed), a pandas DataFrame, or a Hugging Face ``datasets.Dataset``."""
-    tmp = temp_path(path)
-    try:
+    with atomic_path(path) as tmp:
         if isinstance(source, pa.RecordBatchReader):
             with pq.ParquetWriter(tmp, source.schema) as w:
                 for batch in source:
                     w.write_batch(batch)
         else:
             pq.write_table(_as_table(source), tmp)
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
 
 
 # Every path published in this process (the command line reads it when a signal arrives: after a publish the
@@ -863,7 +858,7 @@ class _TableSink:
             self.csv_schema = _csv_ready(schema.empty_table()).schema
             self.writer = pacsv.CSVWriter(str(path), self.csv_schema)
         else:  # pragma: no cover - output_format guards this
-            raise ValueError(f"cannot write scores as {fmt!r}")
+            raise OptionError(f"cannot write scores as {fmt!r}")
 
     def write(self, t: pa.Table) -> None:
         if self.fmt == "parquet":

@@ -11,15 +11,13 @@ from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Any, Callable, Optional, Union
 
+from .._errors import EngineError, OptionError
 from .._optional import require
 from ..role import RoleConfig
+from ._messages import ShardResult, ShardTask
 from ._worker import ShardWorker, WorkerSetupError
 
 __all__ = ["Executor", "LocalExecutor", "RayExecutor", "EngineError", "check_reachable", "get_executor"]
-
-
-class EngineError(RuntimeError):
-    """A job could not finish (e.g. a shard kept failing); the message names the shard."""
 
 
 class Executor(ABC):
@@ -29,7 +27,7 @@ class Executor(ABC):
         """Start workers ahead of the tasks (model loading overlaps the job's planning)."""
 
     @abstractmethod
-    def run(self, tasks: list[dict], config: RoleConfig, on_result: Callable[[dict], None]) -> None:
+    def run(self, tasks: list[ShardTask], config: RoleConfig, on_result: Callable[[ShardResult], None]) -> None:
         """Run every task, calling ``on_result`` with each shard's summary as it finishes."""
 
     def close(self) -> None:
@@ -85,19 +83,19 @@ class RayExecutor(Executor):
     ) -> None:
         self.ray = require("ray", "ray", "the ray executor")
         if tensor_parallel < 1:
-            raise ValueError(f"`tensor_parallel` must be >= 1, got {tensor_parallel}")
+            raise OptionError(f"`tensor_parallel` must be >= 1, got {tensor_parallel}")
         if tensor_parallel > 1:
             if gpus_per_worker not in (0, tensor_parallel):
-                raise ValueError(
+                raise OptionError(
                     f"--judge-tensor-parallel {tensor_parallel} gives each replica {tensor_parallel} GPUs; "
                     f"drop --gpus-per-worker or set it to {tensor_parallel}"
                 )
             gpus_per_worker = float(tensor_parallel)
         self.tensor_parallel = tensor_parallel
         if num_workers is not None and num_workers < 1:
-            raise ValueError(f"`num_workers` must be >= 1, got {num_workers}")
+            raise OptionError(f"`num_workers` must be >= 1, got {num_workers}")
         if stall_timeout <= 0:
-            raise ValueError(f"`stall_timeout` must be > 0 seconds, got {stall_timeout}")
+            raise OptionError(f"`stall_timeout` must be > 0 seconds, got {stall_timeout}")
         self.max_retries, self.stall_timeout, self.ping_interval = max_retries, stall_timeout, ping_interval
         self.gpus_per_worker, self.cpus_per_worker = gpus_per_worker, cpus_per_worker
         if not self.ray.is_initialized():
@@ -139,7 +137,7 @@ class RayExecutor(Executor):
             if num_workers is None:
                 num_workers = max(1, int(gpus // g))
             if gpus < g * num_workers:
-                raise ValueError(
+                raise OptionError(
                     f"{num_workers} Ray worker(s) x {g:g} GPU = {g * num_workers:g} GPUs requested, but "
                     f"the Ray cluster has {gpus:g}; lower --num-workers / --gpus-per-worker "
                     "(0 runs on CPUs)"
@@ -148,7 +146,7 @@ class RayExecutor(Executor):
         if c > 0 and c * num_workers > cpus:
             fit = int(cpus // c)
             if fit < 1:
-                raise ValueError(f"a Ray worker needs {c:g} CPU but the Ray cluster has {cpus:g}")
+                raise OptionError(f"a Ray worker needs {c:g} CPU but the Ray cluster has {cpus:g}")
             warnings.warn(
                 f"{num_workers} Ray workers x {c:g} CPU do not fit the cluster's {cpus:g} CPUs; "
                 f"running {fit} worker(s)",
@@ -256,18 +254,15 @@ class RayExecutor(Executor):
                     tried = attempt if isinstance(exc, ActorUnavailableError) else attempt + 1
                     if tried > self.max_retries:
                         raise EngineError(
-                            f"shard {task['shard_id']} ({task['input']}) failed {tried} times: "
-                            f"its worker died ({str(exc).splitlines()[0]})"
+                            f"{task} failed {tried} times: its worker died ({str(exc).splitlines()[0]})"
                         ) from None
                     self.stats["retried_shards"] += 1
                     queue.appendleft((task, tried))
                     continue
                 except RayTaskError as exc:
-                    raise EngineError(
-                        _setup_error(exc) or f"shard {task['shard_id']} ({task['input']}) failed: {_last_line(exc)}"
-                    ) from None
+                    raise EngineError(_setup_error(exc) or f"{task} failed: {_last_line(exc)}") from None
                 seen[actor] = time.monotonic()
-                self.stats["workers"][f"{result['worker'].get('host')}:{result['pid']}"] = result["worker"]
+                self.stats["workers"][f"{result.worker.get('host')}:{result.pid}"] = result.worker
                 idle.append(actor)
                 on_result(result)
             self._drop_silent(seen, idle, suspect, pending, queue, pings)
@@ -333,7 +328,7 @@ def _last_line(exc: BaseException) -> str:
 
 
 def _probe(path: str, token: str) -> bool:
-    from ._storage import Remote, is_uri
+    from ..data._storage import Remote, is_uri
 
     try:
         if is_uri(path):  # object storage: this node's credentials and endpoint must reach it too
@@ -349,7 +344,7 @@ def check_reachable(ray, work: Union[str, Path], timeout: float = 60.0) -> None:
     zero-CPU task on each node reads it back) before any work; one line naming the nodes that do not."""
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    from ._storage import Remote, is_uri
+    from ..data._storage import Remote, is_uri
 
     nodes = [n for n in ray.nodes() if n.get("Alive")]
     token = uuid.uuid4().hex
@@ -384,11 +379,11 @@ def check_reachable(ray, work: Union[str, Path], timeout: float = 60.0) -> None:
     if bad:
         names = ", ".join(f"{n.get('NodeManagerAddress')} ({n.get('NodeManagerHostname', '?')})" for n in bad)
         if remote:
-            raise ValueError(
+            raise OptionError(
                 f"the work dir {work} cannot be read from Ray node(s) {names}: every node needs "
                 "credentials and a route to it (AWS_* / GOOGLE_* environment on each node)"
             )
-        raise ValueError(
+        raise OptionError(
             f"the work dir {work} cannot be read from Ray node(s) {names}: it must be on storage every "
             "node reaches at the same path (a shared filesystem or an s3:// / gs:// URI); "
             "put --work-dir and -o there"
@@ -400,4 +395,4 @@ def get_executor(name: str, **kwargs) -> Executor:
         return LocalExecutor(**kwargs)
     if name == "ray":
         return RayExecutor(**kwargs)
-    raise ValueError(f"unknown executor {name!r}; available: local, ray")
+    raise OptionError(f"unknown executor {name!r}; available: local, ray")

@@ -18,7 +18,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import uuid
 import zlib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -27,10 +26,12 @@ from typing import Any, Callable, Optional
 import numpy as np
 import pyarrow as pa
 
+from .._atomic import temp_path, write_json_atomic
+from .._errors import OptionError
 from ..data import TURNS, file_digest, iter_batches
 from ..data._readers import _blank_text
 
-__all__ = ["Plan", "ShardInfo", "plan_job", "input_fingerprint", "content_digest", "same_input", "temp_path"]
+__all__ = ["Plan", "ShardInfo", "plan_job", "input_fingerprint", "content_digest", "same_input"]
 
 
 @dataclass
@@ -100,21 +101,6 @@ def same_input(a: Any, b: Any) -> bool:
         return {k: content(v) for k, v in fp.items() if k != "path"}
 
     return content(a) == content(b)
-
-
-def temp_path(path: Path) -> Path:
-    """A temporary sibling of ``path``, unique per process and call (two jobs never share one)."""
-    return path.with_name(f".{path.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp")
-
-
-def _write_json_atomic(path: Path, obj) -> None:
-    tmp = temp_path(path)
-    try:
-        tmp.write_text(json.dumps(obj, ensure_ascii=False), encoding="utf-8")
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
 
 
 def _count_rows(source, batch_size: int, transcripts=None) -> int:
@@ -201,7 +187,7 @@ def plan_job(
     whose own ``ground_truth_assistant`` / ``references`` is empty.
     """
     if shard_size < 1:
-        raise ValueError(f"`shard_size` must be >= 1, got {shard_size}")
+        raise OptionError(f"`shard_size` must be >= 1, got {shard_size}")
     work_dir.mkdir(parents=True, exist_ok=True)
     plan_path = work_dir / "plan.json"
     fingerprint = input_fingerprint(source)
@@ -281,7 +267,7 @@ def plan_job(
     reference_file = None
     if collect_references:
         reference_file = str(work_dir / "references.json")
-        _write_json_atomic(Path(reference_file), references)
+        write_json_atomic(Path(reference_file), references)
     skipped = [list(x) for x in transcripts.skipped] if transcripts is not None else []
     plan = Plan(
         str(source),
@@ -295,5 +281,5 @@ def plan_job(
         n_refs,
         0 if keyed is None else len(keyed) - len(matched),
     )
-    _write_json_atomic(plan_path, plan.to_json())
+    write_json_atomic(plan_path, plan.to_json())
     return plan

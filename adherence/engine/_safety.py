@@ -15,13 +15,18 @@ import json
 import os
 import re
 import shutil
+import socket
 import stat
+import threading
+import time
+import uuid
 from pathlib import Path
 from typing import Optional
 
+from .._atomic import temporary_of
+from .._errors import EngineError
 from ..data import DataError, metadata_path
-from ._executors import EngineError
-from ._storage import _pid_alive
+from ..data._storage import Remote
 
 __all__ = [
     "OUTPUT_FORMATS",
@@ -30,6 +35,8 @@ __all__ = [
     "check_replaceable",
     "WorkDir",
     "PathLock",
+    "RemoteLease",
+    "RemoteWorkDir",
     "output_columns",
     "reserved_columns",
     "remove_dead_temporaries",
@@ -57,7 +64,7 @@ _OUTPUT_COLUMNS = (
 # when its marker says so (written when a job made or adopted it): entries named like these in any other
 # directory are the user's.
 WORK_MARKER = ".adherence-work.json"
-_WORK_FILES = {"job.json", "plan.json", "references.json", "input.parquet", "lock", "failed.json", WORK_MARKER}
+_WORK_FILES = {"job.json", "plan.json", "references.json", "input.parquet", "lock", WORK_MARKER}
 _WORK_DIRS = {
     "shards": re.compile(r"^(input-\d{5}\.arrow|\..*\.tmp)$"),
     "out": re.compile(r"^(shard-\d{5}\.(parquet|done\.json)|\..*\.tmp)$"),
@@ -283,6 +290,96 @@ class PathLock:
         self.fd = None
 
 
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class RemoteLease:
+    """A lock on object storage: a lease object naming its holder, refreshed while the job runs.
+
+    A second job refuses while the lease is fresher than ``ttl`` seconds, and takes it over once it
+    has lapsed (the holder was killed), or at once when the holder is a process of this host that no
+    longer exists. Two jobs that start within the same instant both write the lease; each reads it
+    back and the one whose write did not survive backs off.
+    """
+
+    def __init__(self, obj: Remote, what: str, ttl: float = 60.0) -> None:
+        self.obj, self.what, self.ttl = obj, what, ttl
+        self.token = uuid.uuid4().hex
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+
+    def _record(self) -> bytes:
+        return json.dumps(
+            {
+                "token": self.token,
+                "host": socket.gethostname(),
+                "pid": os.getpid(),
+                "heartbeat": time.time(),
+                "ttl": self.ttl,
+            }
+        ).encode()
+
+    def _holder(self) -> Optional[dict]:
+        try:
+            held = json.loads(self.obj.read_bytes())
+        except (OSError, ValueError):
+            return None
+        return held if isinstance(held, dict) else None
+
+    def _refuse(self, held: dict) -> None:
+        age = time.time() - float(held.get("heartbeat", 0))
+        raise EngineError(
+            f"{self.what} {self.obj.parent} is in use by another adherence job (host "
+            f"{held.get('host', '?')}, pid {held.get('pid', '?')}, lease renewed {age:.0f} s ago); "
+            f"wait for it, or for its lease to lapse ({self.ttl:.0f} s after its last renewal)"
+        )
+
+    def acquire(self) -> RemoteLease:
+        held = self._holder()
+        if held and held.get("token") != self.token:
+            fresh = time.time() - float(held.get("heartbeat", 0)) < float(held.get("ttl", self.ttl))
+            dead = held.get("host") == socket.gethostname() and not _pid_alive(int(held.get("pid", -1)))
+            if fresh and not dead:
+                self._refuse(held)
+        self.obj.write_bytes(self._record())
+        time.sleep(0.2)
+        held = self._holder()
+        if not held or held.get("token") != self.token:
+            self._refuse(held or {})
+        self._thread = threading.Thread(target=self._renew, daemon=True, name="adherence-lease")
+        self._thread.start()
+        return self
+
+    def _renew(self) -> None:
+        while not self._stop.wait(self.ttl / 4):
+            try:
+                self.obj.write_bytes(self._record())
+            except OSError:
+                pass  # the next renewal tries again; a lapse lets another job in, never loses data
+
+    def release(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self._thread = None
+            held = self._holder()
+            if held and held.get("token") == self.token:
+                self.obj.delete()
+
+    def __enter__(self) -> RemoteLease:
+        return self.acquire()
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
 def _write_marker(path: Path, obj: dict) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
     with os.fdopen(fd, "w", encoding="utf-8") as fh:
@@ -299,14 +396,13 @@ def remove_dead_temporaries(targets) -> list[str]:
     removed = []
     for target in targets:
         target = Path(target)
-        pattern = re.compile(rf"^\.{re.escape(target.name)}\.(\d+)-[0-9a-f]{{8}}\.tmp$")
         try:
             entries = list(target.parent.iterdir())
         except OSError:
             continue
         for q in entries:
-            m = pattern.match(q.name)
-            if m is None or _pid_alive(int(m.group(1))):
+            pid = temporary_of(target, q.name)
+            if pid is None or _pid_alive(pid):
                 continue
             try:
                 if q.is_symlink() or q.is_file():
@@ -488,8 +584,6 @@ class RemoteWorkDir:
     """
 
     def __init__(self, obj, *, resume: bool, ttl: float = 60.0) -> None:
-        from ._storage import RemoteLease
-
         self.obj, self.resume = obj, resume
         self.lease = RemoteLease(obj / "lock", "the work directory", ttl=ttl)
 

@@ -9,13 +9,15 @@ import time
 
 import pyarrow as pa
 
+from .._errors import JobError
+from ..data._storage import digest, read_arrow_stream, write_parquet
 from ..role import Resources, RoleConfig, get_method, score_turns
-from ._storage import digest, read_arrow_stream, write_parquet
+from ._messages import ShardResult, ShardTask
 
 __all__ = ["ShardWorker", "WorkerSetupError", "error_rows", "verify_gpu", "verify_replica_gpus"]
 
 
-class WorkerSetupError(RuntimeError):
+class WorkerSetupError(JobError):
     """A worker could not get ready to score (its models did not load, or CUDA cannot see the GPU it was
     given): the same on every try, so the job stops at once instead of retrying."""
 
@@ -149,7 +151,7 @@ class ShardWorker:
     def ping(self) -> int:
         return self.pid
 
-    def run(self, task: dict) -> dict:
+    def run(self, task: ShardTask) -> ShardResult:
         """Score one shard into its Parquet output (written atomically) and return its summary.
 
         A shard whose scoring raised is kept as ``status=error`` rows and flagged ``failed``,
@@ -160,33 +162,32 @@ class ShardWorker:
         with self._lock:
             return self._run(task)
 
-    def _run(self, task: dict) -> dict:
+    def _run(self, task: ShardTask) -> ShardResult:
         start = time.perf_counter()
         try:
-            table = read_arrow_stream(task["input"])
+            table = read_arrow_stream(task.input)
         except (OSError, pa.ArrowInvalid) as exc:
-            raise RuntimeError(f"shard {task['shard_id']}: cannot read its input {task['input']}: {exc}") from None
+            raise JobError(f"shard {task.shard_id}: cannot read its input {task.input}: {exc}") from None
         failed = None
         before = self.resources.usage()
         try:
             scores = score_turns(table, self.config.method, config=self.config, resources=self.resources)
         except Exception as exc:  # noqa: BLE001 - a failing shard must not take the job down or lose rows
-            failed = f"shard {task['shard_id']} failed: {type(exc).__name__}: {exc}"
+            failed = f"shard {task.shard_id} failed: {type(exc).__name__}: {exc}"
             scores = error_rows(table, self.config.method, failed)
-        out = task["output"]
-        write_parquet(scores, out)  # atomic: a temporary renamed locally, one upload on object storage
+        write_parquet(scores, task.output)  # atomic: a temporary renamed locally, one upload on object storage
         status = scores.column("status").to_pylist()
-        return {
-            "shard_id": task["shard_id"],
-            "rows": table.num_rows,
-            "ok": status.count("ok"),
-            "error": status.count("error"),
-            "unscored": status.count("unscored"),
-            "failed": failed,
-            "digest": digest(out),
-            "seconds": time.perf_counter() - start,
-            "pid": self.pid,
-            "worker": dict(self.info),
-            "models": self.resources.describe(),
-            "judge_usage": {k: v - before.get(k, 0) for k, v in self.resources.usage().items()},
-        }
+        return ShardResult(
+            shard_id=task.shard_id,
+            rows=table.num_rows,
+            ok=status.count("ok"),
+            error=status.count("error"),
+            unscored=status.count("unscored"),
+            failed=failed,
+            digest=digest(task.output),
+            seconds=time.perf_counter() - start,
+            pid=self.pid,
+            worker=dict(self.info),
+            models=self.resources.describe(),
+            judge_usage={k: v - before.get(k, 0) for k, v in self.resources.usage().items()},
+        )

@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence, Union
 
 import numpy as np
 
+from .._atomic import atomic_path, write_json_atomic
+from .._errors import OptionError
 from .._optional import require
 from ._encoder import LateInteractionEncoder, TokenBatch
 
@@ -66,7 +68,7 @@ class LateInteractionIndex:
         import torch
 
         if backend not in ("auto", "triton", "torch"):
-            raise ValueError(f"`backend` must be 'auto', 'triton' or 'torch', got {backend!r}")
+            raise OptionError(f"`backend` must be 'auto', 'triton' or 'torch', got {backend!r}")
         self._encoder_spec = encoder
         self._encoder: Optional[LateInteractionEncoder] = None
         if isinstance(encoder, LateInteractionEncoder):
@@ -93,7 +95,7 @@ class LateInteractionIndex:
             spec = given or (self.meta.get("encoder") or {}).get("model")
             self._encoder = LateInteractionEncoder(spec)
             if self._encoder.dim != self.dim:
-                raise ValueError(f"encoder {self._encoder.name!r} has dim {self._encoder.dim}, the index {self.dim}")
+                raise OptionError(f"encoder {self._encoder.name!r} has dim {self._encoder.dim}, the index {self.dim}")
         return self._encoder
 
     @property
@@ -108,7 +110,7 @@ class LateInteractionIndex:
         texts = list(texts)
         ids = [str(len(self.ids) + i) for i in range(len(texts))] if ids is None else [str(i) for i in ids]
         if len(ids) != len(texts):
-            raise ValueError(f"{len(texts)} texts but {len(ids)} ids")
+            raise OptionError(f"{len(texts)} texts but {len(ids)} ids")
         return self.add_tokens(self.encoder.encode_documents(texts), ids)
 
     def add_tokens(self, batch: TokenBatch, ids: Sequence[str]) -> LateInteractionIndex:
@@ -117,14 +119,14 @@ class LateInteractionIndex:
 
         ids = [str(i) for i in ids]
         if len(ids) != len(batch):
-            raise ValueError(f"{len(batch)} documents but {len(ids)} ids")
+            raise OptionError(f"{len(batch)} documents but {len(ids)} ids")
         if len(self.ids) and batch.embeddings.shape[1] != self.dim:
-            raise ValueError(f"document dim {batch.embeddings.shape[1]} != index dim {self.dim}")
+            raise OptionError(f"document dim {batch.embeddings.shape[1]} != index dim {self.dim}")
         seen = Counter(self.ids)
         seen.update(ids)
         dup = next((i for i in ids if seen[i] > 1), None)
         if dup is not None:
-            raise ValueError(f"document id {dup!r} is already in the index")
+            raise OptionError(f"document id {dup!r} is already in the index")
         emb = batch.embeddings.detach().to("cpu", torch.float16)
         base = int(self.offsets[-1])
         kept = self.embeddings if len(self.ids) else emb.new_zeros(0, emb.shape[1])
@@ -237,9 +239,9 @@ class LateInteractionIndex:
         given), and exact MaxSim ranks the candidates.
         """
         if k < 1 or k_tokens < 1:
-            raise ValueError("`k` and `k_tokens` must be >= 1")
+            raise OptionError("`k` and `k_tokens` must be >= 1")
         if not len(self):
-            raise ValueError("the index is empty")
+            raise OptionError("the index is empty")
         q = self.encode_queries(queries)
         faiss_index = self._faiss if self._faiss is not None else self.build_faiss()
         _, tok = faiss_index.search(q.embeddings.float().cpu().numpy(), min(k_tokens, int(self.offsets[-1])))
@@ -274,10 +276,8 @@ class LateInteractionIndex:
             "n_chunks.npy": self.n_chunks,
         }
         for name, arr in arrays.items():
-            tmp = d / f".{name}.tmp"
-            with open(tmp, "wb") as fh:
+            with atomic_path(d / name) as tmp, open(tmp, "wb") as fh:
                 np.save(fh, arr)
-            tmp.replace(d / name)
         meta = dict(
             self.meta,
             format_version=FORMAT_VERSION,
@@ -287,9 +287,7 @@ class LateInteractionIndex:
         )
         meta.pop("faiss", None)
         for name, obj in (("ids.json", self.ids), ("meta.json", meta)):
-            tmp = d / f".{name}.tmp"
-            tmp.write_text(json.dumps(obj, indent=None if name == "ids.json" else 2))
-            tmp.replace(d / name)
+            write_json_atomic(d / name, obj, indent=None if name == "ids.json" else 2)
         return d
 
     @classmethod
@@ -311,7 +309,7 @@ class LateInteractionIndex:
             raise FileNotFoundError(f"{d}: not a late-interaction index (missing {', '.join(missing)})")
         meta = json.loads((d / "meta.json").read_text())
         if meta.get("format_version") != FORMAT_VERSION:
-            raise ValueError(f"{d}: index format {meta.get('format_version')!r}, this version reads {FORMAT_VERSION}")
+            raise OptionError(f"{d}: index format {meta.get('format_version')!r}, this version reads {FORMAT_VERSION}")
         index = cls(encoder, device=device, backend=backend, _lazy_encoder=encoder is None)
         emb = np.load(d / "embeddings.npy", mmap_mode="c" if mmap else None)
         index.embeddings = torch.from_numpy(np.ascontiguousarray(emb))
@@ -321,7 +319,7 @@ class LateInteractionIndex:
         index.n_chunks = np.load(nc) if nc.exists() else np.ones(len(index.ids), dtype=np.int64)
         index.meta = meta
         if len(index.ids) != index.offsets.numel() - 1 or int(index.offsets[-1]) != index.embeddings.shape[0]:
-            raise ValueError(
+            raise OptionError(
                 f"{d}: ids, offsets and embeddings disagree ({len(index.ids)} ids, "
                 f"{index.offsets.numel() - 1} offsets, {index.embeddings.shape[0]} token rows)"
             )

@@ -7,6 +7,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
+from .._errors import OptionError
 from .._registry import unknown_name
 from ._prompts import JudgeRequest
 
@@ -122,13 +123,10 @@ class JudgeBackend(ABC):
     def preflight(self, *, logprobs: bool) -> None:
         """Check, before any row, that the backend can serve the job (servers override this)."""
 
-    def close(self) -> None:
-        """Release resources (servers, engines)."""
-
 
 def get_backend(name: str, **kwargs) -> JudgeBackend:
     """Build the backend registered under ``name`` (imported lazily)."""
     if name not in BACKENDS:
-        raise ValueError(unknown_name("judge backend", name, BACKENDS))
+        raise OptionError(unknown_name("judge backend", name, BACKENDS))
     module, cls = BACKENDS[name].split(":")
     return getattr(importlib.import_module(module), cls)(**kwargs)

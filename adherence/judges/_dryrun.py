@@ -6,6 +6,8 @@ from typing import Optional
 
 import pyarrow as pa
 
+from .._errors import OptionError
+
 __all__ = ["dry_run", "judge_plan"]
 
 
@@ -84,7 +86,7 @@ def dry_run(
         else (pa.concat_tables(batches) if batches else None)
     )
     if turns is None or turns.num_rows == 0:
-        raise ValueError(f"{source}: no turns to score")
+        raise OptionError(f"{source}: no turns to score")
     plan = judge_plan(turns, config)
     about = "about " if plan["approximate"] else ""
     lines = [

@@ -12,6 +12,7 @@ from typing import Any, Literal, Optional
 
 import pyarrow as pa
 
+from .._errors import OptionError
 from .._fingerprint import COSMETIC
 from ._backend import JudgeBackend, JudgeOutput, get_backend, score_options
 from ._cache import JudgeCache
@@ -107,29 +108,29 @@ class JudgeConfig:
 
     def __post_init__(self) -> None:
         if self.output_mode not in ("binary", "continuous"):
-            raise ValueError(f"`output_mode` must be 'binary' or 'continuous', got {self.output_mode!r}")
+            raise OptionError(f"`output_mode` must be 'binary' or 'continuous', got {self.output_mode!r}")
         if self.granularity not in ("turn", "conversation"):
-            raise ValueError(f"`granularity` must be 'turn' or 'conversation', got {self.granularity!r}")
+            raise OptionError(f"`granularity` must be 'turn' or 'conversation', got {self.granularity!r}")
         if self.granularity == "conversation" and self.output_mode == "continuous":
-            raise ValueError("granularity='conversation' returns per-turn YES/NO verdicts: use output_mode='binary'")
+            raise OptionError("granularity='conversation' returns per-turn YES/NO verdicts: use output_mode='binary'")
         if not 1 <= self.top_k <= 100:
-            raise ValueError(f"`top_k` must be in [1, 100], got {self.top_k}")
+            raise OptionError(f"`top_k` must be in [1, 100], got {self.top_k}")
         if self.temperature < 0:
-            raise ValueError(f"`temperature` must be >= 0, got {self.temperature}")
+            raise OptionError(f"`temperature` must be >= 0, got {self.temperature}")
         self.yes_tokens = None if self.yes_tokens is None else tuple(self.yes_tokens)
         self.no_tokens = None if self.no_tokens is None else tuple(self.no_tokens)
         variant_sets(self.yes_tokens, self.no_tokens)  # raises on empty or overlapping sets
         if self.max_history is not None and self.max_history < 0:
-            raise ValueError(f"`max_history` must be >= 0, got {self.max_history}")
+            raise OptionError(f"`max_history` must be >= 0, got {self.max_history}")
         if self.samples < 1:
-            raise ValueError(f"`samples` must be >= 1, got {self.samples}")
+            raise OptionError(f"`samples` must be >= 1, got {self.samples}")
         if self.samples > 1 and self.temperature <= 0 and (self.output_mode == "binary" or self.include_reason):
-            raise ValueError(
+            raise OptionError(
                 f"samples={self.samples} needs temperature > 0: greedy decoding returns the same "
                 "verdict every time (e.g. --temperature 0.7)"
             )
         if self.samples > 1 and self.granularity == "conversation":
-            raise ValueError("`samples` applies to granularity='turn'")
+            raise OptionError("`samples` applies to granularity='turn'")
         if (
             self.samples > 1
             and self.output_mode == "continuous"
@@ -137,19 +138,19 @@ class JudgeConfig:
             and self.backend in ("transformers", "vllm")
         ):
             # Refused here, before any model loads: in-process log-probs are deterministic.
-            raise ValueError(
+            raise OptionError(
                 f"samples={self.samples} in continuous mode: the {self.backend} backend's P(yes) is "
                 "exact and deterministic, so every sample is the same; for self-consistency use binary verdicts "
                 "sampled at temperature > 0 (--output-mode binary --temperature 0.7), or an openai server"
             )
         if self.layout not in ("user", "system", "pygaussia"):
-            raise ValueError(f"`layout` must be 'user', 'system' or 'pygaussia', got {self.layout!r}")
+            raise OptionError(f"`layout` must be 'user', 'system' or 'pygaussia', got {self.layout!r}")
         if self.layout in ("system", "pygaussia") and self.system:
-            raise ValueError(f"layout={self.layout!r} sends the filled prompt as the system message: drop `system`")
+            raise OptionError(f"layout={self.layout!r} sends the filled prompt as the system message: drop `system`")
         if self.layout == "pygaussia" and self.template is not None:
-            raise ValueError("layout='pygaussia' is the papers' prompt: it takes no template")
+            raise OptionError("layout='pygaussia' is the papers' prompt: it takes no template")
         if self.layout == "pygaussia" and self.granularity == "conversation":
-            raise ValueError("layout='pygaussia' judges one turn per call: use granularity='turn'")
+            raise OptionError("layout='pygaussia' judges one turn per call: use granularity='turn'")
         if self.template is not None:
             check_template(self.template)
 
@@ -246,7 +247,7 @@ class RoleJudge:
             and self.backend.full_vocab
             and not config.include_reason
         ):
-            raise ValueError(
+            raise OptionError(
                 f"samples={config.samples} in continuous mode: the {self.backend.name} backend's "
                 "P(yes) is exact and deterministic, so every sample is the same; use "
                 "output_mode='binary' with temperature > 0 for self-consistency"
@@ -275,7 +276,7 @@ class RoleJudge:
         except LogprobsUnsupported as exc:
             self.backend.supports_logprobs = False
             if not c.binary_fallback:
-                raise ValueError(
+                raise OptionError(
                     f"{exc}: use output_mode='binary' (--output-mode binary), or allow the fallback "
                     "with binary_fallback=True (--binary-fallback)"
                 ) from None
@@ -466,7 +467,7 @@ class RoleJudge:
                 runs.append(got)
         if continuous and not self.backend.supports_logprobs:
             if not c.binary_fallback:
-                raise ValueError(
+                raise OptionError(
                     f"backend {self.backend.name!r} ({self.backend.model_id}) returns no log-probabilities: use "
                     "output_mode='binary', or allow the fallback with binary_fallback=True (--binary-fallback)"
                 )

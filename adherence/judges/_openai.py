@@ -18,6 +18,7 @@ import time
 import warnings
 from typing import Optional, Sequence
 
+from .._errors import JobError, OptionError
 from .._optional import require
 from ._backend import JudgeBackend, JudgeOutput
 from ._prompts import JudgeRequest
@@ -35,7 +36,7 @@ class LogprobsUnsupported(RuntimeError):
     """The server answered without log-probabilities."""
 
 
-class JudgeUnavailable(RuntimeError):
+class JudgeUnavailable(JobError):
     """The judge server cannot serve this job (unreachable, unauthorised, model missing)."""
 
 
@@ -92,13 +93,13 @@ class OpenAIBackend(JudgeBackend):
     ) -> None:
         require("httpx", "openai", "the OpenAI-compatible judge backend")
         if not model:
-            raise ValueError("the openai backend needs the server's model name: --judge-model NAME")
+            raise OptionError("the openai backend needs the server's model name: --judge-model NAME")
         if not base_url:
-            raise ValueError("the openai backend needs the server address: --base-url http://HOST:PORT/v1")
+            raise OptionError("the openai backend needs the server address: --base-url http://HOST:PORT/v1")
         if concurrency < 1 or max_retries < 0 or timeout <= 0:
-            raise ValueError("`concurrency` must be >= 1, `max_retries` >= 0 and `timeout` > 0")
+            raise OptionError("`concurrency` must be >= 1, `max_retries` >= 0 and `timeout` > 0")
         if max_qps is not None and not max_qps > 0:
-            raise ValueError(f"`max_qps` must be > 0, got {max_qps}")
+            raise OptionError(f"`max_qps` must be > 0, got {max_qps}")
         self.model = model
         urls = [base_url] if isinstance(base_url, str) else list(base_url)
         self.base_urls = list(dict.fromkeys(u.rstrip("/") for u in urls if u))

@@ -14,6 +14,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
+from .._errors import OptionError
+
 __all__ = [
     "JudgeRequest",
     "DEFAULT_CRITERIA",
@@ -90,15 +92,15 @@ def check_template(template: str) -> None:
     try:
         fields = [f for _, f, _, _ in string.Formatter().parse(template) if f is not None]
     except ValueError as exc:
-        raise ValueError(f"judge template: {exc} (write a literal brace as {{{{ or }}}})") from None
+        raise OptionError(f"judge template: {exc} (write a literal brace as {{{{ or }}}})") from None
     for f in fields:
         if f not in _TEMPLATE_FIELDS:
-            raise ValueError(
+            raise OptionError(
                 f"judge template: unknown field {{{f}}}; the fields are "
                 + ", ".join("{" + x + "}" for x in _TEMPLATE_FIELDS)
             )
     if "assistant" not in fields:
-        raise ValueError("judge template: it must contain {assistant} (the turn under judgment)")
+        raise OptionError("judge template: it must contain {assistant} (the turn under judgment)")
 
 
 @dataclass(frozen=True)
@@ -166,9 +168,9 @@ def turn_requests(
             the system message and the turn's user text is the user message; no template or system).
     """
     if layout not in LAYOUTS:
-        raise ValueError(f"`layout` must be one of {', '.join(LAYOUTS)}, got {layout!r}")
+        raise OptionError(f"`layout` must be one of {', '.join(LAYOUTS)}, got {layout!r}")
     if layout == "pygaussia" and (template is not None or system is not None):
-        raise ValueError(
+        raise OptionError(
             "layout='pygaussia' is the papers' prompt as pygaussia sends it: no template or system message"
         )
     out = []

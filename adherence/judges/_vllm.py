@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional, Sequence
 
+from .._errors import OptionError
 from .._optional import require
 from ._backend import JudgeBackend, JudgeOutput
 from ._chat import prompt_ids
@@ -64,7 +65,7 @@ class VLLMBackend(JudgeBackend):
             sampling_params_cls = sampling_params_cls or vllm.SamplingParams
             if llm is None:
                 if not model:
-                    raise ValueError(
+                    raise OptionError(
                         "the vllm backend needs --judge-model (a path or hub id vLLM can load; "
                         "`adherence models export-judge DIR` writes the bundled judge as one)"
                     )

@@ -12,6 +12,8 @@ import platform
 import warnings
 from typing import Optional
 
+from .._errors import OptionError
+
 __all__ = ["cpu_bf16_native", "cpu_features", "pick_device", "pick_dtype"]
 
 _NAMES = {
@@ -66,7 +68,7 @@ def pick_dtype(device, dtype: Optional[str] = None):
         return torch.bfloat16 if cpu_bf16_native() else torch.float32
     if dtype not in (None, "auto"):
         if dtype not in _NAMES:
-            raise ValueError(f"unknown dtype {dtype!r}; expected auto, float32, bfloat16 or float16")
+            raise OptionError(f"unknown dtype {dtype!r}; expected auto, float32, bfloat16 or float16")
         name = _NAMES[dtype]
         if on_cpu and name == "bfloat16" and not cpu_bf16_native():
             warnings.warn(

@@ -14,6 +14,7 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Optional, Sequence
 
+from .._errors import OptionError
 from ._device import pick_device, pick_dtype
 from ._resolve import ResolvedModel, resolve_model
 
@@ -78,9 +79,9 @@ class Encoder:
         from transformers import AutoModel, AutoTokenizer
 
         if batch_size is not None and batch_size < 1:
-            raise ValueError(f"`batch_size` must be >= 1, got {batch_size}")
+            raise OptionError(f"`batch_size` must be >= 1, got {batch_size}")
         if batch_tokens is not None and batch_tokens < 1:
-            raise ValueError(f"`batch_tokens` must be >= 1, got {batch_tokens}")
+            raise OptionError(f"`batch_tokens` must be >= 1, got {batch_tokens}")
         self.resolved: ResolvedModel = resolve_model(model)
         self.device = pick_device(device)
         self.dtype = pick_dtype(self.device, dtype)
@@ -278,7 +279,7 @@ class Encoder:
         n_layers = self.num_layers
         layer = n_layers if layer is None else int(layer)
         if not 0 <= layer <= n_layers:
-            raise ValueError(f"`layer` must be in [0, {n_layers}] for {self.name}, got {layer}")
+            raise OptionError(f"`layer` must be in [0, {n_layers}] for {self.name}, got {layer}")
         texts = [(t.strip() if strip else t) if isinstance(t, str) else "" for t in texts]
         embs: list = [None] * len(texts)
         ids: list = [None] * len(texts)

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import uuid
 from pathlib import Path
 from typing import Optional, Union
 
+from .._atomic import atomic_path
+from .._errors import OptionError
 from ._resolve import DEFAULT_JUDGE, resolve_model
 
 __all__ = ["export_judge"]
@@ -43,13 +43,13 @@ def export_judge(output: Union[str, os.PathLike], model: Optional[str] = None, *
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     if dtype not in _DTYPES:
-        raise ValueError(f"`dtype` must be one of {', '.join(sorted(_DTYPES))}, got {dtype!r}")
+        raise OptionError(f"`dtype` must be one of {', '.join(sorted(_DTYPES))}, got {dtype!r}")
     out = Path(output)
     if out.exists():
         raise FileExistsError(f"{out} already exists; export-judge writes a new directory and replaces nothing")
     resolved = resolve_model(model or DEFAULT_JUDGE)
     if not resolved.gguf_file:
-        raise ValueError(
+        raise OptionError(
             f"{resolved.name} is already a transformers checkpoint ({resolved.path}): give it to the backend as it is"
         )
     path = str(resolved.path)
@@ -60,8 +60,7 @@ def export_judge(output: Union[str, os.PathLike], model: Optional[str] = None, *
     if hasattr(m.config, "quantization_config"):
         del m.config.quantization_config
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.parent / f".{out.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp"
-    try:
+    with atomic_path(out) as tmp:
         m.save_pretrained(tmp, safe_serialization=True)
         tok.save_pretrained(tmp)
         (tmp / "adherence_export.json").write_text(
@@ -77,8 +76,4 @@ def export_judge(output: Union[str, os.PathLike], model: Optional[str] = None, *
             + "\n",
             encoding="utf-8",
         )
-        os.rename(tmp, out)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
     return out

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Union
 
+from .._errors import UserError
 from .._optional import is_available
 
 __all__ = ["ResolvedModel", "resolve_model", "DEFAULT_ENCODER", "DEFAULT_JUDGE", "ModelNotFoundError"]
@@ -26,7 +27,7 @@ _ALIASES = {
 }
 
 
-class ModelNotFoundError(FileNotFoundError):
+class ModelNotFoundError(UserError, FileNotFoundError):
     """The model is neither a local path, a bundled package, nor in the local Hugging Face cache."""
 
 

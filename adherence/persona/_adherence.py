@@ -26,6 +26,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from .._errors import OptionError
 from .._registry import unknown_name
 from ..stats import normalized_auc
 from ._text import BM25, TfidfVectorizer, word_tokens
@@ -52,7 +53,7 @@ def default_pool_sizes(n: int = 13, low: int = 1, high: int = 1000) -> list[int]
         [1, 2, 3, 4, 6, 7, 9, 12, 16, 20]
     """
     if not 1 <= low < high:
-        raise ValueError(f"pool sizes need 1 <= low < high, got [{low}, {high}]")
+        raise OptionError(f"pool sizes need 1 <= low < high, got [{low}, {high}]")
     return sorted({int(round(x)) for x in np.geomspace(low, high, n)})
 
 
@@ -156,7 +157,7 @@ def get_retriever(name: str, *, encoder=None, li_encoder=None, device=None, back
         return LateInteractionRetriever(
             li_encoder or LateInteractionEncoder(device=device), device=device, backend=backend
         )
-    raise ValueError(unknown_name("adherence method", name, RETRIEVERS))
+    raise OptionError(unknown_name("adherence method", name, RETRIEVERS))
 
 
 # -- data --------------------------------------------------------------------------------------
@@ -208,7 +209,7 @@ def build_adherence_data(corpus, *, max_queries: Optional[int] = None, seed: int
         q_conv.append(order[c])
         q_speaker.append(s)
     if not queries:
-        raise ValueError("no speaker has both a persona and utterances: adherence needs persona descriptions")
+        raise OptionError("no speaker has both a persona and utterances: adherence needs persona descriptions")
     if max_queries is not None and len(queries) > max_queries:
         keep = np.sort(np.random.default_rng(seed).choice(len(queries), size=max_queries, replace=False))
         queries = [queries[i] for i in keep]
@@ -269,14 +270,14 @@ def mrr_curve(
     relevant = np.asarray(relevant, dtype=np.int64)
     sizes = np.asarray(list(pool_sizes), dtype=np.int64)
     if len(sizes) < 2 or np.any(sizes < 1) or np.any(np.diff(sizes) <= 0):
-        raise ValueError(f"pool sizes must be >= 2 increasing integers >= 1, got {list(pool_sizes)}")
+        raise OptionError(f"pool sizes must be >= 2 increasing integers >= 1, got {list(pool_sizes)}")
     if repeats < 1:
-        raise ValueError(f"`repeats` must be >= 1, got {repeats}")
+        raise OptionError(f"`repeats` must be >= 1, got {repeats}")
     blocked = np.zeros((nq, nd), dtype=bool) if exclude is None else np.asarray(exclude, dtype=bool).copy()
     blocked[np.arange(nq), relevant] = True
     n_elig = nd - blocked.sum(axis=1)
     if np.any(n_elig < 1):
-        raise ValueError("a query has no eligible distractor: the corpus needs at least two distinct conversations")
+        raise OptionError("a query has no eligible distractor: the corpus needs at least two distinct conversations")
     rel = scores[np.arange(nq), relevant][:, None]
     rng = np.random.default_rng(seed)
     per_repeat = np.zeros((repeats, len(sizes)))
@@ -328,10 +329,10 @@ def adherence_curves(
         "curves": {method: {"mrr", "mrr_std", "nauc", ...}}}``.
     """
     if not 0.0 <= alpha <= 1.0:
-        raise ValueError(f"`alpha` must be in [0, 1], got {alpha}")
+        raise OptionError(f"`alpha` must be in [0, 1], got {alpha}")
     methods = list(dict.fromkeys(methods))
     if primary not in methods:
-        raise ValueError(
+        raise OptionError(
             f"the primary adherence method {primary!r} must be one of the methods run ({', '.join(methods)})"
         )
     sizes = list(pool_sizes) if pool_sizes is not None else default_pool_sizes()

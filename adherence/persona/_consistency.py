@@ -18,6 +18,7 @@ from typing import Optional
 
 import numpy as np
 
+from .._errors import OptionError
 from ..stats import verification_metrics
 from ._text import TfidfVectorizer, split_sentences
 
@@ -61,7 +62,7 @@ def author_pairs(corpus, *, seed: int = 0) -> tuple[list, list, np.ndarray, int]
             halves.append((" ".join(sentences[:mid]), " ".join(sentences[mid:])))
     n = len(halves)
     if n < 3:
-        raise ValueError(f"consistency needs at least 3 speakers with two or more sentences each, found {n}")
+        raise OptionError(f"consistency needs at least 3 speakers with two or more sentences each, found {n}")
     rng = np.random.default_rng(seed)
     other = (np.arange(n) + rng.integers(1, n, size=n)) % n  # a different author for each author
     a = [h[0] for h in halves] * 2
@@ -80,14 +81,14 @@ def consistency(
         "n_authors", "n_train", "n_test"}`` — ``score`` is the mean of the five test metrics.
     """
     if not 0.0 < test_size < 1.0:
-        raise ValueError(f"`test_size` must be in (0, 1), got {test_size}")
+        raise OptionError(f"`test_size` must be in (0, 1), got {test_size}")
     a, b, y, n_authors = author_pairs(corpus, seed=seed)
     rng = np.random.default_rng(seed + 1)
     perm = rng.permutation(len(y))
     n_test = max(2, int(round(test_size * len(y))))
     test, train = perm[:n_test], perm[n_test:]
     if len(set(y[test])) < 2 or len(set(y[train])) < 2:
-        raise ValueError("the train/test split has a single class; the corpus is too small for consistency")
+        raise OptionError("the train/test split has a single class; the corpus is too small for consistency")
     vec = TfidfVectorizer("char", ngram=ngram, max_features=max_features)
     vec.fit([a[i] for i in train] + [b[i] for i in train])
 

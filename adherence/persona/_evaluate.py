@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
 
+from .._errors import OptionError
 from ..data._errors import skipped_summary
 from ..stats import curve_similarity
 from ._adherence import RETRIEVERS, adherence_curves, default_pool_sizes, get_retriever
@@ -69,7 +70,7 @@ class PersonaConfig:
         dims = [d.strip() for d in self.dimensions if d and d.strip()]
         bad = [d for d in dims if d not in DIMENSIONS]
         if bad or not dims:
-            raise ValueError(f"`dimensions` must be among {', '.join(DIMENSIONS)}, got {', '.join(bad) or 'none'}")
+            raise OptionError(f"`dimensions` must be among {', '.join(DIMENSIONS)}, got {', '.join(bad) or 'none'}")
         self.dimensions = tuple(dict.fromkeys(dims))
         methods = [m.strip() for m in self.methods if m and m.strip()]
         for m in methods:
@@ -79,13 +80,13 @@ class PersonaConfig:
             methods.append(self.primary)
         self.methods = tuple(dict.fromkeys(methods))
         if not 0.0 <= self.alpha <= 1.0:
-            raise ValueError(f"`alpha` must be in [0, 1], got {self.alpha}")
+            raise OptionError(f"`alpha` must be in [0, 1], got {self.alpha}")
         if self.repeats < 1:
-            raise ValueError(f"`repeats` must be >= 1, got {self.repeats}")
+            raise OptionError(f"`repeats` must be >= 1, got {self.repeats}")
         if self.pool_sizes is not None:
             self.pool_sizes = [int(p) for p in self.pool_sizes]
         if self.max_queries is not None and self.max_queries < 2:
-            raise ValueError(f"`max_queries` must be >= 2, got {self.max_queries}")
+            raise OptionError(f"`max_queries` must be >= 2, got {self.max_queries}")
 
 
 def _load(corpus, limit, strict=False):
@@ -99,7 +100,7 @@ def _load(corpus, limit, strict=False):
 def _names(items: Sequence, given: Optional[Sequence[str]]) -> list[str]:
     if given is not None:
         if len(given) != len(items):
-            raise ValueError(f"{len(items)} corpora but {len(given)} names")
+            raise OptionError(f"{len(items)} corpora but {len(given)} names")
         names = [str(n) for n in given]
     else:
         names = [Path(str(x)).stem if isinstance(x, (str, Path)) else f"corpus-{i}" for i, x in enumerate(items)]

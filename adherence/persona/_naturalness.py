@@ -20,6 +20,8 @@ from typing import Optional
 
 import numpy as np
 
+from .._errors import OptionError
+
 __all__ = ["classify_nli", "naturalness"]
 
 ENTAILMENT, NEUTRAL, CONTRADICTION = 0, 1, 2
@@ -39,7 +41,7 @@ def classify_nli(probs: np.ndarray, labels: list, threshold: float = 0.7) -> np.
     """
     ent, neu, con = (_label_index(labels, w) for w in ("entail", "neutral", "contradict"))
     if ent is None or con is None:
-        raise ValueError(f"the NLI model needs entailment and contradiction labels, has {labels}")
+        raise OptionError(f"the NLI model needs entailment and contradiction labels, has {labels}")
     probs = np.asarray(probs, dtype=np.float64)
     p_neu = probs[:, neu] if neu is not None else np.zeros(len(probs))
     out = np.where(probs[:, ent] >= p_neu, ENTAILMENT, NEUTRAL)
@@ -58,9 +60,9 @@ def naturalness(corpus, nli, *, k_previous: int = 5, threshold: float = 0.7) -> 
         "n_self_utterances", "n_pairs"}``.
     """
     if k_previous < 1:
-        raise ValueError(f"`k_previous` must be >= 1, got {k_previous}")
+        raise OptionError(f"`k_previous` must be >= 1, got {k_previous}")
     if not 0.0 < threshold <= 1.0:
-        raise ValueError(f"`threshold` must be in (0, 1], got {threshold}")
+        raise OptionError(f"`threshold` must be in (0, 1], got {threshold}")
     personas = {
         (r["conversation_id"], r["speaker"]): [p for p in (r.get("persona") or []) if p and p.strip()]
         for r in corpus.personas.to_pylist()
@@ -91,7 +93,7 @@ def naturalness(corpus, nli, *, k_previous: int = 5, threshold: float = 0.7) -> 
         earlier.append(t)
         prev_text = t
     if not consecutive:
-        raise ValueError("naturalness needs conversations with at least two non-empty turns")
+        raise OptionError("naturalness needs conversations with at least two non-empty turns")
     keys = list(pairs)
     probs = nli.probabilities([k[0] for k in keys], [k[1] for k in keys])
     label = classify_nli(probs, list(nli.labels), threshold)

@@ -15,6 +15,8 @@ from typing import Literal, Optional, Sequence
 
 import numpy as np
 
+from .._errors import OptionError
+
 __all__ = ["BM25", "TfidfVectorizer", "split_sentences", "word_tokens"]
 
 _SENTENCE = re.compile(r"(?<=[.!?])\s+(?=\S)")
@@ -59,13 +61,13 @@ class TfidfVectorizer:
         self, analyzer: Literal["word", "char"] = "word", *, ngram: int = 1, max_features: Optional[int] = None
     ) -> None:
         if analyzer not in ("word", "char"):
-            raise ValueError(f"`analyzer` must be 'word' or 'char', got {analyzer!r}")
+            raise OptionError(f"`analyzer` must be 'word' or 'char', got {analyzer!r}")
         if analyzer == "word" and ngram != 1:
-            raise ValueError("word n-grams other than 1 are not supported")
+            raise OptionError("word n-grams other than 1 are not supported")
         if ngram < 1:
-            raise ValueError(f"`ngram` must be >= 1, got {ngram}")
+            raise OptionError(f"`ngram` must be >= 1, got {ngram}")
         if max_features is not None and max_features < 1:
-            raise ValueError(f"`max_features` must be >= 1, got {max_features}")
+            raise OptionError(f"`max_features` must be >= 1, got {max_features}")
         self.analyzer, self.ngram, self.max_features = analyzer, int(ngram), max_features
         self.vocabulary_: dict[str, int] = {}
         self.idf_: np.ndarray = np.zeros(0)

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Optional, Union
 import numpy as np
 import pyarrow as pa
 
+from .._errors import OptionError
 from .._fingerprint import COSMETIC
 from .._registry import unknown_name
 
@@ -93,27 +94,27 @@ class RoleConfig:
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
-            raise ValueError(_unknown(self.method))
+            raise OptionError(_unknown(self.method))
         if self.reference_pool not in ("per_turn", "dataset"):
-            raise ValueError(f"`reference_pool` must be 'per_turn' or 'dataset', got {self.reference_pool!r}")
+            raise OptionError(f"`reference_pool` must be 'per_turn' or 'dataset', got {self.reference_pool!r}")
         if isinstance(self.alpha, str):
             if self.alpha != "median":
                 try:
                     self.alpha = float(self.alpha)
                 except ValueError:
-                    raise ValueError(f"`alpha` must be a positive number or 'median', got {self.alpha!r}") from None
+                    raise OptionError(f"`alpha` must be a positive number or 'median', got {self.alpha!r}") from None
         if not isinstance(self.alpha, str) and not self.alpha > 0:
-            raise ValueError(f"`alpha` must be a positive number or 'median', got {self.alpha!r}")
+            raise OptionError(f"`alpha` must be a positive number or 'median', got {self.alpha!r}")
         if self.session_mode not in ("mean", "threshold_mean"):
-            raise ValueError(f"`session_mode` must be 'mean' or 'threshold_mean', got {self.session_mode!r}")
+            raise OptionError(f"`session_mode` must be 'mean' or 'threshold_mean', got {self.session_mode!r}")
         if not 0.0 <= self.threshold <= 1.0:
-            raise ValueError(f"`threshold` must be in [0, 1], got {self.threshold}")
+            raise OptionError(f"`threshold` must be in [0, 1], got {self.threshold}")
         if self.lam < 0:
-            raise ValueError(f"`lam` must be >= 0, got {self.lam}")
+            raise OptionError(f"`lam` must be >= 0, got {self.lam}")
         if self.pca_components < 1 or self.kl_vocab < 1 or (self.batch_size is not None and self.batch_size < 1):
-            raise ValueError("`pca_components`, `kl_vocab` and `batch_size` must be >= 1")
+            raise OptionError("`pca_components`, `kl_vocab` and `batch_size` must be >= 1")
         if self.bertscore_baseline is not None and not self.bertscore_baseline < 1:
-            raise ValueError(f"`bertscore_baseline` must be < 1, got {self.bertscore_baseline}")
+            raise OptionError(f"`bertscore_baseline` must be < 1, got {self.bertscore_baseline}")
 
 
 @dataclass
@@ -133,7 +134,7 @@ def _unknown(name: str) -> str:
 def get_method(name: str) -> Method:
     """Instantiate the method registered under ``name`` (lazy import)."""
     if name not in METHODS:
-        raise ValueError(_unknown(name))
+        raise OptionError(_unknown(name))
     module, cls = METHODS[name].split(":")
     return getattr(importlib.import_module(module), cls)()
 
@@ -186,7 +187,7 @@ def _load_references(path: str) -> list[str]:
 
     if path not in _REFERENCE_CACHE:
         if "://" in path:  # a work dir on object storage
-            from ..engine._storage import read_json
+            from ..data._storage import read_json
 
             refs = read_json(path)
         else:

@@ -17,6 +17,8 @@ from typing import Optional, Union
 
 import numpy as np
 
+from .._errors import OptionError
+
 __all__ = ["FORMAT", "Calibration", "check_judge", "load_calibration", "map_digest"]
 
 FORMAT = "adherence-calibration/1"
@@ -56,7 +58,7 @@ class Calibration:
         """A judge's P(yes) under another prompt layout is another score."""
         fitted = self.source.get("judge_layout")
         if fitted and layout and fitted != layout:
-            raise ValueError(
+            raise OptionError(
                 f"{self.path}: this calibration was fitted on judge scores with --judge-layout {fitted}; the run "
                 f"uses {layout} (fit one on its scores, or pass --calibration-any-judge)"
             )
@@ -64,7 +66,7 @@ class Calibration:
     def check_method(self, method: str) -> None:
         """A calibration fitted on one method's scores means nothing on another's."""
         if self.method and method != self.method:
-            raise ValueError(
+            raise OptionError(
                 f"{self.path}: this calibration was fitted on {self.method} scores; the run scores with "
                 f"{method} (fit one on {method} scores with `adherence calibrate`)"
             )
@@ -81,7 +83,7 @@ def check_judge(calibration: Optional[dict], backend) -> None:
 
     if not fitted or identity(fitted) == identity(backend.model_id):
         return
-    raise ValueError(
+    raise OptionError(
         f"{(calibration or {}).get('path')}: this calibration was fitted on the scores of judge {fitted}; this job's judge "
         f"is {backend.model_id} (fit one on its scores, or pass --calibration-any-judge)"
     )

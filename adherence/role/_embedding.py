@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from .._errors import OptionError
 from ..kernels import fused_scores
 from ._base import Method, MethodResult, RoleConfig, _blank, dataset_references, text_column
 
@@ -26,7 +27,7 @@ class _EncoderMethod(Method):
 
     def _check_pool(self, pool: list) -> None:
         if not pool:
-            raise ValueError(f"method {self.name!r} needs ground_truth_assistant texts for its reference pool")
+            raise OptionError(f"method {self.name!r} needs ground_truth_assistant texts for its reference pool")
 
 
 class CosineMethod(_EncoderMethod):
@@ -65,7 +66,7 @@ class KnnMethod(_EncoderMethod):
         if config.reference_pool == "dataset":
             pool = dataset_references(turns, config)
             if not pool:
-                raise ValueError("knn with reference_pool='dataset' needs at least one ground_truth_assistant")
+                raise OptionError("knn with reference_pool='dataset' needs at least one ground_truth_assistant")
             ref_lists = [pool] * n
         else:
             g = text_column(turns, "ground_truth_assistant")
@@ -128,7 +129,7 @@ class MahalanobisMethod(_EncoderMethod):
 
     def _check_pool(self, pool: list) -> None:
         if len(pool) < 2:
-            raise ValueError(
+            raise OptionError(
                 f"method {self.name!r} needs at least 2 reference texts (ground truths) to estimate a covariance; "
                 f"found {len(pool)}"
             )
@@ -136,7 +137,7 @@ class MahalanobisMethod(_EncoderMethod):
     def _reference_embeddings(self, turns, config, resources) -> torch.Tensor:
         pool = dataset_references(turns, config)
         if len(pool) < 2:
-            raise ValueError(
+            raise OptionError(
                 f"method {self.name!r} needs at least 2 reference texts (ground truths) to estimate a covariance; "
                 f"found {len(pool)}"
             )

@@ -7,6 +7,7 @@ from collections import Counter
 import numpy as np
 import torch
 
+from .._errors import OptionError
 from ..kernels import fused_scores
 from ._base import Method, MethodResult, dataset_references, text_column
 
@@ -51,13 +52,13 @@ class KlMethod(Method):
 
     def prepare(self, config, resources):
         if config.reference_file and not dataset_references(None, config):
-            raise ValueError("method 'kl' needs ground_truth_assistant texts to build the reference distribution")
+            raise OptionError("method 'kl' needs ground_truth_assistant texts to build the reference distribution")
 
     def score(self, turns, config, resources):
         errors = self.row_errors(turns, config)
         corpus = dataset_references(turns, config)
         if not corpus:
-            raise ValueError("method 'kl' needs ground_truth_assistant texts to build the reference distribution")
+            raise OptionError("method 'kl' needs ground_truth_assistant texts to build the reference distribution")
         vocab = kl_vocabulary(corpus, config.kl_vocab)
         p = word_distribution(corpus, vocab)
         a = text_column(turns, "assistant")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._errors import OptionError
 from ._base import Method, MethodResult, text_column
 
 __all__ = ["NliMethod", "NliModel"]
@@ -25,7 +26,7 @@ class NliModel:
         labels = {int(k): str(v).lower() for k, v in self.model.config.id2label.items()}
         self.labels = [labels[i] for i in range(len(labels))]
         if not any("contradict" in lab for lab in self.labels):
-            raise ValueError(
+            raise OptionError(
                 f"NLI model {path!r} has no contradiction label (labels: {', '.join(self.labels)}); "
                 "pass a model whose config.id2label names entailment/neutral/contradiction"
             )
@@ -59,7 +60,7 @@ class NliMethod(Method):
 
     def _model(self, config, resources) -> NliModel:
         if not config.nli_model:
-            raise ValueError(
+            raise OptionError(
                 "method 'nli' needs an NLI model: pass nli_model=PATH (CLI: --nli-model PATH) pointing to a local "
                 "sequence-classification checkpoint with entailment/neutral/contradiction labels"
             )

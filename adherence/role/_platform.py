@@ -7,6 +7,7 @@ from typing import Any, Optional
 
 import pyarrow as pa
 
+from .._errors import OptionError
 from ..data._validate import conform_schema
 from ._base import Resources, RoleConfig, get_method
 from ._score import score_turns
@@ -42,7 +43,7 @@ def platform_config(options: dict, where: str) -> RoleConfig:
     else:
         config = dataclasses.replace(config, method=method or config.method, progress=False, **options)
     if get_method(config.method).uses_dataset_references(config):
-        raise ValueError(
+        raise OptionError(
             f"method {config.method!r} with these options needs the whole job's ground truths, which {where} "
             "does not see at once; score it with the engine (adherence.score / adherence score, "
             "--executor ray for a cluster)"

@@ -8,6 +8,7 @@ from typing import Any, Optional, Union
 import numpy as np
 import pyarrow as pa
 
+from .._errors import OptionError
 from ..data import TURN_SCORES, TURNS, read_table
 from ._base import Resources, RoleConfig, get_method
 
@@ -149,7 +150,7 @@ def aggregate_sessions(
     has a null score and ``adherent``.
     """
     if session_mode not in ("mean", "threshold_mean"):
-        raise ValueError(f"`session_mode` must be 'mean' or 'threshold_mean', got {session_mode!r}")
+        raise OptionError(f"`session_mode` must be 'mean' or 'threshold_mean', got {session_mode!r}")
     s = scores.column("score").cast(pa.float64()).fill_null(np.nan).to_numpy(zero_copy_only=False)
     if session_mode == "threshold_mean":
         with np.errstate(invalid="ignore"):

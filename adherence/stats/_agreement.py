@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from .._errors import OptionError
 from ._checks import UndefinedMetricError
 
 __all__ = ["Agreement", "agreement", "percent_agreement", "gwet_ac1", "fleiss_kappa", "category_counts"]
@@ -35,7 +36,7 @@ def category_counts(ratings: Any, *, normalize: bool = True) -> tuple[np.ndarray
     """
     arr = np.asarray(ratings, dtype=object)
     if arr.ndim != 2:
-        raise ValueError(f"`ratings` must be a subjects x raters matrix, got shape {arr.shape}")
+        raise OptionError(f"`ratings` must be a subjects x raters matrix, got shape {arr.shape}")
     if normalize:  # each spelling maps to the first one seen (stripped), so labels stay readable
         first: dict = {}
         flat = [

@@ -8,6 +8,7 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
+from .._errors import OptionError
 from ._checks import UndefinedMetricError, check_same_length
 
 __all__ = ["ConfidenceInterval", "bootstrap_ci"]
@@ -59,11 +60,11 @@ def bootstrap_ci(
         True
     """
     if not arrays:
-        raise ValueError("bootstrap_ci needs at least one array")
+        raise OptionError("bootstrap_ci needs at least one array")
     if n_resamples < 1:
-        raise ValueError(f"`n_resamples` must be >= 1, got {n_resamples}")
+        raise OptionError(f"`n_resamples` must be >= 1, got {n_resamples}")
     if not 0.0 < level < 1.0:
-        raise ValueError(f"`level` must be in (0, 1), got {level}")
+        raise OptionError(f"`level` must be in (0, 1), got {level}")
     n = check_same_length(**{f"array{i}": a for i, a in enumerate(arrays)})
     if n == 0:
         raise UndefinedMetricError("no data to resample")

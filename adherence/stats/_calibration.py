@@ -18,6 +18,7 @@ from typing import Any, Optional
 
 import numpy as np
 
+from .._errors import OptionError
 from ._bootstrap import bootstrap_ci
 from ._checks import UndefinedMetricError, as_binary, check_same_length
 
@@ -25,7 +26,7 @@ __all__ = [
     "CalibrationMap",
     "assess_calibration",
     "balanced_accuracy",
-    "brier_score",
+    "brier_score_loss",
     "expected_calibration_error",
     "fit_calibration",
     "fit_isotonic",
@@ -43,9 +44,9 @@ def _arrays(y_true: Any, y_score: Any) -> tuple[np.ndarray, np.ndarray]:
     s = np.asarray(y_score, dtype=np.float64)
     check_same_length(y_true=y, y_score=s)
     if s.ndim != 1:
-        raise ValueError(f"`y_score` must be one-dimensional, got shape {s.shape}")
+        raise OptionError(f"`y_score` must be one-dimensional, got shape {s.shape}")
     if not np.isfinite(s).all():
-        raise ValueError("`y_score` holds NaN or infinite values")
+        raise OptionError("`y_score` holds NaN or infinite values")
     return y, s
 
 
@@ -71,7 +72,7 @@ def balanced_accuracy(y_true: Any, y_pred: Any) -> float:
     return (tpr + tnr) / 2.0
 
 
-def brier_score(y_true: Any, y_prob: Any) -> float:
+def brier_score_loss(y_true: Any, y_prob: Any) -> float:
     """Mean squared difference between the probability and the 0/1 outcome."""
     y, p = _arrays(y_true, y_prob)
     if len(y) == 0:
@@ -87,7 +88,7 @@ def reliability_bins(y_true: Any, y_prob: Any, n_bins: int = 10) -> dict:
     """
     y, p = _arrays(y_true, y_prob)
     if n_bins < 1:
-        raise ValueError(f"`n_bins` must be >= 1, got {n_bins}")
+        raise OptionError(f"`n_bins` must be >= 1, got {n_bins}")
     if len(p) and (p.min() < 0.0 or p.max() > 1.0):
         raise UndefinedMetricError(f"probabilities must lie in [0, 1]; got values in [{p.min():.4g}, {p.max():.4g}]")
     edges = np.linspace(0.0, 1.0, n_bins + 1)
@@ -136,12 +137,12 @@ def fit_threshold(y_true: Any, y_score: Any, rule: str = "youden", target: Optio
     y, s = _arrays(y_true, y_score)
     _both_classes(y)
     if rule not in THRESHOLD_RULES:
-        raise ValueError(f"`rule` must be one of {', '.join(THRESHOLD_RULES)}, got {rule!r}")
+        raise OptionError(f"`rule` must be one of {', '.join(THRESHOLD_RULES)}, got {rule!r}")
     if rule == "youden":
         if target is not None:
-            raise ValueError("the youden rule takes no target")
+            raise OptionError("the youden rule takes no target")
     elif target is None or not 0.0 < target <= 1.0:
-        raise ValueError(f"the {rule} rule needs a target in (0, 1], got {target!r}")
+        raise OptionError(f"the {rule} rule needs a target in (0, 1], got {target!r}")
     goal = 0.0 if target is None else target
     order = np.argsort(-s, kind="stable")
     ss, yy = s[order], y[order]
@@ -192,7 +193,7 @@ class CalibrationMap:
             return np.interp(s, np.asarray(self.x), np.asarray(self.y))
         if self.method == "none":
             return np.clip(s, 0.0, 1.0)
-        raise ValueError(f"unknown calibration map {self.method!r}")
+        raise OptionError(f"unknown calibration map {self.method!r}")
 
     def to_dict(self) -> dict:
         if self.method == "platt":
@@ -208,7 +209,7 @@ class CalibrationMap:
         def finite(name: str, v: Any) -> float:
             f = float(v)
             if not math.isfinite(f):
-                raise ValueError(f"`map.{name}` must be a finite number, got {v!r}")
+                raise OptionError(f"`map.{name}` must be a finite number, got {v!r}")
             return f
 
         m = d.get("method")
@@ -223,14 +224,14 @@ class CalibrationMap:
                 or any(b < a for a, b in zip(x, x[1:]))
                 or any(b < a for a, b in zip(y, y[1:]))
             ):
-                raise ValueError("isotonic map: x and y must be non-empty, of equal length and non-decreasing")
+                raise OptionError("isotonic map: x and y must be non-empty, of equal length and non-decreasing")
             bad = next((i for i, v in enumerate(y) if not 0.0 <= v <= 1.0), None)
             if bad is not None:
-                raise ValueError(f"`map.y[{bad}]` must be a probability in [0, 1], got {y[bad]!r}")
+                raise OptionError(f"`map.y[{bad}]` must be a probability in [0, 1], got {y[bad]!r}")
             return cls("isotonic", x=tuple(x), y=tuple(y))
         if m == "none":
             return cls("none")
-        raise ValueError(f"unknown calibration map {m!r}; expected platt, isotonic or none")
+        raise OptionError(f"unknown calibration map {m!r}; expected platt, isotonic or none")
 
 
 def fit_platt(y_true: Any, y_score: Any, *, max_iter: int = 100) -> CalibrationMap:
@@ -314,7 +315,7 @@ def _fit_map(method: str, y: np.ndarray, s: np.ndarray) -> CalibrationMap:
         return fit_isotonic(y, s)
     if method == "none":
         return CalibrationMap("none")
-    raise ValueError(f"`method` must be one of {', '.join(MAP_METHODS)}, got {method!r}")
+    raise OptionError(f"`method` must be one of {', '.join(MAP_METHODS)}, got {method!r}")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -345,7 +346,7 @@ def _measures(y: np.ndarray, pred: np.ndarray, prob: Optional[np.ndarray], n_bin
     }
     if prob is not None:
         out["ece"] = expected_calibration_error(y, prob, n_bins)
-        out["brier"] = brier_score(y, prob)
+        out["brier"] = brier_score_loss(y, prob)
     else:
         out["ece"] = out["brier"] = None
     return out
@@ -411,10 +412,10 @@ def fit_calibration(
     y, s = _arrays(y_true, y_score)
     _both_classes(y)
     if method not in MAP_METHODS:
-        raise ValueError(f"`method` must be one of {', '.join(MAP_METHODS)}, got {method!r}")
+        raise OptionError(f"`method` must be one of {', '.join(MAP_METHODS)}, got {method!r}")
     n_min = int(min(y.sum(), len(y) - y.sum()))
     if folds < 2:
-        raise ValueError(f"`folds` must be >= 2, got {folds}")
+        raise OptionError(f"`folds` must be >= 2, got {folds}")
     if n_min < folds:
         raise UndefinedMetricError(
             f"{folds}-fold cross-validation needs at least {folds} rows of each class; "

@@ -9,6 +9,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from .._errors import OptionError
 from ._bootstrap import bootstrap_ci
 from ._checks import UndefinedMetricError
 from ._classification import cohen_kappa, f1_per_class, macro_f1
@@ -192,7 +193,7 @@ def evaluate_table(
         p = p_all[keep]
     if threshold is not None:
         if prediction is not None:
-            raise ValueError("give a prediction column or a threshold, not both")
+            raise OptionError("give a prediction column or a threshold, not both")
         p = (s[keep] >= threshold).astype(np.int8)
     out = {
         "score_column": score,

@@ -7,6 +7,8 @@ from typing import Any
 
 import numpy as np
 
+from .._errors import OptionError
+
 __all__ = ["mrr", "span_weights", "normalized_auc", "curve_similarity"]
 
 
@@ -23,10 +25,10 @@ def mrr(ranks: Any) -> float:
             values.append(0.0)
             continue
         if r < 1:
-            raise ValueError(f"ranks are 1-based; got {r}")
+            raise OptionError(f"ranks are 1-based; got {r}")
         values.append(1.0 / float(r))
     if not values:
-        raise ValueError("mrr of no ranks")
+        raise OptionError("mrr of no ranks")
     return float(np.mean(values))
 
 
@@ -37,9 +39,9 @@ def span_weights(points: Any) -> np.ndarray:
     """
     p = np.asarray(points, dtype=np.float64)
     if p.ndim != 1 or len(p) < 2:
-        raise ValueError("span_weights needs at least two points")
+        raise OptionError("span_weights needs at least two points")
     if np.any(np.diff(p) <= 0):
-        raise ValueError("points must be strictly increasing")
+        raise OptionError("points must be strictly increasing")
     w = np.empty_like(p)
     w[0] = p[1] - p[0]
     w[-1] = p[-1] - p[-2]
@@ -52,7 +54,7 @@ def normalized_auc(points: Any, values: Any) -> float:
     p = np.asarray(points, dtype=np.float64)
     v = np.asarray(values, dtype=np.float64)
     if p.shape != v.shape or len(p) < 2:
-        raise ValueError("normalized_auc needs two equal-length arrays of at least two points")
+        raise OptionError("normalized_auc needs two equal-length arrays of at least two points")
     area = float(np.sum((p[1:] - p[:-1]) * (v[1:] + v[:-1]) / 2.0))
     return area / float(p[-1] - p[0])
 
@@ -66,7 +68,7 @@ def curve_similarity(reference: Any, candidate: Any, points: Any) -> float:
     b = np.asarray(candidate, dtype=np.float64)
     w = span_weights(points)
     if a.shape != w.shape or b.shape != w.shape:
-        raise ValueError("curves and points must have the same length")
+        raise OptionError("curves and points must have the same length")
     denom = max(float(np.sum(w * a * a)), float(np.sum(w * b * b)))
     if denom == 0:
         return 1.0 if np.allclose(a, b) else 0.0

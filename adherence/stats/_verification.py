@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from .._errors import OptionError
 from ._checks import as_binary, as_scores, check_same_length
 from ._ranking import roc_auc_score
 
@@ -20,10 +21,10 @@ def _inputs(y_true: Any, y_score: Any) -> tuple[np.ndarray, np.ndarray]:
     check_same_length(y_true=y_true, y_score=y_score)
     y, s = as_binary(y_true), as_scores(y_score)
     if len(y) == 0:
-        raise ValueError("no verification problems")
+        raise OptionError("no verification problems")
     if (s < 0).any() or (s > 1).any():
         i = int(np.flatnonzero((s < 0) | (s > 1))[0])
-        raise ValueError(f"`y_score` must lie in [0, 1]; index {i} is {s[i]}")
+        raise OptionError(f"`y_score` must lie in [0, 1]; index {i} is {s[i]}")
     return y, s
 
 

@@ -122,3 +122,32 @@ def test_a_base_url_that_cannot_be_a_server_is_bad_input(tmp_path, capsys, url, 
     assert message in err and len(err.splitlines()) == 1 and not out.exists()
     if url.startswith("@"):
         assert str(empty) in err
+
+
+def test_a_bug_is_exit_1_with_one_line_and_a_debug_hint_not_bad_input(tmp_path, capsys, monkeypatch):
+    """A ValueError adherence did not raise as bad input is a bug: exit 1 (2 would tell the orchestrator to
+    fix its input), one line naming the cause, and --debug shows the traceback."""
+    from adherence.engine import _engine
+
+    def bug(self, *a, **k):
+        raise ValueError("operands could not be broadcast together")  # what a bug in a method looks like
+
+    monkeypatch.setattr(_engine.Engine, "_execute", bug)
+    argv = ["score", str(example_path("role")), "-o", str(tmp_path / "o.parquet"), "--method", "kl", "--no-progress"]
+    assert main(argv) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+    assert "internal error: ValueError: operands could not be broadcast together" in err and "--debug" in err
+    with pytest.raises(ValueError, match="broadcast"):
+        main(argv + ["--debug"])
+
+
+@pytest.mark.parametrize(
+    "flags,says",
+    [(["--threshold", "1.5"], "`threshold` must be in [0, 1]"), (["--shard-size", "0"], "shard_size")],
+)
+def test_an_option_out_of_range_is_bad_input(tmp_path, capsys, flags, says):
+    argv = ["score", str(example_path("role")), "-o", str(tmp_path / "o.parquet"), "--method", "kl", "--no-progress"]
+    assert main(argv + flags) == 2
+    err = capsys.readouterr().err
+    assert says in err and "internal error" not in err

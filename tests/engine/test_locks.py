@@ -99,7 +99,7 @@ def test_temporaries_of_a_dead_job_are_removed_by_the_next_run_and_nothing_else(
     out = tmp_path / "o.parquet"
     # a job that died mid-publish: its temporaries, named by the engine, its process gone
     code = (
-        "import sys; from pathlib import Path; from adherence.engine._plan import temp_path\n"
+        "import sys; from pathlib import Path; from adherence._atomic import temp_path\n"
         "for a in sys.argv[1:]:\n    p = temp_path(Path(a)); p.write_text('partial'); print(p)"
     )
     made = subprocess.run(

@@ -14,8 +14,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from adherence.data import write_table
+from adherence.data._storage import Remote
 from adherence.engine import Engine
-from adherence.engine._storage import Remote, RemoteLease
+from adherence.engine._safety import RemoteLease
 
 pytest.importorskip("moto")
 

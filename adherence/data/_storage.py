@@ -26,19 +26,17 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import socket
-import threading
-import time
-import uuid
 from pathlib import Path
-from typing import Optional, Union
+from typing import Union
 from urllib.parse import unquote, urlsplit
 
 import pyarrow as pa
 
+from .._atomic import atomic_path, write_json_atomic
+from .._errors import OptionError
+
 __all__ = [
     "Remote",
-    "RemoteLease",
     "is_uri",
     "as_target",
     "read_arrow_stream",
@@ -80,7 +78,7 @@ class Remote:
             try:
                 _fs, _ = pafs.FileSystem.from_uri(uri)
             except (pa.ArrowInvalid, OSError, ValueError) as exc:
-                raise ValueError(f"cannot open {uri}: {exc}".splitlines()[0]) from None
+                raise OptionError(f"cannot open {uri}: {exc}".splitlines()[0]) from None
         self.fs = _fs
         self.path = (parts.netloc + unquote(parts.path)).rstrip("/")
 
@@ -171,15 +169,10 @@ class Remote:
         """Into ``local`` through a temporary sibling renamed into place (never a partial file)."""
         from pyarrow import fs as pafs
 
-        local = Path(local)
-        tmp = local.with_name(f".{local.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp")
-        try:
+        with atomic_path(local) as tmp:
             pafs.copy_files(
                 self.path, str(tmp.absolute()), source_filesystem=self.fs, destination_filesystem=pafs.LocalFileSystem()
             )
-            os.replace(tmp, local)
-        finally:
-            tmp.unlink(missing_ok=True)
 
     def delete(self) -> None:
         try:
@@ -237,14 +230,8 @@ def write_parquet(table: pa.Table, path: Target) -> None:
 
     r = _where(path)
     if isinstance(r, Path):
-        from ._plan import temp_path
-
-        tmp = temp_path(r)
-        try:
+        with atomic_path(r) as tmp:
             pq.write_table(table, tmp)
-            os.replace(tmp, r)
-        finally:
-            tmp.unlink(missing_ok=True)
         return
     buf = pa.BufferOutputStream()
     pq.write_table(table, buf)
@@ -254,9 +241,9 @@ def write_parquet(table: pa.Table, path: Target) -> None:
 def digest(path: Target) -> str:
     r = _where(path)
     if isinstance(r, Path):
-        from ._plan import content_digest
+        from ._metadata import file_digest
 
-        return content_digest(r)
+        return file_digest(r, "sha256")
     return r.digest()
 
 
@@ -270,100 +257,6 @@ def read_json(path: Target):
 def write_json(path: Target, obj) -> None:
     r = _where(path)
     if isinstance(r, Path):
-        from ._plan import _write_json_atomic
-
-        _write_json_atomic(r, obj)
+        write_json_atomic(r, obj)
     else:
         r.write_bytes(json.dumps(obj, ensure_ascii=False, default=repr).encode("utf-8"))
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-class RemoteLease:
-    """A lock on object storage: a lease object naming its holder, refreshed while the job runs.
-
-    A second job refuses while the lease is fresher than ``ttl`` seconds, and takes it over once it
-    has lapsed (the holder was killed), or at once when the holder is a process of this host that no
-    longer exists. Two jobs that start within the same instant both write the lease; each reads it
-    back and the one whose write did not survive backs off.
-    """
-
-    def __init__(self, obj: Remote, what: str, ttl: float = 60.0) -> None:
-        self.obj, self.what, self.ttl = obj, what, ttl
-        self.token = uuid.uuid4().hex
-        self._stop = threading.Event()
-        self._thread: Optional[threading.Thread] = None
-
-    def _record(self) -> bytes:
-        return json.dumps(
-            {
-                "token": self.token,
-                "host": socket.gethostname(),
-                "pid": os.getpid(),
-                "heartbeat": time.time(),
-                "ttl": self.ttl,
-            }
-        ).encode()
-
-    def _holder(self) -> Optional[dict]:
-        try:
-            held = json.loads(self.obj.read_bytes())
-        except (OSError, ValueError):
-            return None
-        return held if isinstance(held, dict) else None
-
-    def _refuse(self, held: dict) -> None:
-        from ._executors import EngineError
-
-        age = time.time() - float(held.get("heartbeat", 0))
-        raise EngineError(
-            f"{self.what} {self.obj.parent} is in use by another adherence job (host "
-            f"{held.get('host', '?')}, pid {held.get('pid', '?')}, lease renewed {age:.0f} s ago); "
-            f"wait for it, or for its lease to lapse ({self.ttl:.0f} s after its last renewal)"
-        )
-
-    def acquire(self) -> RemoteLease:
-        held = self._holder()
-        if held and held.get("token") != self.token:
-            fresh = time.time() - float(held.get("heartbeat", 0)) < float(held.get("ttl", self.ttl))
-            dead = held.get("host") == socket.gethostname() and not _pid_alive(int(held.get("pid", -1)))
-            if fresh and not dead:
-                self._refuse(held)
-        self.obj.write_bytes(self._record())
-        time.sleep(0.2)
-        held = self._holder()
-        if not held or held.get("token") != self.token:
-            self._refuse(held or {})
-        self._thread = threading.Thread(target=self._renew, daemon=True, name="adherence-lease")
-        self._thread.start()
-        return self
-
-    def _renew(self) -> None:
-        while not self._stop.wait(self.ttl / 4):
-            try:
-                self.obj.write_bytes(self._record())
-            except OSError:
-                pass  # the next renewal tries again; a lapse lets another job in, never loses data
-
-    def release(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-            self._thread = None
-            held = self._holder()
-            if held and held.get("token") == self.token:
-                self.obj.delete()
-
-    def __enter__(self) -> RemoteLease:
-        return self.acquire()
-
-    def __exit__(self, *exc) -> None:
-        self.release()

@@ -1,0 +1,171 @@
+"""What ``evaluate`` and ``calibrate`` share: the columns of a labelled scores table, and their plain-text tables."""
+
+from __future__ import annotations
+
+import json
+from typing import Optional
+
+__all__ = ["format_calibration", "format_evaluation", "read_metadata", "resolve_columns"]
+
+
+def _fmt(v) -> str:
+    if v is None:
+        return "undefined"
+    if isinstance(v, float):
+        return f"{v:.4f}"
+    return str(v)
+
+
+def format_evaluation(result: dict) -> str:
+    """A readable plain-text rendering of an ``evaluate_table`` result."""
+    lines = [
+        f"score {result['score_column']!r} vs label {result['label_column']!r} (positive = {result['positive']!r})",
+        f"rows {result['n_rows']}  evaluated {result['n']}  positive {result['n_positive']}  "
+        f"negative {result['n_negative']}  unscored {result['n_unscored']}  unlabeled {result['n_unlabeled']}",
+        "",
+    ]
+    ci = result.get("ci", {})
+    level = int(round(100 * result.get("ci_level", 0.95)))
+    header = f"{'metric':<15}{'value':>10}" + (f"{f'{level}% CI':>22}" if ci else "")
+    lines += [header, "-" * len(header)]
+    for m in (
+        "auc",
+        "ap",
+        "mean_positive",
+        "mean_negative",
+        "separation",
+        "f1_positive",
+        "f1_negative",
+        "macro_f1",
+        "kappa",
+    ):
+        if m not in result:
+            continue
+        row = f"{m:<15}{_fmt(result[m]):>10}"
+        if m in ci and ci[m][0] is not None:
+            row += f"{f'[{ci[m][0]:.4f}, {ci[m][1]:.4f}]':>22}"
+        lines.append(row)
+    for m, why in result.get("undefined", {}).items():
+        lines.append(f"  {m}: {why}")
+    if result.get("note"):
+        lines.append(f"note: {result['note']}")
+    by = result.get("by_label", {})
+    if by:
+        lines += ["", f"{'label':<24}{'n':>7}{'mean':>10}{'median':>10}"]
+        for k, v in by.items():
+            lines.append(f"{k:<24}{v['n']:>7}{v['mean']:>10.4f}{v['median']:>10.4f}")
+    return "\n".join(lines)
+
+
+# Label values that read as the positive (adherent) class, and their negatives.
+_POSITIVE_WORDS = (
+    "adherent",
+    "adheres",
+    "yes",
+    "true",
+    "1",
+    "pass",
+    "passed",
+    "positive",
+    "good",
+    "ok",
+    "compliant",
+    "in_role",
+    "in-role",
+)
+
+
+def read_metadata(path) -> Optional[dict]:
+    """The run metadata beside ``path`` (an `adherence score` output), or None."""
+    from ..data import metadata_path
+
+    try:
+        meta = json.loads(metadata_path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError, TypeError):
+        return None
+    return meta if isinstance(meta, dict) else None
+
+
+def resolve_columns(
+    table,
+    meta: Optional[dict],
+    score: Optional[str],
+    label: Optional[str],
+    positive: Optional[str],
+    prediction: Optional[str],
+    *,
+    file: str,
+) -> tuple:
+    """The score, label, positive value and prediction column to evaluate: the flags given, else what an
+    `adherence score` output's metadata and the data say; a one-line DataError when one cannot be told."""
+    from ..data import DataError
+
+    cols = table.column_names
+    scored_output = meta is not None and ("engine" in meta or "method" in (meta.get("config") or {}))
+    if score is None:
+        if "score" not in cols:
+            raise DataError(f"no `score` column: give --score (columns are: {', '.join(cols)})", file=file)
+        score = "score"
+    if label is None:
+        if "label" not in cols:
+            raise DataError(f"no `label` column: give --label (columns are: {', '.join(cols)})", file=file)
+        label = "label"
+    if positive is None:
+        if label not in cols:
+            raise DataError(f"no label column {label!r}; columns are: {', '.join(cols)}", file=file, column=label)
+        values = sorted({str(v) for v in table.column(label).to_pylist() if v is not None})
+        hits = [v for v in values if v.strip().lower() in _POSITIVE_WORDS]
+        if len(hits) != 1:
+            raise DataError(
+                f"give --positive: which label is the adherent class? values: {', '.join(values[:20])}"
+                f"{', ...' if len(values) > 20 else ''}",
+                file=file,
+                column=label,
+            )
+        positive = hits[0]
+    if prediction is None and scored_output and "prediction" in cols:
+        prediction = "prediction"
+    elif prediction is not None and prediction.lower() == "none":
+        prediction = None
+    return score, label, positive, prediction
+
+
+def _cell(m: dict, key: str) -> str:
+    v, ci = m.get(key), m.get(f"{key}_ci")
+    if v is None:
+        return "n/a"
+    return f"{v:.4f}" + (f" [{ci[0]:.4f}, {ci[1]:.4f}]" if ci and ci[0] is not None else "")
+
+
+def format_calibration(cal: dict, *, after_label: str) -> str:
+    """Plain-text before/after table of a calibration."""
+    level = int(round(100 * cal.get("ci_level", 0.95)))
+    b, a = cal["before"], cal["after"]
+    target = "" if cal.get("target") is None else f", target {cal['target']}"
+    thr_ci = cal.get("threshold_ci")
+    lines = [
+        f"{cal['n']} labelled turns ({cal['n_positive']} positive, {cal['n_negative']} negative)"
+        + (f", AUC {cal['auc']:.4f}" if cal.get("auc") is not None else ""),
+        f"threshold ({cal['rule']}{target}): score >= {cal['threshold']:.6g}"
+        + (f"  {level}% CI [{thr_ci[0]:.6g}, {thr_ci[1]:.6g}]" if thr_ci and thr_ci[0] is not None else "")
+        + (
+            f"  (calibrated probability there {cal['threshold_probability']:.3f})"
+            if cal.get("threshold_probability") is not None
+            else ""
+        ),
+        f"probability map: {cal['map']['method']}",
+        "",
+    ]
+    left = f"before (score >= {b.get('threshold', 0.5):g})"
+    w = max(30, len(left) + 2)
+    lines.append(f"{'':<26}{left:<{w}}{after_label}")
+    for key, name in (
+        ("balanced_accuracy", "balanced accuracy"),
+        ("ece", f"ECE ({cal.get('n_bins', 10)} bins)"),
+        ("brier", "Brier score"),
+        ("predicted_positive_share", "share predicted positive"),
+    ):
+        lines.append(f"{name:<26}{_cell(b, key):<{w}}{_cell(a, key)}")
+    if cal.get("note"):
+        lines.append(f"note: {cal['note']}")
+    return "\n".join(lines)

@@ -1,0 +1,74 @@
+"""The messages between the engine and its workers: a shard to score, and what scoring it gave.
+
+Both travel to Ray actors and back (pickled) and a result is kept as the shard's ``done`` record (JSON),
+which a resumed job reads back: ``ShardResult.from_json`` refuses a record it cannot trust, and the shard
+is then scored again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+__all__ = ["ShardResult", "ShardTask"]
+
+
+@dataclass(frozen=True)
+class ShardTask:
+    """One shard to score: its input (an Arrow IPC stream) and where its Parquet output goes (local
+    paths are absolute; on object storage, URIs)."""
+
+    shard_id: int
+    input: str
+    output: str
+
+    def __str__(self) -> str:
+        return f"shard {self.shard_id} ({self.input})"
+
+
+@dataclass(frozen=True)
+class ShardResult:
+    """What scoring one shard gave: row counts by status, the output's content digest, and who scored it.
+
+    ``failed`` is the one-line reason when scoring the shard raised (its rows are then kept as
+    ``status=error`` and ``--resume`` scores it again); ``resumed`` marks a result read back from an
+    earlier run's ``done`` record.
+    """
+
+    shard_id: int
+    rows: int
+    ok: int
+    error: int
+    unscored: int
+    digest: str
+    failed: Optional[str] = None
+    seconds: float = 0.0
+    pid: int = 0
+    worker: dict = field(default_factory=dict)
+    models: dict = field(default_factory=dict)
+    judge_usage: dict = field(default_factory=dict)
+    resumed: bool = False
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, d: Any) -> Optional[ShardResult]:
+        """The result a ``done`` record holds, or None when it is not one (unknown or missing fields, wrong
+        types): such a shard is scored again rather than trusted."""
+        if not isinstance(d, dict):
+            return None
+        names = {f.name for f in dataclasses.fields(cls)}
+        if set(d) - names:
+            return None
+        try:
+            res = cls(**d)
+        except TypeError:
+            return None
+        ints = (res.shard_id, res.rows, res.ok, res.error, res.unscored)
+        if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in ints):
+            return None
+        if not isinstance(res.digest, str) or not res.digest:
+            return None
+        return res
