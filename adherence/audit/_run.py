@@ -219,7 +219,8 @@ def _first_token_p_yes(backend, cache, requests: list) -> list:
     """Per request ``(P(yes) or None, what it came from or why there is none)``: exact over the whole vocabulary
     in-process, from the top log-probabilities on servers. None for every request of a backend without them."""
     from ..judges._judge import cached_calls
-    from ..judges._parse import p_yes_from_logprobs, p_yes_from_sums, variant_sets
+    from ..judges._parse import variant_sets
+    from ..judges._verdict import first_token_verdict
 
     if not backend.supports_logprobs:
         return [(None, "the judge returns no log-probabilities")] * len(requests)
@@ -235,18 +236,11 @@ def _first_token_p_yes(backend, cache, requests: list) -> list:
         return [(None, f"the judge returns no log-probabilities ({exc})")] * len(requests)
     got: list = []
     for o in outs:
-        try:
-            if o.error:
-                got.append((None, f"judge call failed: {o.error}"))
-            elif o.yes_no is not None:
-                got.append((p_yes_from_sums(*o.yes_no)[0], "full_vocab"))
-            elif o.top_logprobs:
-                p, source = p_yes_from_logprobs(o.top_logprobs, yes=yes, no=no)
-                got.append((p, source) if source != "fallback_0.5" else (None, "no yes or no among the top tokens"))
-            else:
-                got.append((None, "the judge returned no log-probabilities"))
-        except ValueError as exc:
-            got.append((None, f"unusable log-probabilities: {exc}"))
+        v = first_token_verdict(o, yes, no)
+        if v.ok:
+            got.append((v.p_yes, v.source))
+        else:
+            got.append((None, f"judge call failed: {v.error}" if o.error else v.error))
     return got
 
 

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import itertools
 import logging
-import math
 import warnings
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Optional
 
@@ -16,7 +14,7 @@ from .._errors import OptionError
 from .._fingerprint import COSMETIC
 from ._backend import JudgeBackend, JudgeOutput, get_backend, score_options
 from ._cache import JudgeCache
-from ._parse import p_yes_from_logprobs, p_yes_from_sums, parse_turn_verdicts, parse_yes_no, variant_sets
+from ._parse import parse_turn_verdicts, variant_sets
 from ._prompts import (
     JudgeRequest,
     check_template,
@@ -25,6 +23,7 @@ from ._prompts import (
     reason_request,
     turn_requests,
 )
+from ._verdict import Status, Verdict, binary_verdict, first_token_verdict
 
 __all__ = ["JudgeConfig", "RoleJudge", "SMOKE_TEST_WARNING", "cached_calls"]
 
@@ -273,8 +272,7 @@ class RoleJudge:
         wants_logprobs = c.output_mode == "continuous" and c.granularity == "turn"
         try:
             self.backend.preflight(logprobs=wants_logprobs)
-        except LogprobsUnsupported as exc:
-            self.backend.supports_logprobs = False
+        except LogprobsUnsupported as exc:  # the backend has recorded it (supports_logprobs is False)
             if not c.binary_fallback:
                 raise OptionError(
                     f"{exc}: use output_mode='binary' (--output-mode binary), or allow the fallback "
@@ -371,8 +369,8 @@ class RoleJudge:
                     cols["error"][i] = "the judge returned nothing for this turn"
         return cols
 
-    def _continuous(self, reqs: list, sample: int) -> Optional[list]:
-        """Per request ``(p, source, mass)`` or an error tuple ``(None, message, status)``; None: no log-probs."""
+    def _continuous(self, reqs: list, sample: int) -> Optional[list[Verdict]]:
+        """A ``Verdict`` per request from its first token's P(yes); None when the backend has no log-probs."""
         c = self.config
         params: dict[str, Any] = {"top_k": c.top_k}
         exact = c.full_vocab and self.backend.full_vocab
@@ -388,67 +386,15 @@ class RoleJudge:
             log.info("logprobs unsupported: %s", exc)
             return None
         yes, no = c.variants
-        got: list[tuple[Any, ...]] = []
-        for o in outs:
-            if o.error:
-                got.append((None, o.error, "error", o.truncated))
-                continue
-            try:
-                if o.yes_no is not None:
-                    p, mass = p_yes_from_sums(*o.yes_no)
-                    source = "full_vocab"
-                elif not o.top_logprobs:
-                    got.append(
-                        (
-                            None,
-                            "the judge returned no top log-probabilities for the first token",
-                            "unscored",
-                            o.truncated,
-                        )
-                    )
-                    continue
-                else:
-                    p, source, mass = p_yes_from_logprobs(o.top_logprobs, yes=yes, no=no, with_mass=True)
-                    if source == "fallback_0.5":  # no evidence either way: never a 0.5 that reads as a verdict
-                        tokens = (
-                            list(o.top_logprobs)[:8]
-                            if isinstance(o.top_logprobs, Mapping)
-                            else [t for t, _ in list(o.top_logprobs)[:8]]
-                        )
-                        got.append(
-                            (
-                                None,
-                                f"neither a yes nor a no token among the first token's top "
-                                f"{len(o.top_logprobs)} log-probabilities (top: {', '.join(map(repr, tokens))})",
-                                "unscored",
-                                o.truncated,
-                            )
-                        )
-                        continue
-                if not math.isfinite(p):
-                    raise ValueError(f"P(yes) is {p}")
-            except (ValueError, TypeError) as exc:
-                got.append((None, f"unusable log-probabilities: {exc}", "unscored", o.truncated))
-                continue
-            got.append((p, source, mass, o.truncated))
-        return got
+        return [first_token_verdict(o, yes, no) for o in outs]
 
-    def _binary(self, reqs: list, sample: int) -> list:
-        """Per request ``(verdict or None, error or None, truncated)``."""
+    def _binary(self, reqs: list, sample: int) -> list[Verdict]:
+        """A ``Verdict`` per request from its generated YES / NO."""
         c = self.config
         params: dict[str, Any] = {"max_tokens": 4, "temperature": c.temperature, "seed": self._sample_seed(sample)}
         if c.samples > 1:
             params["sample"] = sample
-        got: list[tuple[Any, ...]] = []
-        for o in self._call("generate", reqs, **params):
-            if o.error:
-                got.append((None, o.error, o.truncated))
-                continue
-            v = parse_yes_no(o.text)
-            got.append(
-                (v, None if v is not None else f"unparseable judge answer: {(o.text or '')[:80]!r}", o.truncated)
-            )
-        return got
+        return [binary_verdict(o) for o in self._call("generate", reqs, **params)]
 
     def _score_turns(self, items: list, cols: dict) -> None:
         c = self.config
@@ -480,18 +426,17 @@ class RoleJudge:
         if continuous and runs is not None:
             for j, i in enumerate(idx):
                 results = [run[j] for run in runs]
-                cols["truncated"][i] = any(r[-1] for r in results)
-                good = [r for r in results if r[0] is not None]
+                cols["truncated"][i] = any(v.truncated for v in results)
+                good = [v for v in results if v.ok]
                 if not good:
-                    _, msg, status, _ = results[0]
-                    cols["error"][i] = msg
-                    if status == "unscored":
-                        cols["status"][i] = "unscored"
+                    cols["error"][i] = results[0].error
+                    if results[0].status is Status.UNSCORED:
+                        cols["status"][i] = Status.UNSCORED.value
                     continue
-                ps = [r[0] for r in good]
+                ps = [float(v.p_yes) for v in good if v.p_yes is not None]
                 cols["score"][i] = sum(ps) / len(ps)
-                cols["p_yes_source"][i] = good[0][1]
-                cols["yes_no_mass"][i] = sum(r[2] for r in good) / len(good)
+                cols["p_yes_source"][i] = good[0].source
+                cols["yes_no_mass"][i] = sum(float(v.mass or 0.0) for v in good) / len(good)
                 if k > 1:
                     votes = [p >= 0.5 for p in ps]
                     cols["agreement"][i] = max(votes.count(True), votes.count(False)) / len(votes)
@@ -501,13 +446,12 @@ class RoleJudge:
             fallback = c.output_mode == "continuous"
             for j, i in enumerate(idx):
                 results = [run[j] for run in runs]
-                cols["truncated"][i] = any(r[2] for r in results)
-                verdicts = [r[0] for r in results if r[0] is not None]
+                cols["truncated"][i] = any(v.truncated for v in results)
+                verdicts = [int(v.p_yes or 0) for v in results if v.ok]
                 if not verdicts:
-                    msg = next(r[1] for r in results)
-                    cols["error"][i] = msg
-                    if msg.startswith("unparseable"):
-                        cols["status"][i] = "unscored"
+                    cols["error"][i] = results[0].error
+                    if results[0].status is Status.UNSCORED:
+                        cols["status"][i] = Status.UNSCORED.value
                     continue
                 yes = sum(verdicts)
                 no = len(verdicts) - yes

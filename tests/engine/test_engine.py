@@ -109,7 +109,9 @@ def test_a_failing_shard_does_not_take_the_job_down(tmp_path, synthetic, monkeyp
 
 
 def test_configuration_errors_stop_the_job(tmp_path):
-    with pytest.raises(Exception, match="not a local directory"):
+    from adherence.models import ModelNotFoundError
+
+    with pytest.raises(ModelNotFoundError, match="not a local directory"):
         Engine(method="cosine", encoder="/nonexistent/model", progress=False).run(
             example_path("role"), tmp_path / "o.parquet"
         )

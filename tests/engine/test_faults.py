@@ -875,7 +875,9 @@ def test_audit_rubric_errors_surface_before_any_judging(tmp_path, capsys):
         "questions:\n- id: q1\n  question: Is it short?\n  category: Format Adherence\n"
         "  kind: objective\n  check: {type: word_count, min: ten}\n"
     )
-    with pytest.raises(Exception, match="min must be a whole number"):
+    from adherence.data import DataError
+
+    with pytest.raises(DataError, match="min must be a whole number"):
         load_rubric(rubric)
     rubric.write_text(
         "questions:\n- id: q1\n  question: Does it name the company?\n  category: Data Field Utilization\n"

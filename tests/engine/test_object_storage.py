@@ -13,9 +13,9 @@ import time
 import pyarrow.parquet as pq
 import pytest
 
-from adherence.data import write_table
+from adherence.data import DataError, write_table
 from adherence.data._storage import Remote
-from adherence.engine import Engine
+from adherence.engine import Engine, EngineError
 from adherence.engine._safety import RemoteLease
 
 pytest.importorskip("moto")
@@ -137,13 +137,13 @@ def test_foreign_objects_are_never_overwritten(s3, local_reference):
     src, _, _ = local_reference
     foreign = Remote(f"{s3}/t3/scores.parquet")
     foreign.write_bytes(b"someone else's data")
-    with pytest.raises(Exception, match=r"was not written by adherence.*refusing to overwrite"):
+    with pytest.raises(DataError, match=r"was not written by adherence.*refusing to overwrite"):
         Engine(method="cosine", progress=False).run(src, foreign.uri)
     assert foreign.read_bytes() == b"someone else's data"
 
     work = Remote(f"{s3}/t3/work")
     (work / "notes.txt").write_bytes(b"keep me")
-    with pytest.raises(Exception, match=r"holds objects adherence did not write \(notes.txt"):
+    with pytest.raises(DataError, match=r"holds objects adherence did not write \(notes.txt"):
         Engine(method="cosine", progress=False, work_dir=work.uri).run(src, f"{s3}/t3/other.parquet")
     assert (work / "notes.txt").read_bytes() == b"keep me"
     assert not Remote(f"{s3}/t3/other.parquet").exists()
@@ -152,13 +152,13 @@ def test_foreign_objects_are_never_overwritten(s3, local_reference):
     lookalike = Remote(f"{s3}/t3/lookalike")
     (lookalike / "job.json").write_bytes(b'{"theirs": true}')
     (lookalike / "out" / "shard-00000.parquet").write_bytes(b"their shard")
-    with pytest.raises(Exception, match=r"holds objects adherence did not write .*no \.adherence-work\.json of ours"):
+    with pytest.raises(DataError, match=r"holds objects adherence did not write .*no \.adherence-work\.json of ours"):
         Engine(method="cosine", progress=False, work_dir=lookalike.uri).run(src, f"{s3}/t3/other.parquet")
     assert (lookalike / "job.json").read_bytes() == b'{"theirs": true}'
     assert (lookalike / "out" / "shard-00000.parquet").read_bytes() == b"their shard"
     assert not Remote(f"{s3}/t3/other.parquet").exists()
 
-    with pytest.raises(Exception, match="must be one file"):
+    with pytest.raises(DataError, match="must be one file"):
         Engine(method="cosine", progress=False).run(src, f"{s3}/t3/dataset")
 
 
@@ -167,7 +167,7 @@ def test_a_live_lease_refuses_a_second_job_and_a_released_one_does_not(s3, local
     out = f"{s3}/t4/scores.parquet"
     lease = RemoteLease(Remote(out + ".work") / "lock", "the work directory").acquire()
     try:
-        with pytest.raises(Exception, match=rf"in use by another adherence job \(host .*pid {os.getpid()}"):
+        with pytest.raises(EngineError, match=rf"in use by another adherence job \(host .*pid {os.getpid()}"):
             Engine(method="cosine", progress=False).run(src, out)
         assert not Remote(out).exists()
     finally:

@@ -23,11 +23,18 @@ def test_continuous_scores_every_turn(tiny_judge, turns):
     assert set(cols["p_yes_source"]) == {"full_vocab"}  # in-process: exact over the whole vocabulary
     assert all(0.0 < m <= 1.0 for m in cols["yes_no_mass"])
     top = _judge(tiny_judge, full_vocab=False).score(turns)
-    # a random judge's top-20 rarely holds yes or no: such a turn is unscored with its reason, never a 0.5
-    for status, score, source, error in zip(top["status"], top["score"], top["p_yes_source"], top["error"]):
-        assert (status, source) == ("ok", "logprobs") or (
-            status == "unscored" and score is None and "neither a yes nor a no token" in error
-        ), (status, error)
+    # a random judge's top-20 holds neither yes nor no: every turn is unscored with its reason, never a 0.5
+    assert set(top["status"]) == {"unscored"} and set(top["score"]) == {None}
+    assert all("neither a yes nor a no token among the first token's top 20" in e for e in top["error"])
+
+
+def test_top_logprobs_give_the_exact_p_yes_when_yes_and_no_are_in_reach(tiny_yes_no_judge, turns):
+    """What a server's top-20 sees, when "yes" and "no" are in it, is the whole-vocabulary P(yes)."""
+    exact = _judge(tiny_yes_no_judge).score(turns)
+    top = _judge(tiny_yes_no_judge, full_vocab=False).score(turns)
+    assert set(top["status"]) == {"ok"} and set(top["p_yes_source"]) == {"logprobs"}
+    np.testing.assert_allclose(top["score"], exact["score"], atol=1e-6)
+    assert np.std(top["score"]) > 0.01  # P(yes) varies by turn: the comparison is not between constants
 
 
 def test_rows_are_scored_in_conversation_order_whatever_the_input_order(tiny_judge, turns):
@@ -71,9 +78,13 @@ def test_cache_makes_reruns_free_and_keys_the_repeat(tiny_judge, turns, tmp_path
 
 def test_include_reason_and_conversation_granularity(tiny_judge, turns):
     cols = _judge(tiny_judge, include_reason=True).score(turns.slice(0, 4))
-    assert all(r is None or isinstance(r, str) for r in cols["reason"])
+    assert all(isinstance(r, str) and r.strip() for r in cols["reason"])  # one generated reason per turn
+    plain = _judge(tiny_judge).score(turns.slice(0, 4))
+    assert set(plain["reason"]) == {None} and cols["score"] == pytest.approx(plain["score"])
     conv = _judge(tiny_judge, granularity="conversation", output_mode="binary").score(turns.slice(0, 7))
-    assert len(conv["status"]) == 7 and set(conv["status"]) <= {"ok", "unscored"}
+    # a random judge names no turn's verdict: every turn unscored with that reason, none read as 0 or 1
+    assert conv["status"] == ["unscored"] * 7 and conv["score"] == [None] * 7
+    assert set(conv["error"]) == {"no verdict for this turn in the judge's answer"}
     with pytest.raises(ValueError, match="binary"):
         JudgeConfig(granularity="conversation", output_mode="continuous")
 
