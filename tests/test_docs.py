@@ -50,3 +50,28 @@ def test_readme_links_into_docs_exist():
     assert len(links) >= 10
     for link in links:
         assert (ROOT / link).exists(), link
+
+
+def test_the_architecture_picture_is_drawn_from_the_code():
+    sys.path.insert(0, str(ROOT / "tools"))
+    import architecture
+
+    assert architecture.main(["--check"]) == 0, "run: python tools/architecture.py --write"
+    svg = (DOCS / "architecture.svg").read_text(encoding="utf-8")
+    for rooms in architecture.LAYERS:  # every room is drawn
+        assert all(f">{r}" in svg for r in rooms), rooms
+
+
+def test_every_name_the_architecture_page_gives_exists():
+    import importlib
+
+    page = (DOCS / "architecture.md").read_text(encoding="utf-8")
+    names = set(re.findall(r"`(adherence(?:\.\w+)+)`", page))
+    assert len(names) >= 15
+    for name in sorted(names):
+        module, _, attr = name.rpartition(".")
+        try:
+            obj = importlib.import_module(name)
+        except ImportError:
+            obj = getattr(importlib.import_module(module), attr, None)
+        assert obj is not None, name

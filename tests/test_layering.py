@@ -1,64 +1,19 @@
 """The package is layered: every import points down (or sideways inside a room), and no module imports
 itself back through a circle. Imports inside functions count too: a lazy import is still a dependency."""
 
-import ast
+import sys
 from pathlib import Path
 
 import pytest
 
-PKG = Path(__file__).resolve().parents[1] / "adherence"
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tools"))
+import architecture  # noqa: E402  (the layers and the import graph, also drawn on docs/architecture.md)
 
-# Lowest first; a room may import any room of a lower layer (and its own modules), nothing above or beside it.
-LAYERS = [
-    {"_version", "_errors", "_atomic", "_registry", "_fingerprint"},
-    {"_optional"},
-    {"data"},
-    {"stats", "kernels", "models"},
-    {"index", "judges"},
-    {"role"},
-    {"engine", "audit", "persona"},
-    {"ray_data", "spark", "report", "bench"},
-    {"cli"},
-    {"__main__"},
-]
-LEVEL = {room: i for i, rooms in enumerate(LAYERS) for room in rooms}
-
-
-def _module(path: Path) -> str:
-    parts = list(path.relative_to(PKG.parent).with_suffix("").parts)
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-
-
-MODULES = {_module(p): p for p in PKG.rglob("*.py")}
-
-
-def _imports(name: str) -> set:
-    """Modules of the package that ``name`` imports (``from .x import y`` counts ``.x.y`` when it is a module)."""
-    path = MODULES[name]
-    base = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
-    out = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.ImportFrom):
-            if node.level:
-                target = ".".join(base[: len(base) - node.level + 1] + ([node.module] if node.module else []))
-            else:
-                target = node.module or ""
-            if not target.startswith("adherence"):
-                continue
-            subs = {f"{target}.{a.name}" for a in node.names} & set(MODULES)
-            out |= subs or ({target} & set(MODULES))
-        elif isinstance(node, ast.Import):
-            out |= {a.name for a in node.names if a.name in MODULES}
-    out.discard(name)
-    return out
-
-
-GRAPH = {m: _imports(m) for m in MODULES}
-
-
-def _room(module: str) -> str:
-    parts = module.split(".")
-    return parts[1] if len(parts) > 1 else ""
+LEVEL = architecture.LEVEL
+MODULES = architecture.modules()
+GRAPH = architecture.graph()
+_room = architecture.room
 
 
 def test_every_room_has_a_layer():

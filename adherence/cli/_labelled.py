@@ -28,17 +28,9 @@ def format_evaluation(result: dict) -> str:
     level = int(round(100 * result.get("ci_level", 0.95)))
     header = f"{'metric':<15}{'value':>10}" + (f"{f'{level}% CI':>22}" if ci else "")
     lines += [header, "-" * len(header)]
-    for m in (
-        "auc",
-        "ap",
-        "mean_positive",
-        "mean_negative",
-        "separation",
-        "f1_positive",
-        "f1_negative",
-        "macro_f1",
-        "kappa",
-    ):
+    from ..stats._evaluate import EVALUATION_METRICS
+
+    for m in EVALUATION_METRICS:
         if m not in result:
             continue
         row = f"{m:<15}{_fmt(result[m]):>10}"

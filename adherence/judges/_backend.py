@@ -11,7 +11,7 @@ from .._errors import OptionError
 from .._registry import unknown_name
 from ._prompts import JudgeRequest
 
-__all__ = ["JudgeOutput", "JudgeBackend", "BACKENDS", "COSMETIC_OPTIONS", "get_backend", "score_options"]
+__all__ = ["JudgeOutput", "JudgeBackend", "Sampling", "BACKENDS", "COSMETIC_OPTIONS", "get_backend", "score_options"]
 
 BACKENDS = {
     "transformers": "adherence.judges._transformers:TransformersBackend",
@@ -75,6 +75,17 @@ class JudgeOutput:
         )
 
 
+@dataclass(frozen=True)
+class Sampling:
+    """How ``generate`` samples: at most ``max_tokens``, greedy at temperature 0, ``seed`` for sampled runs, and
+    the strings that end an answer early."""
+
+    max_tokens: int
+    temperature: float = 0.0
+    seed: Optional[int] = None
+    stop: tuple = ()
+
+
 class JudgeBackend(ABC):
     """A judge model behind two calls: first-token log-probabilities and text generation."""
 
@@ -99,7 +110,6 @@ class JudgeBackend(ABC):
         ``full_vocab`` also return ``yes_no``, the log of each set's total probability.
         """
 
-    @abstractmethod
     def generate(
         self,
         requests: Sequence[JudgeRequest],
@@ -110,6 +120,11 @@ class JudgeBackend(ABC):
         stop: Optional[Sequence[str]] = None,
     ) -> list[JudgeOutput]:
         """Generated text of each request (greedy at temperature 0), ending early at any ``stop`` string."""
+        return self._generate(requests, Sampling(max_tokens, temperature, seed, tuple(stop or ())))
+
+    def _generate(self, requests: Sequence[JudgeRequest], sampling: Sampling) -> list[JudgeOutput]:
+        """What a backend implements for ``generate`` (or it overrides ``generate`` itself)."""
+        raise NotImplementedError(f"the {self.name or type(self).__name__} backend implements no generate")
 
     @property
     def cache_id(self) -> str:

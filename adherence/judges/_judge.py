@@ -402,7 +402,7 @@ class RoleJudge:
         reqs = [r for _, r in items]
         k = c.samples
         continuous = c.output_mode == "continuous"
-        runs: Optional[list[list[tuple[Any, ...]]]] = None
+        runs: Optional[list[list[Verdict]]] = None
         if continuous and self.backend.supports_logprobs:
             runs = []
             for s in range(k):

@@ -20,7 +20,7 @@ from typing import Optional, Sequence
 
 from .._errors import JobError, OptionError
 from .._optional import require
-from ._backend import JudgeBackend, JudgeOutput
+from ._backend import JudgeBackend, JudgeOutput, Sampling
 from ._prompts import JudgeRequest
 
 __all__ = ["OpenAIBackend", "LogprobsUnsupported", "JudgeUnavailable"]
@@ -403,20 +403,12 @@ class OpenAIBackend(JudgeBackend):
     ) -> list[JudgeOutput]:
         return self._sync(requests, max_tokens=1, temperature=0.0, top_k=top_k, seed=None)
 
-    def generate(
-        self,
-        requests: Sequence[JudgeRequest],
-        *,
-        max_tokens: int,
-        temperature: float = 0.0,
-        seed: Optional[int] = None,
-        stop: Optional[Sequence[str]] = None,
-    ) -> list[JudgeOutput]:
+    def _generate(self, requests: Sequence[JudgeRequest], sampling: Sampling) -> list[JudgeOutput]:
         return self._sync(
             requests,
-            max_tokens=max_tokens,
-            temperature=temperature,
+            max_tokens=sampling.max_tokens,
+            temperature=sampling.temperature,
             top_k=None,
-            seed=seed,
-            stop=list(stop) if stop else None,
+            seed=sampling.seed,
+            stop=list(sampling.stop) or None,
         )

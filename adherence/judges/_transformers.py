@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any, Optional, Sequence
 
 from ..models import DEFAULT_JUDGE, pick_device, pick_dtype, resolve_model
-from ._backend import JudgeBackend, JudgeOutput
+from ._backend import JudgeBackend, JudgeOutput, Sampling
 from ._prompts import JudgeRequest
 
 __all__ = ["TransformersBackend"]
@@ -588,15 +588,8 @@ class TransformersBackend(JudgeBackend):
             for p, r in zip(plans, results)
         ]
 
-    def generate(
-        self,
-        requests: Sequence[JudgeRequest],
-        *,
-        max_tokens: int,
-        temperature: float = 0.0,
-        seed: Optional[int] = None,
-        stop: Optional[Sequence[str]] = None,
-    ) -> list[JudgeOutput]:
+    def _generate(self, requests: Sequence[JudgeRequest], sampling: Sampling) -> list[JudgeOutput]:
+        max_tokens, temperature, seed, stop = sampling.max_tokens, sampling.temperature, sampling.seed, sampling.stop
         torch = self._torch
         plans = [self._plan(r, reserve=max_tokens) for r in requests]
         texts: list = [None] * len(requests)

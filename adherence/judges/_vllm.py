@@ -16,7 +16,7 @@ from typing import Any, Callable, Optional, Sequence
 
 from .._errors import OptionError
 from .._optional import require
-from ._backend import JudgeBackend, JudgeOutput
+from ._backend import JudgeBackend, JudgeOutput, Sampling
 from ._chat import prompt_ids
 from ._prompts import JudgeRequest
 
@@ -215,16 +215,12 @@ class VLLMBackend(JudgeBackend):
         y, n = lse(yes), lse(no)
         return None if y is None or n is None else (y, n)
 
-    def generate(
-        self,
-        requests: Sequence[JudgeRequest],
-        *,
-        max_tokens: int,
-        temperature: float = 0.0,
-        seed: Optional[int] = None,
-        stop: Optional[Sequence[str]] = None,
-    ) -> list[JudgeOutput]:
-        kw = self.sampling_kwargs(max_tokens=max_tokens, temperature=temperature, top_k=None, seed=seed)
-        if stop:
-            kw["stop"], kw["include_stop_str_in_output"] = list(stop), True
-        return self._run(requests, max_tokens, kw, lambda res, tr: JudgeOutput(text=res.outputs[0].text, truncated=tr))
+    def _generate(self, requests: Sequence[JudgeRequest], sampling: Sampling) -> list[JudgeOutput]:
+        kw = self.sampling_kwargs(
+            max_tokens=sampling.max_tokens, temperature=sampling.temperature, top_k=None, seed=sampling.seed
+        )
+        if sampling.stop:
+            kw["stop"], kw["include_stop_str_in_output"] = list(sampling.stop), True
+        return self._run(
+            requests, sampling.max_tokens, kw, lambda res, tr: JudgeOutput(text=res.outputs[0].text, truncated=tr)
+        )

@@ -10,21 +10,10 @@ from typing import Optional, Sequence, Union
 import numpy as np
 
 from ..stats import UndefinedMetricError, roc_curve
+from ..stats._evaluate import EVALUATION_METRICS
 from ._html import figure_svg, page, pyplot, table_html
 
 __all__ = ["calibration_sections", "evaluation_html", "write_evaluation_html"]
-
-_METRICS = (
-    "auc",
-    "ap",
-    "mean_positive",
-    "mean_negative",
-    "separation",
-    "f1_positive",
-    "f1_negative",
-    "macro_f1",
-    "kappa",
-)
 
 
 def _roc_svg(y: np.ndarray, s: np.ndarray, auc) -> str:
@@ -267,7 +256,7 @@ def evaluation_html(
     y = (names == positive).astype(np.int8)
     ci = result.get("ci", {})
     rows = []
-    for m in _METRICS:
+    for m in EVALUATION_METRICS:
         if m in result:
             low, high = ci.get(m) or [None, None]
             rows.append([m, result[m], low, high, result["undefined"].get(m, "")])

@@ -15,7 +15,7 @@ from ._checks import UndefinedMetricError
 from ._classification import cohen_kappa, f1_per_class, macro_f1
 from ._ranking import average_precision_score, roc_auc_score, separation
 
-__all__ = ["evaluate_scores", "evaluate_table"]
+__all__ = ["EVALUATION_METRICS", "evaluate_scores", "evaluate_table"]
 
 
 def _f1_pos(y, p):
@@ -59,6 +59,8 @@ _PREDICTION_METRICS: dict[str, Callable] = {
     "macro_f1": _macro,
     "kappa": _kappa,
 }
+#: Every metric ``evaluate_table`` reports, in the order the text and HTML reports list them.
+EVALUATION_METRICS = tuple(_SCORE_METRICS) + tuple(_PREDICTION_METRICS)
 
 
 def _nan_to_none(v: float) -> Optional[float]:
