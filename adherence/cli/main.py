@@ -139,9 +139,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     # One line per warning, without the source path and line that mean nothing to a user, on a line of its
     # own above any progress bar. (Only the format is replaced: a caller recording warnings still gets them.)
     warnings.formatwarning = format_warning
-    engine = sys.modules.get("adherence.engine._engine")
-    if engine is not None:
-        engine.PUBLISHED.clear()
+    commit = sys.modules.get("adherence.engine._commit")
+    if commit is not None:
+        commit.published().clear()
     try:
         return _main(argv)
     except KeyboardInterrupt as exc:
@@ -155,8 +155,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 def _interrupted(exc: KeyboardInterrupt) -> int:
     """130 (SIGINT) / 143 (SIGTERM) with one line; 0 when the job had already published its output."""
     what = "terminated" if isinstance(exc, Terminated) else "interrupted"
-    engine = sys.modules.get("adherence.engine._engine")
-    published = list(engine.PUBLISHED) if engine is not None else []
+    commit = sys.modules.get("adherence.engine._commit")
+    published = list(commit.published()) if commit is not None else []
     if published:
         print(f"adherence: {what} after the output was published; {published[0]} is complete", file=sys.stderr)
         return 0

@@ -106,6 +106,12 @@ class Remote:
     def __repr__(self) -> str:
         return f"Remote({self.uri!r})"
 
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Remote) and other.uri == self.uri
+
+    def __hash__(self) -> int:
+        return hash(self.uri)
+
     # -------------------------------------------------------------- queries
 
     def _type(self):

@@ -7,7 +7,6 @@ import dataclasses
 import json
 import os
 import shutil
-import stat
 import tempfile
 import time
 import warnings
@@ -19,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .._atomic import atomic_path, temp_path, write_json_atomic
+from .._atomic import atomic_path, write_json_atomic
 from .._errors import EngineError, OptionError
 from .._fingerprint import score_fingerprint, score_hash
 from ..data import DataError, metadata_path, run_metadata
@@ -30,19 +29,16 @@ from ..data._storage import Remote, as_target, write_json
 from ..data._validate import conform_schema as _conform_schema
 from ..role import RoleConfig, aggregate_sessions, get_method
 from ..role._base import missing_references
+from ._commit import Commit, WorkDir, check_replaceable, store_of
 from ._executors import Executor, RayExecutor, check_reachable, get_executor
 from ._messages import ShardResult, ShardTask
 from ._plan import content_digest, plan_job, same_input
 from ._safety import (
-    PathLock,
-    RemoteLease,
-    RemoteWorkDir,
-    WorkDir,
+    STAGING_PREFIX,
     check_outputs,
-    check_remote_output,
-    check_replaceable,
     output_columns,
     output_format,
+    remove_dead_staging,
     remove_dead_temporaries,
     reserved_columns,
 )
@@ -204,12 +200,16 @@ class Engine:
                 if isinstance(t, str)
             }
             if remote:
-                # Object storage: bookkeeping and the files to publish are staged locally on the driver.
-                staging = Path(tempfile.mkdtemp(prefix="adherence-staging-"))
+                # Object storage: bookkeeping and the temporaries to upload are staged locally on the driver (named
+                # by its pid, so a later job removes what a killed one left).
+                remove_dead_staging()
+                staging = Path(tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}{os.getpid()}-"))
             out_path, sessions_path, work = (
                 _local_side(t, staging, sub)
                 for t, sub in ((out_t, "publish"), (sessions_t, "publish"), (work_t, "work"))
             )
+            # Where the outputs are committed: the local paths, or the objects.
+            finals = {"output": remote.get("output", out_path), "sessions": remote.get("sessions", sessions_path)}
             self._names = {"turns": str(out_t), "sessions": str(sessions_t), "work": str(work_t)}
             self._remote_work = remote.get("work")
             self._check_device()
@@ -218,36 +218,35 @@ class Engine:
             check_outputs(source, out_path, sessions_path, work)
             _check_remote_targets(remote, out_t, sessions_t, work_t)
             out_path.parent.mkdir(parents=True, exist_ok=True)
+            sessions_path.parent.mkdir(parents=True, exist_ok=True)
             with contextlib.ExitStack() as stack:
-                stack.enter_context(PathLock(out_path.with_name(f".{out_path.name}.lock"), "the output"))
                 # The sessions file is an output too: a job writing it as its turn output must wait.
-                sessions_path.parent.mkdir(parents=True, exist_ok=True)
-                stack.enter_context(
-                    PathLock(sessions_path.with_name(f".{sessions_path.name}.lock"), "the sessions output")
+                locks = tuple(
+                    stack.enter_context(store_of(t).lock(t.with_name(f".{t.name}.lock"), f"the {what}", subject=str(t)))
+                    for t, what in ((finals["output"], "output"), (finals["sessions"], "sessions output"))
                 )
                 # A job killed while publishing left its temporaries here; they are ours to remove now.
                 remove_dead_temporaries(
-                    [out_path, sessions_path, metadata_path(out_path), metadata_path(sessions_path)]
+                    [t for f in finals.values() if isinstance(f, Path) for t in (f, metadata_path(f))]
                 )
                 # What the targets are now, checked: publish replaces them only if they are still that.
-                self._targets = {
-                    p: _identity(p)
-                    for p in (out_path, sessions_path, metadata_path(out_path), metadata_path(sessions_path))
-                }
-                for key in ("output", "sessions"):
-                    if key in remote:
-                        obj = remote[key]
-                        stack.enter_context(RemoteLease(obj.with_name(f".{obj.name}.lock"), f"the {key} output"))
+                targets = [t for f in finals.values() for t in (f, f.with_name(f.name + ".meta.json"))]
+                self._commit = Commit(
+                    finals["output"],
+                    finals["sessions"],
+                    {t: store_of(t).identity(t) for t in targets},
+                    locks,
+                    staging,
+                )
                 remote_work = (
-                    stack.enter_context(RemoteWorkDir(remote["work"], resume=self.resume)) if "work" in remote else None
+                    stack.enter_context(WorkDir(remote["work"], resume=self.resume)) if "work" in remote else None
                 )
                 workdir = stack.enter_context(WorkDir(work, resume=self.resume))
-                if remote_work is not None and self.resume:
-                    remote_work.pull(work)
+                if remote_work is not None:
+                    self._commit.locks += (remote_work.lock,)
+                    if self.resume:
+                        remote_work.pull(work)
                 summary = self._run_locked(source, out_path, sessions_path, work, start)
-                _publish_remote(
-                    [(p, remote[k]) for p, k in ((out_path, "output"), (sessions_path, "sessions")) if k in remote]
-                )
                 if not self.keep_work_dir and not summary["failed_shards"]:
                     workdir.remove()  # kept after a failed shard: --resume rescores only that shard
                     if remote_work is not None:
@@ -518,10 +517,11 @@ class Engine:
         rescale = self._rescaler(shard_files)
         schema = pa.unify_schemas([pq.read_schema(f) for f in shard_files], promote_options="permissive")
         schema = pa.schema([f for f in schema if f.name != "_row"])
-        publisher = Publisher(getattr(self, "_targets", None))
+        publisher = self._commit.publisher()
+        out_final, sessions_final = self._commit.output, self._commit.sessions
         try:
-            sink = _TableSink(temp_path(out_path), output_format(out_path), schema)
-            publisher.add(sink.path, out_path)
+            sink = _TableSink(publisher.temporary(out_final), output_format(out_path), schema)
+            publisher.add(sink.path, out_final)
             sessions_sink = None
             n_sessions = 0
             for f in shard_files:
@@ -539,8 +539,10 @@ class Engine:
                     seed=self.seed,
                 )
                 if sessions_sink is None:
-                    sessions_sink = _TableSink(temp_path(sessions_path), output_format(sessions_path), sessions.schema)
-                    publisher.add(sessions_sink.path, sessions_path)
+                    sessions_sink = _TableSink(
+                        publisher.temporary(sessions_final), output_format(sessions_path), sessions.schema
+                    )
+                    publisher.add(sessions_sink.path, sessions_final)
                 sessions_sink.write(sessions)
                 n_sessions += sessions.num_rows
             sink.close()
@@ -610,9 +612,10 @@ class Engine:
                 meta["job"] = self.job
             meta["outputs"] = {"turns": self._names["turns"], "sessions": self._names["sessions"], "rows": written}
             meta = redact_secrets(meta)  # an API key given as a flag or option never reaches disk
-            for target in (out_path, sessions_path):
+            for final in (out_final, sessions_final):
                 publisher.add_text(
-                    metadata_path(target), json.dumps(meta, indent=2, ensure_ascii=False, default=repr) + "\n"
+                    final.with_name(final.name + ".meta.json"),
+                    json.dumps(meta, indent=2, ensure_ascii=False, default=repr) + "\n",
                 )
             publisher.publish()
         finally:
@@ -709,28 +712,12 @@ def _check_remote_targets(remote: dict, out_t, sessions_t, work_t) -> None:
                 file=t,
             )
         if key in remote:
-            check_remote_output(remote[key], f"the {key} output" if key == "sessions" else "the output")
-
-
-def _publish_remote(pairs: list) -> None:
-    """Outputs to object storage, in the order the module docs of ``_storage`` describe: each output's
-    metadata marked unpublished, the data objects, then the metadata with their digests, published."""
-    if not pairs:
-        return
-    metas = []
-    digests = {str(obj): content_digest(local) for local, obj in pairs}
-    for local, obj in pairs:
-        meta = json.loads(metadata_path(local).read_text(encoding="utf-8"))
-        meta_obj = obj.with_name(obj.name + ".meta.json")
-        meta_obj.write_bytes(json.dumps(dict(meta, published=False), indent=2, default=repr).encode("utf-8"))
-        metas.append((local, obj, meta_obj, meta))
-    for local, obj, _, _ in metas:
-        obj.upload(local)
-    for _, _, meta_obj, meta in metas:
-        meta["outputs"]["digests"] = digests
-        meta_obj.write_bytes(
-            (json.dumps(dict(meta, published=True), indent=2, ensure_ascii=False, default=repr) + "\n").encode("utf-8")
-        )
+            what = f"the {key} output" if key == "sessions" else "the output"
+            if output_format(Path(remote[key].name)) == "directory":
+                raise DataError(
+                    f"{what} on object storage must be one file (.parquet, .jsonl or .csv), not a directory", file=t
+                )
+            check_replaceable(remote[key], what)
 
 
 def _spill(source, path: Path) -> None:
@@ -743,98 +730,6 @@ def _spill(source, path: Path) -> None:
                     w.write_batch(batch)
         else:
             pq.write_table(_as_table(source), tmp)
-
-
-# Every path published in this process (the command line reads it when a signal arrives: after a publish the
-# output is complete, and the job did not fail).
-PUBLISHED: list = []
-
-
-def _identity(path: Path) -> tuple:
-    """What ``path`` is, without following it: its (device, inode, type) or None, and its directory's (device,
-    inode) through any links (a directory swapped for a link elsewhere changes it)."""
-    try:
-        st = os.lstat(path)
-        own = (st.st_dev, st.st_ino, stat.S_IFMT(st.st_mode))
-    except FileNotFoundError:
-        own = None
-    try:
-        pst = os.stat(path.parent)
-        parent = (pst.st_dev, pst.st_ino)
-    except OSError:
-        parent = None
-    return own, parent
-
-
-class Publisher:
-    """Files written under temporary names, renamed into place together once all are complete.
-
-    ``publish`` renames with SIGINT and SIGTERM held back (delivered right after), so an
-    interrupt lands before the first rename or after the last; ``discard`` removes whatever
-    temporary is left (after a failure, every one of them).
-    """
-
-    def __init__(self, targets: Optional[dict] = None) -> None:
-        self.moves: list[tuple[Path, Path]] = []
-        self.targets = targets or {}  # final path -> its identity when the job checked it (see _identity)
-
-    def _recheck(self) -> None:
-        """Every target is still what the start-up check saw (under the job's locks): nothing that appeared,
-        was replaced, or had its directory swapped (for a symlink elsewhere) since is ever overwritten."""
-        for _, final in self.moves:
-            if final in self.targets and _identity(final) != self.targets[final]:
-                raise EngineError(
-                    f"{final} changed while the job ran (created, replaced, or its directory "
-                    "swapped); refusing to replace it: nothing was published and the finished shards "
-                    "are kept for --resume"
-                )
-            if final.is_dir() and not final.is_symlink():
-                check_replaceable(final, "the output")
-
-    def add(self, tmp: Path, final: Path) -> None:
-        self.moves.append((tmp, final))
-
-    def add_text(self, final: Path, text: str) -> None:
-        tmp = temp_path(final)
-        self.moves.append((tmp, final))
-        with open(tmp, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-
-    def publish(self) -> None:
-        import signal
-        import threading
-
-        main = threading.current_thread() is threading.main_thread()
-        held = {signal.SIGINT, signal.SIGTERM}
-        if main:
-            signal.pthread_sigmask(signal.SIG_BLOCK, held)
-        try:
-            self._recheck()
-            published = [final for _, final in self.moves]
-            for tmp, final in self.moves:
-                if final.is_dir() and not final.is_symlink():
-                    # An earlier directory output (checked to be ours): swap it out, then remove it.
-                    old = temp_path(final)
-                    os.replace(final, old)
-                    os.replace(tmp, final)
-                    shutil.rmtree(old)
-                else:
-                    os.replace(tmp, final)
-            self.moves = []
-            PUBLISHED.extend(published)  # a signal delivered from here on finds the job's outputs complete
-        finally:
-            if main:
-                signal.pthread_sigmask(signal.SIG_UNBLOCK, held)
-
-    def discard(self) -> None:
-        for tmp, _ in self.moves:
-            if tmp.is_dir() and not tmp.is_symlink():
-                shutil.rmtree(tmp, ignore_errors=True)
-            elif tmp.exists():
-                tmp.unlink()
-        self.moves = []
 
 
 class _TableSink:

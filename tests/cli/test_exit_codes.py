@@ -67,15 +67,15 @@ def test_a_file_vanishing_mid_job_is_a_job_failure_not_bad_input(tmp_path, capsy
 def test_a_signal_right_after_the_publish_exits_0_and_says_the_output_is_complete(
     tmp_path, capsys, monkeypatch, exc, word
 ):
-    from adherence.engine import _engine
+    from adherence.engine import _commit
 
-    original = _engine.Publisher.publish
+    original = _commit.Publisher.publish
 
     def publish_then_signal(self):
         original(self)
         raise exc()  # what the held-back signal does the moment the publish unblocks it
 
-    monkeypatch.setattr(_engine.Publisher, "publish", publish_then_signal)
+    monkeypatch.setattr(_commit.Publisher, "publish", publish_then_signal)
     out = tmp_path / "o.parquet"
     assert (
         main(

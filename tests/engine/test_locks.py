@@ -8,14 +8,14 @@ import textwrap
 import pytest
 
 from adherence.data import DataError
+from adherence.engine._commit import PathLock
 from adherence.engine._executors import EngineError
-from adherence.engine._safety import PathLock
 
 _HAMMER = textwrap.dedent("""
     import os, sys, time
     from pathlib import Path
     from adherence.engine._executors import EngineError
-    from adherence.engine._safety import PathLock
+    from adherence.engine._commit import PathLock
     lock_path, inside, n = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
     held = overlaps = 0
     while held < n:

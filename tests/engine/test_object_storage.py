@@ -4,11 +4,13 @@ server mode): the same results as a local run, atomic publish, ownership, leases
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
@@ -16,7 +18,7 @@ import pytest
 from adherence.data import DataError, write_table
 from adherence.data._storage import Remote
 from adherence.engine import Engine, EngineError
-from adherence.engine._safety import RemoteLease
+from adherence.engine._commit import RemoteLease
 
 pytest.importorskip("moto")
 
@@ -256,3 +258,135 @@ def test_ray_workers_read_and_write_shards_on_s3(s3, local_reference):
         ray.shutdown()
     assert res.summary["executor"] == "ray" and res.summary["shards"] >= 2
     _same_scores(_read(out), ref)
+
+
+# ---------------------------------------------------------------------------- what the commit protocol guarantees
+
+
+def _engine(**kw):
+    return Engine(method="cosine", shard_size=10, progress=False, n_bootstrap=0, **kw)
+
+
+def test_a_foreign_object_written_at_the_output_key_while_the_job_runs_is_never_overwritten(
+    s3, local_reference, monkeypatch
+):
+    from adherence.engine import _engine
+
+    src, _, _ = local_reference
+    out = Remote(f"{s3}/c1/scores.parquet")
+    original = _engine.Engine._finalize
+
+    def someone_writes_first(self, *a, **k):  # another writer puts an object at the key while the shards run
+        out.write_bytes(b"someone else's data")
+        return original(self, *a, **k)
+
+    monkeypatch.setattr(_engine.Engine, "_finalize", someone_writes_first)
+    with pytest.raises(EngineError, match="changed while the job ran"):
+        _engine.Engine(method="cosine", shard_size=10, progress=False, n_bootstrap=0).run(src, out.uri)
+    assert out.read_bytes() == b"someone else's data"
+    assert not out.with_name("scores.parquet.meta.json").exists()
+    assert not Remote(f"{s3}/c1/scores.sessions.parquet").exists()
+
+
+def test_a_signal_during_the_upload_is_an_interrupted_job_and_resume_finishes_the_publish(
+    s3, local_reference, monkeypatch, capsys
+):
+    from adherence.cli.main import main
+
+    src, ref, _ = local_reference
+    out = Remote(f"{s3}/c2/scores.parquet")
+    real = Remote.upload
+
+    def interrupted(self, local):  # SIGINT arrives while the output's data goes up
+        if self.name == "scores.parquet":
+            raise KeyboardInterrupt()
+        real(self, local)
+
+    monkeypatch.setattr(Remote, "upload", interrupted)
+    argv = ["score", str(src), "-o", out.uri, "--method", "cosine", "--shard-size", "10", "--no-progress"]
+    assert main(argv) == 130
+    err = capsys.readouterr().err
+    assert "nothing partial was published" in err and "complete" not in err
+    meta = json.loads(out.with_name("scores.parquet.meta.json").read_bytes())
+    assert meta["published"] is False  # the commit record says the data is not (yet) the output
+    assert not Remote(f"{s3}/c2/scores.sessions.parquet").exists()
+
+    monkeypatch.setattr(Remote, "upload", real)
+    assert main(argv + ["--resume"]) == 0
+    meta = json.loads(out.with_name("scores.parquet.meta.json").read_bytes())
+    assert meta["published"] is True and meta["summary"]["shards_resumed"] == meta["summary"]["shards"]
+    assert json.loads(Remote(f"{s3}/c2/scores.sessions.parquet.meta.json").read_bytes())["published"] is True
+    _same_scores(_read(out.uri), ref)
+
+
+def test_a_job_that_lost_its_lease_publishes_nothing(s3, local_reference, monkeypatch, capsys):
+    from adherence.cli.main import main
+    from adherence.engine import _engine
+
+    src, _, _ = local_reference
+    out = Remote(f"{s3}/c3/scores.parquet")
+    original = _engine.Engine._finalize
+
+    def stopped_past_the_lease(self, *a, **k):
+        # What another job does when this one was stopped (SIGSTOP) longer than the lease's ttl: it takes
+        # the lapsed lease over by writing its own record.
+        lock = out.with_name(".scores.parquet.lock")
+        taken = {"token": "f" * 32, "host": "other-host", "pid": 4242, "heartbeat": time.time(), "ttl": 60.0}
+        lock.write_bytes(json.dumps(taken).encode())
+        return original(self, *a, **k)
+
+    monkeypatch.setattr(_engine.Engine, "_finalize", stopped_past_the_lease)
+    argv = ["score", str(src), "-o", out.uri, "--method", "cosine", "--shard-size", "10", "--no-progress"]
+    assert main(argv) == 1
+    err = capsys.readouterr().err.strip()
+    assert "lost the lease on the output" in err and "pid 4242" in err and len(err.splitlines()) == 1
+    assert not out.exists() and not out.with_name("scores.parquet.meta.json").exists()
+    # The lease is the other job's: never released (deleted) by the job that lost it.
+    assert json.loads(out.with_name(".scores.parquet.lock").read_bytes())["pid"] == 4242
+
+
+def test_a_busy_output_is_named_by_its_object(s3, local_reference):
+    src, _, _ = local_reference
+    out = f"{s3}/c4/scores.parquet"
+    lease = RemoteLease(Remote(f"{s3}/c4/.scores.parquet.lock"), "the output", subject=out).acquire()
+    try:
+        with pytest.raises(EngineError, match=rf"^the output {re.escape(out)} is in use by another adherence job") as e:
+            _engine().run(src, out)
+        assert "output output" not in str(e.value)
+    finally:
+        lease.release()
+
+
+def test_staging_left_by_a_killed_job_is_removed_and_a_job_leaves_none(s3, local_reference, tmp_path):
+    import tempfile
+
+    src, _, _ = local_reference
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    pid = int(dead.stdout)
+    left = Path(tempfile.gettempdir()) / f"adherence-staging-{pid}-abc123"
+    (left / "work" / "shards").mkdir(parents=True)
+    (left / "work" / "shards" / "input-00000.arrow").write_bytes(b"a killed job's shard")
+    someone = Path(tempfile.gettempdir()) / f"adherence-staging-{pid}-theirs"
+    someone.mkdir()
+    (someone / "notes.txt").write_text("not a job's staging")  # named like one, holding something else: kept
+    try:
+        _engine().run(src, f"{s3}/c5/scores.parquet")
+        assert not left.exists() and (someone / "notes.txt").exists()
+        assert not list(Path(tempfile.gettempdir()).glob(f"adherence-staging-{os.getpid()}-*"))
+    finally:
+        shutil.rmtree(left, ignore_errors=True)
+        shutil.rmtree(someone, ignore_errors=True)
+
+
+def test_a_job_that_fails_early_leaves_no_trace_in_an_object_storage_work_dir(s3, tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(
+        json.dumps({"conversation_id": "a", "turn_index": 0, "role": "r", "assistant": "x"})
+        + "\n"
+        + json.dumps({"conversation_id": "a", "turn_index": "zero", "role": "r", "assistant": "y"})
+        + "\n"
+    )
+    work = Remote(f"{s3}/c6/work")
+    with pytest.raises(DataError, match="turn_index"):
+        Engine(method="kl", progress=False, work_dir=work.uri).run(bad, tmp_path / "o.parquet")
+    assert work.walk() == []  # as on a local disk: nothing worth resuming, so nothing left behind
