@@ -8,6 +8,7 @@ import sys
 from typing import Iterator
 
 from .._errors import OptionError
+from .._options import model_name
 
 __all__ = [
     "HelpFormatter",
@@ -122,6 +123,7 @@ def add_judge_args(p: argparse.ArgumentParser, *, device: bool = True) -> argpar
     j = p.add_argument_group("judge")
     j.add_argument(
         "--judge-model",
+        type=model_name,
         help="judge: local path, hub id in the local cache, or the server's model name "
         "(default: the bundled SmolLM2-135M-Instruct, a smoke-test judge)",
     )

@@ -11,7 +11,9 @@ import argparse
 from pathlib import Path
 from typing import Optional, Sequence
 
-__all__ = ["apply_job_file", "job_file_argument"]
+from .._options import is_file_option, is_model_option
+
+__all__ = ["apply_job_file", "job_file_argument", "names_a_file"]
 
 
 def job_file_argument(argv: Sequence[str]) -> Optional[str]:
@@ -43,30 +45,9 @@ def _yaml_load(text: str):
     return yaml.load(text, Loader=Loader)  # noqa: S506 - a SafeLoader subclass
 
 
-# Options whose values are files or directories: a relative value in a job file names a path beside the job
-# file (as an include would), not beside wherever the job happens to be started from.
-PATH_OPTIONS = {
-    "input",
-    "output",
-    "sessions_output",
-    "work_dir",
-    "calibration",
-    "role_file",
-    "judge_template",
-    "judge_cache",
-    "ground_truth",
-    "rubric",
-    "artifacts",
-    "reference",
-    "simulation",
-    "system_prompt",
-    "html",
-    "persona_csv",
-    "benchmark",
-    "corpus",
-}
-# Model options may be a local path or a hub / server name: resolved only when the path beside the job file exists.
-MODEL_OPTIONS = {"judge_model", "encoder", "nli_model"}
+# A relative value of an option that names a file (declared with ``type=file_path``) is a path beside the job
+# file, as an include's would be, not beside wherever the job happens to be started from; one that names a model
+# (``type=model_name``) is a path beside it only when that path exists (else a hub id or a served model's name).
 MAX_JOB_FILE_BYTES = 1 << 20
 
 
@@ -113,12 +94,17 @@ def _load(path: str) -> dict:
     return data
 
 
-def _beside_job_file(dest: str, value, base: Path):
+def names_a_file(action: argparse.Action) -> bool:
+    """The option's value is a file or a model, by its declaration (see ``adherence._options``)."""
+    return is_file_option(action) or is_model_option(action)
+
+
+def _beside_job_file(action: argparse.Action, value, base: Path):
     """A relative path option resolved against the job file's directory (URIs, ``bundled:`` and ``-`` kept)."""
     if isinstance(value, list):
-        return [_beside_job_file(dest, v, base) for v in value]
+        return [_beside_job_file(action, v, base) for v in value]
     if (
-        dest not in PATH_OPTIONS | MODEL_OPTIONS
+        not names_a_file(action)
         or not isinstance(value, str)
         or not value
         or value == "-"
@@ -128,7 +114,7 @@ def _beside_job_file(dest: str, value, base: Path):
     ):
         return value
     resolved = base / value
-    if dest in MODEL_OPTIONS and not resolved.exists():
+    if is_model_option(action) and not resolved.exists():
         return value  # a hub id or a served model's name
     return str(resolved)
 
@@ -138,9 +124,15 @@ def apply_job_file(parser: argparse.ArgumentParser, path: str) -> dict:
     from ..data import DataError
 
     data = _load(path)
-    actions = {
-        a.dest: a for a in parser._actions if a.dest not in ("help", "config_file") and not a.dest.startswith("_")
-    }
+    # A key names an option by its flag (``judge-layout``) or by what it sets (``layout``).
+    actions = {}
+    for a in parser._actions:
+        if a.dest in ("help", "config_file") or a.dest.startswith("_"):
+            continue
+        actions[a.dest] = a
+        for flag in a.option_strings:
+            if flag.startswith("--"):
+                actions.setdefault(flag[2:].replace("-", "_"), a)
     values = {}
     for key, value in data.items():
         dest = str(key).replace("-", "_").lstrip("_")
@@ -156,6 +148,8 @@ def apply_job_file(parser: argparse.ArgumentParser, path: str) -> dict:
         if isinstance(action, (argparse._StoreTrueAction, argparse._StoreFalseAction)):
             if not isinstance(value, bool):
                 raise DataError(f"option {key!r} is a flag: true or false, got {value!r}", file=path)
+            if isinstance(action, argparse._StoreFalseAction) and dest != action.dest:
+                value = not value  # `no-full-vocab: true` is the flag given: full_vocab is False
         elif action.nargs in ("+", "*"):
             value = value if isinstance(value, list) else [value]
             value = [convert(v) if convert else (v if isinstance(v, str) else str(v)) for v in value]
@@ -170,8 +164,8 @@ def apply_job_file(parser: argparse.ArgumentParser, path: str) -> dict:
                     raise DataError(
                         f"option {key!r}: {v!r} is not one of {', '.join(map(str, action.choices))}", file=path
                     )
-        value = _beside_job_file(dest, value, Path(path).resolve().parent)
+        value = _beside_job_file(action, value, Path(path).resolve().parent)
         action.required = False  # given by the file; a flag on the command line still overrides it
-        values[dest] = value
+        values[action.dest] = value
     parser.set_defaults(**values)
     return values

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from .._errors import OptionError
+from .._options import file_path, model_name
 from .main import Command
 
 
@@ -17,7 +18,9 @@ def _judge_args(p: argparse.ArgumentParser, cache: bool = True) -> None:
     add_judge_args(p)
     if cache:
         p.add_argument(
-            "--judge-cache", help="SQLite judge-call cache: a re-run costs nothing, an interrupted one resumes"
+            "--judge-cache",
+            type=file_path,
+            help="SQLite judge-call cache: a re-run costs nothing, an interrupted one resumes",
         )
 
 
@@ -87,16 +90,23 @@ class AuditCommand(Command):
     def add_args(self, p: argparse.ArgumentParser) -> None:
         sub = p.add_subparsers(dest="audit", metavar="STEP", required=True)
         r = sub.add_parser("rubric", help="draft objective and subjective rubric questions from a system prompt")
-        r.add_argument("--system-prompt", required=True, help="file holding the application's system prompt")
         r.add_argument(
-            "-o", "--output", required=True, help="rubric file to write (.yaml or .json), for a person to review"
+            "--system-prompt", type=file_path, required=True, help="file holding the application's system prompt"
+        )
+        r.add_argument(
+            "-o",
+            "--output",
+            type=file_path,
+            required=True,
+            help="rubric file to write (.yaml or .json), for a person to review",
         )
         r.add_argument("--max-tokens", type=int, default=512, help="token budget of each drafting pass")
         _judge_args(r, cache=False)
         run = sub.add_parser("run", help="answer the rubric for every artifact, k times")
-        run.add_argument("--rubric", required=True, help="reviewed rubric file (.yaml or .json)")
+        run.add_argument("--rubric", type=file_path, required=True, help="reviewed rubric file (.yaml or .json)")
         run.add_argument(
             "--artifacts",
+            type=file_path,
             required=True,
             help="artifacts table {artifact_id, generator, filled_prompt, output, ...inputs}",
         )
@@ -124,13 +134,15 @@ class AuditCommand(Command):
             "question answered Yes/No from the first token's P(yes), then the evidence generated (every answer "
             "parses: for small judges)",
         )
-        run.add_argument("--encoder", help="encoder for reasoning stability (default: bundled all-MiniLM-L6-v2)")
+        run.add_argument(
+            "--encoder", type=model_name, help="encoder for reasoning stability (default: bundled all-MiniLM-L6-v2)"
+        )
         run.add_argument("--eps", type=float, default=0.05, help="DBSCAN cosine eps (default 0.05)")
-        run.add_argument("-o", "--output", required=True, help="output directory")
+        run.add_argument("-o", "--output", type=file_path, required=True, help="output directory")
         _judge_args(run)
         rep = sub.add_parser("report", help="tables in the terminal and an HTML page with plots")
         rep.add_argument("output", help="an `audit run` output directory")
-        rep.add_argument("--html", help="HTML path (default: OUTPUT/report.html)")
+        rep.add_argument("--html", type=file_path, help="HTML path (default: OUTPUT/report.html)")
         rep.add_argument("--json", action="store_true", help="print the metrics as JSON instead of the tables")
 
     def run(self, args: argparse.Namespace) -> int:

@@ -6,6 +6,7 @@ import argparse
 import json
 
 from .._errors import OptionError
+from .._options import file_path, model_name
 from ._common import comma_ints
 from .main import Command
 
@@ -22,16 +23,17 @@ class BenchCommand(Command):
         rp = sub.add_parser("role-paper", help="role-adherence methods on a flat benchmark file at n = 15, 50, 150")
         rp.add_argument(
             "benchmark",
+            type=file_path,
             help="flat benchmark JSON [{role, assistant, ground_truth_assistant, label}] or any turns table",
         )
         rp.add_argument("--sizes", default="15,50,150", help="comma-separated n (default 15,50,150)")
-        rp.add_argument("--encoder", help="encoder path (default: bundled all-MiniLM-L6-v2)")
+        rp.add_argument("--encoder", type=model_name, help="encoder path (default: bundled all-MiniLM-L6-v2)")
         rp.add_argument("--bertscore", action="store_true", help="include bertscore (with --encoder's model)")
         rp.add_argument("--bertscore-layer", type=int, help="hidden layer for bertscore (default: the last)")
-        rp.add_argument("--nli-model", help="include nli with this local model")
+        rp.add_argument("--nli-model", type=model_name, help="include nli with this local model")
         rp.add_argument("--device", help="cuda, cpu, ... (default: cuda when available)")
         rp.add_argument("--json", action="store_true", help="print JSON instead of the table")
-        rp.add_argument("-o", "--output", help="also write the JSON here")
+        rp.add_argument("-o", "--output", type=file_path, help="also write the JSON here")
         kb = sub.add_parser(
             "kernels",
             help="fused scoring kernels vs torch eager: rows/s, GB/s, TFLOP/s and the ratio "
@@ -52,7 +54,7 @@ class BenchCommand(Command):
             "well (e.g. 10000,100000,1000000; rows are chosen for ~2e14 FLOP per call)",
         )
         kb.add_argument("--device", help="cuda, cpu, ... (default: cuda when available)")
-        kb.add_argument("-o", "--output", help="also write the JSON here")
+        kb.add_argument("-o", "--output", type=file_path, help="also write the JSON here")
         mb = sub.add_parser("maxsim", help="late-interaction MaxSim over 1000-document pools: queries/s (JSON)")
         mb.add_argument("--queries", type=int, default=32, help="persona queries, each against its own pool")
         mb.add_argument("--pool", type=int, default=1000, help="documents per query's pool (default 1000)")
@@ -69,28 +71,29 @@ class BenchCommand(Command):
         mb.add_argument("--repeats", type=int, default=5, help="timed repetitions (the median is reported)")
         mb.add_argument("--no-baseline", action="store_true", help="skip the padded per-query baseline")
         mb.add_argument("--device", help="cuda, cpu, ... (default: cuda when available)")
-        mb.add_argument("-o", "--output", help="also write the JSON here")
+        mb.add_argument("-o", "--output", type=file_path, help="also write the JSON here")
         nb = sub.add_parser(
             "encoder", help="sentence encoder vs sentence-transformers on the same texts: texts/s (JSON)"
         )
         nb.add_argument("--texts", type=int, default=2000, help="distinct texts to encode")
         nb.add_argument(
             "--persona-csv",
+            type=file_path,
             help="take the texts from a Synthetic-Persona-Chat CSV's utterances (default: synthetic chat-length texts)",
         )
-        nb.add_argument("--encoder", help="encoder path (default: bundled all-MiniLM-L6-v2)")
+        nb.add_argument("--encoder", type=model_name, help="encoder path (default: bundled all-MiniLM-L6-v2)")
         nb.add_argument(
             "--dtype", choices=["float32", "bfloat16", "float16"], help="our dtype (default: bf16 on GPU, fp32 on CPU)"
         )
         nb.add_argument("--repeats", type=int, default=3, help="timed repetitions (the median is reported)")
         nb.add_argument("--device", help="cuda, cpu, ... (default: cuda when available)")
-        nb.add_argument("-o", "--output", help="also write the JSON here")
+        nb.add_argument("-o", "--output", type=file_path, help="also write the JSON here")
         pb = sub.add_parser(
             "persona",
             help="the EVAL4SIM protocol end to end on one corpus: wall time, where it "
             "goes, and agreement with a run elsewhere (JSON)",
         )
-        pb.add_argument("reference", help="the corpus (e.g. Synthetic-Persona-Chat_valid.csv)")
+        pb.add_argument("reference", type=file_path, help="the corpus (e.g. Synthetic-Persona-Chat_valid.csv)")
         pb.add_argument(
             "--baseline",
             help="`adherence persona -o` JSON of the same corpus from another machine: AUCs "
@@ -99,7 +102,7 @@ class BenchCommand(Command):
         pb.add_argument("--repeats", type=int, default=10, help="random pools per query and pool size")
         pb.add_argument("--limit", type=int, help="read only the first N conversations")
         pb.add_argument("--device", help="cuda, cpu, ... (default: cuda when available)")
-        pb.add_argument("-o", "--output", help="also write the JSON here")
+        pb.add_argument("-o", "--output", type=file_path, help="also write the JSON here")
         eb = sub.add_parser("engine", help="engine turns/s, local vs ray, and peak memory (JSON)")
         eb.add_argument("--turns", type=int, default=1_000_000, help="synthetic turns in the large input")
         eb.add_argument("--small", type=int, help="the smaller input for the memory comparison (default turns/10)")
@@ -109,7 +112,7 @@ class BenchCommand(Command):
         eb.add_argument(
             "--executors", help="comma-separated executors to compare (default: local, and ray when it is installed)"
         )
-        eb.add_argument("-o", "--output", help="also write the JSON here")
+        eb.add_argument("-o", "--output", type=file_path, help="also write the JSON here")
         jb = sub.add_parser(
             "judge",
             help="judge turns/s without reuse (ratio to the measured matmul peak), with "
@@ -119,6 +122,7 @@ class BenchCommand(Command):
         jb.add_argument(
             "--judge-model",
             "--model",
+            type=model_name,
             dest="judge_model",
             help="judge model (default: the bundled SmolLM2-135M-Instruct)",
         )
@@ -158,7 +162,7 @@ class BenchCommand(Command):
             choices=["float32", "bfloat16", "float16"],
             help="model dtype (default: bf16 on GPU, fp32 on CPU)",
         )
-        jb.add_argument("-o", "--output", help="also write the JSON here")
+        jb.add_argument("-o", "--output", type=file_path, help="also write the JSON here")
         jr = sub.add_parser(
             "judge-race",
             help="transformers vs vLLM (and a server) on the same prompts, model and "
@@ -166,6 +170,7 @@ class BenchCommand(Command):
         )
         jr.add_argument(
             "--judge-model",
+            type=model_name,
             required=True,
             help="a transformers judge directory (e.g. from `adherence models export-judge`)",
         )
@@ -177,7 +182,7 @@ class BenchCommand(Command):
         jr.add_argument("--base-url", help="openai backend: the server (same model and dtype)")
         jr.add_argument("--served-model", help="openai backend: the server's model name")
         jr.add_argument("--vllm-kv-cache-gb", type=float, default=2.0, help="vllm on CPU: KV-cache size")
-        jr.add_argument("-o", "--output", help="also write the JSON here")
+        jr.add_argument("-o", "--output", type=file_path, help="also write the JSON here")
 
     def run(self, args: argparse.Namespace) -> int:
         if args.bench == "role-paper":

@@ -7,6 +7,7 @@ import json
 import sys
 
 from .._errors import OptionError
+from .._options import file_path
 from ._labelled import format_calibration, read_metadata, resolve_columns
 from .main import Command
 
@@ -17,12 +18,14 @@ class CalibrateCommand(Command):
     def add_args(self, p: argparse.ArgumentParser) -> None:
         p.add_argument(
             "input",
+            type=file_path,
             help="labelled scores: an `adherence score` output with a label column (.parquet, "
             ".jsonl, .csv), or any table with a score and a label column",
         )
         p.add_argument(
             "-o",
             "--output",
+            type=file_path,
             required=True,
             metavar="CAL.json",
             help="the calibration file, for `score --calibration` and `evaluate --calibration`",
@@ -57,7 +60,9 @@ class CalibrateCommand(Command):
         p.add_argument("--seed", type=int, default=42, help="folds and bootstrap seed (default 42)")
         p.add_argument("--level", type=float, default=0.95, help="confidence level (default 0.95)")
         p.add_argument("--format", help="override the input format (parquet, jsonl, csv, json)")
-        p.add_argument("--html", metavar="OUT", help="also write a page with the reliability diagram and threshold")
+        p.add_argument(
+            "--html", type=file_path, metavar="OUT", help="also write a page with the reliability diagram and threshold"
+        )
         p.add_argument("--json", action="store_true", help="print the calibration file instead of a table")
 
     def run(self, args: argparse.Namespace) -> int:

@@ -7,6 +7,7 @@ import json
 import sys
 
 from .._errors import OptionError
+from .._options import file_path
 from ._labelled import format_calibration, format_evaluation, read_metadata, resolve_columns
 from .main import Command
 
@@ -15,7 +16,7 @@ class EvaluateCommand(Command):
     name = "evaluate"
 
     def add_args(self, p: argparse.ArgumentParser) -> None:
-        p.add_argument("input", help="table to read: .parquet, .jsonl, .csv, or an adapter .json")
+        p.add_argument("input", type=file_path, help="table to read: .parquet, .jsonl, .csv, or an adapter .json")
         p.add_argument(
             "--score",
             help="score column, higher = more adherent (default: `score` when the table has "
@@ -43,10 +44,16 @@ class EvaluateCommand(Command):
         p.add_argument("--level", type=float, default=0.95, help="confidence level (default 0.95)")
         p.add_argument("--format", help="override the input format (parquet, jsonl, csv, json)")
         p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
-        p.add_argument("-o", "--output", help="also write the results as JSON here")
-        p.add_argument("--html", metavar="OUT", help="write an HTML page with the ROC curve and score distributions")
+        p.add_argument("-o", "--output", type=file_path, help="also write the results as JSON here")
+        p.add_argument(
+            "--html",
+            type=file_path,
+            metavar="OUT",
+            help="write an HTML page with the ROC curve and score distributions",
+        )
         p.add_argument(
             "--calibration",
+            type=file_path,
             metavar="CAL.json",
             help="apply a calibration from `adherence calibrate`: predictions become score >= its "
             "threshold, and balanced accuracy and ECE are shown before and after (with a reliability "

@@ -198,12 +198,13 @@ def _main(argv: Optional[Sequence[str]]) -> int:
     args = parser.parse_args(argv)
     if job_values:
         args._job_file, args._job_values = job, job_values
-        from ._jobfile import MODEL_OPTIONS, PATH_OPTIONS
+        from ._jobfile import names_a_file
 
+        files = {a.dest for a in sub._actions if names_a_file(a)} if sub is not None else set()
         used = [
             f"{d.replace('_', '-')}={getattr(args, d)}"
             for d, v in job_values.items()
-            if d in PATH_OPTIONS | MODEL_OPTIONS and getattr(args, d, None) == v and v is not None
+            if d in files and getattr(args, d, None) == v and v is not None
         ]
         if used and not getattr(args, "quiet", False):  # which files the job file points at, resolved
             print(f"{job}: {', '.join(used)}", file=sys.stderr)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from .._options import model_name
 from .main import Command
 
 
@@ -21,6 +22,7 @@ class ModelsCommand(Command):
         ex.add_argument("output", help="new directory to write (never replaced if it exists)")
         ex.add_argument(
             "--judge-model",
+            type=model_name,
             help="a GGUF judge: a directory with one .gguf file, or bundled:... "
             "(default: the bundled SmolLM2-135M-Instruct)",
         )

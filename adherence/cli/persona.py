@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from .._errors import OptionError
+from .._options import file_path, model_name
 from ._common import comma_ints
 from .main import Command
 
@@ -83,12 +84,14 @@ class PersonaCommand(Command):
     def add_args(self, p: argparse.ArgumentParser) -> None:
         p.add_argument(
             "--reference",
+            type=file_path,
             required=True,
             help="human corpus: PersonaChat *_self_original.txt, "
             "Synthetic-Persona-Chat CSV, or a directory with conversations.<ext> and personas.<ext>",
         )
         p.add_argument(
             "--simulation",
+            type=file_path,
             action="append",
             default=[],
             metavar="SIM",
@@ -121,13 +124,16 @@ class PersonaCommand(Command):
         p.add_argument("--seed", type=int, default=0, help="seed of the random pools and query subsets")
         p.add_argument(
             "--encoder",
+            type=model_name,
             help="token/sentence encoder: local path or ColBERT checkpoint (default: bundled all-MiniLM-L6-v2)",
         )
-        p.add_argument("--nli-model", help="local NLI model for naturalness (skipped without one)")
+        p.add_argument("--nli-model", type=model_name, help="local NLI model for naturalness (skipped without one)")
         p.add_argument("--device", help="cuda, cpu, ... (default: CUDA when available)")
         p.add_argument("--json", action="store_true", help="print JSON instead of the table")
-        p.add_argument("-o", "--output", help="write the results as JSON here")
-        p.add_argument("--html", metavar="PATH", help="write the HTML page with the curves and tables here")
+        p.add_argument("-o", "--output", type=file_path, help="write the results as JSON here")
+        p.add_argument(
+            "--html", type=file_path, metavar="PATH", help="write the HTML page with the curves and tables here"
+        )
 
     def run(self, args: argparse.Namespace) -> int:
         from ..persona import PersonaConfig, evaluate_persona

@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from .._errors import OptionError
+from .._options import file_path
 from .main import Command
 
 
@@ -59,10 +60,14 @@ class ScoreCommand(Command):
     name = "score"
 
     def add_args(self, p: argparse.ArgumentParser) -> None:
-        from ..role import METHODS
+        from .._options import add_arguments
+        from ..engine import EngineOptions
+        from ..judges import JudgeConfig
+        from ..role import RoleConfig
 
         p.add_argument(
             "input",
+            type=file_path,
             nargs="?",
             help="turns or chat transcripts: .parquet (file or directory), .jsonl, .csv, "
             ".json, .arrow, or a Hugging Face dataset directory (save_to_disk)",
@@ -80,46 +85,22 @@ class ScoreCommand(Command):
             help="llm_judge: print turns, judge calls and token counts (prompt, after prefix sharing, "
             "generated) without loading the judge model, then exit",
         )
-        p.add_argument(
-            "--input-format",
-            default="auto",
-            choices=["auto", "turns", "openai", "sharegpt"],
-            help="auto (default): flat turns, or OpenAI {messages} / ShareGPT {conversations} transcripts "
-            "detected from the first record",
-        )
+        add_arguments(p, EngineOptions, ["input_format"])
         p.add_argument(
             "--role", dest="role_text", metavar="TEXT", help="role definition for transcripts without a system message"
         )
-        p.add_argument("--role-file", metavar="FILE", help="like --role, read from a file")
-        p.add_argument(
-            "--strict-input",
-            action="store_true",
-            help="a malformed transcript is an error (default: skipped with a warning and counted)",
-        )
+        p.add_argument("--role-file", type=file_path, metavar="FILE", help="like --role, read from a file")
+        add_arguments(p, EngineOptions, ["strict_input"])
         p.add_argument(
             "-o",
             "--output",
+            type=file_path,
             help="turn scores: .parquet, .jsonl or .csv, a local path or an "
             "s3:// / gs:// / hdfs:// URI (required unless --dry-run)",
         )
-        p.add_argument(
-            "--method", default="llm_judge", choices=list(METHODS), help="scoring method (default llm_judge)"
-        )
-        p.add_argument(
-            "--ground-truth",
-            metavar="FILE",
-            help="reference replies for the reference methods (cosine, knn, bertscore, nli, kl, "
-            "mahalanobis): .jsonl/.csv/.parquet with conversation_id, turn_index (0-based) and "
-            "ground_truth_assistant (or references, a list, for knn); fills turns that have none",
-        )
-        p.add_argument(
-            "--references",
-            dest="reference_pool",
-            default="per_turn",
-            choices=["per_turn", "dataset"],
-            help="knn reference pool: each turn's references, or every ground truth of the set",
-        )
-        p.add_argument("--alpha", default="median", help="Mahalanobis scale: a number or 'median' (default)")
+        add_arguments(p, RoleConfig, ["method"])
+        add_arguments(p, EngineOptions, ["ground_truth"])
+        add_arguments(p, RoleConfig, ["reference_pool", "alpha"])
         p.add_argument(
             "--threshold",
             type=float,
@@ -127,157 +108,51 @@ class ScoreCommand(Command):
         )
         p.add_argument(
             "--calibration",
+            type=file_path,
             metavar="CAL.json",
             help="apply a calibration from `adherence calibrate`: its threshold decides `prediction` and "
             "sessions, and `calibrated_score` holds the mapped probability (recorded in the metadata)",
         )
+        add_arguments(p, RoleConfig, ["calibration_any_judge", "strict_mode", "session_mode"])
         p.add_argument(
-            "--calibration-any-judge",
-            action="store_true",
-            help="apply a --calibration fitted on another judge's or prompt layout's scores (refused by default)",
+            "--sessions-output",
+            type=file_path,
+            help="session scores file (default: OUTPUT with .sessions before the extension)",
         )
-        p.add_argument(
-            "--strict",
-            action="store_true",
-            help="a session is 1 only if every turn was scored and reaches the threshold (an unscored or "
-            "error turn makes it 0)",
-        )
-        p.add_argument(
-            "--session-mode",
-            default="mean",
-            choices=["mean", "threshold_mean"],
-            help="session score: mean turn score (default), or threshold_mean: the share of turns at or "
-            "above the threshold (pygaussia's binary session score)",
-        )
-        p.add_argument(
-            "--sessions-output", help="session scores file (default: OUTPUT with .sessions before the extension)"
-        )
-        p.add_argument("--encoder", help="encoder: local path, bundled:all-MiniLM-L6-v2 (default) or a cached hub id")
-        p.add_argument("--nli-model", help="local path of an NLI model (method nli)")
-        p.add_argument("--bertscore-layer", type=int, help="hidden layer for bertscore (default: last)")
-        p.add_argument("--idf", action="store_true", help="idf-weighted bertscore")
-        p.add_argument("--baseline", type=float, help="bertscore F1 baseline for rescaling")
+        add_arguments(p, RoleConfig, ["encoder", "nli_model", "bertscore_layer", "bertscore_idf", "bertscore_baseline"])
         from ._common import add_judge_args
 
         j = add_judge_args(p, device=False)
-        j.add_argument(
-            "--output-mode",
-            default="continuous",
-            choices=["binary", "continuous"],
-            help="continuous: P(yes) at the first answer token (default; exact over the whole vocabulary "
-            "in-process); binary: a YES/NO verdict",
-        )
-        j.add_argument(
-            "--granularity",
-            default="turn",
-            choices=["turn", "conversation"],
-            help="turn: one judge call per turn with its history (default); conversation: one call per "
-            "conversation with a verdict per turn (binary)",
-        )
-        j.add_argument(
-            "--top-logprobs",
-            type=int,
-            default=20,
-            metavar="K",
-            help="first-token log-probabilities read from servers / with --no-full-vocab (default 20)",
-        )
-        j.add_argument(
-            "--no-full-vocab",
-            action="store_true",
-            help="transformers backend: read P(yes) from the top-K like a server instead of the exact "
-            "whole-vocabulary sum",
-        )
-        j.add_argument(
-            "--yes-tokens",
-            nargs="+",
-            metavar="TOKEN",
-            help="token texts that count as a yes (default: yes; case and spaces ignored)",
-        )
-        j.add_argument("--no-tokens", nargs="+", metavar="TOKEN", help="token texts that count as a no (default: no)")
-        j.add_argument(
-            "--max-history",
-            type=int,
-            metavar="N",
-            help="keep only the last N earlier exchanges in each turn's prompt (default: all)",
-        )
+        add_arguments(j, JudgeConfig, ["output_mode", "granularity", "top_k", "full_vocab", "yes_tokens", "no_tokens"])
+        add_arguments(j, JudgeConfig, ["max_history"])
         j.add_argument(
             "--judge-template",
+            type=file_path,
             metavar="FILE",
             help="per-turn prompt template with {role} {history} {user} {assistant}, ending with the question",
         )
-        j.add_argument("--judge-system", metavar="TEXT", help="a system message sent with every judge prompt")
-        j.add_argument(
-            "--judge-layout",
-            default="user",
-            choices=["user", "system", "pygaussia"],
-            help="user: the prompt is the user message (default); system: the filled prompt is the system "
-            "message and the user message asks for the verdict; pygaussia: the papers' prompt exactly as "
-            "pygaussia sends it (filled prompt as the system message, the turn's user text as the user "
-            "message) -- use it to reproduce the paper",
-        )
-        j.add_argument(
-            "--samples",
-            type=int,
-            default=1,
-            metavar="K",
-            help="self-consistency: K judge calls per turn, majority verdict (binary, needs --temperature "
-            "> 0) with the agreement share in llm_judge_agreement (default 1)",
-        )
-        j.add_argument("--include-reason", action="store_true", help="store a generated justification in `reason`")
-        j.add_argument("--judge-cache", help="SQLite judge-call cache (re-runs cost nothing; interrupted runs resume)")
-        j.add_argument(
-            "--binary-fallback",
-            action="store_true",
-            help="continuous mode on a provider without logprobs: fall back to binary verdicts",
-        )
+        add_arguments(j, JudgeConfig, ["system", "layout", "samples", "include_reason", "cache", "binary_fallback"])
         j.add_argument(
             "--no-prefix-sharing", action="store_true", help="transformers backend: one forward pass per turn"
         )
-        j.add_argument(
-            "--temperature",
-            type=float,
-            default=0.0,
-            help="sampling temperature of generated verdicts and reasons (default 0: greedy)",
-        )
+        add_arguments(j, JudgeConfig, ["temperature"])
         e = p.add_argument_group("engine")
-        e.add_argument("--executor", default="local", choices=["local", "ray"], help="where shards run (default local)")
-        e.add_argument("--ray-address", help="an existing Ray cluster (default: start a local one)")
-        e.add_argument(
-            "--num-workers",
-            type=int,
-            help="Ray actors (default: one per --gpus-per-worker GPUs of the "
-            "cluster, else 1; more CPU workers than the cluster's CPUs run as fewer, with a warning)",
+        add_arguments(
+            e,
+            EngineOptions,
+            [
+                "executor",
+                "ray_address",
+                "num_workers",
+                "gpus_per_worker",
+                "tensor_parallel",
+                "stall_timeout",
+                "shard_size",
+                "resume",
+                "work_dir",
+                "keep_work_dir",
+            ],
         )
-        e.add_argument(
-            "--gpus-per-worker",
-            type=float,
-            default=0.0,
-            help="GPUs per Ray actor (1: one actor per GPU); each proves CUDA sees its GPU before a shard",
-        )
-        e.add_argument(
-            "--judge-tensor-parallel",
-            type=int,
-            default=1,
-            metavar="N",
-            help="vllm backend: each judge replica over N GPUs (tensor parallel); with --executor ray one "
-            "placement group of N GPUs on one node per replica, each GPU checked before the first shard",
-        )
-        e.add_argument(
-            "--stall-timeout",
-            type=float,
-            default=300.0,
-            metavar="S",
-            help="Ray: seconds a worker may go unheard (node lost, no room elsewhere) before its shard "
-            "moves to the others; none left: exit 1 naming the missing resources, work dir kept",
-        )
-        e.add_argument("--shard-size", type=int, default=100_000, help="turns per shard; conversations never split")
-        e.add_argument("--resume", action="store_true", help="reuse the finished shards of an interrupted run")
-        e.add_argument(
-            "--work-dir",
-            help="shards and checkpoints (default: OUTPUT.work; removed after success); "
-            "a local path or an s3:// / gs:// / hdfs:// URI every worker can reach",
-        )
-        e.add_argument("--keep-work-dir", action="store_true", help="keep the work directory after success")
         e.add_argument(
             "--max-error-rate",
             type=float,
@@ -286,16 +161,11 @@ class ScoreCommand(Command):
             help="exit 1 when more than this fraction of rows is status=error (default 1.0: only when "
             "nothing was scored or a shard failed)",
         )
-        p.add_argument("--device", help="cuda, cpu, ... (default: cuda when available)")
-        p.add_argument(
-            "--batch-size",
-            type=int,
-            help="encoder texts per forward pass (default 64 on CPU, up to 4096 within 65536 padded tokens on a GPU)",
-        )
-        p.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples for session CIs (0: none)")
-        p.add_argument("--seed", type=int, default=42, help="seed of the session bootstrap (default 42)")
+        add_arguments(p, RoleConfig, ["device", "batch_size"])
+        add_arguments(p, EngineOptions, ["n_bootstrap", "seed"])
 
     def run(self, args: argparse.Namespace) -> int:
+        from .._options import values
         from ..role import RoleConfig
 
         if not 0.0 <= args.max_error_rate <= 1.0:
@@ -340,22 +210,9 @@ class ScoreCommand(Command):
             judge = JudgeConfig(
                 model=args.judge_model,
                 backend=args.backend,
-                output_mode=args.output_mode,
-                granularity=args.granularity,
-                include_reason=args.include_reason,
-                cache=args.judge_cache,
-                binary_fallback=args.binary_fallback,
-                temperature=args.temperature,
                 backend_options=opts,
-                top_k=args.top_logprobs,
-                full_vocab=not args.no_full_vocab,
-                yes_tokens=args.yes_tokens,
-                no_tokens=args.no_tokens,
-                max_history=args.max_history,
                 template=template,
-                system=args.judge_system,
-                layout=args.judge_layout,
-                samples=args.samples,
+                **values(JudgeConfig, args),
             )
         threshold, calibration = args.threshold, None
         if args.calibration:
@@ -374,27 +231,15 @@ class ScoreCommand(Command):
                     "the score's scale depends on each job, so a fitted threshold does not carry over"
                 )
             if args.method == "llm_judge" and not args.calibration_any_judge:
-                cal.check_layout(args.judge_layout)
+                cal.check_layout(args.layout)
             threshold = cal.threshold
             calibration = dict(cal.describe(), map=cal.map.to_dict())
         config = RoleConfig(
-            method=args.method,
-            encoder=args.encoder,
-            reference_pool=args.reference_pool,
-            alpha=args.alpha,
             threshold=0.5 if threshold is None else threshold,
             calibration=calibration,
-            calibration_any_judge=args.calibration_any_judge,
-            strict_mode=args.strict,
-            session_mode=args.session_mode,
-            nli_model=args.nli_model,
-            bertscore_layer=args.bertscore_layer,
-            bertscore_idf=args.idf,
-            bertscore_baseline=args.baseline,
-            device=args.device,
-            batch_size=args.batch_size,
             progress=not args.no_progress,
             judge=judge,
+            **values(RoleConfig, args),
         )
         if args.dry_run:
             from ..judges._dryrun import dry_run
@@ -405,7 +250,7 @@ class ScoreCommand(Command):
                 )
             )
             return 0
-        from ..engine import Engine
+        from ..engine import Engine, EngineOptions
 
         job = {
             "command": "score",
@@ -413,27 +258,8 @@ class ScoreCommand(Command):
             "from_config_file": sorted(getattr(args, "_job_values", {})),
             "options": {k: v for k, v in vars(args).items() if not k.startswith("_")},
         }
-        engine = Engine(
-            config=config,
-            executor=args.executor,
-            num_workers=args.num_workers,
-            gpus_per_worker=args.gpus_per_worker,
-            stall_timeout=args.stall_timeout,
-            tensor_parallel=args.judge_tensor_parallel,
-            ray_address=args.ray_address,
-            shard_size=args.shard_size,
-            work_dir=args.work_dir,
-            resume=args.resume,
-            progress=not args.no_progress,
-            n_bootstrap=args.bootstrap,
-            seed=args.seed,
-            keep_work_dir=args.keep_work_dir,
-            input_format=args.input_format,
-            role=role_text,
-            strict_input=args.strict_input,
-            job=job,
-            ground_truth=args.ground_truth,
-        )
+        options = EngineOptions(role=role_text, progress=not args.no_progress, **values(EngineOptions, args))
+        engine = Engine(config=config, options=options, job=job)
         result = engine.run(args.input, args.output, sessions_output=args.sessions_output)
         print(_summary(result.summary))
         print(f"wrote {result.output} and {result.sessions_output}", file=sys.stderr)

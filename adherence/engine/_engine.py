@@ -32,6 +32,7 @@ from ..role._base import missing_references
 from ._commit import Commit, WorkDir, check_replaceable, store_of
 from ._executors import Executor, RayExecutor, check_reachable, get_executor
 from ._messages import ShardResult, ShardTask
+from ._options import EngineOptions
 from ._plan import content_digest, plan_job, same_input
 from ._safety import (
     STAGING_PREFIX,
@@ -60,38 +61,23 @@ class JobResult:
 class Engine:
     """Score a turns dataset of any size: sharded by conversation, streamed, resumable.
 
+    Keyword options are ``EngineOptions``'s (how the job runs: ``executor``, ``num_workers``,
+    ``gpus_per_worker``, ``ray_address``, ``tensor_parallel``, ``stall_timeout``, ``shard_size``,
+    ``work_dir``, ``resume``, ``keep_work_dir``, ``input_format``, ``role``, ``strict_input``,
+    ``ground_truth``, ``n_bootstrap``, ``seed``, ``progress``, ``max_retries``, ``read_batch_rows``) and
+    ``RoleConfig``'s (how turns are scored: ``method``, ``threshold``, ``encoder``, ``batch_size``, ...); or
+    give ``options`` and ``config`` whole. Each option has one meaning wherever it is given.
+
     Args:
-        method: a role method (``llm_judge`` default, ``cosine``, ...); ``config`` may
-            be given instead, and further keyword options go to ``RoleConfig``.
-        executor: ``local`` (in-process) or ``ray``.
-        num_workers: Ray actors (ignored by ``local``; default one per ``gpus_per_worker`` GPUs of
-            the cluster, else 1; CPU workers beyond the cluster's CPUs run as fewer, with a warning).
-        gpus_per_worker: GPUs per Ray actor (1 = one actor per GPU); each proves CUDA sees its GPU
-            before its first shard.
-        ray_address: an existing Ray cluster (default: a local one).
-        tensor_parallel: GPUs per judge replica for the ``vllm`` backend (``tensor_parallel_size``); with
-            ``executor="ray"`` each replica is one placement group of that many GPUs on one node, its GPUs
-            checked before the first shard, and vLLM's workers placed in it.
-        stall_timeout: seconds a Ray worker may go unheard (its node gone and no room elsewhere) before
-            its shard moves to the others; with none left the job fails naming the missing resources.
-        shard_size: turns per shard (conversations are never split).
-        work_dir: where shards, their outputs and the job manifest live
-            (default: ``<output>.work``).
-        resume: reuse finished shards of an earlier run of the same job (checked by content:
-            the input's hash, each shard output's hash; failed shards are scored again).
-        keep_work_dir: keep the work directory after success (default: removed).
-        input_format: ``auto`` (turns, or chat transcripts detected from the first record),
-            ``turns``, ``openai`` or ``sharegpt``.
-        role: the role definition for transcripts without a system message.
-        strict_input: a malformed transcript is an error (default: skipped with a warning, counted
-            in the summary and the run metadata).
-        n_bootstrap: bootstrap resamples of the session confidence intervals.
-        seed: seed of those resamples.
+        method: a role method (``llm_judge`` default, ``cosine``, ...).
+        config: the scoring options, instead of ``method`` and its keyword options.
+        options: the engine's options, instead of their keyword arguments.
+        job: the caller's resolved options (e.g. the command line's), kept in the run metadata.
 
     Example::
 
         from adherence import Engine
-        result = Engine(method="cosine").run("turns.parquet", "scores.parquet")
+        result = Engine(method="cosine", shard_size=50_000).run("turns.parquet", "scores.parquet")
         result.summary["turns_per_s"]
     """
 
@@ -100,69 +86,49 @@ class Engine:
         *,
         method: Optional[str] = None,
         config: Optional[RoleConfig] = None,
-        executor: str = "local",
-        num_workers: Optional[int] = None,
-        gpus_per_worker: float = 0.0,
-        ray_address: Optional[str] = None,
-        stall_timeout: float = 300.0,
-        tensor_parallel: int = 1,
-        shard_size: int = 100_000,
-        work_dir: Optional[Union[str, os.PathLike]] = None,
-        resume: bool = False,
-        progress: bool = True,
-        n_bootstrap: int = 1000,
-        seed: int = 42,
-        max_retries: int = 2,
-        batch_size: int = 65_536,
-        keep_work_dir: bool = False,
-        input_format: str = "auto",
-        role: Optional[str] = None,
-        strict_input: bool = False,
+        options: Optional[EngineOptions] = None,
         job: Optional[dict] = None,
-        ground_truth: Optional[Union[str, os.PathLike]] = None,
-        **method_options: Any,
+        **kwargs: Any,
     ) -> None:
+        engine_fields = {f.name for f in dataclasses.fields(EngineOptions)}
+        engine_kw = {k: kwargs.pop(k) for k in list(kwargs) if k in engine_fields}
+        if engine_kw.get("work_dir") is not None:
+            engine_kw["work_dir"] = os.fspath(engine_kw["work_dir"])
+        options = EngineOptions(**engine_kw) if options is None else dataclasses.replace(options, **engine_kw)
         if config is None:
-            config = RoleConfig(method=method or "llm_judge", **method_options)
-        elif method_options or (method and method != config.method):
-            config = dataclasses.replace(config, method=method or config.method, **method_options)
-        if executor not in ("local", "ray"):
-            raise OptionError(f"`executor` must be 'local' or 'ray', got {executor!r}")
+            config = RoleConfig(method=method or "llm_judge", **kwargs)
+        elif kwargs or (method and method != config.method):
+            config = dataclasses.replace(config, method=method or config.method, **kwargs)
         self.job = job  # the caller's resolved options (e.g. the CLI's, with its --config file), kept in the metadata
-        if shard_size < 1 or (num_workers is not None and num_workers < 1):
-            raise OptionError("`shard_size` and `num_workers` must be >= 1")
-        if stall_timeout <= 0:
-            raise OptionError(f"`stall_timeout` must be > 0 seconds, got {stall_timeout}")
-        if tensor_parallel > 1:
-            config = _tensor_parallel_config(config, tensor_parallel, executor)
-        self.config = config
-        self.executor_name = executor
-        self.executor_kwargs = (
-            {
-                "num_workers": num_workers,
-                "address": ray_address,
-                "gpus_per_worker": gpus_per_worker,
-                "max_retries": max_retries,
-                "stall_timeout": stall_timeout,
-            }
-            if executor == "ray"
-            else {}
-        )
-        if executor == "ray" and tensor_parallel > 1:
-            self.executor_kwargs["tensor_parallel"] = tensor_parallel
-        self.shard_size, self.work_dir, self.resume, self.keep_work_dir = shard_size, work_dir, resume, keep_work_dir
-        self.progress, self.n_bootstrap, self.seed, self.batch_size = progress, n_bootstrap, seed, batch_size
+        if options.tensor_parallel > 1:
+            config = _tensor_parallel_config(config, options.tensor_parallel, options.executor)
+        from ..data import TranscriptOptions
+
+        TranscriptOptions(options.input_format)  # validates the choice now, not after planning
+        if options.ground_truth is not None:
+            _check_file(options.ground_truth)  # missing or unreadable: one line now, not after the models load
+            options = dataclasses.replace(options, ground_truth=str(Path(options.ground_truth).resolve()))
+        self.config, self.options = config, options
         self._executor: Optional[Executor] = None
         self._names: dict = {}
         self._remote_work: Optional[Remote] = None
-        from ..data import TranscriptOptions
 
-        TranscriptOptions(input_format)  # validates the choice now, not after planning
-        self.input_format, self.role, self.strict_input = input_format, role, strict_input
-        if ground_truth is not None:
-            _check_file(ground_truth)  # missing or unreadable: one line now, not after the models load
-            ground_truth = str(Path(ground_truth).resolve())
-        self.ground_truth = ground_truth
+    @property
+    def executor_kwargs(self) -> dict:
+        """The Ray executor's options (none for the local one)."""
+        o = self.options
+        if o.executor != "ray":
+            return {}
+        kw = {
+            "num_workers": o.num_workers,
+            "address": o.ray_address,
+            "gpus_per_worker": o.gpus_per_worker,
+            "max_retries": o.max_retries,
+            "stall_timeout": o.stall_timeout,
+        }
+        if o.tensor_parallel > 1:
+            kw["tensor_parallel"] = o.tensor_parallel
+        return kw
 
     # ------------------------------------------------------------------ public
 
@@ -193,7 +159,7 @@ class Engine:
             # Absolute from here on (Ray workers run in other directories and on other nodes), or URIs.
             out_t = as_target(target)
             sessions_t = _beside(out_t, "sessions") if sessions_output is None else as_target(sessions_output)
-            work_t = as_target(self.work_dir) if self.work_dir else _beside(out_t, "work")
+            work_t = as_target(self.options.work_dir) if self.options.work_dir else _beside(out_t, "work")
             remote = {
                 k: Remote(t)
                 for k, t in (("output", out_t), ("sessions", sessions_t), ("work", work_t))
@@ -239,15 +205,17 @@ class Engine:
                     staging,
                 )
                 remote_work = (
-                    stack.enter_context(WorkDir(remote["work"], resume=self.resume)) if "work" in remote else None
+                    stack.enter_context(WorkDir(remote["work"], resume=self.options.resume))
+                    if "work" in remote
+                    else None
                 )
-                workdir = stack.enter_context(WorkDir(work, resume=self.resume))
+                workdir = stack.enter_context(WorkDir(work, resume=self.options.resume))
                 if remote_work is not None:
                     self._commit.locks += (remote_work.lock,)
-                    if self.resume:
+                    if self.options.resume:
                         remote_work.pull(work)
                 summary = self._run_locked(source, out_path, sessions_path, work, start)
-                if not self.keep_work_dir and not summary["failed_shards"]:
+                if not self.options.keep_work_dir and not summary["failed_shards"]:
                     workdir.remove()  # kept after a failed shard: --resume rescores only that shard
                     if remote_work is not None:
                         remote_work.remove()
@@ -275,7 +243,7 @@ class Engine:
             self.config.device,
             ((self.config.judge.backend_options or {}).get("device") if self.config.judge is not None else None),
         ]
-        if self.executor_name != "local" or not any(str(d or "").startswith("cuda") for d in devices):
+        if self.options.executor != "local" or not any(str(d or "").startswith("cuda") for d in devices):
             return
         import torch
 
@@ -294,8 +262,8 @@ class Engine:
         method = get_method(self.config.method)
         config = dataclasses.replace(self.config, progress=False)
         needs_references = method.uses_dataset_references(self.config)
-        if self.executor_name == "ray":
-            executor = self._executor = get_executor(self.executor_name, **self.executor_kwargs)
+        if self.options.executor == "ray":
+            executor = self._executor = get_executor(self.options.executor, **self.executor_kwargs)
             if isinstance(executor, RayExecutor):
                 check_reachable(executor.ray, str(self._remote_work) if self._remote_work else work)
             if not needs_references and not method.needs_reference_texts:
@@ -304,16 +272,16 @@ class Engine:
                 executor.start(config)
         from ..data import TranscriptOptions
 
-        transcripts = TranscriptOptions(self.input_format, self.role, self.strict_input)
+        transcripts = TranscriptOptions(self.options.input_format, self.options.role, self.options.strict_input)
         plan = plan_job(
             source,
             work,
-            shard_size=self.shard_size,
-            batch_size=self.batch_size,
+            shard_size=self.options.shard_size,
+            batch_size=self.options.read_batch_rows,
             collect_references=needs_references,
             check_columns=self._check_columns(source),
             transcripts=transcripts,
-            ground_truth=self.ground_truth,
+            ground_truth=self.options.ground_truth,
         )
         if plan.ground_truths is not None:
             missing = missing_references(
@@ -323,7 +291,7 @@ class Engine:
                 raise DataError(missing, file=str(source) if isinstance(source, (str, os.PathLike)) else "<table>")
         if plan.ground_truth_unmatched:
             warnings.warn(
-                f"{self.ground_truth}: {plan.ground_truth_unmatched} reference row(s) match no turn of the "
+                f"{self.options.ground_truth}: {plan.ground_truth_unmatched} reference row(s) match no turn of the "
                 "input (keys are conversation_id and 0-based turn_index)",
                 stacklevel=2,
             )
@@ -385,7 +353,7 @@ class Engine:
                 # Different job in the same place: its shard outputs must not be mixed with ours.
                 shutil.rmtree(work / "out", ignore_errors=True)
                 cleared = True
-                if self.resume:
+                if self.options.resume:
                     warnings.warn(
                         f"--resume: the earlier work in {work} is not reused: {_why_not_reused(old, job)}",
                         stacklevel=3,
@@ -434,7 +402,7 @@ class Engine:
             initial=done_rows,
             unit="turn",
             desc=f"scoring ({self.config.method})",
-            disable=not self.progress,
+            disable=not self.options.progress,
             dynamic_ncols=True,
         )
 
@@ -456,7 +424,7 @@ class Engine:
         try:
             if tasks:
                 if self._executor is None:
-                    self._executor = get_executor(self.executor_name, **self.executor_kwargs)
+                    self._executor = get_executor(self.options.executor, **self.executor_kwargs)
                 self._executor.run(tasks, config, on_result)
         finally:
             bar.close()
@@ -535,8 +503,8 @@ class Engine:
                     threshold=self.config.threshold,
                     strict_mode=self.config.strict_mode,
                     session_mode=self.config.session_mode,
-                    n_bootstrap=self.n_bootstrap,
-                    seed=self.seed,
+                    n_bootstrap=self.options.n_bootstrap,
+                    seed=self.options.seed,
                 )
                 if sessions_sink is None:
                     sessions_sink = _TableSink(
@@ -570,7 +538,7 @@ class Engine:
                 "failed_shards": failed,
                 "elapsed_s": elapsed,
                 "turns_per_s": totals["rows"] / elapsed if elapsed > 0 else None,
-                "executor": self.executor_name,
+                "executor": self.options.executor,
             }
             stats = getattr(self._executor, "stats", None)
             if stats:
@@ -590,7 +558,7 @@ class Engine:
             # The plan hashed the input already (resume by content): record that digest, do not hash it again.
             meta = run_metadata(
                 config=_recorded_config(self.config),
-                seed=self.seed,
+                seed=self.options.seed,
                 inputs=[source],
                 models=models,
                 hash_inputs=False,
@@ -600,9 +568,9 @@ class Engine:
                 gt = plan.fingerprint["ground_truth"]
                 meta["inputs"].append({"path": gt["path"], "role": "ground_truth", "digest": gt["content"]})
             meta["engine"] = {
-                "executor": self.executor_name,
+                "executor": self.options.executor,
                 **{k: v for k, v in self.executor_kwargs.items() if v is not None},
-                "shard_size": self.shard_size,
+                "shard_size": self.options.shard_size,
                 "shards": len(plan.shards),
                 "work_dir": self._names["work"],
                 "input_fingerprint": plan.fingerprint,

@@ -11,7 +11,7 @@ from typing import Any, Literal, Optional
 import pyarrow as pa
 
 from .._errors import OptionError
-from .._fingerprint import COSMETIC
+from .._options import file_path, option
 from ._backend import JudgeBackend, JudgeOutput, get_backend, score_options
 from ._cache import JudgeCache
 from ._parse import parse_turn_verdicts, variant_sets
@@ -84,23 +84,79 @@ class JudgeConfig:
 
     model: Optional[str] = None
     backend: str = "transformers"
-    output_mode: Literal["binary", "continuous"] = "continuous"
-    granularity: Literal["turn", "conversation"] = "turn"
-    include_reason: bool = False
-    top_k: int = 20
-    yes_tokens: Optional[tuple] = None
-    no_tokens: Optional[tuple] = None
-    full_vocab: bool = True
-    max_history: Optional[int] = None
-    temperature: float = 0.0
+    output_mode: Literal["binary", "continuous"] = option(
+        "continuous",
+        choices=("binary", "continuous"),
+        help="continuous: P(yes) at the first answer token (default; exact over the whole vocabulary in-process); "
+        "binary: a YES/NO verdict",
+    )
+    granularity: Literal["turn", "conversation"] = option(
+        "turn",
+        choices=("turn", "conversation"),
+        help="turn: one judge call per turn with its history (default); conversation: one call per conversation "
+        "with a verdict per turn (binary)",
+    )
+    include_reason: bool = option(False, help="store a generated justification in `reason`")
+    top_k: int = option(
+        20,
+        flag="--top-logprobs",
+        metavar="K",
+        help="first-token log-probabilities read from servers / with --no-full-vocab (default 20)",
+    )
+    yes_tokens: Optional[tuple] = option(
+        None,
+        type=str,
+        nargs="+",
+        metavar="TOKEN",
+        help="token texts that count as a yes (default: yes; case and spaces ignored)",
+    )
+    no_tokens: Optional[tuple] = option(
+        None, type=str, nargs="+", metavar="TOKEN", help="token texts that count as a no (default: no)"
+    )
+    full_vocab: bool = option(
+        True,
+        flag="--no-full-vocab",
+        negate=True,
+        help="transformers backend: read P(yes) from the top-K like a server instead of the exact whole-vocabulary sum",
+    )
+    max_history: Optional[int] = option(
+        None,
+        type=int,
+        metavar="N",
+        help="keep only the last N earlier exchanges in each turn's prompt (default: all)",
+    )
+    temperature: float = option(0.0, help="sampling temperature of generated verdicts and reasons (default 0: greedy)")
     seed: Optional[int] = 0
-    samples: int = 1
+    samples: int = option(
+        1,
+        metavar="K",
+        help="self-consistency: K judge calls per turn, majority verdict (binary, needs --temperature > 0) with the "
+        "agreement share in llm_judge_agreement (default 1)",
+    )
     repeat: int = 0
-    cache: Optional[str] = field(default=None, metadata=COSMETIC)  # a cached answer is the same call's
+    cache: Optional[str] = option(  # a cached answer is the same call's
+        None,
+        flag="--judge-cache",
+        type=file_path,
+        help="SQLite judge-call cache (re-runs cost nothing; interrupted runs resume)",
+        affects_scores=False,
+    )
     template: Optional[str] = None
-    system: Optional[str] = None
-    layout: Literal["user", "system", "pygaussia"] = "user"
-    binary_fallback: bool = False
+    system: Optional[str] = option(
+        None, flag="--judge-system", metavar="TEXT", help="a system message sent with every judge prompt"
+    )
+    layout: Literal["user", "system", "pygaussia"] = option(
+        "user",
+        flag="--judge-layout",
+        choices=("user", "system", "pygaussia"),
+        help="user: the prompt is the user message (default); system: the filled prompt is the system message and "
+        "the user message asks for the verdict; pygaussia: the papers' prompt exactly as pygaussia sends it "
+        "(filled prompt as the system message, the turn's user text as the user message) -- use it to reproduce "
+        "the paper",
+    )
+    binary_fallback: bool = option(
+        False, help="continuous mode on a provider without logprobs: fall back to binary verdicts"
+    )
     backend_options: dict = field(
         default_factory=dict, metadata={"score_options": lambda cfg, opts: score_options(cfg.backend, opts)}
     )

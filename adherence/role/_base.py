@@ -12,6 +12,7 @@ import pyarrow as pa
 
 from .._errors import OptionError
 from .._fingerprint import COSMETIC
+from .._options import model_name, option
 from .._registry import unknown_name
 
 if TYPE_CHECKING:
@@ -67,29 +68,56 @@ class RoleConfig:
         progress: show progress bars.
     """
 
-    method: str = "llm_judge"
-    encoder: Optional[str] = None
-    reference_pool: str = "per_turn"
-    alpha: Union[float, str] = "median"
+    method: str = option("llm_judge", choices=tuple(METHODS), help="scoring method (default llm_judge)")
+    encoder: Optional[str] = option(
+        None, type=model_name, help="encoder: local path, bundled:all-MiniLM-L6-v2 (default) or a cached hub id"
+    )
+    reference_pool: str = option(
+        "per_turn",
+        flag="--references",
+        choices=("per_turn", "dataset"),
+        help="knn reference pool: each turn's references, or every ground truth of the set",
+    )
+    alpha: Union[float, str] = option("median", type=str, help="Mahalanobis scale: a number or 'median' (default)")
     lam: float = 0.01
     pca_components: int = 32
     kl_vocab: int = 500
     kl_beta: float = 1.0
-    bertscore_layer: Optional[int] = None
-    bertscore_idf: bool = False
-    bertscore_baseline: Optional[float] = None
-    nli_model: Optional[str] = None
+    bertscore_layer: Optional[int] = option(None, type=int, help="hidden layer for bertscore (default: last)")
+    bertscore_idf: bool = option(False, flag="--idf", help="idf-weighted bertscore")
+    bertscore_baseline: Optional[float] = option(
+        None, flag="--baseline", type=float, help="bertscore F1 baseline for rescaling"
+    )
+    nli_model: Optional[str] = option(None, type=model_name, help="local path of an NLI model (method nli)")
     judge: Optional[Any] = None
     reference_file: Optional[str] = field(default=None, metadata=COSMETIC)  # its texts are the input's
     threshold: float = 0.5
-    strict_mode: bool = False
-    session_mode: str = "mean"
+    strict_mode: bool = option(
+        False,
+        flag="--strict",
+        help="a session is 1 only if every turn was scored and reaches the threshold (an unscored or error turn "
+        "makes it 0)",
+    )
+    session_mode: str = option(
+        "mean",
+        choices=("mean", "threshold_mean"),
+        help="session score: mean turn score (default), or threshold_mean: the share of turns at or above the "
+        "threshold (pygaussia's binary session score)",
+    )
     calibration: Optional[dict] = None
-    # apply ``calibration`` even when it was fitted on another judge's scores (a permission, not a score option)
-    calibration_any_judge: bool = field(default=False, metadata=COSMETIC)
-    device: Optional[str] = field(default=None, metadata=COSMETIC)
-    # encoder texts per batch (default: the encoder's, by device)
-    batch_size: Optional[int] = field(default=None, metadata=COSMETIC)
+    # a permission, not a score option
+    calibration_any_judge: bool = option(
+        False,
+        help="apply a --calibration fitted on another judge's or prompt layout's scores (refused by default)",
+        affects_scores=False,
+    )
+    device: Optional[str] = option(None, help="cuda, cpu, ... (default: cuda when available)", affects_scores=False)
+    batch_size: Optional[int] = option(
+        None,
+        type=int,
+        help="encoder texts per forward pass (default 64 on CPU, up to 4096 within 65536 padded tokens on a GPU)",
+        affects_scores=False,
+    )
     progress: bool = field(default=True, metadata=COSMETIC)
 
     def __post_init__(self) -> None:

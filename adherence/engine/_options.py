@@ -1,0 +1,111 @@
+"""The engine's options, declared once: the ``adherence score`` flags of its ``engine`` group, the keyword
+arguments of ``Engine``, job-file keys and the run metadata all come from these fields."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from .._errors import OptionError
+from .._options import file_path, option
+
+__all__ = ["EngineOptions"]
+
+_URI = "a local path or an s3:// / gs:// / hdfs:// URI"
+
+
+@dataclass
+class EngineOptions:
+    """How a job runs: where shards go, how many, how it resumes. None of these changes a score (a resumed job
+    may change any of them and keep its finished shards; the shard size is checked apart, with the input).
+
+    Example:
+        >>> EngineOptions(shard_size=50_000).executor
+        'local'
+    """
+
+    executor: str = option(
+        "local", choices=("local", "ray"), help="where shards run (default local)", affects_scores=False
+    )
+    ray_address: Optional[str] = option(
+        None, help="an existing Ray cluster (default: start a local one)", affects_scores=False
+    )
+    num_workers: Optional[int] = option(
+        None,
+        type=int,
+        help="Ray actors (default: one per --gpus-per-worker GPUs of the cluster, else 1; more CPU workers than "
+        "the cluster's CPUs run as fewer, with a warning)",
+        affects_scores=False,
+    )
+    gpus_per_worker: float = option(
+        0.0,
+        help="GPUs per Ray actor (1: one actor per GPU); each proves CUDA sees its GPU before a shard",
+        affects_scores=False,
+    )
+    tensor_parallel: int = option(
+        1,
+        flag="--judge-tensor-parallel",
+        metavar="N",
+        help="vllm backend: each judge replica over N GPUs (tensor parallel); with --executor ray one placement "
+        "group of N GPUs on one node per replica, each GPU checked before the first shard",
+        affects_scores=False,
+    )
+    stall_timeout: float = option(
+        300.0,
+        metavar="S",
+        help="Ray: seconds a worker may go unheard (node lost, no room elsewhere) before its shard moves to the "
+        "others; none left: exit 1 naming the missing resources, work dir kept",
+        affects_scores=False,
+    )
+    shard_size: int = option(100_000, help="turns per shard; conversations never split", affects_scores=False)
+    resume: bool = option(False, help="reuse the finished shards of an interrupted run", affects_scores=False)
+    work_dir: Optional[str] = option(
+        None,
+        type=file_path,
+        help=f"shards and checkpoints (default: OUTPUT.work; removed after success); {_URI} every worker can reach",
+        affects_scores=False,
+    )
+    keep_work_dir: bool = option(False, help="keep the work directory after success", affects_scores=False)
+    input_format: str = option(
+        "auto",
+        choices=("auto", "turns", "openai", "sharegpt"),
+        help="auto (default): flat turns, or OpenAI {messages} / ShareGPT {conversations} transcripts detected "
+        "from the first record",
+        affects_scores=False,
+    )
+    strict_input: bool = option(
+        False,
+        help="a malformed transcript is an error (default: skipped with a warning and counted)",
+        affects_scores=False,
+    )
+    ground_truth: Optional[str] = option(
+        None,
+        type=file_path,
+        metavar="FILE",
+        help="reference replies for the reference methods (cosine, knn, bertscore, nli, kl, mahalanobis): "
+        ".jsonl/.csv/.parquet with conversation_id, turn_index (0-based) and ground_truth_assistant (or "
+        "references, a list, for knn); fills turns that have none",
+    )
+    n_bootstrap: int = option(1000, flag="--bootstrap", help="bootstrap resamples for session CIs (0: none)")
+    seed: int = option(42, help="seed of the session bootstrap (default 42)")
+    #: the role definition of transcripts without a system message (the command line's --role / --role-file)
+    role: Optional[str] = None
+    progress: bool = True
+    #: Ray: tries of a shard whose worker died, after the first
+    max_retries: int = 2
+    #: rows per batch read while planning (memory, not scores)
+    read_batch_rows: int = 65_536
+
+    def __post_init__(self) -> None:
+        if self.executor not in ("local", "ray"):
+            raise OptionError(f"`executor` must be 'local' or 'ray', got {self.executor!r}")
+        if self.shard_size < 1 or (self.num_workers is not None and self.num_workers < 1):
+            raise OptionError("`shard_size` and `num_workers` must be >= 1")
+        if self.stall_timeout <= 0:
+            raise OptionError(f"`stall_timeout` must be > 0 seconds, got {self.stall_timeout}")
+        if self.tensor_parallel < 1:
+            raise OptionError(f"`tensor_parallel` must be >= 1, got {self.tensor_parallel}")
+        if self.read_batch_rows < 1:
+            raise OptionError(f"`read_batch_rows` must be >= 1, got {self.read_batch_rows}")
+        if self.n_bootstrap < 0:
+            raise OptionError(f"`n_bootstrap` must be >= 0, got {self.n_bootstrap}")

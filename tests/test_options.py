@@ -1,0 +1,86 @@
+"""Options declared once: the command line, job files and the Python API are derived from the fields of the option
+dataclasses (flag, help, type, whether a value names a file, whether it decides scores)."""
+
+import argparse
+import dataclasses
+from dataclasses import dataclass
+from typing import Optional
+
+import pytest
+
+from adherence._options import add_arguments, file_path, is_file_option, option, values
+from adherence.cli._jobfile import apply_job_file
+from adherence.cli.main import _parser
+from adherence.engine import Engine, EngineOptions
+from adherence.judges import JudgeConfig
+from adherence.role import RoleConfig
+
+
+@dataclass
+class _Toy:
+    size: int = option(3, help="how many")
+    path: Optional[str] = option(None, type=file_path, help="a file")
+    exact: bool = option(True, flag="--no-exact", negate=True, help="approximate")
+    words: Optional[tuple] = option(None, type=str, nargs="+", metavar="W", help="words")
+    hidden: int = 7
+
+
+def test_flags_and_values_come_from_the_declaration():
+    p = argparse.ArgumentParser()
+    add_arguments(p, _Toy)
+    actions = {a.dest: a for a in p._actions}
+    assert set(actions) == {"help", "size", "path", "exact", "words"}  # undeclared fields have no flag
+    assert actions["size"].help == "how many" and actions["size"].metavar == "SIZE"
+    assert is_file_option(actions["path"]) and not is_file_option(actions["size"])
+    got = values(_Toy, p.parse_args(["--size", "5", "--no-exact", "--words", "a", "b", "--path", "x.json"]))
+    assert _Toy(**got) == _Toy(size=5, path="x.json", exact=False, words=("a", "b"))
+    assert _Toy(**values(_Toy, p.parse_args([]))) == _Toy()  # the defaults are the dataclass's
+    with pytest.raises(KeyError, match="declares no command-line option 'hidden'"):
+        add_arguments(argparse.ArgumentParser(), _Toy, ["hidden"])
+
+
+def _score_parser():
+    return _parser("score").selected_parser
+
+
+@pytest.mark.parametrize("cls", [EngineOptions, RoleConfig, JudgeConfig])
+def test_every_declared_option_is_a_flag_of_score_with_the_declared_help(cls):
+    actions = {a.dest: a for a in _score_parser()._actions}
+    declared = [f for f in dataclasses.fields(cls) if "cli" in f.metadata]
+    assert declared
+    for f in declared:
+        assert f.name in actions, f.name
+        assert actions[f.name].help == f.metadata["cli"]["help"]
+
+
+def test_the_parsed_command_line_builds_the_same_objects_as_the_python_api(tmp_path):
+    argv = ["score", "in.jsonl", "-o", "o.parquet", "--method", "cosine", "--shard-size", "7", "--resume",
+            "--references", "dataset", "--strict", "--judge-layout", "system", "--no-full-vocab",
+            "--yes-tokens", "Yes", "Y", "--bootstrap", "10"]  # fmt: skip
+    args = _parser("score").parse_args(argv)
+    assert EngineOptions(**values(EngineOptions, args)) == EngineOptions(shard_size=7, resume=True, n_bootstrap=10)
+    assert RoleConfig(**values(RoleConfig, args)) == RoleConfig(
+        method="cosine", reference_pool="dataset", strict_mode=True
+    )
+    assert JudgeConfig(**values(JudgeConfig, args)) == JudgeConfig(
+        layout="system", full_vocab=False, yes_tokens=("Yes", "Y")
+    )
+
+
+def test_a_job_file_names_an_option_by_its_flag_or_by_what_it_sets(tmp_path):
+    for text in ("judge-layout: system\nno-full-vocab: true\n", "layout: system\nfull_vocab: false\n"):
+        job = tmp_path / "job.yaml"
+        job.write_text(text + "judge-cache: cache.sqlite\n")
+        sub = _score_parser()
+        got = apply_job_file(sub, str(job))
+        assert got == {"layout": "system", "full_vocab": False, "cache": str(tmp_path / "cache.sqlite")}
+        args = sub.parse_args(["x.jsonl"])
+        assert (args.layout, args.full_vocab) == ("system", False)
+
+
+def test_each_batch_option_has_one_meaning():
+    e = Engine(method="cosine", batch_size=8, read_batch_rows=1000, shard_size=5, progress=False)
+    assert e.config.batch_size == 8  # encoder texts per pass, as everywhere else
+    assert e.options.read_batch_rows == 1000 and e.options.shard_size == 5
+    with pytest.raises(ValueError, match="read_batch_rows"):
+        EngineOptions(read_batch_rows=0)
