@@ -5,7 +5,33 @@ from __future__ import annotations
 import json
 from typing import Optional
 
-__all__ = ["format_calibration", "format_evaluation", "read_metadata", "resolve_columns"]
+__all__ = ["add_labelled_args", "format_calibration", "format_evaluation", "read_metadata", "resolve_columns"]
+
+
+def add_labelled_args(p) -> None:
+    """The flags ``evaluate`` and ``calibrate`` share: which columns hold the score and the label, which label
+    is the adherent class, the input format, and the bootstrap behind the intervals."""
+    p.add_argument(
+        "--score",
+        help="score column, higher = more adherent (default: `score` when the table has one, as every "
+        "`adherence score` output does)",
+    )
+    p.add_argument("--label", help="label column (default: `label` when the table has one)")
+    p.add_argument(
+        "--positive",
+        help="label value of the adherent class (default: the label that reads as positive -- adherent, yes, "
+        "true, 1, pass, ... -- when exactly one does)",
+    )
+    p.add_argument("--format", help="override the input format (parquet, jsonl, csv, json)")
+    p.add_argument(
+        "--bootstrap",
+        type=int,
+        default=1000,
+        metavar="N",
+        help="bootstrap resamples for the intervals (0: none; default 1000)",
+    )
+    p.add_argument("--seed", type=int, default=42, help="seed of the bootstrap (and of calibrate's folds; default 42)")
+    p.add_argument("--level", type=float, default=0.95, help="confidence level (default 0.95)")
 
 
 def _fmt(v) -> str:

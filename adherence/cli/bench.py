@@ -15,6 +15,27 @@ def _fmt(v) -> str:
     return "—" if v is None else f"{v:.3f}"
 
 
+def _call(fn, args: argparse.Namespace, **given):
+    """``fn`` called with the parsed flags named like its parameters, and ``given`` for those that differ."""
+    import inspect
+
+    kw = {n: getattr(args, n) for n in inspect.signature(fn).parameters if n not in given and hasattr(args, n)}
+    return fn(**kw, **given)
+
+
+def _positive(args: argparse.Namespace, *names: str) -> None:
+    bad = [n for n in names if getattr(args, n) < 1]
+    if bad:
+        flags = [f"--{n.replace('_', '-')}" for n in names]
+        raise OptionError(
+            f"{', '.join(flags[:-1])} and {flags[-1]} must be >= 1" if len(flags) > 1 else f"{flags[0]} must be >= 1"
+        )
+
+
+def _words(text: str) -> list:
+    return [w.strip() for w in text.split(",") if w.strip()]
+
+
 class BenchCommand(Command):
     name = "bench"
 
@@ -245,138 +266,59 @@ class BenchCommand(Command):
                 import importlib.util
 
                 executors = ("local", "ray") if importlib.util.find_spec("ray") else ("local",)
-            res = bench_engine(
-                turns=args.turns,
-                small=args.small,
-                method=args.method,
-                shard_size=args.shard_size,
-                workers=args.workers,
-                executors=executors,
-            )
-            return self._emit(res, args.output)
+            return self._emit(_call(bench_engine, args, executors=executors), args.output)
         if args.bench == "judge":
             from ..bench import bench_judge
 
-            if (
-                min(
-                    args.conversations,
-                    args.turns,
-                    args.role_tokens,
-                    args.turn_tokens,
-                    args.unique,
-                    args.prompt_tokens,
-                    args.repeats,
-                )
-                < 1
-            ):
-                raise OptionError(
-                    "--conversations, --turns, --role-tokens, --turn-tokens, --unique, --prompt-tokens "
-                    "and --repeats must be >= 1"
-                )
-            fp32 = None if args.fp32_check.lower() == "none" else args.fp32_check
-            res = bench_judge(
+            _positive(
+                args, "conversations", "turns", "role_tokens", "turn_tokens", "unique", "prompt_tokens", "repeats"
+            )
+            res = _call(
+                bench_judge,
+                args,
                 model=args.judge_model,
-                random_config=args.random_config,
-                conversations=args.conversations,
-                turns=args.turns,
-                role_tokens=args.role_tokens,
-                turn_tokens=args.turn_tokens,
-                unique=args.unique,
-                prompt_tokens=args.prompt_tokens,
-                repeats=args.repeats,
-                device=args.device,
-                dtype=args.dtype,
-                fp32_check=fp32,
-                batch_tokens=args.batch_tokens,
-                workloads=[w.strip() for w in args.workloads.split(",") if w.strip()],
-                engine_turns=args.engine_turns,
-                engine_config=args.engine_config,
+                fp32_check=None if args.fp32_check.lower() == "none" else args.fp32_check,
+                workloads=_words(args.workloads),
                 on_progress=(lambda r: self._write(r, args.output)) if args.output else None,
             )
             return self._emit(res, args.output)
         if args.bench == "judge-race":
             from ..bench import bench_judge_race
 
-            if min(args.unique, args.conversations, args.turns) < 1:
-                raise OptionError("--unique, --conversations and --turns must be >= 1")
-            res = bench_judge_race(
+            _positive(args, "unique", "conversations", "turns")
+            res = _call(
+                bench_judge_race,
+                args,
                 model=args.judge_model,
-                backends=[b.strip() for b in args.backends.split(",") if b.strip()],
-                dtype=args.dtype,
-                unique=args.unique,
-                conversations=args.conversations,
-                turns=args.turns,
-                base_url=args.base_url,
-                served_model=args.served_model,
+                backends=_words(args.backends),
                 kv_cache_gb=args.vllm_kv_cache_gb,
             )
             return self._emit(res, args.output)
         if args.bench == "kernels":
             from ..bench import bench_kernels
 
-            if min(args.batch, args.dim, args.refs, args.vocab, args.repeats) < 1:
-                raise OptionError("--batch, --dim, --refs, --vocab and --repeats must be >= 1")
+            _positive(args, "batch", "dim", "refs", "vocab", "repeats")
             pools = comma_ints(args.pools, "--pools")
             if pools and min(pools) < 1:
-                raise OptionError("--pools sizes must be >= 1")
-            res = bench_kernels(
-                batch=args.batch,
-                dim=args.dim,
-                refs=args.refs,
-                vocab=args.vocab,
-                dtype=args.dtype,
-                repeats=args.repeats,
-                device=args.device,
-                pools=pools,
-            )
-            return self._emit(res, args.output)
+                raise OptionError("--pools needs sizes >= 1")
+            return self._emit(_call(bench_kernels, args, pools=pools), args.output)
         if args.bench == "encoder":
             from ..bench import bench_encoder
 
-            if min(args.texts, args.repeats) < 1:
-                raise OptionError("--texts and --repeats must be >= 1")
-            res = bench_encoder(
-                texts=args.texts,
-                persona_csv=args.persona_csv,
-                model=args.encoder,
-                device=args.device,
-                dtype=args.dtype,
-                repeats=args.repeats,
-            )
-            return self._emit(res, args.output)
+            _positive(args, "texts", "repeats")
+            return self._emit(_call(bench_encoder, args, model=args.encoder), args.output)
         if args.bench == "persona":
             from ..bench import bench_persona
 
-            if args.repeats < 1 or (args.limit is not None and args.limit < 2):
-                raise OptionError("--repeats must be >= 1 and --limit >= 2")
-            res = bench_persona(
-                reference=args.reference,
-                baseline=args.baseline,
-                device=args.device,
-                repeats=args.repeats,
-                limit=args.limit,
-            )
-            return self._emit(res, args.output)
+            _positive(args, "repeats")
+            if args.limit is not None and args.limit < 2:
+                raise OptionError("--limit must be >= 2")
+            return self._emit(_call(bench_persona, args), args.output)
         if args.bench == "maxsim":
             from ..bench import bench_maxsim
 
-            if min(args.queries, args.pool, args.corpus, args.doc_len, args.query_len, args.dim, args.repeats) < 1:
-                raise OptionError(
-                    "--queries, --pool, --corpus, --doc-len, --query-len, --dim and --repeats must be >= 1"
-                )
-            res = bench_maxsim(
-                queries=args.queries,
-                pool=args.pool,
-                corpus=args.corpus,
-                doc_len=args.doc_len,
-                query_len=args.query_len,
-                dim=args.dim,
-                dtype=args.dtype,
-                repeats=args.repeats,
-                device=args.device,
-                baseline=not args.no_baseline,
-            )
-            return self._emit(res, args.output)
+            _positive(args, "queries", "pool", "corpus", "doc_len", "query_len", "dim", "repeats")
+            return self._emit(_call(bench_maxsim, args, baseline=not args.no_baseline), args.output)
         raise OptionError(f"unknown benchmark {args.bench!r}")
 
     @staticmethod

@@ -8,7 +8,7 @@ import sys
 
 from .._errors import OptionError
 from .._options import file_path
-from ._labelled import format_calibration, read_metadata, resolve_columns
+from ._labelled import add_labelled_args, format_calibration, read_metadata, resolve_columns
 from .main import Command
 
 
@@ -30,13 +30,7 @@ class CalibrateCommand(Command):
             metavar="CAL.json",
             help="the calibration file, for `score --calibration` and `evaluate --calibration`",
         )
-        p.add_argument("--score", help="score column (default: `score`)")
-        p.add_argument("--label", help="label column (default: `label`)")
-        p.add_argument(
-            "--positive",
-            help="label value of the adherent class (default: the one label that reads as "
-            "positive -- adherent, yes, true, 1, ...)",
-        )
+        add_labelled_args(p)
         p.add_argument(
             "--map",
             dest="map_method",
@@ -56,10 +50,6 @@ class CalibrateCommand(Command):
         )
         p.add_argument("--folds", type=int, default=5, help="cross-validation folds for the held-out check (default 5)")
         p.add_argument("--bins", type=int, default=10, help="reliability bins for ECE (default 10)")
-        p.add_argument("--bootstrap", type=int, default=1000, metavar="N", help="bootstrap resamples (default 1000)")
-        p.add_argument("--seed", type=int, default=42, help="folds and bootstrap seed (default 42)")
-        p.add_argument("--level", type=float, default=0.95, help="confidence level (default 0.95)")
-        p.add_argument("--format", help="override the input format (parquet, jsonl, csv, json)")
         p.add_argument(
             "--html", type=file_path, metavar="OUT", help="also write a page with the reliability diagram and threshold"
         )

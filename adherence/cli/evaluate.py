@@ -8,7 +8,7 @@ import sys
 
 from .._errors import OptionError
 from .._options import file_path
-from ._labelled import format_calibration, format_evaluation, read_metadata, resolve_columns
+from ._labelled import add_labelled_args, format_calibration, format_evaluation, read_metadata, resolve_columns
 from .main import Command
 
 
@@ -17,32 +17,12 @@ class EvaluateCommand(Command):
 
     def add_args(self, p: argparse.ArgumentParser) -> None:
         p.add_argument("input", type=file_path, help="table to read: .parquet, .jsonl, .csv, or an adapter .json")
-        p.add_argument(
-            "--score",
-            help="score column, higher = more adherent (default: `score` when the table has "
-            "one, as every `adherence score` output does)",
-        )
-        p.add_argument("--label", help="label column (default: `label` when the table has one)")
-        p.add_argument(
-            "--positive",
-            help="label value of the positive class (default: the label that reads as "
-            "positive -- adherent, yes, true, 1, pass, ... -- when exactly one does)",
-        )
+        add_labelled_args(p)
         p.add_argument(
             "--prediction",
             help="0/1 prediction column, adds F1, macro F1, kappa (default: `prediction` "
             "of an `adherence score` output; `--prediction none` for none)",
         )
-        p.add_argument(
-            "--bootstrap",
-            type=int,
-            default=1000,
-            metavar="N",
-            help="bootstrap resamples for CIs (0: none; default 1000)",
-        )
-        p.add_argument("--seed", type=int, default=42, help="bootstrap seed (default 42)")
-        p.add_argument("--level", type=float, default=0.95, help="confidence level (default 0.95)")
-        p.add_argument("--format", help="override the input format (parquet, jsonl, csv, json)")
         p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
         p.add_argument("-o", "--output", type=file_path, help="also write the results as JSON here")
         p.add_argument(
