@@ -58,9 +58,8 @@ class CalibrateCommand(Command):
     def run(self, args: argparse.Namespace) -> int:
         from pathlib import Path
 
-        from .._atomic import write_json_atomic
         from ..data import DataError, file_digest, read_table
-        from ..role._calibration import FORMAT, map_digest
+        from ..role._calibration import save_calibration
         from ..stats import UndefinedMetricError, evaluate_table, fit_calibration
 
         if args.bootstrap < 0:
@@ -123,22 +122,8 @@ class CalibrateCommand(Command):
             "n_unscored": result["n_unscored"],
             "n_unlabeled": result["n_unlabeled"],
         }
-        from .._version import __version__
-
-        doc = {
-            "format": FORMAT,
-            "threshold": cal["threshold"],
-            "map": cal["map"],
-            "rule": cal["rule"],
-            "target": cal["target"],
-            "source": source,
-            "fit": cal,
-            "adherence": __version__,
-        }
-        doc["digest"] = map_digest(doc)
         out = Path(args.output)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        write_json_atomic(out, doc)
+        doc = save_calibration(out, cal, source)
         after_label = f"after (held-out, {cal['folds']}-fold)"
         if args.html:
             from ..report import write_evaluation_html

@@ -29,6 +29,7 @@ from ..data._storage import Remote, as_target, write_json
 from ..data._validate import conform_schema as _conform_schema
 from ..role import RoleConfig, aggregate_sessions, get_method
 from ..role._base import missing_references
+from ..role._judge import tensor_parallel_config
 from ._commit import Commit, WorkDir, check_replaceable, store_of
 from ._executors import Executor, RayExecutor, check_reachable, get_executor
 from ._messages import ShardResult, ShardTask
@@ -101,7 +102,7 @@ class Engine:
             config = dataclasses.replace(config, method=method or config.method, **kwargs)
         self.job = job  # the caller's resolved options (e.g. the CLI's, with its --config file), kept in the metadata
         if options.tensor_parallel > 1:
-            config = _tensor_parallel_config(config, options.tensor_parallel, options.executor)
+            config = tensor_parallel_config(config, options.tensor_parallel, options.executor)
         from ..data import TranscriptOptions
 
         TranscriptOptions(options.input_format)  # validates the choice now, not after planning
@@ -431,28 +432,14 @@ class Engine:
         return results
 
     def _rescaler(self, shard_files: list[Path]):
-        """Methods whose scale depends on the whole job (Mahalanobis with alpha='median') are rescaled here."""
-        c = self.config
-        if c.method not in ("mahalanobis", "pca_mahalanobis") or c.alpha != "median":
-            return None
-        col = f"{c.method}_distance"
-        d = np.concatenate(
-            [pq.read_table(f, columns=[col]).column(col).to_numpy(zero_copy_only=False) for f in shard_files]
-        ).astype(np.float64)
-        d = d[np.isfinite(d)]
-        med = float(np.median(d)) if len(d) else 0.0
-        alpha = 1.0 / med if med > 0 else 1.0
+        """The method's rescaling of every shard, when its scores' scale depends on the whole job (else None)."""
 
-        def apply(t: pa.Table) -> pa.Table:
-            dist = t.column(col).to_numpy(zero_copy_only=False).astype(np.float64)
-            ok = np.array([s == "ok" for s in t.column("status").to_pylist()])
-            score = np.exp(-alpha * dist)
-            new_score = pa.array([float(v) if k else None for v, k in zip(score, ok)], pa.float64())
-            pred = pa.array([int(v >= c.threshold) if k else None for v, k in zip(score, ok)], pa.int8())
-            t = t.set_column(t.column_names.index("score"), "score", new_score)
-            return t.set_column(t.column_names.index("prediction"), "prediction", pred)
+        def column(name: str) -> np.ndarray:
+            return np.concatenate(
+                [pq.read_table(f, columns=[name]).column(name).to_numpy(zero_copy_only=False) for f in shard_files]
+            )
 
-        return apply
+        return get_method(self.config.method).job_rescaler(self.config, column)
 
     @staticmethod
     def _verify_rows(shard_files: list[Path], total: int) -> None:
@@ -625,21 +612,6 @@ def _why_not_reused(old: Any, job: dict) -> str:
     changed = [f"{k} {a.get(k)!r} -> {b.get(k)!r}" for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
     more = f" and {len(changed) - 4} more" if len(changed) > 4 else ""
     return "options that decide scores changed (" + ", ".join(changed[:4]) + more + ")"
-
-
-def _tensor_parallel_config(config: RoleConfig, n: int, executor: str) -> RoleConfig:
-    """The judge's vLLM engine split over ``n`` GPUs (over Ray on the executor's placement group)."""
-    judge = config.judge
-    if config.method != "llm_judge" or judge is None or judge.backend != "vllm":
-        raise OptionError(
-            f"--judge-tensor-parallel {n} needs the vllm judge backend (--backend vllm), got "
-            f"{getattr(judge, 'backend', None) if config.method == 'llm_judge' else config.method!r}"
-        )
-    opts = dict(judge.backend_options or {})
-    opts["tensor_parallel_size"] = n
-    if executor == "ray":
-        opts.setdefault("distributed_executor_backend", "ray")
-    return dataclasses.replace(config, judge=dataclasses.replace(judge, backend_options=opts))
 
 
 def _local_side(target: Union[Path, str], staging: Optional[Path], sub: str) -> Path:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, Optional, Union
 
 import numpy as np
 import pyarrow as pa
@@ -255,15 +255,20 @@ class Method(ABC):
         for a, g, r in zip(assistant, truth, refs):
             if _blank(a):
                 out.append("empty assistant turn")
-            elif (
-                self.needs_ground_truth
-                and _blank(g)
-                and not (config.reference_pool == "per_turn" and self.name == "knn" and r)
-            ):
+            elif self.needs_ground_truth and not self.has_reference(g, r, config):
                 out.append(f"no ground_truth_assistant: method {self.name!r} compares the turn with its ground truth")
             else:
                 out.append(None)
         return out
+
+    def has_reference(self, truth: Optional[str], references: Any, config: RoleConfig) -> bool:
+        """Whether a turn holds what this method compares it with (its ground truth, by default)."""
+        return not _blank(truth)
+
+    def job_rescaler(self, config: RoleConfig, column: Callable[[str], np.ndarray]) -> Optional[Callable]:
+        """How to rescale each shard's scores when their scale depends on the whole job (``column(name)`` reads a
+        column across every shard's output), or None: scores are final as each shard wrote them."""
+        return None
 
     @abstractmethod
     def score(self, turns: pa.Table, config: RoleConfig, resources: Resources) -> MethodResult:

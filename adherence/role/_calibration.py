@@ -19,7 +19,7 @@ import numpy as np
 
 from .._errors import OptionError
 
-__all__ = ["FORMAT", "Calibration", "check_judge", "load_calibration", "map_digest"]
+__all__ = ["FORMAT", "Calibration", "check_judge", "load_calibration", "map_digest", "save_calibration"]
 
 FORMAT = "adherence-calibration/1"
 
@@ -93,6 +93,29 @@ def map_digest(doc: dict) -> str:
     """The digest ``adherence calibrate`` writes beside a calibration's threshold and map (and checks on load)."""
     text = json.dumps({k: doc.get(k) for k in ("threshold", "map")}, sort_keys=True)
     return "sha256:" + hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def save_calibration(path: Union[str, os.PathLike], fit: dict, source: dict) -> dict:
+    """Write a calibration file (what ``load_calibration`` reads): the fitted threshold and probability map of
+    ``fit`` (``adherence.stats.fit_calibration``'s result), what the scores came from (``source``), and the
+    digest ``load_calibration`` checks; atomically. Returns the document written."""
+    from .._atomic import write_json_atomic
+    from .._version import __version__
+
+    doc = {
+        "format": FORMAT,
+        "threshold": fit["threshold"],
+        "map": fit["map"],
+        "rule": fit["rule"],
+        "target": fit["target"],
+        "source": source,
+        "fit": fit,
+        "adherence": __version__,
+    }
+    doc["digest"] = map_digest(doc)
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(path, doc)
+    return doc
 
 
 def load_calibration(path: Union[str, os.PathLike]) -> Calibration:

@@ -6,6 +6,7 @@ All four go through the fused scoring kernel (``adherence.kernels``).
 from __future__ import annotations
 
 import numpy as np
+import pyarrow as pa
 import torch
 
 from .._errors import OptionError
@@ -58,6 +59,10 @@ class KnnMethod(_EncoderMethod):
 
     def uses_dataset_references(self, config):
         return config.reference_pool == "dataset"
+
+    def has_reference(self, truth, references, config):
+        """A ground truth, or with ``reference_pool="per_turn"`` the turn's own list of references."""
+        return not _blank(truth) or (config.reference_pool == "per_turn" and bool(references))
 
     def score(self, turns, config, resources):
         errors = self.row_errors(turns, config)
@@ -126,6 +131,25 @@ class MahalanobisMethod(_EncoderMethod):
 
     def uses_dataset_references(self, config):
         return True
+
+    def job_rescaler(self, config, column):
+        """With ``alpha="median"`` the scale is 1 / the median distance over the whole job, not over one shard:
+        every shard's scores and predictions are made again from its distances."""
+        if config.alpha != "median":
+            return None
+        col = f"{self.name}_distance"
+        alpha = _alpha(config, column(col).astype(np.float64))
+
+        def apply(t: pa.Table) -> pa.Table:
+            dist = t.column(col).to_numpy(zero_copy_only=False).astype(np.float64)
+            ok = np.array([s == "ok" for s in t.column("status").to_pylist()])
+            score = np.exp(-alpha * dist)
+            new_score = pa.array([float(v) if k else None for v, k in zip(score, ok)], pa.float64())
+            pred = pa.array([int(v >= config.threshold) if k else None for v, k in zip(score, ok)], pa.int8())
+            t = t.set_column(t.column_names.index("score"), "score", new_score)
+            return t.set_column(t.column_names.index("prediction"), "prediction", pred)
+
+        return apply
 
     def _check_pool(self, pool: list) -> None:
         if len(pool) < 2:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
-from ._base import Method, MethodResult
+from .._errors import OptionError
+from ._base import Method, MethodResult, RoleConfig
 
-__all__ = ["LlmJudgeMethod"]
+__all__ = ["LlmJudgeMethod", "tensor_parallel_config"]
 
 
 class LlmJudgeMethod(Method):
@@ -29,3 +32,18 @@ class LlmJudgeMethod(Method):
         if c.samples > 1:  # -> llm_judge_agreement, llm_judge_samples
             extra["agreement"], extra["samples"] = cols["agreement"], cols["samples"]
         return MethodResult(score, cols["error"], extra, status=cols["status"])
+
+
+def tensor_parallel_config(config: RoleConfig, n: int, executor: str) -> RoleConfig:
+    """The judge's vLLM engine split over ``n`` GPUs (over Ray on the executor's placement group)."""
+    judge = config.judge
+    if config.method != "llm_judge" or judge is None or judge.backend != "vllm":
+        raise OptionError(
+            f"--judge-tensor-parallel {n} needs the vllm judge backend (--backend vllm), got "
+            f"{getattr(judge, 'backend', None) if config.method == 'llm_judge' else config.method!r}"
+        )
+    opts = dict(judge.backend_options or {})
+    opts["tensor_parallel_size"] = n
+    if executor == "ray":
+        opts.setdefault("distributed_executor_backend", "ray")
+    return dataclasses.replace(config, judge=dataclasses.replace(judge, backend_options=opts))
