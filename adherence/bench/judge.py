@@ -145,8 +145,8 @@ def _work(backend, reqs: list, shared: bool, fm: dict) -> dict:
     before = backend.prefix_sharing
     backend.prefix_sharing = shared
     try:
-        plans = [backend._plan(r) for r in reqs]
-        plain, packs = backend._arrange(reqs, plans)
+        plans = [backend.planner.plan(r) for r in reqs]
+        plain, packs = backend.planner.arrange(reqs, plans)
     finally:
         backend.prefix_sharing = before
     tokens = sum(len(ids) for _, ids in plain)
@@ -221,7 +221,7 @@ def _unique_requests(backend, n: int, prompt_tokens: int, role_words: int, seed:
 
     def mean_tokens(w):
         reqs = _requests(synthetic_conversations(4, 1, w, seed, role_words=role_words))
-        return sum(len(backend._plan(r).ids) for r in reqs) / len(reqs)
+        return sum(len(backend.planner.plan(r).ids) for r in reqs) / len(reqs)
 
     a, b = mean_tokens(20), mean_tokens(80)
     per_word = max((b - a) / 60, 1e-6)

@@ -68,6 +68,7 @@ def bench_judge_race(
         tolerance = 1e-4 if dtype == "float32" else 0.1
 
     from ..judges import JudgeConfig, RoleJudge, get_backend
+    from ..judges._planner import PromptPlanner
     from ..judges._transformers import TransformersBackend
 
     if "transformers" not in backends:
@@ -77,7 +78,7 @@ def bench_judge_race(
         "multi_turn": _table(synthetic_conversations(conversations, turns, words_per_turn, seed + 1)),
     }
     warm = _table(synthetic_conversations(2, 2, 20, seed + 99))
-    counter = TransformersBackend.tokenizer_only(model)
+    counter = PromptPlanner.from_model(model)
     built = {}
     for name in backends:
         t = time.perf_counter()

@@ -47,10 +47,10 @@ def judge_plan(turns: pa.Table, config) -> dict:
     out["judge_calls"] = len(calls)
     out["generated_tokens_max"] = sum(g for _, g in calls)
     if jc.backend == "transformers":
-        from ._transformers import TransformersBackend
+        from ._planner import PromptPlanner
 
         opts = jc.backend_options
-        backend = TransformersBackend.tokenizer_only(
+        backend = PromptPlanner.from_model(
             jc.model, max_context=opts.get("max_context"), prefix_sharing=opts.get("prefix_sharing", True)
         )
         by_reserve: dict = {}

@@ -16,29 +16,10 @@ from typing import Any, Optional, Sequence
 
 from ..models import DEFAULT_JUDGE, pick_device, pick_dtype, resolve_model
 from ._backend import JudgeBackend, JudgeOutput, Sampling
+from ._planner import PromptPlanner
 from ._prompts import JudgeRequest
 
 __all__ = ["TransformersBackend"]
-
-from ._chat import render, special_prefix, with_special_prefix
-
-_SENTINEL = "\u2063ADHERENCE_CONTENT\u2063"
-
-
-class _Plan:
-    """A request as token pieces: head, history pieces, tail (after any truncation)."""
-
-    __slots__ = ("head", "history", "tail", "truncated", "error")
-
-    def __init__(self, head, history, tail, truncated=False, error=None):
-        self.head, self.history, self.tail, self.truncated, self.error = head, history, tail, truncated, error
-
-    @property
-    def ids(self) -> list[int]:
-        out = list(self.head)
-        for h in self.history:
-            out.extend(h)
-        return out + list(self.tail)
 
 
 class TransformersBackend(JudgeBackend):
@@ -63,7 +44,6 @@ class TransformersBackend(JudgeBackend):
     """
 
     name = "transformers"
-    piece_cache_limit = 200_000  # prompt pieces (roles, exchanges) whose token ids are kept
     full_vocab = True
 
     def __init__(
@@ -105,8 +85,12 @@ class TransformersBackend(JudgeBackend):
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         limit = getattr(self.model.config, "max_position_embeddings", None) or 4096
-        self.max_context = int(max_context or limit)
-        self.prefix_sharing = prefix_sharing
+        self.planner = PromptPlanner(
+            self.tokenizer,
+            max_context=int(max_context or limit),
+            prefix_sharing=prefix_sharing,
+            pack_tokens=pack_tokens,
+        )
         from ._tree_attention import flex_available, install
 
         self.tree_attention = bool(prefix_sharing and tree_attention and install(self.model))
@@ -117,14 +101,29 @@ class TransformersBackend(JudgeBackend):
             and (tree_attention == "flex" or self.device.type == "cuda")
         )
         self.batch_tokens = int(batch_tokens or (4096 if str(self.device).startswith("cpu") else 16384))
-        self.pack_tokens = int(pack_tokens)
         self.progress = progress
-        self._templates: dict = {}
-        self._piece_cache: dict[str, list[int]] = {}
         self._variant_ids: dict = {}
         self._token_text: dict[int, str] = {}
         self._torch = torch
         self.stats = {"forward_tokens": 0, "prompt_tokens": 0, "generated_tokens": 0, "batches": 0}
+        self._choose_attention()
+
+    def _choose_attention(self) -> None:
+        """Decide the attention path once, at load: a pack of two one-token turns on a two-token trunk goes
+        through FlexAttention and tree attention; a model whose attention cannot run one takes the next path
+        (flex, then tree attention over SDPA, then the dense mask) for every request, not from a request on."""
+        if not self.tree_attention:
+            return
+        torch = self._torch
+        tok = int(self.tokenizer.pad_token_id or 0)
+        ids, pos = [tok] * 4, [0, 1, 2, 2]
+        layout = (2, [(2, 1, 2), (3, 1, 2)])  # the trunk's length, and each tail's (start, length, prefix)
+        with torch.inference_mode():
+            if self.flex:
+                self._flex_batches([(ids, pos, [(0, 2), (1, 3)], layout)], 1, [], None)
+            if self.tree_attention:
+                self._tree_forward(torch.tensor([ids]), torch.tensor([pos]), [layout])
+        self.stats = {k: 0 for k in self.stats}  # the probe is not the job's work
 
     def describe(self) -> dict:
         out = super().describe()
@@ -138,79 +137,20 @@ class TransformersBackend(JudgeBackend):
         )
         return out
 
+    # The planner's settings, read and set through the backend (what a user of the backend tunes).
+    max_context = property(
+        lambda self: self.planner.max_context, lambda self, v: setattr(self.planner, "max_context", int(v))
+    )
+    prefix_sharing = property(
+        lambda self: self.planner.prefix_sharing, lambda self, v: setattr(self.planner, "prefix_sharing", v)
+    )
+    pack_tokens = property(
+        lambda self: self.planner.pack_tokens, lambda self, v: setattr(self.planner, "pack_tokens", int(v))
+    )
+
     @property
     def model_id(self) -> str:
         return self.resolved.name + (f"::{self.resolved.gguf_file}" if self.resolved.gguf_file else "")
-
-    # ------------------------------------------------------------------ tokenisation
-
-    def _template(self, system: Optional[str]) -> tuple[str, str]:
-        """Text the chat template (or the plain fallback) puts before and after the user content."""
-        if system not in self._templates:
-            msgs = ([{"role": "system", "content": system}] if system else []) + [
-                {"role": "user", "content": _SENTINEL}
-            ]
-            pre, post = render(self.tokenizer, msgs).split(_SENTINEL)
-            self._templates[system] = (pre, post)
-        return self._templates[system]
-
-    def _ids(self, text: str) -> list[int]:
-        ids = self._piece_cache.get(text)
-        if ids is None:
-            ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
-            if len(self._piece_cache) < self.piece_cache_limit:
-                self._piece_cache[text] = ids
-        return ids
-
-    def _piece_texts(self, req: JudgeRequest) -> tuple:
-        """``(head text or None, history texts, tail text)``: what each token piece of ``req`` encodes."""
-        pre, post = self._template(req.system)
-        pieces = req.pieces
-        head = pre + pieces[0] if len(pieces) > 1 else None
-        return head, pieces[1:-1], (pre if len(pieces) == 1 else "") + pieces[-1] + post
-
-    def _tokenize_all(self, requests: Sequence[JudgeRequest]) -> None:
-        """Tokenise every piece not yet cached in one batched call (the fast tokenizer's per-call overhead
-        dominates piece by piece: ~0.4 ms each, about a millisecond per turn)."""
-        todo: dict = {}
-        for r in requests:
-            head, history, tail = self._piece_texts(r)
-            for t in ([head] if head is not None else []) + list(history) + [tail]:
-                if t not in self._piece_cache:
-                    todo[t] = None
-        texts = list(todo)
-        room = max(0, self.piece_cache_limit - len(self._piece_cache))
-        for i in range(0, min(len(texts), room), 4096):
-            chunk = texts[i : i + 4096]
-            for t, ids in zip(chunk, self.tokenizer(chunk, add_special_tokens=False)["input_ids"]):
-                self._piece_cache[t] = ids
-
-    def _plan(self, req: JudgeRequest, reserve: int = 1) -> _Plan:
-        head_text, history_texts, tail_text = self._piece_texts(req)
-        head = self._ids(head_text) if head_text is not None else []
-        history = [self._ids(p) for p in history_texts]
-        tail = self._ids(tail_text)
-        prefix = special_prefix(self.tokenizer)
-        if prefix:  # BOS (or any prefix the tokenizer defines) exactly once, at the very start
-            if head_text is not None:
-                head = with_special_prefix(head, prefix)
-            else:
-                tail = with_special_prefix(tail, prefix)
-        limit = self.max_context - reserve
-        total = len(head) + sum(map(len, history)) + len(tail)
-        truncated = False
-        while total > limit and history:
-            total -= len(history.pop(0))  # oldest history first; the role and the judged turn stay
-            truncated = True
-        if total > limit:
-            return _Plan(
-                head,
-                history,
-                tail,
-                truncated,
-                f"prompt of {total} tokens exceeds the judge's context of {self.max_context} even without history",
-            )
-        return _Plan(head, history, tail, truncated)
 
     def variant_ids(self, variants: tuple) -> tuple:
         """Token ids (tensors on the model's device) whose normalised text is a yes / a no variant.
@@ -296,35 +236,6 @@ class TransformersBackend(JudgeBackend):
             rows = torch.arange(len(batch), device=self.device)
             cols = self._device_ids(torch.tensor([len(ids) - 1 for _, ids in batch]))
             pending.append(([i for i, _ in batch], self._read_rows(out.last_hidden_state, rows, cols, top_k, variants)))
-
-    def _packs(self, group: list) -> list:
-        """Split a conversation's (index, plan) list into packs: (trunk_ids, [(index, prefix_len, tail)])."""
-        group = sorted(group, key=lambda it: len(it[1].history))
-        packs: list[tuple[int, list[tuple[int, _Plan]]]] = []
-        current: list[tuple[int, _Plan]] = []
-        trunk_pieces = 0
-        longest = group[-1][1]
-        cum = [len(longest.head)]
-        for h in longest.history:
-            cum.append(cum[-1] + len(h))
-        for i, plan in group:
-            n_hist = len(plan.history)
-            prefix = cum[n_hist]
-            size = prefix + sum(len(p.tail) for _, p in current) + len(plan.tail)
-            if current and size > self.pack_tokens:
-                packs.append((trunk_pieces, current))
-                current = []
-            current.append((i, plan))
-            trunk_pieces = n_hist
-        if current:
-            packs.append((trunk_pieces, current))
-        out = []
-        for n_hist, members in packs:
-            trunk = list(longest.head)
-            for h in longest.history[:n_hist]:
-                trunk.extend(h)
-            out.append((trunk, [(i, cum[len(p.history)], p.tail) for i, p in members]))
-        return out
 
     def _packed_batches(self, packs: list, top_k: int, pending: list, variants=None) -> None:
         torch = self._torch
@@ -504,73 +415,14 @@ class TransformersBackend(JudgeBackend):
             batches, desc="judging", unit="batch", disable=not self.progress or len(batches) < 3, leave=False
         )
 
-    def _arrange(self, requests: Sequence[JudgeRequest], plans: list) -> tuple[list, list]:
-        """``(plain, packs)``: prompts run on their own row, and conversations packed with a shared trunk."""
-        plain: list[tuple[int, list[int]]] = []
-        groups: dict[tuple[Any, ...], list[tuple[int, _Plan]]] = {}
-        for i, (req, plan) in enumerate(zip(requests, plans)):
-            if plan.error:
-                continue
-            if self.prefix_sharing and len(req.pieces) > 1 and not plan.truncated:
-                groups.setdefault((req.group, req.system, req.pieces[0]), []).append((i, plan))
-            else:
-                plain.append((i, plan.ids))
-        packs = []
-        for members in groups.values():
-            longest = max(members, key=lambda it: len(it[1].history))[1]
-            nested = [it for it in members if it[1].history == longest.history[: len(it[1].history)]]
-            plain.extend((i, p.ids) for i, p in members if all(i != j for j, _ in nested))
-            if len(nested) == 1:  # nothing shared: its own row (a plain causal pass)
-                plain.append((nested[0][0], nested[0][1].ids))
-            else:
-                packs.extend(self._packs(nested))
-        return plain, packs
-
-    def count_tokens(self, requests: Sequence[JudgeRequest], *, reserve: int = 1) -> dict:
-        """Token counts of ``requests`` without running the model: ``prompt_tokens`` (each prompt's
-        length), ``forward_tokens`` (what the packed forward passes would run), ``too_long`` (prompts over
-        the context even without history) and ``truncated``."""
-        plans = [self._plan(r, reserve=reserve) for r in requests]
-        plain, packs = self._arrange(requests, plans)
-        forward = sum(len(ids) for _, ids in plain) + sum(
-            len(trunk) + sum(len(t) for _, _, t in branches) for trunk, branches in packs
-        )
-        return {
-            "prompt_tokens": sum(len(p.ids) for p in plans if not p.error),
-            "forward_tokens": forward,
-            "too_long": sum(1 for p in plans if p.error),
-            "truncated": sum(1 for p in plans if p.truncated),
-        }
-
-    @classmethod
-    def tokenizer_only(
-        cls, model: Optional[str] = None, *, max_context: Optional[int] = None, prefix_sharing: bool = True
-    ) -> TransformersBackend:
-        """A backend that can plan and count tokens (``count_tokens``) but holds no weights."""
-        from transformers import AutoConfig, AutoTokenizer
-
-        self = cls.__new__(cls)
-        self.resolved = resolve_model(model or DEFAULT_JUDGE)
-        kwargs = {"gguf_file": self.resolved.gguf_file} if self.resolved.gguf_file else {}
-        path = str(self.resolved.path)
-        self.tokenizer = AutoTokenizer.from_pretrained(path, **kwargs)
-        try:
-            limit = getattr(AutoConfig.from_pretrained(path, **kwargs), "max_position_embeddings", None)
-        except (OSError, ValueError):
-            limit = None
-        self.max_context = int(max_context or limit or 4096)
-        self.prefix_sharing, self.pack_tokens = prefix_sharing, 4096
-        self._templates, self._piece_cache = {}, {}
-        return self
-
     def first_token_logprobs(
         self, requests: Sequence[JudgeRequest], *, top_k: int = 20, variants: Optional[tuple] = None
     ) -> list[JudgeOutput]:
         torch = self._torch
-        self._tokenize_all(requests)
-        plans = [self._plan(r) for r in requests]
+        self.planner.tokenize_all(requests)
+        plans = [self.planner.plan(r) for r in requests]
         results: list = [None] * len(requests)
-        plain, packs = self._arrange(requests, plans)
+        plain, packs = self.planner.arrange(requests, plans)
         self.stats["prompt_tokens"] += sum(len(p.ids) for p in plans if not p.error)
         pending: list = []
         with torch.inference_mode():
@@ -591,7 +443,7 @@ class TransformersBackend(JudgeBackend):
     def _generate(self, requests: Sequence[JudgeRequest], sampling: Sampling) -> list[JudgeOutput]:
         max_tokens, temperature, seed, stop = sampling.max_tokens, sampling.temperature, sampling.seed, sampling.stop
         torch = self._torch
-        plans = [self._plan(r, reserve=max_tokens) for r in requests]
+        plans = [self.planner.plan(r, reserve=max_tokens) for r in requests]
         texts: list = [None] * len(requests)
         items = sorted([(i, p.ids) for i, p in enumerate(plans) if not p.error], key=lambda it: -len(it[1]))
         if seed is not None:

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from adherence.judges import JudgeConfig, turn_requests
-from adherence.judges._transformers import TransformersBackend
+from adherence.judges._planner import PromptPlanner
 
 
 @pytest.fixture(scope="module")
@@ -36,12 +36,12 @@ def test_messages_equal_pygaussias_on_every_record(recorded):
 
 
 def test_tokens_equal_pygaussias_through_the_bundled_judges_template(recorded):
-    judge = TransformersBackend.tokenizer_only()
+    judge = PromptPlanner.from_model()
     tok = judge.tokenizer
     for rec in recorded["records"]:
         ref = tok.apply_chat_template(rec["messages"], tokenize=True, add_generation_prompt=True)
         ref = ref["input_ids"] if hasattr(ref, "keys") else ref
-        assert judge._plan(_ours(rec)).ids == list(ref)
+        assert judge.plan(_ours(rec)).ids == list(ref)
 
 
 def test_the_default_layout_is_not_pygaussias(recorded):

@@ -6,7 +6,7 @@ import pytest
 
 from adherence.judges import turn_requests
 from adherence.judges._chat import prompt_ids, special_prefix, with_special_prefix
-from adherence.judges._transformers import TransformersBackend
+from adherence.judges._planner import PromptPlanner
 from adherence.judges._vllm import VLLMBackend
 
 LLAMA3_TEMPLATE = (
@@ -122,11 +122,11 @@ CASES = [
 @pytest.mark.parametrize("layout", ["user", "system", "pygaussia"])
 def test_bos_once_and_nothing_appended(tmp_path, family, template, layout):
     path, bos, eos = _tokenizer_dir(tmp_path, family, template)
-    judge = TransformersBackend.tokenizer_only(str(path))
+    judge = PromptPlanner.from_model(str(path))
     assert special_prefix(judge.tokenizer) == (bos,)
     vllm = VLLMBackend("m", llm=_FakeLLM(judge.tokenizer), sampling_params_cls=dict, max_model_len=512, progress=False)
     for req in _requests(layout):
-        ids = judge._plan(req).ids
+        ids = judge.plan(req).ids
         assert ids[0] == bos and ids.count(bos) == 1, (family, template, layout)
         if family == "gemma" and template is None:
             assert eos not in ids  # the post-processor's EOS would end the prompt: never appended
@@ -138,24 +138,24 @@ def test_bos_once_and_nothing_appended(tmp_path, family, template, layout):
 def test_without_the_fix_the_template_less_prompt_lacks_bos(tmp_path):
     """What the old tokenisation (add_special_tokens=False, no prefix rule) fed a template-less base model."""
     path, bos, _ = _tokenizer_dir(tmp_path, "gemma", None)
-    judge = TransformersBackend.tokenizer_only(str(path))
+    judge = PromptPlanner.from_model(str(path))
     req = _requests("user")[0]
-    head, _, _ = judge._piece_texts(req)
+    head, _, _ = judge.piece_texts(req)
     assert bos not in judge.tokenizer(head, add_special_tokens=False)["input_ids"]
-    assert judge._plan(req).ids[0] == bos
+    assert judge.plan(req).ids[0] == bos
 
 
 def test_smollm2_prompt_equals_its_own_chat_template():
     """SmolLM2 defines no prefix (its template opens with <|im_start|>): the prompt is exactly what
     apply_chat_template(tokenize=True) gives, on every layout."""
-    judge = TransformersBackend.tokenizer_only()
+    judge = PromptPlanner.from_model()
     tok = judge.tokenizer
     assert special_prefix(tok) == ()
     for layout in ("user", "system", "pygaussia"):
         for req in _requests(layout):
             ref = tok.apply_chat_template(req.messages(), tokenize=True, add_generation_prompt=True)
             ref = ref["input_ids"] if hasattr(ref, "keys") else ref
-            assert judge._plan(req).ids == list(ref)
+            assert judge.plan(req).ids == list(ref)
             assert prompt_ids(tok, req.messages()) == list(ref)
 
 

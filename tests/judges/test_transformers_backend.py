@@ -73,15 +73,15 @@ def test_small_packs_and_batches_give_the_same_scores(tiny_judge):
 
 def test_history_is_left_truncated_then_errors(tiny_judge):
     reqs = [r for r in _requests() if r.group == "bank-001"]
-    full = [len(tiny_judge._plan(r).ids) for r in reqs]
+    full = [len(tiny_judge.planner.plan(r).ids) for r in reqs]
     limit = tiny_judge.max_context
     try:
         tiny_judge.max_context = full[0] + 1  # the first turn fits, later turns must drop history
         out = tiny_judge.first_token_logprobs(reqs)
         assert [o.truncated for o in out] == [False] + [True] * (len(reqs) - 1)
         assert all(o.error is None for o in out)
-        plan = tiny_judge._plan(reqs[-1])
-        assert len(plan.ids) <= tiny_judge.max_context and plan.tail == tiny_judge._plan(reqs[-1]).tail
+        plan = tiny_judge.planner.plan(reqs[-1])
+        assert len(plan.ids) <= tiny_judge.max_context and plan.tail == tiny_judge.planner.plan(reqs[-1]).tail
         tiny_judge.max_context = 20
         out = tiny_judge.first_token_logprobs(reqs[:1])
         assert out[0].error and "exceeds the judge's context" in out[0].error

@@ -152,16 +152,18 @@ def test_config_checks_name_what_the_tree_cannot_do(extra, why):
     assert nested == got  # Gemma 3's multimodal config keeps its text model's under text_config
 
 
-def test_a_window_the_configuration_hides_is_refused_at_the_first_pass(tiny_llama_dir, monkeypatch):
+def test_a_window_the_configuration_hides_is_refused_when_the_judge_loads(tiny_llama_dir, monkeypatch):
+    """The attention path is chosen once, at load (a probe pack through tree attention), not on a job's first
+    packed pass: every request of the job then takes the same path."""
     from transformers import MistralConfig
 
     monkeypatch.setattr(_tree_attention, "config_unsupported", lambda config: None)
     judge = _tiny(tiny_llama_dir, MistralConfig, "sdpa", sliding_window=16)
     monkeypatch.undo()
-    assert judge.tree_attention  # installed; refused at the first packed pass
+    assert not judge.tree_attention and judge.describe()["attention"] == "dense-mask"
+    assert judge.stats["forward_tokens"] == 0  # the probe is not counted as the job's work
     reqs = _requests(3)
     packed = _p_yes(judge.first_token_logprobs(reqs))
-    assert not judge.tree_attention
     judge.prefix_sharing = False
     separate = _p_yes(judge.first_token_logprobs(reqs))
     np.testing.assert_allclose(packed, separate, atol=1e-4)
