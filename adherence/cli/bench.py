@@ -15,6 +15,13 @@ def _fmt(v) -> str:
     return "—" if v is None else f"{v:.3f}"
 
 
+def _device_and_output(sp: argparse.ArgumentParser, *, device: bool = True) -> None:
+    """The flags every benchmark has: where it runs, and where its JSON is also written."""
+    if device:
+        sp.add_argument("--device", help="cuda, cpu, ... (default: cuda when available)")
+    sp.add_argument("-o", "--output", type=file_path, help="also write the JSON here")
+
+
 def _call(fn, args: argparse.Namespace, **given):
     """``fn`` called with the parsed flags named like its parameters, and ``given`` for those that differ."""
     import inspect
@@ -54,7 +61,7 @@ class BenchCommand(Command):
         rp.add_argument("--nli-model", type=model_name, help="include nli with this local model")
         rp.add_argument("--device", help="cuda, cpu, ... (default: cuda when available)")
         rp.add_argument("--json", action="store_true", help="print JSON instead of the table")
-        rp.add_argument("-o", "--output", type=file_path, help="also write the JSON here")
+        _device_and_output(rp, device=False)
         kb = sub.add_parser(
             "kernels",
             help="fused scoring kernels vs torch eager: rows/s, GB/s, TFLOP/s and the ratio "
@@ -74,8 +81,7 @@ class BenchCommand(Command):
             help="comma-separated sizes of large shared kNN pools to time as "
             "well (e.g. 10000,100000,1000000; rows are chosen for ~2e14 FLOP per call)",
         )
-        kb.add_argument("--device", help="cuda, cpu, ... (default: cuda when available)")
-        kb.add_argument("-o", "--output", type=file_path, help="also write the JSON here")
+        _device_and_output(kb)
         mb = sub.add_parser("maxsim", help="late-interaction MaxSim over 1000-document pools: queries/s (JSON)")
         mb.add_argument("--queries", type=int, default=32, help="persona queries, each against its own pool")
         mb.add_argument("--pool", type=int, default=1000, help="documents per query's pool (default 1000)")
@@ -91,8 +97,7 @@ class BenchCommand(Command):
         )
         mb.add_argument("--repeats", type=int, default=5, help="timed repetitions (the median is reported)")
         mb.add_argument("--no-baseline", action="store_true", help="skip the padded per-query baseline")
-        mb.add_argument("--device", help="cuda, cpu, ... (default: cuda when available)")
-        mb.add_argument("-o", "--output", type=file_path, help="also write the JSON here")
+        _device_and_output(mb)
         nb = sub.add_parser(
             "encoder", help="sentence encoder vs sentence-transformers on the same texts: texts/s (JSON)"
         )
@@ -107,8 +112,7 @@ class BenchCommand(Command):
             "--dtype", choices=["float32", "bfloat16", "float16"], help="our dtype (default: bf16 on GPU, fp32 on CPU)"
         )
         nb.add_argument("--repeats", type=int, default=3, help="timed repetitions (the median is reported)")
-        nb.add_argument("--device", help="cuda, cpu, ... (default: cuda when available)")
-        nb.add_argument("-o", "--output", type=file_path, help="also write the JSON here")
+        _device_and_output(nb)
         pb = sub.add_parser(
             "persona",
             help="the EVAL4SIM protocol end to end on one corpus: wall time, where it "
@@ -122,8 +126,7 @@ class BenchCommand(Command):
         )
         pb.add_argument("--repeats", type=int, default=10, help="random pools per query and pool size")
         pb.add_argument("--limit", type=int, help="read only the first N conversations")
-        pb.add_argument("--device", help="cuda, cpu, ... (default: cuda when available)")
-        pb.add_argument("-o", "--output", type=file_path, help="also write the JSON here")
+        _device_and_output(pb)
         eb = sub.add_parser("engine", help="engine turns/s, local vs ray, and peak memory (JSON)")
         eb.add_argument("--turns", type=int, default=1_000_000, help="synthetic turns in the large input")
         eb.add_argument("--small", type=int, help="the smaller input for the memory comparison (default turns/10)")
@@ -133,7 +136,7 @@ class BenchCommand(Command):
         eb.add_argument(
             "--executors", help="comma-separated executors to compare (default: local, and ray when it is installed)"
         )
-        eb.add_argument("-o", "--output", type=file_path, help="also write the JSON here")
+        _device_and_output(eb, device=False)
         jb = sub.add_parser(
             "judge",
             help="judge turns/s without reuse (ratio to the measured matmul peak), with "
@@ -183,7 +186,7 @@ class BenchCommand(Command):
             choices=["float32", "bfloat16", "float16"],
             help="model dtype (default: bf16 on GPU, fp32 on CPU)",
         )
-        jb.add_argument("-o", "--output", type=file_path, help="also write the JSON here")
+        _device_and_output(jb, device=False)
         jr = sub.add_parser(
             "judge-race",
             help="transformers vs vLLM (and a server) on the same prompts, model and "
@@ -203,7 +206,7 @@ class BenchCommand(Command):
         jr.add_argument("--base-url", help="openai backend: the server (same model and dtype)")
         jr.add_argument("--served-model", help="openai backend: the server's model name")
         jr.add_argument("--vllm-kv-cache-gb", type=float, default=2.0, help="vllm on CPU: KV-cache size")
-        jr.add_argument("-o", "--output", type=file_path, help="also write the JSON here")
+        _device_and_output(jr, device=False)
 
     def run(self, args: argparse.Namespace) -> int:
         if args.bench == "role-paper":

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import numpy as np
 
@@ -105,13 +105,12 @@ class LateInteractionEncoder:
     Args:
         model: local path (a ColBERT/PyLate checkpoint or any encoder), ``bundled:all-MiniLM-L6-v2``
             (default) or a cached hub id.
-        device: as for ``adherence.models.Encoder``.
-        dtype: as for ``adherence.models.Encoder``.
-        batch_size: as for ``adherence.models.Encoder``.
-        max_length: token limit per window (default: the checkpoint's ``max_seq_length``).
         query_prefix: prepended to queries before encoding (default: the checkpoint's
             ``config_sentence_transformers.json``, e.g. PyLate's ``"[Q] "``).
         document_prefix: prepended to documents the same way (e.g. ``"[D] "``).
+        encoder_options: the token encoder's (``adherence.models.Encoder``): ``device``, ``dtype``,
+            ``batch_size``, ``max_length`` (a window's token limit; default: the checkpoint's
+            ``max_seq_length``), ``progress``.
 
     Example::
 
@@ -124,19 +123,13 @@ class LateInteractionEncoder:
         self,
         model: Optional[str] = None,
         *,
-        device: Optional[str] = None,
-        dtype: Optional[str] = None,
-        batch_size: Optional[int] = None,
-        max_length: Optional[int] = None,
         query_prefix: Optional[str] = None,
         document_prefix: Optional[str] = None,
-        progress: bool = True,
+        **encoder_options: Any,
     ) -> None:
         from ..models import Encoder
 
-        self.encoder = Encoder(
-            model, device=device, dtype=dtype, batch_size=batch_size, max_length=max_length, progress=progress
-        )
+        self.encoder = Encoder(model, **encoder_options)
         path = self.encoder.resolved.path
         self.dense = _dense_layer(path)
         if self.dense is not None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import html
 import os
 from pathlib import Path
-from typing import Optional, Sequence, Union
+from typing import Any, Optional, Sequence, Union
 
 import numpy as np
 
@@ -318,19 +318,11 @@ def evaluation_html(
     return page(title, sections, sub)
 
 
-def write_evaluation_html(
-    path: Union[str, os.PathLike],
-    result: dict,
-    labels: Sequence,
-    scores: Sequence,
-    *,
-    title: str = "adherence evaluate",
-    meta: Optional[dict] = None,
-    calibration: Optional[dict] = None,
-) -> Path:
+def write_evaluation_html(path: Union[str, os.PathLike], *args: Any, **kwargs: Any) -> Path:
+    """``evaluation_html(*args, **kwargs)`` written to ``path`` (atomically); returns the path."""
+    from .._atomic import write_text_atomic
+
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(
-        evaluation_html(result, labels, scores, title=title, meta=meta, calibration=calibration), encoding="utf-8"
-    )
+    write_text_atomic(path, evaluation_html(*args, **kwargs))
     return path

@@ -185,16 +185,7 @@ def persona_html(results: dict, *, title: str = "adherence persona", about: Opti
     if any("score" in (r.get("consistency") or {}) for r in results.values()):
         keys = ["f1", "auc", "c_at_1", "f05u", "brier", "score", "similarity", "p1", "p2", "n_authors", "n_test"]
         sections.append("<h2>Consistency (authorship verification, char 4-gram TF-IDF)</h2>")
-        sections.append(
-            table_html(
-                ["dataset", *keys],
-                [
-                    [n] + [r["consistency"].get(k) for k in keys]
-                    for n, r in results.items()
-                    if "score" in (r.get("consistency") or {})
-                ],
-            )
-        )
+        sections.append(_dimension_table(results, "consistency", keys))
     nat = next(
         (r["naturalness"] for r in results.values() if "score" in (r.get("naturalness") or {})),
         first.get("naturalness"),
@@ -205,16 +196,7 @@ def persona_html(results: dict, *, title: str = "adherence persona", about: Opti
             sections.append(f"<p class='warn'>skipped: {html.escape(nat['skipped'])}</p>")
         else:
             keys = ["cs", "pcr", "scr", "er", "nr", "cr", "score", "similarity", "n_pairs"]
-            sections.append(
-                table_html(
-                    ["dataset", *keys],
-                    [
-                        [n] + [r["naturalness"].get(k) for k in keys]
-                        for n, r in results.items()
-                        if "score" in (r.get("naturalness") or {})
-                    ],
-                )
-            )
+            sections.append(_dimension_table(results, "naturalness", keys))
     ref = next(iter(results))
     return page(title, sections, f"reference: {ref}; simulations: {', '.join(list(results)[1:]) or 'none'}")
 
@@ -226,3 +208,11 @@ def write_persona_html(
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(persona_html(results, title=title, about=about), encoding="utf-8")
     return path
+
+
+def _dimension_table(results: dict, dimension: str, keys: list) -> str:
+    """One row per corpus scored on ``dimension``: its name, then ``keys`` of that dimension's results."""
+    rows = [
+        [n] + [r[dimension].get(k) for k in keys] for n, r in results.items() if "score" in (r.get(dimension) or {})
+    ]
+    return table_html(["dataset", *keys], rows)
