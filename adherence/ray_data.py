@@ -54,16 +54,26 @@ _BUCKET = "__adherence_bucket"
 
 
 def _add_bucket(batch: pa.Table, n_buckets: int) -> pa.Table:
-    """A bucket id per row, the same for every turn of a conversation (crc32 of its id, like the engine's shards)."""
+    """A bucket id per row, the same for every turn of a conversation (crc32 of its id, like the engine's shards).
+
+    The id is read as text (the turns contract's type), so blocks whose ids Ray inferred as numbers and blocks
+    of strings group together; a row with a null id joins a bucket of the batch, where the scorer marks that
+    row (and only it) as an error.
+    """
     import zlib
 
     import numpy as np
 
-    enc = batch.column("conversation_id").combine_chunks().cast(pa.string()).dictionary_encode()
+    cid = batch.column("conversation_id").combine_chunks()
+    if not pa.types.is_string(cid.type):
+        cid = cid.cast(pa.string())
+        batch = batch.set_column(batch.column_names.index("conversation_id"), "conversation_id", cid)
+    enc = cid.dictionary_encode()
     of_value = np.array(
         [zlib.crc32((v or "").encode("utf-8")) % n_buckets for v in enc.dictionary.to_pylist()], dtype=np.int32
     )
-    ids = of_value[enc.indices.to_numpy(zero_copy_only=False)] if len(of_value) else np.zeros(0, np.int32)
+    codes = enc.indices.fill_null(0).to_numpy(zero_copy_only=False) if len(of_value) else None
+    ids = of_value[codes] if codes is not None else np.zeros(batch.num_rows, np.int32)
     return batch.append_column(_BUCKET, pa.array(ids, pa.int32()))
 
 
@@ -143,6 +153,13 @@ def score_dataset(
         kwargs["num_gpus"] = num_gpus
     if num_cpus is not None:
         kwargs["num_cpus"] = num_cpus
-    n_buckets = max(4 * concurrency, -(-ds.count() // rows_per_call))  # Parquet: the count comes from metadata
+    n_rows = ds.count()  # Parquet: the count comes from metadata
+    if n_rows == 0:  # nothing to group or score: an empty output with the scores' columns
+        from .role._platform import output_schema
+
+        schema = ds.schema()
+        base = getattr(schema, "base_schema", schema)
+        return ray.data.from_arrow(output_schema(base if isinstance(base, pa.Schema) else pa.schema([])).empty_table())
+    n_buckets = max(4 * concurrency, -(-n_rows // rows_per_call))
     bucketed = ds.map_batches(_add_bucket, fn_kwargs={"n_buckets": n_buckets}, batch_format="pyarrow")
     return bucketed.groupby(_BUCKET, num_partitions=num_partitions or 4 * concurrency).map_groups(RoleScorer, **kwargs)

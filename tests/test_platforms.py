@@ -203,3 +203,53 @@ def test_a_scoring_call_that_raises_marks_its_rows_and_the_next_call_scores(turn
     assert [r["conversation_id"] for r in first] == turns.slice(0, 4).column("conversation_id").to_pylist()
     second = scorer(turns.slice(0, 4)).to_pylist()
     assert [r["status"] for r in second] == ["ok"] * 4
+
+
+@pytest.mark.ray
+def test_ray_data_bad_ids_are_their_rows_errors_and_an_empty_input_is_an_empty_output(ray_local, turns):
+    """A null conversation_id, ids Ray reads as numbers in one block and as text in another, and an empty
+    dataset: the bad rows say why, the others are the engine's scores, nothing raises in Ray."""
+    import ray.data
+
+    from adherence.ray_data import score_dataset
+
+    rows = turns.to_pylist()
+    orphan = dict(rows[5], conversation_id=None)
+    texts = pa.Table.from_pylist(rows + [orphan], schema=turns.schema)
+    numbers = pa.table(
+        {
+            "conversation_id": pa.array([901, 901, 902], pa.int64()),  # another block's ids, typed as numbers
+            "turn_index": pa.array([0, 1, 0], pa.int32()),
+            "role": pa.array([rows[0]["role"]] * 3),
+            "assistant": pa.array([rows[0]["assistant"], rows[1]["assistant"], rows[2]["assistant"]]),
+            "ground_truth_assistant": pa.array([rows[0]["ground_truth_assistant"]] * 3),
+        }
+    )
+    ds = ray.data.from_arrow([texts, numbers])
+    got = _collect(ray_local, score_dataset(ds, method="cosine", concurrency=1)).to_pylist()
+    assert len(got) == len(rows) + 1 + 3
+    errors = [r for r in got if r["status"] == "error"]
+    assert len(errors) == 1 and "null conversation_id" in errors[0]["error"]
+    assert {r["conversation_id"] for r in got if r["conversation_id"] in ("901", "902")} == {"901", "902"}
+    assert all(r["status"] == "ok" for r in got if r["conversation_id"] in ("901", "902"))
+    ref = _by_key(adherence.score(turns, method="cosine", n_bootstrap=0))
+    by_key = {(r["conversation_id"], r["turn_index"]): r for r in got}
+    for k, w in ref.items():
+        assert by_key[k]["score"] == pytest.approx(w["score"], abs=1e-6), k
+
+    empty = score_dataset(ray.data.from_arrow(turns.slice(0, 0)), method="cosine")
+    assert empty.count() == 0 and {"score", "status", "error"} <= set(empty.schema().names)
+
+
+def test_a_turn_index_out_of_int32_is_that_rows_error_not_its_calls(turns):
+    """One turn_index that cannot be the contract's int32 marks that row only (it marked every row of its
+    Spark chunk or Ray Data call)."""
+    from adherence.role._platform import ConversationScorer
+
+    idx = turns.column("turn_index").cast(pa.int64()).to_pylist()
+    idx[2], idx[5] = 2**40, -(2**33)
+    dirty = turns.set_column(turns.column_names.index("turn_index"), "turn_index", pa.array(idx, pa.int64()))
+    out = ConversationScorer(RoleConfig(method="cosine", progress=False))(dirty).to_pylist()
+    bad = [i for i, r in enumerate(out) if r["status"] == "error"]
+    assert bad == [2, 5] and "is not a 32-bit integer" in out[2]["error"]
+    assert all(r["status"] == "ok" for i, r in enumerate(out) if i not in bad)

@@ -109,11 +109,22 @@ def _key_problems(table: pa.Table) -> dict:
     for i, key in enumerate(zip(cids, idxs)):
         if key[0] is None or key[1] is None:
             out[i] = f"null {'conversation_id' if key[0] is None else 'turn_index'}: the turn cannot be placed"
+        elif _not_int32(key[1]):
+            out[i] = (
+                f"turn_index {key[1]!r} is not a 32-bit integer (the turns contract's int32): the turn cannot be placed"
+            )
         elif key in seen:
             out[i] = f"duplicate key (conversation_id={key[0]!r}, turn_index={key[1]!r}); first at row {seen[key] + 1}"
         else:
             seen[key] = i
     return out
+
+
+def _not_int32(v: Any) -> bool:
+    """A number that cannot be the contract's int32 turn index (other values are left to the schema's cast)."""
+    if isinstance(v, float):
+        return not (v.is_integer() and -(2**31) <= v < 2**31)
+    return isinstance(v, int) and not isinstance(v, bool) and not -(2**31) <= v < 2**31
 
 
 def _error_rows(table: pa.Table, schema: pa.Schema, reasons: list, method: str) -> pa.Table:
