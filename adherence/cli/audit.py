@@ -7,6 +7,7 @@ import json
 import sys
 from pathlib import Path
 
+from .._atomic import write_json_atomic
 from .._errors import OptionError
 from .._options import file_path, model_name
 from .main import Command
@@ -34,6 +35,40 @@ def _backend(args, progress: bool = False):
 
 def _fmt(v) -> str:
     return "—" if v is None else (f"{v:.3f}" if isinstance(v, float) else str(v))
+
+
+# What `audit run` writes in metrics.json, by key: the type of each value the report reads.
+_METRICS_KEYS = {"ks": list, "strata": list, "judges": (list, type(None)), "questions": dict, "pooled": dict,
+                 "artifacts": list, "eps": (int, float)}  # fmt: skip
+_NUMBER_OR_NONE = (int, float, type(None))
+
+
+def load_metrics(path: Path) -> dict:
+    """``metrics.json`` of an audit, checked to hold what the report reads; a one-line DataError naming the file
+    and the first key that does not."""
+    from ..data import DataError
+
+    try:
+        metrics = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise DataError(f"cannot read the audit's metrics ({exc})", file=path) from None
+    if not isinstance(metrics, dict):
+        raise DataError(f"the audit's metrics must be a JSON object, got {type(metrics).__name__}", file=path)
+    for key, kind in _METRICS_KEYS.items():
+        if not isinstance(metrics.get(key), kind):
+            raise DataError(
+                f"`{key}` is {type(metrics.get(key)).__name__}, not what `adherence audit run` writes; run the audit "
+                "again rather than editing its metrics",
+                file=path,
+            )
+    if not metrics["ks"] or not all(isinstance(k, int) and not isinstance(k, bool) for k in metrics["ks"]):
+        raise DataError("`ks` must be a non-empty list of run counts", file=path)
+    for k, m in metrics["pooled"].items():
+        bad = [n for n in ("percent_agreement", "gwet_ac1", "fleiss_kappa", "r_stab") if not isinstance(
+            (m or {}).get(n) if isinstance(m, dict) else "", _NUMBER_OR_NONE)]  # fmt: skip
+        if bad:
+            raise DataError(f"`pooled.{k}.{bad[0]}` must be a number or null", file=path)
+    return metrics
 
 
 def format_metrics(metrics: dict) -> str:
@@ -209,7 +244,7 @@ class AuditCommand(Command):
         )
         write_table(judgments, out / "judgments.parquet", metadata=meta)
         metrics = stability_tables(judgments, Encoder(args.encoder, progress=False), ks=ks, eps=args.eps)
-        (out / "metrics.json").write_text(json.dumps(metrics, indent=2), encoding="utf-8")
+        write_json_atomic(out / "metrics.json", metrics, indent=2)
         answers = judgments.column("answer").to_pylist()
         sources = judgments.column("source").to_pylist()
         judged = [a for a, src in zip(answers, sources) if src == "judge"]
@@ -236,9 +271,19 @@ class AuditCommand(Command):
             from ..data import DataError
 
             raise DataError(f"no metrics.json: run `adherence audit run ... -o {out}` first", file=path)
-        metrics = json.loads(path.read_text(encoding="utf-8"))
-        print(json.dumps(metrics, indent=2) if args.json else format_metrics(metrics))
-        html = write_audit_html(args.html or out / "report.html", metrics, title=f"adherence audit: {out}")
+        metrics = load_metrics(path)
+        try:
+            text = json.dumps(metrics, indent=2) if args.json else format_metrics(metrics)
+            html = write_audit_html(args.html or out / "report.html", metrics, title=f"adherence audit: {out}")
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+            from ..data import DataError
+
+            raise DataError(
+                f"not the metrics `adherence audit run` writes ({type(exc).__name__}: {exc}); run the audit again "
+                "rather than editing it",
+                file=path,
+            ) from None
+        print(text)
         print(f"wrote {html}", file=sys.stderr)
         return 0
 

@@ -124,6 +124,25 @@ def test_cli_audit_run_and_report(tmp_path, tiny_llama_dir, capsys):
     assert page.count(str(tiny_llama_dir)) == 1 and "Unscored judge answers: 108 of 108" in page
     assert "Code-answered questions" in page and "no stability statistic" in page
     assert main(["audit", "report", str(tmp_path / "nothing")]) == 2
+    # A hand-edited metrics.json: one line naming the file and what is wrong, exit 2, never a traceback.
+    good = (out / "metrics.json").read_text()
+    edits = {
+        "pooled-string": lambda m: m["pooled"]["k=2"].update(gwet_ac1="high"),
+        "no-ks": lambda m: m.pop("ks"),
+        "questions-list": lambda m: m.update(questions=[]),
+        "artifact-no-mean": lambda m: [a.pop("mean") for a in m["artifacts"]],
+    }
+    capsys.readouterr()
+    for name, edit in edits.items():
+        m = json.loads(good)
+        edit(m)
+        (out / "metrics.json").write_text(json.dumps(m))
+        assert main(["audit", "report", str(out)]) == 2, name
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and "metrics.json" in err and "Traceback" not in err, (name, err)
+    (out / "metrics.json").write_text(good[: len(good) // 2])  # cut short
+    assert main(["audit", "report", str(out)]) == 2
+    assert "cannot read the audit's metrics" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(
