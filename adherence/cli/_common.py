@@ -146,7 +146,8 @@ def add_judge_args(p: argparse.ArgumentParser, *, device: bool = True) -> argpar
         "--max-qps",
         type=float,
         metavar="Q",
-        help="openai backend: requests started per second over all endpoints (default: no cap)",
+        help="openai backend: requests started per second over all endpoints, for the whole job (with "
+        "--executor ray, each worker gets an equal share; default: no cap)",
     )
     j.add_argument(
         "--api-key",
@@ -162,6 +163,14 @@ def add_judge_args(p: argparse.ArgumentParser, *, device: bool = True) -> argpar
         help="openai backend: seconds per request before it is retried",
     )
     j.add_argument("--max-retries", type=int, default=4, help="openai backend: retries per request after the first try")
+    j.add_argument(
+        "--max-retry-after",
+        type=float,
+        default=30.0,
+        metavar="S",
+        help="openai backend: the longest wait a server's Retry-After gets (a row gives up after "
+        "--request-timeout x (--max-retries + 1) seconds in all, its waits included)",
+    )
     if device:
         j.add_argument("--device", help="cuda, cpu, ... (default: cuda when available)")
     j.add_argument(
@@ -251,6 +260,8 @@ def judge_backend_options(args: argparse.Namespace, *, progress: bool = True, **
             "concurrency": args.concurrency,
             "timeout": args.request_timeout,
             "max_retries": args.max_retries,
+            "max_retry_after": args.max_retry_after,
+            **({"stall_timeout": args.stall_timeout} if getattr(args, "stall_timeout", None) else {}),
             **({"max_qps": max_qps} if max_qps else {}),
         }
     import json

@@ -13,7 +13,7 @@ from typing import Any, Callable, Optional, Union
 
 from .._errors import EngineError, OptionError
 from .._optional import require
-from ..role import RoleConfig
+from ..role import RoleConfig, get_method
 from ._messages import ShardResult, ShardTask
 from ._worker import ShardWorker, WorkerSetupError
 
@@ -178,7 +178,9 @@ class RayExecutor(Executor):
             return
         self.close()
         n = self.num_workers if n_tasks is None else min(self.num_workers, max(1, n_tasks))
-        self.actors = [self._new_actor(config) for _ in range(n)]
+        # A job-wide limit (the judge's --max-qps) is shared out: each of the n workers gets its part.
+        worker_config = get_method(config.method).per_worker_config(config, n)
+        self.actors = [self._new_actor(worker_config) for _ in range(n)]
         # models load (and GPUs are checked) while the job is planned; run() reads the outcome
         self._prepares = {a.prepare.remote(): a for a in self.actors}
         self._actor_config = config

@@ -53,8 +53,9 @@ class EngineOptions:
     stall_timeout: float = option(
         300.0,
         metavar="S",
-        help="Ray: seconds a worker may go unheard (node lost, no room elsewhere) before its shard moves to the "
-        "others; none left: exit 1 naming the missing resources, work dir kept",
+        help="seconds without progress before giving up: a Ray worker unheard (node lost, no room elsewhere) -- "
+        "its shard moves to the others, none left: exit 1 naming the missing resources; every endpoint of an "
+        "openai judge down and none answering: exit 1; the work dir is kept for --resume",
         affects_scores=False,
     )
     shard_size: int = option(100_000, help="turns per shard; conversations never split", affects_scores=False)

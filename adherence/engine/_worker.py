@@ -172,6 +172,8 @@ class ShardWorker:
         before = self.resources.usage()
         try:
             scores = score_turns(table, self.config.method, config=self.config, resources=self.resources)
+        except JobError:
+            raise  # the job cannot go on (a judge fleet with nothing up): stop, keep the finished shards
         except Exception as exc:  # noqa: BLE001 - a failing shard must not take the job down or lose rows
             failed = f"shard {task.shard_id} failed: {type(exc).__name__}: {exc}"
             scores = error_rows(table, self.config.method, failed)

@@ -27,7 +27,9 @@ COSMETIC_OPTIONS = {
     "vllm": frozenset(
         {"progress", "gpu_memory_utilization", "kv_cache_gb", "tensor_parallel_size", "distributed_executor_backend"}
     ),
-    "openai": frozenset({"base_url", "api_key", "concurrency", "timeout", "max_retries", "max_qps"}),
+    "openai": frozenset(
+        {"base_url", "api_key", "concurrency", "timeout", "max_retries", "max_qps", "max_retry_after", "stall_timeout"}
+    ),
 }
 
 

@@ -40,20 +40,20 @@ class JudgeUnavailable(JobError):
     """The judge server cannot serve this job (unreachable, unauthorised, model missing)."""
 
 
-def _retry_after(headers) -> Optional[float]:
-    """Seconds from a ``Retry-After`` header (delta-seconds or an HTTP date), capped; None when absent."""
+def _retry_after(headers, cap: float = _MAX_RETRY_AFTER) -> Optional[float]:
+    """Seconds from a ``Retry-After`` header (delta-seconds or an HTTP date), at most ``cap``; None when absent."""
     value = headers.get("retry-after") if headers is not None else None
     if not value:
         return None
     try:
-        return min(_MAX_RETRY_AFTER, max(0.0, float(value)))
+        return min(cap, max(0.0, float(value)))
     except ValueError:
         pass
     try:
         import email.utils
 
         when = email.utils.parsedate_to_datetime(value).timestamp()
-        return min(_MAX_RETRY_AFTER, max(0.0, when - time.time()))
+        return min(cap, max(0.0, when - time.time()))
     except (TypeError, ValueError, OverflowError):
         return None
 
@@ -62,9 +62,16 @@ class OpenAIBackend(JudgeBackend):
     """Judge through ``POST {base_url}/chat/completions``, on one server or a fleet of them.
 
     With several URLs, requests go round-robin over the endpoints that are up; an endpoint that fails a
-    request (connection error, timeout, 408/409/429/5xx) is backed off (1 s, doubling to 30 s, or its
-    ``Retry-After``) and the request is retried on another, so a server killed mid-run costs no row.
-    ``max_qps`` caps the requests started per second across the fleet.
+    request (connection error, timeout, 408/409/429/5xx, or an answer that is not a chat completion, such as
+    a proxy's HTML page) is backed off (1 s, doubling to 30 s, or its ``Retry-After``) and the request is
+    retried on another, so a server killed mid-run costs no row. ``max_qps`` caps the requests started per
+    second across the fleet.
+
+    Time is bounded: a row gives up after ``timeout x (max_retries + 1)`` seconds in all, its waits for a
+    ``Retry-After`` (each at most ``max_retry_after``) or for an endpoint to come back included; and when no
+    endpoint has answered for ``stall_timeout`` seconds while every one is backed off, the backend raises
+    ``JudgeUnavailable``, which stops the job (exit 1, finished shards kept for ``--resume``) instead of
+    failing row after row.
 
     Args:
         model: the model name the server expects.
@@ -75,6 +82,8 @@ class OpenAIBackend(JudgeBackend):
         max_retries: retries per request after the first try.
         backoff: first retry delay in seconds (doubled each retry, with jitter).
         max_qps: requests started per second, over all endpoints (default: no cap).
+        max_retry_after: the longest wait a server's ``Retry-After`` gets, in seconds.
+        stall_timeout: seconds with every endpoint down and none answering before the job stops.
     """
 
     name = "openai"
@@ -90,6 +99,8 @@ class OpenAIBackend(JudgeBackend):
         max_retries: int = 4,
         backoff: float = 0.5,
         max_qps: Optional[float] = None,
+        max_retry_after: float = 30.0,
+        stall_timeout: float = 300.0,
     ) -> None:
         require("httpx", "openai", "the OpenAI-compatible judge backend")
         if not model:
@@ -100,6 +111,11 @@ class OpenAIBackend(JudgeBackend):
             raise OptionError("`concurrency` must be >= 1, `max_retries` >= 0 and `timeout` > 0")
         if max_qps is not None and not max_qps > 0:
             raise OptionError(f"`max_qps` must be > 0, got {max_qps}")
+        if max_retry_after < 0 or not stall_timeout > 0:
+            raise OptionError("`max_retry_after` must be >= 0 and `stall_timeout` > 0")
+        self.max_retry_after, self.stall_timeout = float(max_retry_after), float(stall_timeout)
+        self._all_down_since: Optional[float] = None  # when every endpoint was last found backed off at once
+        self._last_error = ""
         self.model = model
         urls = [base_url] if isinstance(base_url, str) else list(base_url)
         self.base_urls = list(dict.fromkeys(u.rstrip("/") for u in urls if u))
@@ -124,18 +140,33 @@ class OpenAIBackend(JudgeBackend):
         return f"openai::{self.model}"  # the served model's name; the endpoints are where, not what
 
     def _pick(self) -> tuple:
-        """``(url, seconds to wait)``: the next endpoint that is up, round-robin; else the one back soonest."""
+        """``(url, seconds to wait)``: the next endpoint that is up, round-robin; else the one back soonest.
+
+        Raises:
+            JudgeUnavailable: every endpoint has been down, none answering, for ``stall_timeout`` seconds.
+        """
         now = time.monotonic()
         up = [u for u in self.base_urls if self._down[u][0] <= now]
         if up:
             self._turn += 1
             return up[self._turn % len(up)], 0.0
+        if self._all_down_since is None:
+            self._all_down_since = now
+        elif now - self._all_down_since > self.stall_timeout:
+            which = (
+                "the judge server" if len(self.base_urls) == 1 else f"any of the {len(self.base_urls)} judge servers"
+            )
+            raise JudgeUnavailable(
+                f"no answer from {which} for {self.stall_timeout:g} s (--stall-timeout; last: {self._last_error}); "
+                "stopping: the finished shards are kept for --resume"
+            )
         url = min(self.base_urls, key=lambda u: self._down[u][0])
         return url, self._down[url][0] - now
 
     def _mark(self, url: str, ok: bool, retry_after: Optional[float] = None) -> None:
         if ok:
             self._down[url] = (0.0, 0)
+            self._all_down_since = None
             return
         fails = self._down[url][1] + 1
         pause = retry_after if retry_after is not None else min(30.0, self.backoff * 2**fails)
@@ -305,11 +336,23 @@ class OpenAIBackend(JudgeBackend):
 
         delay = self.backoff
         last = ""
+        start = time.monotonic()
+        budget = self.timeout * (self.max_retries + 1)  # the row's time, its waits included
+
+        async def wait(seconds: float) -> None:
+            if time.monotonic() - start + seconds > budget:
+                raise RuntimeError(
+                    f"gave up after {time.monotonic() - start:.0f} s, the row's budget of --request-timeout x "
+                    f"(--max-retries + 1) = {budget:g} s: {last or 'no endpoint up'}"
+                )
+            await asyncio.sleep(seconds)
+
         for attempt in range(self.max_retries + 1):
             url, wait_up = self._pick()
             if wait_up > 0:
-                await asyncio.sleep(wait_up)
+                await wait(wait_up)
             await self._throttle()
+            retry_after = None
             try:
                 try:
                     # The whole request -- connect, send, every byte of the answer -- within the timeout
@@ -322,28 +365,35 @@ class OpenAIBackend(JudgeBackend):
                 self.calls += 1
                 if r.status_code == 400 and "logprob" in r.text.lower() and body.get("logprobs"):
                     raise LogprobsUnsupported(f"the server rejected logprobs: {r.text[:200]}")
-                wait = None
                 if r.status_code in (408, 409, 429) or r.status_code >= 500:
                     last = f"HTTP {r.status_code}: {r.text[:200]}"
-                    wait = _retry_after(r.headers)
+                    retry_after = _retry_after(r.headers, self.max_retry_after)
                 else:
                     r.raise_for_status()
-                    self._mark(url, True)
                     try:
-                        return r.json()
-                    except ValueError as exc:
-                        raise RuntimeError(f"malformed response (not JSON: {exc}): {r.text[:80]!r}") from None
+                        answer = r.json()
+                    except ValueError:
+                        answer = None
+                    if isinstance(answer, dict) and "choices" in answer:
+                        self._mark(url, True)
+                        return answer
+                    # A 200 that is not a chat completion (a proxy's or load balancer's HTML page): that endpoint
+                    # is failing, like one that answers 502.
+                    kind = r.headers.get("content-type", "no content type")
+                    last = f"HTTP {r.status_code} with a body that is not a chat completion ({kind}): {r.text[:80]!r}"
             except (httpx.TransportError, httpx.TimeoutException, httpx.DecodingError) as exc:
                 last = f"{type(exc).__name__}: {exc}"
-                wait = None
             except httpx.HTTPStatusError as exc:
                 raise RuntimeError(f"HTTP {exc.response.status_code}: {exc.response.text[:200]}") from None
+            self._last_error = last
             if len(self.base_urls) > 1:
                 last = f"{url}: {last}"
-                self._mark(url, False, wait)  # the next try goes to another endpoint if one is up
+                self._last_error = last
+                self._mark(url, False, retry_after)  # the next try goes to another endpoint if one is up
                 continue
             if attempt < self.max_retries:
-                await asyncio.sleep(wait if wait is not None else delay * (1 + random.random() * 0.25))
+                self._mark(url, False, retry_after if retry_after is not None else delay)
+                await wait(retry_after if retry_after is not None else delay * (1 + random.random() * 0.25))
                 delay *= 2
         raise RuntimeError(f"failed after {self.max_retries + 1} tries: {last}")
 
@@ -360,7 +410,7 @@ class OpenAIBackend(JudgeBackend):
                     body = self.build_payload(req, **kw)
                     try:
                         resp = await self._post(client, body)
-                    except LogprobsUnsupported:
+                    except (LogprobsUnsupported, JudgeUnavailable):
                         raise
                     except RuntimeError as exc:
                         return JudgeOutput(error=f"judge server: {exc}")

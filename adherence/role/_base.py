@@ -265,6 +265,10 @@ class Method(ABC):
         """Whether a turn holds what this method compares it with (its ground truth, by default)."""
         return not _blank(truth)
 
+    def per_worker_config(self, config: RoleConfig, n_workers: int) -> RoleConfig:
+        """The config each of ``n_workers`` parallel workers runs, when a job-wide limit must be shared out."""
+        return config
+
     def job_rescaler(self, config: RoleConfig, column: Callable[[str], np.ndarray]) -> Optional[Callable]:
         """How to rescale each shard's scores when their scale depends on the whole job (``column(name)`` reads a
         column across every shard's output), or None: scores are final as each shard wrote them."""

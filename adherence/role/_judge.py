@@ -20,6 +20,15 @@ class LlmJudgeMethod(Method):
     def prepare(self, config, resources):
         resources.judge  # noqa: B018 - builds the backend: a bad model or server address fails the job early
 
+    def per_worker_config(self, config, n_workers):
+        """``max_qps`` is the job's rate over all workers: each of ``n_workers`` gets an equal share."""
+        judge = config.judge
+        opts = dict(getattr(judge, "backend_options", None) or {})
+        if n_workers <= 1 or not opts.get("max_qps"):
+            return config
+        opts["max_qps"] = float(opts["max_qps"]) / n_workers
+        return dataclasses.replace(config, judge=dataclasses.replace(judge, backend_options=opts))
+
     def score(self, turns, config, resources):
         cols = resources.judge.score(turns)
         score = np.array([np.nan if v is None else v for v in cols["score"]], dtype=np.float64)

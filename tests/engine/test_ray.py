@@ -52,3 +52,37 @@ def test_gpus_the_cluster_lacks_fail_fast(tmp_path, ray_cluster):
     with pytest.raises(ValueError, match=r"4 GPUs requested, but the Ray cluster has 0"):
         engine.run(example_path("role"), tmp_path / "g.parquet")
     assert time.perf_counter() - start < 240 and not (tmp_path / "g.parquet").exists()
+
+
+@pytest.mark.ray
+def test_max_qps_is_the_jobs_rate_over_all_ray_workers(tmp_path, synthetic, ray_cluster, tiny_yes_no_judge):
+    """--max-qps caps the requests of the whole job: two Ray workers share it (each ran at the full rate, so two
+    workers at 10/s sent 19/s)."""
+    import threading
+    import time
+
+    from adherence.judges import JudgeConfig
+    from tests.judges._server import ChatServer
+
+    times, lock = [], threading.Lock()
+
+    def record(n):
+        with lock:
+            times.append(time.monotonic())
+        return None  # answer normally
+
+    with ChatServer(tiny_yes_no_judge, after_preflight=record) as server:
+        judge = JudgeConfig(
+            model="tiny",
+            backend="openai",
+            backend_options={"base_url": server.url, "max_qps": 4.0, "concurrency": 8, "timeout": 30},
+        )
+        res = Engine(
+            method="llm_judge", judge=judge, shard_size=12, progress=False, n_bootstrap=0, executor="ray",
+            num_workers=2,
+        ).run(synthetic(8), tmp_path / "q.parquet")  # fmt: skip
+    assert res.summary["ok"] == res.summary["turns"] and res.summary["shards"] >= 2
+    assert len({w["pid"] for w in res.summary["workers"]}) == 2  # both workers scored
+    times.sort()
+    window = times[-1] - times[0]
+    assert len(times) >= 20 and (len(times) - 1) / window <= 4.0 * 1.25, (len(times), window)

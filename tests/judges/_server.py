@@ -45,8 +45,14 @@ class ChatServer(LocalHTTPServer):
     ``logprobs``: False to answer like a provider without log-probabilities.
     """
 
-    def __init__(self, backend, *, fail_first=0, always_fail=None, logprobs=True):
+    PREFLIGHT = "Answer YES or NO: is 2 > 1?"  # what the backend asks each endpoint before any row
+
+    def __init__(self, backend, *, fail_first=0, always_fail=None, logprobs=True, after_preflight=None):
         self.backend, self.fail_first, self.always_fail, self.logprobs = backend, fail_first, always_fail, logprobs
+        # after_preflight(n) -> None (answer normally) or (status, body bytes, headers): how every scoring request
+        # (not the preflight's) is answered, n counting them from 1 -- a server that turns bad after it was checked.
+        self.after_preflight = after_preflight
+        self.scoring_calls = 0
         self.seen = Counter()
         self.lock = threading.Lock()
         server = self
@@ -57,10 +63,20 @@ class ChatServer(LocalHTTPServer):
 
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                status, payload = server.answer(self.path, body)
-                data = json.dumps(payload).encode()
+                scripted = None
+                if server.after_preflight is not None and body["messages"][-1]["content"] != server.PREFLIGHT:
+                    with server.lock:
+                        server.scoring_calls += 1
+                        n = server.scoring_calls
+                    scripted = server.after_preflight(n)
+                if scripted is not None:
+                    status, data, headers = scripted
+                else:
+                    status, payload = server.answer(self.path, body)
+                    data, headers = json.dumps(payload).encode(), {"Content-Type": "application/json"}
                 self.send_response(status)
-                self.send_header("Content-Type", "application/json")
+                for k, v in headers.items():
+                    self.send_header(k, v)
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)

@@ -194,3 +194,67 @@ def test_the_cache_keys_on_the_model_not_on_where_it_is_served(tiny_yes_no_judge
     # another served model is another judge: nothing reused
     other = get_backend("openai", model="other", base_url=a.url, backoff=0.01)
     assert other.cache_id != backend.cache_id
+
+
+# ---------------------------------------------------------------------------- fleets that fail fast
+
+
+def _html(n):
+    return 200, b"<html><body>502 Bad Gateway (from the proxy)</body></html>", {"Content-Type": "text/html"}
+
+
+def test_an_endpoint_answering_200_with_a_proxys_html_page_is_routed_around(tiny_yes_no_judge, turns):
+    with ChatServer(tiny_yes_no_judge) as good, ChatServer(tiny_yes_no_judge, after_preflight=_html) as proxy:
+        fleet = get_backend("openai", model="tiny", base_url=[good.url, proxy.url], backoff=0.01, max_retries=2)
+        cols = RoleJudge(JudgeConfig(model="tiny", backend="openai"), backend=fleet).score(turns)
+        assert proxy.scoring_calls >= 1  # it was asked, answered HTML, and its rows went to the other endpoint
+    assert cols["status"] == ["ok"] * turns.num_rows
+
+
+def test_retry_after_is_capped_and_counted_in_the_rows_time(tiny_yes_no_judge, turns):
+    import time
+
+    def busy_once(n):  # every request's first try: 429 "come back in 100 s"
+        return (429, b'{"error": "rate limited"}', {"Retry-After": "100"}) if n <= turns.num_rows else None
+
+    with ChatServer(tiny_yes_no_judge, after_preflight=busy_once) as server:
+        backend = _backend(server, max_retries=2, max_retry_after=0.2, concurrency=turns.num_rows)
+        start = time.perf_counter()
+        cols = RoleJudge(JudgeConfig(model="tiny", backend="openai"), backend=backend).score(turns)
+        took = time.perf_counter() - start
+    assert cols["status"] == ["ok"] * turns.num_rows and took < 20  # 0.2 s waits, not 100 s
+
+    def always_busy(n):
+        return 429, b'{"error": "rate limited"}', {"Retry-After": "1"}
+
+    with ChatServer(tiny_yes_no_judge, after_preflight=always_busy) as server:
+        backend = _backend(server, max_retries=50, timeout=0.05, max_retry_after=10)  # a 2.55 s budget per row
+        cols = RoleJudge(JudgeConfig(model="tiny", backend="openai"), backend=backend).score(turns.slice(0, 2))
+    assert cols["status"] == ["error"] * 2
+    assert all("the row's budget of --request-timeout x (--max-retries + 1)" in e for e in cols["error"])
+
+
+def test_a_fleet_with_no_endpoint_up_for_the_stall_timeout_stops_the_job(tiny_yes_no_judge, tmp_path, capsys):
+    """Every endpoint of the fleet dies after the preflight: the job stops after --stall-timeout with one line
+    and exit 1 (it ran for half an hour and exited 0 with most rows in error)."""
+    import time
+
+    from adherence.cli.main import main
+
+    def down(n):
+        return 503, b'{"error": "no healthy upstream"}', {"Content-Type": "application/json"}
+
+    with (
+        ChatServer(tiny_yes_no_judge, after_preflight=down) as a,
+        ChatServer(tiny_yes_no_judge, after_preflight=down) as b,
+    ):
+        argv = ["score", str(example_path("role")), "-o", str(tmp_path / "o.parquet"), "--backend", "openai",
+                "--judge-model", "tiny", "--base-url", a.url, "--base-url", b.url, "--stall-timeout", "2",
+                "--request-timeout", "5", "--no-progress", "--bootstrap", "0"]  # fmt: skip
+        start = time.perf_counter()
+        assert main(argv) == 1
+        took = time.perf_counter() - start
+    err = capsys.readouterr().err.strip().splitlines()
+    assert "no answer from any of the 2 judge servers for 2 s (--stall-timeout" in err[-1], err
+    assert "HTTP 503" in err[-1] and took < 60
+    assert not (tmp_path / "o.parquet").exists()
