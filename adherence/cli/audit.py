@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from .._atomic import write_json_atomic
 from .._errors import OptionError
@@ -38,7 +39,7 @@ def _fmt(v) -> str:
 
 
 # What `audit run` writes in metrics.json, by key: the type of each value the report reads.
-_METRICS_KEYS = {"ks": list, "strata": list, "judges": (list, type(None)), "questions": dict, "pooled": dict,
+_METRICS_KEYS: dict[str, Any] = {"ks": list, "strata": list, "judges": (list, type(None)), "questions": dict, "pooled": dict,
                  "artifacts": list, "eps": (int, float)}  # fmt: skip
 _NUMBER_OR_NONE = (int, float, type(None))
 
