@@ -54,6 +54,7 @@ def option(
     metavar: Optional[str] = None,
     nargs: Optional[str] = None,
     negate: bool = False,
+    dest: Optional[str] = None,
     affects_scores: bool = True,
     default_factory: Any = _MISSING,
 ) -> Any:
@@ -68,6 +69,7 @@ def option(
         choices, metavar, nargs: as argparse's.
         negate: a boolean that defaults to True, given on the command line as ``--no-...`` (which sets it
             to False).
+        dest: the parsed argument's name when it is not the field's (two fields of one name on one command).
         affects_scores: False for options that never change a score (progress, placement, speed): a
             resumed job may change them and keep its finished work.
     """
@@ -80,6 +82,7 @@ def option(
         "metavar": metavar,
         "nargs": nargs,
         "negate": negate,
+        "dest": dest,
     }
     metadata = {"cli": cli, **({} if affects_scores else COSMETIC)}
     if default_factory is not _MISSING:
@@ -111,7 +114,7 @@ def add_arguments(parser: Any, cls: Any, names: Optional[Sequence[str]] = None) 
         cli = f.metadata["cli"]
         flags = [cli["flag"] or "--" + f.name.replace("_", "-")] + ([cli["short"]] if cli["short"] else [])
         default = _default(f)
-        kw: dict = {"dest": f.name, "help": cli["help"]}
+        kw: dict = {"dest": cli["dest"] or f.name, "help": cli["help"]}
         if isinstance(default, bool) and cli["type"] is None:
             kw["action"] = "store_false" if cli["negate"] else "store_true"
             kw["default"] = default
@@ -130,7 +133,8 @@ def values(cls: Any, args: argparse.Namespace, names: Optional[Sequence[str]] = 
     """The options ``cls`` declares, as parsed into ``args`` (lists given with ``nargs`` become tuples)."""
     out = {}
     for f in _cli_fields(cls, names):
-        if hasattr(args, f.name):
-            v = getattr(args, f.name)
+        dest = f.metadata["cli"]["dest"] or f.name
+        if hasattr(args, dest):
+            v = getattr(args, dest)
             out[f.name] = tuple(v) if isinstance(v, list) else v
     return out

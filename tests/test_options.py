@@ -13,6 +13,7 @@ from adherence.cli._jobfile import apply_job_file
 from adherence.cli.main import _parser
 from adherence.engine import Engine, EngineOptions
 from adherence.judges import JudgeConfig
+from adherence.judges._backend_options import ServerOptions, TransformersOptions, VLLMOptions
 from adherence.role import RoleConfig
 
 
@@ -43,14 +44,47 @@ def _score_parser():
     return _parser("score").selected_parser
 
 
-@pytest.mark.parametrize("cls", [EngineOptions, RoleConfig, JudgeConfig])
+@pytest.mark.parametrize(
+    "cls", [EngineOptions, RoleConfig, JudgeConfig, ServerOptions, TransformersOptions, VLLMOptions]
+)
 def test_every_declared_option_is_a_flag_of_score_with_the_declared_help(cls):
     actions = {a.dest: a for a in _score_parser()._actions}
     declared = [f for f in dataclasses.fields(cls) if "cli" in f.metadata]
     assert declared
     for f in declared:
-        assert f.name in actions, f.name
-        assert actions[f.name].help == f.metadata["cli"]["help"]
+        dest = f.metadata["cli"]["dest"] or f.name
+        assert dest in actions, dest
+        assert actions[dest].help == f.metadata["cli"]["help"]
+
+
+def test_a_backend_is_built_from_its_declared_flags():
+    from adherence.cli._common import judge_backend_options
+
+    args = _parser("score").parse_args(
+        [
+            "score",
+            "x.jsonl",
+            "--backend",
+            "openai",
+            "--base-url",
+            "http://127.0.0.1:1/v1",
+            "--request-timeout",
+            "7",
+            "--max-retry-after",
+            "2",
+            "--stall-timeout",
+            "9",
+        ]  # fmt: skip
+    )
+    opts = judge_backend_options(args)
+    assert opts == {"base_url": "http://127.0.0.1:1/v1", "concurrency": 16, "timeout": 7.0, "max_retries": 4,
+                    "max_retry_after": 2.0, "stall_timeout": 9.0}  # fmt: skip
+    args = _parser("score").parse_args(["score", "x.jsonl", "--backend", "vllm", "--vllm-dtype", "bfloat16",
+                                        "--vllm-kv-cache-gb", "2"])  # fmt: skip
+    assert judge_backend_options(args, progress=False) == {"progress": False, "dtype": "bfloat16", "kv_cache_gb": 2.0}
+    with pytest.raises(ValueError, match="--concurrency must be >= 1"):
+        judge_backend_options(_parser("score").parse_args(
+            ["score", "x", "--backend", "openai", "--base-url", "http://h/v1", "--concurrency", "0"]))  # fmt: skip
 
 
 def test_the_parsed_command_line_builds_the_same_objects_as_the_python_api(tmp_path):

@@ -142,62 +142,14 @@ def add_judge_args(p: argparse.ArgumentParser, *, device: bool = True) -> argpar
         "URL a line) for a fleet serving the same model: requests spread over the endpoints that are "
         "up, a failing one is backed off and its requests retried on the others",
     )
-    j.add_argument(
-        "--max-qps",
-        type=float,
-        metavar="Q",
-        help="openai backend: requests started per second over all endpoints, for the whole job (with "
-        "--executor ray, each worker gets an equal share; default: no cap)",
-    )
-    j.add_argument(
-        "--api-key",
-        help="openai backend: API key (default and preferred: $OPENAI_API_KEY -- a flag's "
-        "value is visible to other users in the process list; it is never written to the run metadata)",
-    )
-    j.add_argument("--concurrency", type=int, default=16, help="openai backend: requests in flight")
-    j.add_argument(
-        "--request-timeout",
-        type=float,
-        default=60.0,
-        metavar="S",
-        help="openai backend: seconds per request before it is retried",
-    )
-    j.add_argument("--max-retries", type=int, default=4, help="openai backend: retries per request after the first try")
-    j.add_argument(
-        "--max-retry-after",
-        type=float,
-        default=30.0,
-        metavar="S",
-        help="openai backend: the longest wait a server's Retry-After gets (a row gives up after "
-        "--request-timeout x (--max-retries + 1) seconds in all, its waits included)",
-    )
+    from .._options import add_arguments
+    from ..judges._backend_options import ServerOptions, TransformersOptions, VLLMOptions
+
+    add_arguments(j, ServerOptions)
     if device:
         j.add_argument("--device", help="cuda, cpu, ... (default: cuda when available)")
-    j.add_argument(
-        "--judge-dtype",
-        choices=["auto", "float32", "bfloat16", "float16"],
-        help="transformers backend: weights and activations (default: bfloat16 on GPU, float32 on "
-        "CPU; auto: bfloat16 on GPU and on CPUs with AVX512-BF16 or AMX, where it is about 2x faster "
-        "with P(yes) within about 0.03, float32 on other CPUs, where bfloat16 is emulated and slower)",
-    )
-    j.add_argument(
-        "--vllm-dtype",
-        choices=["auto", "float32", "bfloat16", "float16"],
-        help="vllm backend: engine dtype (default: vLLM's auto, bf16 on CPUs that support it)",
-    )
-    j.add_argument(
-        "--vllm-max-model-len",
-        type=int,
-        metavar="N",
-        help="vllm backend: the engine's context (prompts are left-truncated to it)",
-    )
-    j.add_argument(
-        "--vllm-kv-cache-gb",
-        type=float,
-        metavar="GB",
-        help="vllm backend on CPU: KV-cache size (VLLM_CPU_KVCACHE_SPACE; needed on small machines)",
-    )
-    j.add_argument("--vllm-gpu-memory", type=float, metavar="F", help="vllm backend on GPU: gpu_memory_utilization")
+    add_arguments(j, TransformersOptions)
+    add_arguments(j, VLLMOptions)
     j.add_argument(
         "--vllm-engine-args",
         metavar="JSON",
@@ -238,10 +190,13 @@ def base_urls(values) -> list:
 
 def judge_backend_options(args: argparse.Namespace, *, progress: bool = True, **extra) -> dict:
     """Constructor options of the chosen backend from the shared judge flags."""
+    from .._options import values
+    from ..judges._backend_options import ServerOptions, TransformersOptions, VLLMOptions
+
     if args.backend == "transformers":
         return {
             "device": getattr(args, "device", None),
-            "dtype": getattr(args, "judge_dtype", None),
+            **values(TransformersOptions, args),
             "progress": progress,
             **extra,
         }
@@ -249,20 +204,12 @@ def judge_backend_options(args: argparse.Namespace, *, progress: bool = True, **
         urls = base_urls(args.base_url)
         if not urls:
             raise OptionError("--backend openai needs --base-url (e.g. http://127.0.0.1:8000/v1)")
-        if args.concurrency < 1 or args.max_retries < 0 or not args.request_timeout > 0:
-            raise OptionError("--concurrency must be >= 1, --max-retries >= 0 and --request-timeout > 0")
-        max_qps = getattr(args, "max_qps", None)
-        if max_qps is not None and not max_qps > 0:
-            raise OptionError(f"--max-qps must be > 0, got {max_qps}")
+        server = values(ServerOptions, args)
+        ServerOptions(**server)  # checked here, before anything loads
         return {
             "base_url": urls[0] if len(urls) == 1 else urls,
-            "api_key": args.api_key,
-            "concurrency": args.concurrency,
-            "timeout": args.request_timeout,
-            "max_retries": args.max_retries,
-            "max_retry_after": args.max_retry_after,
+            **{k: v for k, v in server.items() if v is not None},
             **({"stall_timeout": args.stall_timeout} if getattr(args, "stall_timeout", None) else {}),
-            **({"max_qps": max_qps} if max_qps else {}),
         }
     import json
 
@@ -276,14 +223,7 @@ def judge_backend_options(args: argparse.Namespace, *, progress: bool = True, **
     if extra is not None and not isinstance(extra, dict):
         raise OptionError("--vllm-engine-args must be a JSON object of vllm.LLM keyword arguments")
     opts.update(extra or {})
-    for flag, key in (
-        ("vllm_dtype", "dtype"),
-        ("vllm_max_model_len", "max_model_len"),
-        ("vllm_kv_cache_gb", "kv_cache_gb"),
-        ("vllm_gpu_memory", "gpu_memory_utilization"),
-    ):
-        if getattr(args, flag) is not None:
-            opts[key] = getattr(args, flag)
+    opts.update({k: v for k, v in values(VLLMOptions, args).items() if v is not None})
     return opts
 
 

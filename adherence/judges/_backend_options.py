@@ -1,0 +1,113 @@
+"""The judge backends' command-line options, declared once: the flags every judging command shares and the
+constructor options they become (``judge_backend_options``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from .._errors import OptionError
+from .._options import option
+
+__all__ = ["ServerOptions", "TransformersOptions", "VLLMOptions"]
+
+_DTYPES = ("auto", "float32", "bfloat16", "float16")
+
+
+@dataclass
+class ServerOptions:
+    """How the ``openai`` backend talks to its servers (none of it changes a verdict)."""
+
+    max_qps: Optional[float] = option(
+        None,
+        type=float,
+        metavar="Q",
+        help="openai backend: requests started per second over all endpoints, for the whole job (with "
+        "--executor ray, each worker gets an equal share; default: no cap)",
+        affects_scores=False,
+    )
+    api_key: Optional[str] = option(
+        None,
+        help="openai backend: API key (default and preferred: $OPENAI_API_KEY -- a flag's value is visible to "
+        "other users in the process list; it is never written to the run metadata)",
+        affects_scores=False,
+    )
+    concurrency: int = option(16, help="openai backend: requests in flight", affects_scores=False)
+    timeout: float = option(
+        60.0,
+        flag="--request-timeout",
+        dest="request_timeout",
+        metavar="S",
+        help="openai backend: seconds per request before it is retried",
+        affects_scores=False,
+    )
+    max_retries: int = option(4, help="openai backend: retries per request after the first try", affects_scores=False)
+    max_retry_after: float = option(
+        30.0,
+        metavar="S",
+        help="openai backend: the longest wait a server's Retry-After gets (a row gives up after "
+        "--request-timeout x (--max-retries + 1) seconds in all, its waits included)",
+        affects_scores=False,
+    )
+
+    def __post_init__(self) -> None:
+        if self.concurrency < 1 or self.max_retries < 0 or not self.timeout > 0:
+            raise OptionError("--concurrency must be >= 1, --max-retries >= 0 and --request-timeout > 0")
+        if self.max_qps is not None and not self.max_qps > 0:
+            raise OptionError(f"--max-qps must be > 0, got {self.max_qps}")
+        if self.max_retry_after < 0:
+            raise OptionError(f"--max-retry-after must be >= 0, got {self.max_retry_after}")
+
+
+@dataclass
+class TransformersOptions:
+    """The in-process backend's dtype (its device is the command's ``--device``)."""
+
+    dtype: Optional[str] = option(
+        None,
+        flag="--judge-dtype",
+        dest="judge_dtype",
+        choices=_DTYPES,
+        help="transformers backend: weights and activations (default: bfloat16 on GPU, float32 on CPU; auto: "
+        "bfloat16 on GPU and on CPUs with AVX512-BF16 or AMX, where it is about 2x faster with P(yes) within "
+        "about 0.03, float32 on other CPUs, where bfloat16 is emulated and slower)",
+    )
+
+
+@dataclass
+class VLLMOptions:
+    """The offline vLLM engine's options."""
+
+    dtype: Optional[str] = option(
+        None,
+        flag="--vllm-dtype",
+        dest="vllm_dtype",
+        choices=_DTYPES,
+        help="vllm backend: engine dtype (default: vLLM's auto, bf16 on CPUs that support it)",
+    )
+    max_model_len: Optional[int] = option(
+        None,
+        flag="--vllm-max-model-len",
+        dest="vllm_max_model_len",
+        type=int,
+        metavar="N",
+        help="vllm backend: the engine's context (prompts are left-truncated to it)",
+    )
+    kv_cache_gb: Optional[float] = option(
+        None,
+        flag="--vllm-kv-cache-gb",
+        dest="vllm_kv_cache_gb",
+        type=float,
+        metavar="GB",
+        help="vllm backend on CPU: KV-cache size (VLLM_CPU_KVCACHE_SPACE; needed on small machines)",
+        affects_scores=False,
+    )
+    gpu_memory_utilization: Optional[float] = option(
+        None,
+        flag="--vllm-gpu-memory",
+        dest="vllm_gpu_memory",
+        type=float,
+        metavar="F",
+        help="vllm backend on GPU: gpu_memory_utilization",
+        affects_scores=False,
+    )
