@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from typing import Optional, Sequence
 
@@ -104,6 +105,33 @@ class _ErrorsOnly:
         return False
 
 
+class _PipeSafe:
+    """A standard stream whose reader may be gone (stderr piped through ``tee``, which the same Ctrl-C ends): a
+    write to the broken pipe, and every later one, is dropped instead of raising in the middle of the job's
+    cleanup and turning an interrupt (130) into a failure (1)."""
+
+    def __init__(self, stream) -> None:
+        self.stream, self.broken = stream, False
+
+    def write(self, text: str) -> int:
+        if not self.broken:
+            try:
+                return self.stream.write(text)
+            except (BrokenPipeError, ValueError):  # ValueError: the stream was closed
+                self.broken = True
+        return len(text)
+
+    def flush(self) -> None:
+        if not self.broken:
+            try:
+                self.stream.flush()
+            except (BrokenPipeError, ValueError):
+                self.broken = True
+
+    def __getattr__(self, name):
+        return getattr(self.stream, name)
+
+
 class Terminated(KeyboardInterrupt):
     """SIGTERM, raised like Ctrl-C so every ``finally`` removes its temporaries before the exit."""
 
@@ -142,11 +170,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     commit = sys.modules.get("adherence.engine._commit")
     if commit is not None:
         commit.published().clear()
+    previous_stderr = sys.stderr
+    if not isinstance(sys.stderr, _PipeSafe):
+        sys.stderr = _PipeSafe(sys.stderr)
     try:
         return _main(argv)
     except KeyboardInterrupt as exc:
         return _interrupted(exc)
     finally:
+        sys.stderr = previous_stderr
         warnings.formatwarning = previous_format
         if previous_sigterm is not None:
             signal.signal(signal.SIGTERM, previous_sigterm)
@@ -170,13 +202,22 @@ def console_main() -> None:
     import signal
 
     signal.signal(signal.SIGTERM, _on_sigterm)
+    sys.stderr = _PipeSafe(sys.stderr)
     try:
         code = main()
     except KeyboardInterrupt as exc:  # before or after main's own handlers
         code = _interrupted(exc)
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, signal.SIG_IGN)
-    sys.stdout.flush()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (BrokenPipeError, ValueError):
+            # Its reader is gone: point the descriptor at /dev/null, so the interpreter's own flush at exit
+            # cannot fail and replace the job's exit code.
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, stream.fileno())
+            os.close(devnull)
     sys.exit(code)
 
 

@@ -12,8 +12,12 @@ from .main import Command
 
 def _summary(summary: dict) -> str:
     s = summary
+    reused = s.get("turns_reused") or 0
+    what = f"{s['turns']} turns" + (
+        f" ({reused} reused from an earlier run, {s['turns'] - reused} scored now)" if reused else ""
+    )
     lines = [
-        f"method {s['method']}: {s['turns']} turns in {s['elapsed_s']:.1f}s ({s['turns_per_s'] or 0:.1f} turns/s), "
+        f"method {s['method']}: {what} in {s['elapsed_s']:.1f}s ({s['turns_per_s'] or 0:.1f} turns/s), "
         f"{s['shards']} shard(s) on {s['executor']}"
         + (f", {s['shards_resumed']} resumed" if s["shards_resumed"] else ""),
         f"  ok {s['ok']}  error {s['error']}  unscored {s['unscored']}  sessions {s['sessions']}",

@@ -511,6 +511,7 @@ class Engine:
                 )
             elapsed = time.perf_counter() - start
             totals = {k: sum(getattr(r, k) for r in results.values()) for k in ("rows", "ok", "error", "unscored")}
+            reused = sum(r.rows for r in results.values() if r.resumed)  # finished by an earlier run
             models: dict = next((r.models for r in results.values() if r.models), {})
             failed = sorted(r.shard_id for r in results.values() if r.failed)
             summary = {
@@ -524,7 +525,10 @@ class Engine:
                 "shards_resumed": sum(1 for r in results.values() if r.resumed),
                 "failed_shards": failed,
                 "elapsed_s": elapsed,
-                "turns_per_s": totals["rows"] / elapsed if elapsed > 0 else None,
+                "turns_scored": totals["rows"] - reused,
+                "turns_reused": reused,
+                # this run's work only: rows an earlier run scored cost it nothing
+                "turns_per_s": (totals["rows"] - reused) / elapsed if elapsed > 0 else None,
                 "executor": self.options.executor,
             }
             stats = getattr(self._executor, "stats", None)

@@ -151,3 +151,36 @@ def test_an_option_out_of_range_is_bad_input(tmp_path, capsys, flags, says):
     assert main(argv + flags) == 2
     err = capsys.readouterr().err
     assert says in err and "internal error" not in err
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_an_interrupt_with_stderr_piped_to_a_reader_that_is_gone_still_exits_130_or_143(tmp_path, sig, code):
+    """`adherence score ... 2>&1 | tee log` and Ctrl-C: tee dies with the same keystroke, so every later write to
+    stderr meets a broken pipe. The exit code stays the interrupt's (it was 1, with no message)."""
+    from adherence.data import write_table
+    from tests.engine.conftest import synthetic_turns
+
+    src = write_table(synthetic_turns(300), tmp_path / "in.parquet")
+    out = tmp_path / "o.parquet"
+    r, w = os.pipe()
+    cmd = [sys.executable, "-m", "adherence", "score", str(src), "-o", str(out), "--method", "cosine",
+           "--shard-size", "100"]  # fmt: skip
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.DEVNULL, stderr=w, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)
+    )
+    os.close(w)
+    os.set_blocking(r, False)
+    done = tmp_path / "o.parquet.work" / "out"
+    deadline = time.time() + 300
+    while time.time() < deadline and proc.poll() is None and not (done.exists() and any(done.glob("*.done.json"))):
+        try:
+            os.read(r, 65536)  # the reader (tee) keeps up until it dies
+        except BlockingIOError:
+            time.sleep(0.02)
+    assert proc.poll() is None, "the job ended before it could be interrupted"
+    os.close(r)  # tee is gone
+    proc.send_signal(sig)
+    assert proc.wait(timeout=300) == code
+    assert not out.exists()
+    assert any(done.glob("*.done.json"))  # the finished shards are kept for --resume

@@ -76,6 +76,15 @@ def test_resume_skips_finished_shards_and_changed_jobs_start_over(tmp_path, synt
     )
     assert again.summary["shards_resumed"] == first.summary["shards"] - 1
     assert pq.read_table(tmp_path / "o.parquet").equals(first_table)
+    # Throughput is this run's work: the rows an earlier run scored are counted apart, not in turns/s.
+    redone = again.summary["turns_scored"]
+    assert 0 < redone < again.summary["turns"] and again.summary["turns_reused"] == again.summary["turns"] - redone
+    assert again.summary["turns_per_s"] == pytest.approx(redone / again.summary["elapsed_s"])
+    from adherence.cli.score import _summary
+
+    assert f"({again.summary['turns_reused']} reused from an earlier run, {redone} scored now)" in _summary(
+        again.summary
+    )
     other = Engine(method="kl", kl_beta=2.0, shard_size=8, progress=False, n_bootstrap=0, resume=True).run(
         src, tmp_path / "o.parquet"
     )
