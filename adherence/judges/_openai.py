@@ -63,7 +63,7 @@ class OpenAIBackend(JudgeBackend):
 
     With several URLs, requests go round-robin over the endpoints that are up; an endpoint that fails a
     request (connection error, timeout, 408/409/429/5xx, or an answer that is not a chat completion, such as
-    a proxy's HTML page) is backed off (1 s, doubling to 30 s, or its ``Retry-After``) and the request is
+    a proxy's HTML page; a single server's malformed answer fails its row only) is backed off (1 s, doubling to 30 s, or its ``Retry-After``) and the request is
     retried on another, so a server killed mid-run costs no row. ``max_qps`` caps the requests started per
     second across the fleet.
 
@@ -371,14 +371,20 @@ class OpenAIBackend(JudgeBackend):
                 else:
                     r.raise_for_status()
                     try:
-                        answer = r.json()
-                    except ValueError:
-                        answer = None
+                        answer, why = r.json(), ""
+                    except ValueError as exc:
+                        answer, why = None, str(exc)
                     if isinstance(answer, dict) and "choices" in answer:
                         self._mark(url, True)
                         return answer
-                    # A 200 that is not a chat completion (a proxy's or load balancer's HTML page): that endpoint
-                    # is failing, like one that answers 502.
+                    if len(self.base_urls) == 1:
+                        # One server: its malformed answer fails this row only (asking it again would not help).
+                        self._mark(url, True)
+                        if answer is None:
+                            raise RuntimeError(f"malformed response (not JSON: {why}): {r.text[:80]!r}")
+                        return answer
+                    # In a fleet, a 200 that is not a chat completion (a proxy's or load balancer's HTML page, an
+                    # error body) means that endpoint is failing, like one that answers 502: route around it.
                     kind = r.headers.get("content-type", "no content type")
                     last = f"HTTP {r.status_code} with a body that is not a chat completion ({kind}): {r.text[:80]!r}"
             except (httpx.TransportError, httpx.TimeoutException, httpx.DecodingError) as exc:
