@@ -20,7 +20,17 @@ from typing import Any, Callable, Optional, Sequence
 
 from ._fingerprint import COSMETIC
 
-__all__ = ["add_arguments", "file_path", "is_file_option", "is_model_option", "model_name", "option", "values"]
+__all__ = [
+    "add_arguments",
+    "comma_ints",
+    "comma_words",
+    "file_path",
+    "is_file_option",
+    "is_model_option",
+    "model_name",
+    "option",
+    "values",
+]
 
 _MISSING: Any = dataclasses.MISSING
 
@@ -33,6 +43,20 @@ def file_path(value: str) -> str:
 def model_name(value: str) -> str:
     """The argparse type of an option that names a model: a local path, a bundled name or a hub id."""
     return value
+
+
+def comma_words(value: Any) -> tuple:
+    """The argparse type of a comma-separated list: ``"a, b"`` (or a job file's list) -> ``("a", "b")``."""
+    items = value if isinstance(value, (list, tuple)) else str(value).split(",")
+    return tuple(str(x).strip() for x in items if str(x).strip())
+
+
+def comma_ints(value: Any) -> tuple:
+    """The argparse type of a comma-separated list of integers: ``"1,2"`` (or a list) -> ``(1, 2)``."""
+    try:
+        return tuple(int(x) for x in comma_words(value))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {value!r}") from None
 
 
 def is_file_option(action: argparse.Action) -> bool:

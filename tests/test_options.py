@@ -118,3 +118,20 @@ def test_each_batch_option_has_one_meaning():
     assert e.options.read_batch_rows == 1000 and e.options.shard_size == 5
     with pytest.raises(ValueError, match="read_batch_rows"):
         EngineOptions(read_batch_rows=0)
+
+
+def test_persona_flags_are_its_configs_declarations():
+    from adherence.persona import PersonaConfig
+
+    sub = _parser("persona").selected_parser
+    actions = {a.dest: a for a in sub._actions}
+    for f in dataclasses.fields(PersonaConfig):
+        if "cli" in f.metadata:
+            assert actions[f.name].help == f.metadata["cli"]["help"], f.name
+    args = _parser("persona").parse_args(
+        ["persona", "--reference", "r.csv", "--dimensions", "adherence, consistency", "--pool-sizes", "1,5,20"]
+    )
+    cfg = PersonaConfig(**values(PersonaConfig, args))
+    assert cfg.dimensions == ("adherence", "consistency") and tuple(cfg.pool_sizes) == (1, 5, 20)
+    with pytest.raises(SystemExit):  # argparse: exit 2 with the usage line
+        _parser("persona").parse_args(["persona", "--reference", "r.csv", "--pool-sizes", "1,x"])

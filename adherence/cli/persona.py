@@ -8,8 +8,7 @@ import sys
 from pathlib import Path
 
 from .._errors import OptionError
-from .._options import file_path, model_name
-from ._common import comma_ints
+from .._options import file_path
 from .main import Command
 
 
@@ -100,35 +99,10 @@ class PersonaCommand(Command):
         p.add_argument(
             "--name", action="append", metavar="NAME", help="display names, reference first (default: file names)"
         )
-        p.add_argument(
-            "--dimensions",
-            default="adherence,consistency,naturalness",
-            help="comma-separated: adherence, consistency, naturalness (default all)",
-        )
-        p.add_argument(
-            "--methods",
-            default="tfidf,bm25,bi_encoder,late_interaction",
-            help="adherence retrievers (default tfidf,bm25,bi_encoder,late_interaction)",
-        )
-        p.add_argument("--primary", default="late_interaction", help="retriever whose curve gives the adherence score")
-        p.add_argument("--alpha", type=float, default=0.5, help="speaker weight w = sin(alpha*pi/2) (default 0.5)")
-        p.add_argument("--pool-sizes", help="comma-separated distractor counts (default 13 sizes over [1, 1000])")
-        p.add_argument("--repeats", type=int, default=10, help="random pools per query and size (default 10)")
-        p.add_argument("--max-queries", type=int, help="adherence on a seeded subset of persona queries per corpus")
-        p.add_argument("--limit", type=int, help="read only the first N conversations of each corpus")
-        p.add_argument(
-            "--strict-input",
-            action="store_true",
-            help="a malformed conversation is an error (default: skipped with a warning and counted)",
-        )
-        p.add_argument("--seed", type=int, default=0, help="seed of the random pools and query subsets")
-        p.add_argument(
-            "--encoder",
-            type=model_name,
-            help="token/sentence encoder: local path or ColBERT checkpoint (default: bundled all-MiniLM-L6-v2)",
-        )
-        p.add_argument("--nli-model", type=model_name, help="local NLI model for naturalness (skipped without one)")
-        p.add_argument("--device", help="cuda, cpu, ... (default: CUDA when available)")
+        from .._options import add_arguments
+        from ..persona import PersonaConfig
+
+        add_arguments(p, PersonaConfig)
         p.add_argument("--json", action="store_true", help="print JSON instead of the table")
         p.add_argument("-o", "--output", type=file_path, help="write the results as JSON here")
         p.add_argument(
@@ -136,22 +110,11 @@ class PersonaCommand(Command):
         )
 
     def run(self, args: argparse.Namespace) -> int:
+        from .._options import values
         from ..persona import PersonaConfig, evaluate_persona
 
         cfg = PersonaConfig(
-            dimensions=args.dimensions.split(","),
-            methods=args.methods.split(","),
-            primary=args.primary,
-            alpha=args.alpha,
-            pool_sizes=comma_ints(args.pool_sizes, "--pool-sizes") if args.pool_sizes else None,
-            repeats=args.repeats,
-            seed=args.seed,
-            max_queries=args.max_queries,
-            encoder=args.encoder,
-            device=args.device,
-            nli_model=args.nli_model,
-            limit=args.limit,
-            strict_input=args.strict_input,
+            **values(PersonaConfig, args),
             progress=not (getattr(args, "no_progress", False) or getattr(args, "quiet", False)),
         )
         if args.html and not str(args.html).endswith((".html", ".htm")):
@@ -172,8 +135,8 @@ class PersonaCommand(Command):
             about = [
                 ["reference", args.reference],
                 ["simulations", ", ".join(args.simulation) or "none"],
-                ["dimensions", args.dimensions],
-                ["retrievers", f"{args.methods} (primary: {args.primary})"],
+                ["dimensions", ",".join(cfg.dimensions)],
+                ["retrievers", f"{','.join(cfg.methods)} (primary: {cfg.primary})"],
                 ["encoder", args.encoder or "bundled:all-MiniLM-L6-v2"],
                 ["NLI model", args.nli_model or "none (naturalness skipped)"],
                 ["alpha (speaker weight sin(alpha*pi/2))", args.alpha],

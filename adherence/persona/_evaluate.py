@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from .._errors import OptionError
+from .._options import comma_ints, comma_words, model_name, option
 from ..data._errors import skipped_summary
 from ..stats import curve_similarity
 from ._adherence import RETRIEVERS, adherence_curves, default_pool_sizes, get_retriever
@@ -47,23 +48,43 @@ class PersonaConfig:
             warning (skipped records are counted under ``skipped_records`` in the results).
     """
 
-    dimensions: Sequence[str] = DIMENSIONS
-    methods: Sequence[str] = RETRIEVERS
-    primary: str = "late_interaction"
-    alpha: float = 0.5
-    pool_sizes: Optional[Sequence[int]] = None
-    repeats: int = 10
-    seed: int = 0
-    max_queries: Optional[int] = None
-    encoder: Optional[str] = None
-    device: Optional[str] = None
-    nli_model: Optional[str] = None
+    dimensions: Sequence[str] = option(
+        DIMENSIONS,
+        type=comma_words,
+        help="comma-separated: adherence, consistency, naturalness (default all)",
+    )
+    methods: Sequence[str] = option(
+        RETRIEVERS,
+        type=comma_words,
+        help=f"adherence retrievers, comma-separated (default {','.join(RETRIEVERS)})",
+    )
+    primary: str = option("late_interaction", help="retriever whose curve gives the adherence score")
+    alpha: float = option(0.5, help="speaker weight w = sin(alpha*pi/2) (default 0.5)")
+    pool_sizes: Optional[Sequence[int]] = option(
+        None, type=comma_ints, help="comma-separated distractor counts (default 13 sizes over [1, 1000])"
+    )
+    repeats: int = option(10, help="random pools per query and size (default 10)")
+    seed: int = option(0, help="seed of the random pools and query subsets")
+    max_queries: Optional[int] = option(
+        None, type=int, help="adherence on a seeded subset of persona queries per corpus"
+    )
+    encoder: Optional[str] = option(
+        None,
+        type=model_name,
+        help="token/sentence encoder: local path or ColBERT checkpoint (default: bundled all-MiniLM-L6-v2)",
+    )
+    device: Optional[str] = option(None, help="cuda, cpu, ... (default: CUDA when available)", affects_scores=False)
+    nli_model: Optional[str] = option(
+        None, type=model_name, help="local NLI model for naturalness (skipped without one)"
+    )
     nli_batch_size: int = 64
     k_previous: int = 5
     threshold: float = 0.7
     test_size: float = 0.2
-    limit: Optional[int] = None
-    strict_input: bool = False
+    limit: Optional[int] = option(None, type=int, help="read only the first N conversations of each corpus")
+    strict_input: bool = option(
+        False, help="a malformed conversation is an error (default: skipped with a warning and counted)"
+    )
     progress: bool = True
 
     def __post_init__(self) -> None:
