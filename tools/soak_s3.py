@@ -46,6 +46,7 @@ def _free_port() -> int:
 
 
 def start_moto() -> tuple:
+    """A moto S3 server on a free port of 127.0.0.1: ``(process, port)`` once it accepts connections."""
     port = _free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
@@ -58,8 +59,11 @@ def start_moto() -> tuple:
             socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
             return proc, port
         except OSError:
+            if proc.poll() is not None:
+                break
             time.sleep(0.1)
-    raise SystemExit("moto server did not start")
+    proc.kill()
+    raise RuntimeError("the moto server did not start")
 
 
 def score_cmd(src: Path, out: str, shard_size: int, *extra: str) -> list:

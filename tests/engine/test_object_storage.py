@@ -6,7 +6,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -24,32 +23,15 @@ pytest.importorskip("moto")
 
 pytestmark = pytest.mark.slow  # a moto S3 server per module, jobs against it
 
-_ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
+from soak_s3 import ENV as _ENV  # noqa: E402  (the S3 fault run starts its server the same way)
+from soak_s3 import start_moto  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def s3():
     """A moto S3 server on loopback, with the process environment pointing pyarrow (and subprocesses) at it."""
-    port = _free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.time() + 60
-    while time.time() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-            break
-        except OSError:
-            assert proc.poll() is None, "moto server exited"
-            time.sleep(0.1)
+    proc, port = start_moto()
     saved = {k: os.environ.get(k) for k in (*_ENV, "AWS_ENDPOINT_URL")}
     os.environ.update(_ENV, AWS_ENDPOINT_URL=f"http://127.0.0.1:{port}")
     from pyarrow import fs as pafs
