@@ -54,6 +54,12 @@ class CalibrateCommand(Command):
             "--html", type=file_path, metavar="OUT", help="also write a page with the reliability diagram and threshold"
         )
         p.add_argument("--json", action="store_true", help="print the calibration file instead of a table")
+        p.add_argument(
+            "--allow-inverted",
+            action="store_true",
+            help="fit a score whose AUC is below 0.5 anyway (refused by default: higher scores go with the "
+            "violations, so 'score >= threshold' contradicts the map)",
+        )
 
     def run(self, args: argparse.Namespace) -> int:
         from pathlib import Path
@@ -104,6 +110,7 @@ class CalibrateCommand(Command):
                 n_bootstrap=args.bootstrap,
                 seed=args.seed,
                 level=args.level,
+                allow_inverted=args.allow_inverted,
             )
         except UndefinedMetricError as exc:
             raise DataError(f"cannot calibrate: {exc}", file=str(args.input), column=label) from None
@@ -136,7 +143,7 @@ class CalibrateCommand(Command):
                 scores,
                 meta=meta,
                 title=f"adherence calibrate: {args.input}",
-                calibration=dict(cal, after_label=after_label),
+                calibration=dict(cal, after_label=after_label, file=str(out)),
             )
             print(f"wrote {path}", file=sys.stderr)
         print(f"wrote {out}", file=sys.stderr)

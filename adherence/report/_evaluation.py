@@ -270,17 +270,22 @@ def evaluation_html(
     ]
     level = int(round(100 * result.get("ci_level", 0.95)))
     sections = []
+    fitted = (calibration or {}).get("file")  # this page is `adherence calibrate`'s, and this is its file
     if meta:
         about, smoke = _provenance(meta)
         if smoke:
+            threshold_advice = (
+                "apply the threshold fitted here with <code>--calibration</code>"
+                if fitted
+                else "fit a threshold on labelled turns with <code>adherence calibrate</code>"
+            )
             sections.append(
                 '<p class="warn">These scores come from the bundled SmolLM2-135M-Instruct, a smoke-test '
                 "judge that shows the pipeline works but cannot judge: its P(yes) stays between about "
                 "0.1 and 0.55 on every turn (AUC 0.45 and 0.70 on the bundled examples), so at the "
                 "default threshold 0.5 nearly every turn reads as a violation. Score with "
-                "<code>--judge-model</code> for real results, fit a threshold on labelled turns with "
-                "<code>adherence calibrate</code>, or, where reference replies exist, use "
-                "<code>--method cosine</code> or <code>bertscore</code>.</p>"
+                f"<code>--judge-model</code> for real results, {threshold_advice}, or, where reference "
+                "replies exist, use <code>--method cosine</code> or <code>bertscore</code>.</p>"
             )
         sections += ["<h2>Where the scores come from</h2>", table_html(["what", "value"], about)]
     else:
@@ -311,11 +316,34 @@ def evaluation_html(
             [[k, v["n"], v["mean"], v["median"], v["std"]] for k, v in by.items()],
         )
     )
+    sections += _what_next(result, fitted)
     sub = (
         f"input {result.get('input')}: score column {result['score_column']!r} against label column "
         f"{result['label_column']!r}, positive = {positive!r}"
     )
     return page(title, sections, sub)
+
+
+def _what_next(result: dict, fitted: Optional[str]) -> list:
+    """The commands that apply, check or drill into what the page shows."""
+    scores = html.escape(str(result.get("input") or "SCORES"))
+    if fitted:
+        cal = html.escape(str(fitted))
+        steps = [
+            f"Apply it when scoring (with the same judge or method): <code>adherence score TURNS -o OUT.parquet "
+            f"--calibration {cal}</code> &mdash; its threshold decides <code>prediction</code>, and "
+            "<code>calibrated_score</code> holds the mapped probability.",
+            f"Check it on other labelled turns: <code>adherence evaluate LABELLED.parquet --calibration {cal} "
+            "--html check.html</code>.",
+        ]
+    else:
+        steps = [
+            f"Fit a decision threshold and a probability map on these labels: <code>adherence calibrate {scores} "
+            "-o calibration.json --html calibration.html</code>.",
+            f"Look at the worst turns: <code>adherence evaluate {scores} --json</code> lists the metrics; the "
+            "scores table holds each turn's <code>status</code>, <code>error</code> and <code>reason</code>.",
+        ]
+    return ["<h2>What next</h2>", "<ul>" + "".join(f"<li>{s}</li>" for s in steps) + "</ul>"]
 
 
 def write_evaluation_html(path: Union[str, os.PathLike], *args: Any, **kwargs: Any) -> Path:

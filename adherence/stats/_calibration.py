@@ -400,8 +400,13 @@ def fit_calibration(
     n_bootstrap: int = 1000,
     seed: int = 42,
     level: float = 0.95,
+    allow_inverted: bool = False,
 ) -> dict:
     """Fit a threshold and a probability map on labelled scores, and measure them on held-out rows.
+
+    A score that ranks the negative class above the positive one (AUC below 0.5) is refused
+    (``UndefinedMetricError``): "score >= threshold" and an increasing probability map would both contradict
+    it. ``allow_inverted`` fits it anyway (the result's ``note`` says so).
 
     Returns a JSON-ready dict: ``threshold`` (on the raw score) with its bootstrap ``threshold_ci``,
     ``map`` (``CalibrationMap.to_dict``), ``before`` (the raw score at ``default_threshold``, and as
@@ -420,6 +425,15 @@ def fit_calibration(
         raise UndefinedMetricError(
             f"{folds}-fold cross-validation needs at least {folds} rows of each class; "
             f"the smaller class has {n_min} (lower --folds or label more turns)"
+        )
+    from ._ranking import roc_auc_score
+
+    auc = float(roc_auc_score(y, s))
+    if auc < 0.5 and not allow_inverted:
+        raise UndefinedMetricError(
+            f"the score ranks the negative class above the positive one (AUC {auc:.3f} < 0.5): a threshold "
+            "'score >= t' and a probability map would contradict each other; check --positive (or the score's "
+            "direction), or pass --allow-inverted to fit it anyway"
         )
     threshold = fit_threshold(y, s, rule, target)
     cmap = _fit_map(method, y, s)
@@ -451,13 +465,11 @@ def fit_calibration(
     def refit(yy, ss):
         return fit_threshold(yy, ss, rule, target)
 
-    from ._ranking import roc_auc_score
-
     out: dict[str, Any] = {
         "n": int(len(y)),
         "n_positive": int(y.sum()),
         "n_negative": int(len(y) - y.sum()),
-        "auc": float(roc_auc_score(y, s)),
+        "auc": auc,
         "rule": rule,
         "target": target,
         "threshold": threshold,
@@ -475,8 +487,8 @@ def fit_calibration(
     }
     if out["auc"] < 0.5:
         out["note"] = (
-            f"AUC {out['auc']:.3f} < 0.5: higher scores go with the negative class here, so no threshold "
-            "of the form score >= t predicts well; check --positive and the score's direction"
+            f"fitted with --allow-inverted: AUC {out['auc']:.3f} < 0.5, higher scores go with the negative class "
+            "here, so no threshold of the form score >= t predicts well; check --positive and the score's direction"
         )
     return out
 

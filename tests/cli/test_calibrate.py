@@ -54,6 +54,8 @@ def test_calibrate_writes_a_file_that_score_evaluate_understand(tmp_path, capsys
     assert cal["source"]["input_digest"].startswith("sha256:")
     page = (tmp_path / "cal.html").read_text()
     assert "Reliability diagram" in page and "Calibration" in page and page.count("<svg") >= 3
+    # it ends with how to apply the file it wrote, not with advice to run the command that made it
+    assert "What next" in page and f"--calibration {cal_path}" in page
 
     # evaluate --calibration: predictions are score >= the file's threshold; balanced accuracy checked by sklearn
     assert (
@@ -96,6 +98,20 @@ def test_calibrate_refuses_what_it_cannot_fit(tmp_path, capsys):
     assert not (tmp_path / "c.json").exists()
     assert main(["calibrate", str(p), "-o", str(tmp_path / "c.json"), "--rule", "precision"]) == 2
     assert "--target" in capsys.readouterr().err
+
+
+def test_calibrate_refuses_a_score_that_ranks_violations_higher(tmp_path, capsys):
+    """Labels given the wrong way round (AUC below 0.5): refused in one line naming the remedy, not a file whose
+    map contradicts its threshold; --allow-inverted fits it and says so."""
+    path = tmp_path / "inverted.jsonl"
+    _labelled(path)
+    argv = ["calibrate", str(path), "-o", str(tmp_path / "c.json"), "--positive", "tone_violation", "--bootstrap", "0"]
+    assert main(argv) == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "< 0.5" in last and "--allow-inverted" in last and str(path) in last
+    assert not (tmp_path / "c.json").exists()
+    assert main(argv + ["--allow-inverted"]) == 0
+    assert "--allow-inverted" in json.loads((tmp_path / "c.json").read_text())["fit"]["note"]
 
 
 def test_score_applies_a_calibration_and_records_it(tmp_path, capsys):

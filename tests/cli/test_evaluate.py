@@ -102,6 +102,7 @@ def test_readable_table_and_html(tmp_path, capsys):
     page = html.read_text()
     assert page.count("<svg") == 3  # ROC, class histogram, per fine-grained label
     assert "ROC curve" in page and "Score by label" in page
+    assert "What next" in page and "adherence calibrate" in page  # the step after an evaluation
 
 
 def test_unscored_rows_are_counted_not_dropped(tmp_path, capsys):

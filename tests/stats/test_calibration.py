@@ -167,9 +167,13 @@ def test_fit_calibration_needs_enough_of_each_class():
         fit_calibration([0, 0, 1, 1, 1, 1, 1, 1], [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8])
 
 
-def test_fit_calibration_notes_a_score_that_runs_backwards():
+def test_fit_calibration_refuses_a_score_that_runs_backwards_unless_allowed():
+    """AUC < 0.5: 'score >= threshold' and an increasing map would contradict each other (it wrote a map with a
+    negative slope); refused, or fitted with a note under allow_inverted."""
     rng = np.random.default_rng(1)
     y, s = _judge_like(rng, 200)
-    cal = fit_calibration(y, -s, n_bootstrap=0)
-    assert cal["auc"] < 0.5 and "AUC" in cal["note"]
+    with pytest.raises(UndefinedMetricError, match=r"AUC 0\.\d+ < 0\.5.*--allow-inverted"):
+        fit_calibration(y, -s, n_bootstrap=0)
+    cal = fit_calibration(y, -s, n_bootstrap=0, allow_inverted=True)
+    assert cal["auc"] < 0.5 and "--allow-inverted" in cal["note"]
     assert cal["before"]["ece"] is None  # negative scores are no probabilities
