@@ -273,8 +273,30 @@ def _array_from_values(values: list, target, *, column: str, file, row_offset: i
         return pa.array([None if v is None else json.dumps(v, ensure_ascii=False) for v in values], type=pa.string())
 
 
+_DELIMITERS = (",", ";", "\t", "|")
+
+
+def csv_delimiter(path: Path) -> str:
+    """The delimiter of a CSV file, from its header line: a comma when the header has one outside quotes, else
+    the most frequent of ``;`` (European spreadsheet exports), tab and ``|``; a comma when it has none."""
+    with open(path, "rb") as fh:
+        head = fh.read(1 << 16).split(b"\n", 1)[0].decode("utf-8", errors="replace")
+    counts = dict.fromkeys(_DELIMITERS, 0)
+    quoted = False
+    for ch in head:
+        if ch == '"':
+            quoted = not quoted
+        elif not quoted and ch in counts:
+            counts[ch] += 1
+    if counts[","]:
+        return ","
+    best = max(_DELIMITERS[1:], key=lambda d: counts[d])
+    return best if counts[best] else ","
+
+
 def _csv_batches(path: Path, contract: Optional[Contract], batch_size: int) -> Iterator[pa.Table]:
     check_utf8(path)
+    parse = pacsv.ParseOptions(delimiter=csv_delimiter(path), newlines_in_values=True)
     # Contract columns are read as text and cast by ``conform`` so that a bad value is reported
     # with its row; other columns are inferred by Arrow.
     column_types = {c.name: pa.string() for c in contract.columns} if contract else {}
@@ -284,7 +306,7 @@ def _csv_batches(path: Path, contract: Optional[Contract], batch_size: int) -> I
         column_types=column_types, strings_can_be_null=True, quoted_strings_can_be_null=False, null_values=[""]
     )
     try:
-        reader = pacsv.open_csv(path, read_options=read_options, parse_options=CSV_PARSE, convert_options=convert)
+        reader = pacsv.open_csv(path, read_options=read_options, parse_options=parse, convert_options=convert)
     except pa.ArrowInvalid as exc:
         raise DataError(f"cannot parse CSV: {exc}", file=path) from None
     names = reader.schema.names

@@ -250,3 +250,23 @@ def test_contract_specific_errors():
     bad = dict(MINIMAL["judgments"], answer=["maybe"])
     with pytest.raises(DataError, match="'maybe' is not one of 'Yes', 'No'"):
         read_table(pa.table(bad), JUDGMENTS)
+
+
+@pytest.mark.parametrize("delimiter", [";", "\t", "|"])
+def test_a_csv_with_another_delimiter_reads_like_a_comma_one(tmp_path, delimiter):
+    """European spreadsheet exports use ';' (it failed with 'Expected 1 columns, got 6'): the delimiter is read
+    from the header; text holding the other delimiters, quoted or not, stays text."""
+    import csv
+
+    from adherence.data import read_turns
+
+    rows = [
+        ["conversation_id", "turn_index", "role", "assistant", "ground_truth_assistant"],
+        ["c1", "0", "You are a bank bot; be polite, always", "Hello | how can I help?", "Hi; how may I help you?"],
+        ["c1", "1", "You are a bank bot; be polite, always", "Sure", "Of course, right away"],
+    ]
+    for name, d in (("comma.csv", ","), ("other.csv", delimiter)):
+        with open(tmp_path / name, "w", newline="", encoding="utf-8") as fh:
+            csv.writer(fh, delimiter=d).writerows(rows)
+    a, b = read_turns(tmp_path / "comma.csv"), read_turns(tmp_path / "other.csv")
+    assert a.equals(b) and a.num_rows == 2 and a.column("role")[0].as_py() == rows[1][2]
