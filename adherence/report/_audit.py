@@ -100,6 +100,29 @@ def _volatility(metrics: dict) -> str:
     return figure_svg(fig)
 
 
+def _reading_guide() -> str:
+    """What the stability numbers mean, with the conventional benchmarks of chance-corrected agreement."""
+    bands = [
+        ["below 0", "poor: less agreement than chance"],
+        ["0.00 - 0.20", "slight"],
+        ["0.21 - 0.40", "fair"],
+        ["0.41 - 0.60", "moderate"],
+        ["0.61 - 0.80", "substantial"],
+        ["0.81 - 1.00", "almost perfect"],
+    ]
+    return (
+        "<h2>Reading the numbers</h2><p><b>Percent agreement</b>: the share of pairs of runs that give a question "
+        "the same answer. <b>Gwet's AC1</b> and <b>Fleiss' kappa</b> correct it for the agreement chance alone "
+        "would give (1: the runs always agree, 0: no better than chance); read them against the conventional "
+        "benchmarks of Landis and Koch (1977) below. When nearly every answer is the same (a question the judge "
+        "always answers Yes), kappa can be low although the runs agree (the kappa paradox): AC1, which is not "
+        "pulled down by a skewed Yes rate, is the figure to read there. <b>R_stab</b>: the share of a question's "
+        "justifications in its largest cluster of similar reasoning (1: every run argued the same way), so a "
+        "judge can be stable in its verdict (high AC1) while its reasons wander (low R_stab).</p>"
+        + table_html(["AC1 / kappa", "agreement"], bands)
+    )
+
+
 def audit_html(metrics: dict, *, title: str = "adherence audit", about: str = "") -> str:
     from html import escape
 
@@ -122,6 +145,13 @@ def audit_html(metrics: dict, *, title: str = "adherence audit", about: str = ""
     )
     if about:
         intro += f"<p>{escape(about)}</p>"
+    if any("bundled:SmolLM2" in str(j) for j in judges):
+        intro = (
+            '<p class="warn">These answers come from the bundled SmolLM2-135M-Instruct, a smoke-test judge that '
+            "shows the pipeline works but cannot judge: its stability below is the stability of a model too small "
+            "to follow the rubric. Audit with <code>--judge-model</code> (a served model with "
+            "<code>--backend openai --base-url ...</code>) for figures that mean something.</p>"
+        ) + intro
     sections = [
         intro,
         "<h2>Pooled stability of the judge (judge-answered questions)</h2>",
@@ -139,6 +169,7 @@ def audit_html(metrics: dict, *, title: str = "adherence audit", about: str = ""
             ],
         ),
     ]
+    sections.append(_reading_guide())
     last = ks[-1]
     sections.append("<h2>Figures</h2><div class='figs'>" + _scatter(metrics, last) + _volatility(metrics) + "</div>")
     for k in ks:
@@ -181,6 +212,8 @@ def audit_html(metrics: dict, *, title: str = "adherence audit", about: str = ""
 def write_audit_html(
     path: Union[str, os.PathLike], metrics: dict, *, title: str = "adherence audit", about: str = ""
 ) -> Path:
+    from .._atomic import write_text_atomic
+
     path = Path(path)
-    path.write_text(audit_html(metrics, title=title, about=about), encoding="utf-8")
+    write_text_atomic(path, audit_html(metrics, title=title, about=about))
     return path

@@ -123,6 +123,12 @@ def test_cli_audit_run_and_report(tmp_path, tiny_llama_dir, capsys):
     assert page.count("<svg") == 2 and "Verdict vs reasoning stability" in page
     assert page.count(str(tiny_llama_dir)) == 1 and "Unscored judge answers: 108 of 108" in page
     assert "Code-answered questions" in page and "no stability statistic" in page
+    assert "Reading the numbers" in page and "Landis and Koch" in page and "smoke-test judge" not in page
+    # The same metrics from the bundled judge: the page says first that its figures mean nothing.
+    from adherence.report._audit import audit_html
+
+    bundled = dict(metrics, judges=["bundled:SmolLM2-135M-Instruct::SmolLM2-135M-Instruct.Q4_1.gguf"])
+    assert audit_html(bundled).index("smoke-test judge") < audit_html(bundled).index("Pooled stability")
     assert main(["audit", "report", str(tmp_path / "nothing")]) == 2
     # A hand-edited metrics.json: one line naming the file and what is wrong, exit 2, never a traceback.
     good = (out / "metrics.json").read_text()
