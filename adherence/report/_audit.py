@@ -46,6 +46,22 @@ def code_question_rows(metrics: dict) -> list:
     ]
 
 
+def label_levels(labels: dict, char_width: float = 0.012, near: float = 0.06) -> dict:
+    """A height level per point's label (0: just above it) so that no two labels overlap: a label ends at its
+    point and reaches ``len(label) * char_width`` to its left (in axis units, 7-point type on this figure); a
+    label that would cross an earlier one whose point lies within ``near`` vertically goes one level up."""
+    placed: list = []  # (x_left, x_right, y, level)
+    out = {}
+    for (x, y), label in sorted(labels.items()):
+        left = x - len(label) * char_width
+        level = 0
+        while any(lv == level and abs(py - y) < near and left < pr and pl < x for pl, pr, py, lv in placed):
+            level += 1
+        placed.append((left, x, y, level))
+        out[(x, y)] = level
+    return out
+
+
 def _scatter(metrics: dict, k: str) -> str:
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 4.8))
@@ -66,9 +82,14 @@ def _scatter(metrics: dict, k: str) -> str:
             alpha=0.8,
             label="judge-answered question (size: how many share the point)",
         )
-    for (x, y), qs in groups.items():
-        label = ", ".join(qs) if len(qs) <= 2 else f"{len(qs)} questions ({qs[0]}, ...)"
-        ax.annotate(label, (x, y), fontsize=7, xytext=(-4, 6), textcoords="offset points", ha="right")
+    labels = {pt: ", ".join(qs) if len(qs) <= 2 else f"{len(qs)} questions ({qs[0]}, ...)" for pt, qs in groups.items()}
+    levels = label_levels(labels)
+    for (x, y), label in labels.items():
+        lift = 6 + 10 * levels[(x, y)]
+        arrow = {"arrowstyle": "-", "color": "#999", "lw": 0.6} if levels[(x, y)] else None
+        ax.annotate(
+            label, (x, y), fontsize=7, xytext=(-4, lift), textcoords="offset points", ha="right", arrowprops=arrow
+        )
     ax.plot([0, 1], [0, 1], ls="--", color="#bbb", lw=1)
     ax.set_xlabel("verdict stability (percent agreement)")
     ax.set_ylabel("reasoning stability (R_stab)")

@@ -97,3 +97,15 @@ def test_stability_tables_against_direct_computation(encoder):
     assert a1["s_per_run"] == [1.0, 0.5, 1.0, 0.5] and a1["std"] == pytest.approx(np.std([1, 0.5, 1, 0.5], ddof=1))
     with pytest.raises(ValueError, match="exceeds"):
         stability_tables(j, encoder, ks=[5])
+
+
+def test_scatter_labels_of_nearby_points_never_overlap():
+    """Two questions with close verdict and reasoning stability: their labels stack instead of printing over
+    each other (the bundled audit's page showed 'growth_specific' on top of another label)."""
+    from adherence.report._audit import label_levels
+
+    labels = {(0.611, 0.333): "growth_specific", (0.667, 0.333): "style_length", (0.333, 0.333): "style_tone"}
+    levels = label_levels(labels)
+    assert levels[(0.611, 0.333)] != levels[(0.667, 0.333)]  # 15 characters reach across 0.056 of the axis
+    assert levels[(0.333, 0.333)] == 0  # far enough left: stays just above its point
+    assert label_levels({(0.2, 0.2): "a", (0.9, 0.9): "b"}) == {(0.2, 0.2): 0, (0.9, 0.9): 0}
