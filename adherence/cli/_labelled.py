@@ -42,6 +42,22 @@ def _fmt(v) -> str:
     return str(v)
 
 
+def baseline_lines(b: Optional[dict]) -> list:
+    """The trivial baselines beside the score, as text (nothing without them)."""
+    if not b:
+        return []
+    aucs = "  ".join(f"{k.replace('_', ' ')} {v:.4f}" for k, v in b["auc"].items())
+    lines = [
+        "",
+        f"trivial baselines on the same rows (AUC): {aucs}",
+        f"  score {b['score_auc']:.4f}; {b['folds']}-fold logistic on the baselines {b['cv_auc_baselines']:.4f}, with "
+        f"the score {b['cv_auc_with_score']:.4f} (gain {b['gain']:+.4f})",
+    ]
+    if b.get("note"):
+        lines.append(f"warning: {b['note']}")
+    return lines
+
+
 def format_evaluation(result: dict) -> str:
     """A readable plain-text rendering of an ``evaluate_table`` result."""
     lines = [
@@ -67,6 +83,7 @@ def format_evaluation(result: dict) -> str:
         lines.append(f"  {m}: {why}")
     if result.get("note"):
         lines.append(f"note: {result['note']}")
+    lines += baseline_lines(result.get("baselines"))
     by = result.get("by_label", {})
     if by:
         lines += ["", f"{'label':<24}{'n':>7}{'mean':>10}{'median':>10}"]

@@ -8,7 +8,7 @@ import sys
 
 from .._errors import OptionError
 from .._options import file_path
-from ._labelled import add_labelled_args, format_calibration, read_metadata, resolve_columns
+from ._labelled import add_labelled_args, baseline_lines, format_calibration, read_metadata, resolve_columns
 from .main import Command
 
 
@@ -151,4 +151,5 @@ class CalibrateCommand(Command):
             print(json.dumps(doc, indent=2, allow_nan=False))
         else:
             print(format_calibration(cal, after_label=after_label))
+            print("\n".join(baseline_lines(result.get("baselines"))).lstrip("\n"))
         return 0

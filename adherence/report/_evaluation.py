@@ -297,6 +297,7 @@ def evaluation_html(
     ]
     if result.get("note"):
         sections.append(f'<p class="warn">{html.escape(str(result["note"]))}</p>')
+    sections += _baseline_sections(result.get("baselines"))
     if calibration:
         sections += calibration_sections(calibration, y, s, positive=positive)
     if result.get("confusion"):
@@ -322,6 +323,27 @@ def evaluation_html(
         f"{result['label_column']!r}, positive = {positive!r}"
     )
     return page(title, sections, sub)
+
+
+def _baseline_sections(b: Optional[dict]) -> list:
+    """The score beside trivial baselines on the same rows (reply length, word overlap), and what it adds."""
+    if not b:
+        return []
+    rows = [["the score", b["score_auc"]]] + [[k.replace("_", " "), v] for k, v in b["auc"].items()]
+    out = [
+        "<h2>Beside trivial baselines</h2>",
+        "<p>The same labelled rows ranked by what needs no model: the reply's length in words, and the share of "
+        "its words found in the role and in the user message. A logistic model on the baselines alone, and on "
+        f"the baselines with the score ({b['folds']}-fold cross-validated), says what the score adds to them.</p>",
+        table_html(["ranked by", "AUC"], rows),
+        table_html(
+            ["model", "cross-validated AUC"],
+            [["baselines alone", b["cv_auc_baselines"]], ["baselines + the score", b["cv_auc_with_score"]]],
+        ),
+    ]
+    if b.get("note"):
+        out.insert(1, f'<p class="warn">{html.escape(b["note"])}</p>')
+    return out
 
 
 def _what_next(result: dict, fitted: Optional[str]) -> list:

@@ -235,6 +235,18 @@ def evaluate_table(
             "std": float(vs.std(ddof=1)) if len(vs) > 1 else None,
         }
     out["by_label"] = by_label
+    if "assistant" in table.column_names:  # trivial baselines on the same rows: what the score adds over them
+        from ._baselines import baseline_report, text_baselines
+
+        idx = np.flatnonzero(keep)
+        texts = {
+            c: [table.column(c)[int(i)].as_py() for i in idx]
+            for c in ("assistant", "role", "user")
+            if c in table.column_names
+        }
+        report = baseline_report(y[keep], s[keep], text_baselines(texts), seed=seed)
+        if report is not None:
+            out["baselines"] = report
     if return_rows:
         return out, kept_labels, kept_scores
     return out

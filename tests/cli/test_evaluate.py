@@ -1,4 +1,5 @@
 import json
+import re
 import subprocess
 import sys
 
@@ -103,6 +104,27 @@ def test_readable_table_and_html(tmp_path, capsys):
     assert page.count("<svg") == 3  # ROC, class histogram, per fine-grained label
     assert "ROC curve" in page and "Score by label" in page
     assert "What next" in page and "adherence calibrate" in page  # the step after an evaluation
+    assert "Beside trivial baselines" in page and "trivial baselines on the same rows (AUC): reply length" in out
+
+
+def test_the_score_is_reported_beside_reply_length_on_the_same_rows(tmp_path, capsys):
+    """On the bundled role turns, reply length alone ranks adherent turns above violations with AUC 0.93: the
+    evaluation says so beside the score, computed on exactly the rows it evaluates (checked by scikit-learn)."""
+    turns = read_turns(example_path("role"))
+    code, out, err = _run(
+        capsys, "evaluate", str(example_path("role")), "--score", "rater_score", "--positive", "adherent",
+        "--bootstrap", "0", "--json",
+    )  # fmt: skip
+    assert code == 0
+    b = json.loads(out)["baselines"]
+    rows = turns.to_pylist()
+    y = [int(r["label"] == "adherent") for r in rows]
+    length = [len(re.findall(r"[^\W_]+", r["assistant"])) for r in rows]  # words: runs of letters and digits
+    assert b["auc"]["reply_length"] == pytest.approx(skm.roc_auc_score(y, length), abs=1e-3)
+    assert b["auc"]["reply_length"] > 0.9 and b["score_auc"] == pytest.approx(
+        skm.roc_auc_score(y, [r["rater_score"] for r in rows])
+    )
+    assert set(b) >= {"cv_auc_baselines", "cv_auc_with_score", "beats_baselines"}
 
 
 def test_unscored_rows_are_counted_not_dropped(tmp_path, capsys):
