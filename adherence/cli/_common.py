@@ -40,10 +40,13 @@ class HelpFormatter(argparse.HelpFormatter):
 
 
 def comma_ints(text: str, what: str) -> list:
-    """``"1,2, 3"`` -> ``[1, 2, 3]``; a ValueError naming the option ``what`` otherwise."""
+    """``"1,2, 3"`` -> ``[1, 2, 3]`` (``adherence._options.comma_ints``); an OptionError naming the option ``what``
+    otherwise."""
+    from .._options import comma_ints as parse
+
     try:
-        return [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
+        return list(parse(text))
+    except argparse.ArgumentTypeError:
         raise OptionError(f"{what} must be comma-separated integers, got {text!r}") from None
 
 

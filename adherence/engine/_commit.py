@@ -65,6 +65,7 @@ __all__ = [
     "WorkDir",
     "check_replaceable",
     "is_adherence_output",
+    "meta_of",
     "pid_alive",
     "published",
     "store_of",
@@ -445,13 +446,15 @@ class ObjectStore(Store):
 
     entries = "objects"
 
-    def kind(self, t: Remote) -> str:
+    @staticmethod
+    def _kind(info) -> str:
         from pyarrow import fs as pafs
 
-        ft = t.fs.get_file_info(t.path).type
-        return {pafs.FileType.NotFound: "missing", pafs.FileType.File: "file", pafs.FileType.Directory: "dir"}.get(
-            ft, "other"
-        )
+        kinds = {pafs.FileType.NotFound: "missing", pafs.FileType.File: "file", pafs.FileType.Directory: "dir"}
+        return kinds.get(info.type, "other")
+
+    def kind(self, t: Remote) -> str:
+        return self._kind(t.fs.get_file_info(t.path))
 
     def names(self, t: Remote) -> list[str]:
         return t.listdir()
@@ -486,8 +489,8 @@ class ObjectStore(Store):
 
     def identity(self, t: Remote) -> tuple:
         """(kind, size, modification time): the store's own listing of the key (no ETag through ``pyarrow.fs``)."""
-        info = t.fs.get_file_info(t.path)
-        kind = self.kind(t)
+        info = t.fs.get_file_info(t.path)  # one listing gives the kind, size and time together
+        kind = self._kind(info)
         return (kind, info.size, info.mtime_ns) if kind == "file" else (kind, None, None)
 
     def lock(self, t: Remote, what: str, subject: Optional[str] = None) -> RemoteLease:
@@ -505,14 +508,15 @@ def store_of(t: Any) -> Store:
 _LOCAL, _OBJECT = LocalStore(), ObjectStore()
 
 
-def _meta_of(t: Target) -> Target:
+def meta_of(t: Target) -> Target:
+    """Where the run metadata of an output (a local path or an object) lives: ``<output>.meta.json``."""
     return t.with_name(t.name + ".meta.json")
 
 
 def is_adherence_output(t: Any) -> bool:
     """True when ``t``'s run metadata says adherence wrote it (so a new run may replace it)."""
     t = _target(t)
-    return _written_by_adherence(store_of(t).read_json(_meta_of(t)))
+    return _written_by_adherence(store_of(t).read_json(meta_of(t)))
 
 
 def _written_by_adherence(meta: Optional[dict]) -> bool:
@@ -535,7 +539,7 @@ def check_replaceable(t: Any, what: str) -> None:
     """
     t = _target(t)
     store = store_of(t)
-    meta = _meta_of(t)
+    meta = meta_of(t)
     kind = store.kind(t)
     where = str(t)
     if kind == "other":
@@ -757,14 +761,8 @@ class Publisher:
         for lock in self.locks:
             lock.check()
         for _, final in self.moves:
-            store = store_of(final)
-            if final in self.targets and store.identity(final) != self.targets[final]:
-                raise EngineError(
-                    f"{final} changed while the job ran (created, replaced, or its directory "
-                    "swapped); refusing to replace it: nothing was published and the finished shards "
-                    "are kept for --resume"
-                )
-            if store.kind(final) == "dir":
+            self._unchanged(final, "nothing was published")
+            if store_of(final).kind(final) == "dir":
                 check_replaceable(final, "the output")
 
     def publish(self) -> None:
@@ -815,10 +813,19 @@ class Publisher:
         """Just before an upload: the lease is still ours and the key still holds what the job last saw there."""
         for lock in self.locks:
             lock.check()
-        if f in self.targets and _OBJECT.identity(f) != self.targets[f]:
+        self._unchanged(f, "nothing more was published")
+
+    def _unchanged(self, final: Target, published: str) -> None:
+        """Raise when ``final`` is no longer what the job saw there (``published``: what the job has put out)."""
+        if final in self.targets and store_of(final).identity(final) != self.targets[final]:
+            how = (
+                "another writer put an object there"
+                if isinstance(final, Remote)
+                else ("created, replaced, or its directory swapped")
+            )
             raise EngineError(
-                f"{f} changed while the job ran (another writer put an object there); refusing to replace it: "
-                "nothing more was published and the finished shards are kept for --resume"
+                f"{final} changed while the job ran ({how}); refusing to replace it: {published} and the finished "
+                "shards are kept for --resume"
             )
 
     def discard(self) -> None:

@@ -30,7 +30,7 @@ from ..data._validate import conform_schema as _conform_schema
 from ..role import RoleConfig, aggregate_sessions, get_method
 from ..role._base import missing_references
 from ..role._judge import tensor_parallel_config
-from ._commit import Commit, WorkDir, check_replaceable, store_of
+from ._commit import Commit, WorkDir, check_replaceable, meta_of, store_of
 from ._executors import Executor, RayExecutor, check_reachable, get_executor
 from ._messages import ShardResult, ShardTask
 from ._options import EngineOptions
@@ -197,7 +197,7 @@ class Engine:
                     [t for f in finals.values() if isinstance(f, Path) for t in (f, metadata_path(f))]
                 )
                 # What the targets are now, checked: publish replaces them only if they are still that.
-                targets = [t for f in finals.values() for t in (f, f.with_name(f.name + ".meta.json"))]
+                targets = [t for f in finals.values() for t in (f, meta_of(f))]
                 self._commit = Commit(
                     finals["output"],
                     finals["sessions"],
@@ -573,7 +573,7 @@ class Engine:
             meta = redact_secrets(meta)  # an API key given as a flag or option never reaches disk
             for final in (out_final, sessions_final):
                 publisher.add_text(
-                    final.with_name(final.name + ".meta.json"),
+                    meta_of(final),
                     json.dumps(meta, indent=2, ensure_ascii=False, default=repr) + "\n",
                 )
             publisher.publish()

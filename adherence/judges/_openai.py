@@ -391,10 +391,10 @@ class OpenAIBackend(JudgeBackend):
                 last = f"{type(exc).__name__}: {exc}"
             except httpx.HTTPStatusError as exc:
                 raise RuntimeError(f"HTTP {exc.response.status_code}: {exc.response.text[:200]}") from None
-            self._last_error = last
             if len(self.base_urls) > 1:
                 last = f"{url}: {last}"
-                self._last_error = last
+            self._last_error = last
+            if len(self.base_urls) > 1:
                 self._mark(url, False, retry_after)  # the next try goes to another endpoint if one is up
                 continue
             if attempt < self.max_retries:

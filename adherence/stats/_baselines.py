@@ -65,11 +65,9 @@ def fit_logistic(x: np.ndarray, y: np.ndarray, *, l2: float = 1e-6, max_iter: in
 
 def _cv_auc(x: np.ndarray, y: np.ndarray, folds: int, seed: int) -> float:
     """AUC of out-of-fold predictions of a logistic model on standardised features (stratified folds)."""
-    rng = np.random.default_rng(seed)
-    fold = np.empty(len(y), dtype=np.int64)
-    for cls in (0, 1):
-        idx = np.flatnonzero(y == cls)
-        fold[rng.permutation(idx)] = np.arange(len(idx)) % folds
+    from ._calibration import _stratified_folds
+
+    fold = _stratified_folds(y, folds, seed)
     pred = np.empty(len(y))
     for k in range(folds):
         test, train = fold == k, fold != k
