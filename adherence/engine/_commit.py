@@ -64,7 +64,6 @@ __all__ = [
     "Store",
     "WorkDir",
     "check_replaceable",
-    "is_adherence_output",
     "meta_of",
     "pid_alive",
     "published",
@@ -358,10 +357,6 @@ class Store(ABC):
     def put(self, local: Path, t: Any) -> None:
         """Commit the complete local temporary ``local`` as ``t``."""
 
-    @staticmethod
-    def child(t: Any, name: str) -> Any:
-        return t / name
-
 
 class LocalStore(Store):
     """A local file system: links are never followed, renames are atomic."""
@@ -513,12 +508,6 @@ def meta_of(t: Target) -> Target:
     return t.with_name(t.name + ".meta.json")
 
 
-def is_adherence_output(t: Any) -> bool:
-    """True when ``t``'s run metadata says adherence wrote it (so a new run may replace it)."""
-    t = _target(t)
-    return _written_by_adherence(store_of(t).read_json(meta_of(t)))
-
-
 def _written_by_adherence(meta: Optional[dict]) -> bool:
     """True when run metadata names adherence as the producer (or, from older runs, among the versions)."""
     return meta is not None and (meta.get("producer") == PRODUCER or "adherence" in (meta.get("versions") or {}))
@@ -555,9 +544,7 @@ def check_replaceable(t: Any, what: str) -> None:
             )
         if kind == "dir":  # a Parquet dataset of ours holds parts only (a user's folder named like one is not ours)
             foreign = [
-                n
-                for n in store.names(t)
-                if not re.match(r"^part-\d{5}\.parquet$", n) or store.kind(store.child(t, n)) != "file"
+                n for n in store.names(t) if not re.match(r"^part-\d{5}\.parquet$", n) or store.kind(t / n) != "file"
             ]
             if foreign:
                 raise DataError(
