@@ -238,12 +238,10 @@ def evaluate_table(
     if "assistant" in table.column_names:  # trivial baselines on the same rows: what the score adds over them
         from ._baselines import baseline_report, text_baselines
 
-        idx = np.flatnonzero(keep)
-        texts = {
-            c: [table.column(c)[int(i)].as_py() for i in idx]
-            for c in ("assistant", "role", "user")
-            if c in table.column_names
-        }
+        kept = table.select([c for c in ("assistant", "role", "user") if c in table.column_names]).filter(
+            pa.array(keep)
+        )
+        texts = {c: kept.column(c).to_pylist() for c in kept.column_names}
         report = baseline_report(y[keep], s[keep], text_baselines(texts), seed=seed)
         if report is not None:
             out["baselines"] = report
