@@ -30,14 +30,16 @@ def text_baselines(columns: dict) -> dict:
     """``{name: float array}`` from the turns' text columns (``assistant``, and ``role`` / ``user`` when given):
     ``reply_length`` (words in the reply), ``role_overlap`` and ``user_overlap`` (the share of the reply's
     distinct words that the role / the user message also holds)."""
-    replies = columns["assistant"]
-    out = {"reply_length": np.array([len(_WORD.findall(str(a or ""))) for a in replies], dtype=np.float64)}
+    tokens = [_WORD.findall(str(a or "").lower()) for a in columns["assistant"]]  # each reply read once
+    out = {"reply_length": np.array([len(t) for t in tokens], dtype=np.float64)}
+    reply_words = [set(t) for t in tokens]
     for other in ("role", "user"):
         if other in columns:
+            seen: dict = {}  # a conversation's role repeats on every turn: its words are read once
             vals = []
-            for a, b in zip(replies, columns[other]):
-                wa = _words(a)
-                vals.append(len(wa & _words(b)) / len(wa) if wa else 0.0)
+            for wa, b in zip(reply_words, columns[other]):
+                wb = (seen[b] if b in seen else seen.setdefault(b, _words(b))) if other == "role" else _words(b)
+                vals.append(len(wa & wb) / len(wa) if wa else 0.0)
             out[f"{other}_overlap"] = np.array(vals, dtype=np.float64)
     return out
 
