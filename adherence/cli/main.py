@@ -192,7 +192,9 @@ def _interrupted(exc: KeyboardInterrupt) -> int:
     if published:
         print(f"adherence: {what} after the output was published; {published[0]} is complete", file=sys.stderr)
         return 0
-    print(f"adherence: {what}; nothing partial was published", file=sys.stderr)
+    kept = list(commit.kept_for_resume()) if commit is not None else []
+    hint = f"; the work done is kept in {kept[-1]}: rerun the same command with --resume to go on" if kept else ""
+    print(f"adherence: {what}; nothing partial was published{hint}", file=sys.stderr)
     return 143 if isinstance(exc, Terminated) else 130
 
 

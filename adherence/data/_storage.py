@@ -43,6 +43,8 @@ __all__ = [
     "write_parquet",
     "read_parquet",
     "digest",
+    "exists",
+    "remove",
     "read_json",
     "write_json",
 ]
@@ -251,6 +253,19 @@ def digest(path: Target) -> str:
 
         return file_digest(r, "sha256")
     return r.digest()
+
+
+def exists(path: Target) -> bool:
+    return _where(path).exists()
+
+
+def remove(path: Target) -> None:
+    """Delete a file or an object; nothing when it is not there."""
+    r = _where(path)
+    if isinstance(r, Path):
+        r.unlink(missing_ok=True)
+    else:
+        r.delete()
 
 
 def read_json(path: Target):

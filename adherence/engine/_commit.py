@@ -75,10 +75,11 @@ PRODUCER = "adherence"
 # when its marker says so (written when a job made or adopted it): entries named like these elsewhere are
 # the user's.
 WORK_MARKER = ".adherence-work.json"
-_WORK_FILES = {"job.json", "plan.json", "references.json", "input.parquet", "lock", WORK_MARKER}
+_WORK_FILES = {"job.json", "plan.json", "references.json", "bad-rows.jsonl", "input.parquet", "lock", WORK_MARKER}
 _WORK_DIRS = {
     "shards": re.compile(r"^(input-\d{5}\.arrow|\..*\.tmp)$"),
     "out": re.compile(r"^(shard-\d{5}\.(parquet|done\.json)|\..*\.tmp)$"),
+    "checkpoints": re.compile(r"^(shard-\d{5}-\d{5}\.(parquet|json)|\..*\.tmp)$"),
 }
 _TMP = re.compile(r"^\..*\.tmp$")
 _PROBE = re.compile(r"^\.reachable-[0-9a-f]{32}$")  # the token a Ray job's reachability check writes
@@ -88,11 +89,18 @@ Target = Union[Path, Remote]
 # Every output committed in this process (the command line reads it when a signal arrives: after the commit
 # the output is complete, and the job did not fail).
 _PUBLISHED: list = []
+# Work dirs a failed or interrupted job kept for --resume (the command line names them).
+_KEPT: list = []
 
 
 def published() -> list:
     """The outputs committed in this process so far (paths or URIs), oldest first."""
     return _PUBLISHED
+
+
+def kept_for_resume() -> list:
+    """Work dirs that jobs of this process left for ``--resume`` when they failed or were interrupted."""
+    return _KEPT
 
 
 def pid_alive(pid: int) -> bool:
@@ -508,6 +516,28 @@ def meta_of(t: Target) -> Target:
     return t.with_name(t.name + ".meta.json")
 
 
+def quarantine_of(t: Target) -> Target:
+    """Where the rows a ``--bad-rows skip`` job left out are written: ``<output>.bad-rows.jsonl``."""
+    return t.with_name(t.name + ".bad-rows.jsonl")
+
+
+def check_quarantine(output: Target) -> None:
+    """Refuse a job whose ``<output>.bad-rows.jsonl`` exists unless the output's own (adherence) metadata
+    names it: it is then the earlier run's, replaced with the output; anything else is not ours to overwrite."""
+    q = quarantine_of(output)
+    store = store_of(q)
+    if store.kind(q) == "missing":
+        return
+    meta = store.read_json(meta_of(output))
+    named = ((meta or {}).get("summary") or {}).get("bad_rows") or {}
+    if not (_written_by_adherence(meta) and named.get("file") == str(q)):
+        raise DataError(
+            "exists and is not the bad-rows file of this output's earlier run; refusing to overwrite it: move it "
+            "away or write the output elsewhere",
+            file=str(q),
+        )
+
+
 def _written_by_adherence(meta: Optional[dict]) -> bool:
     """True when run metadata names adherence as the producer (or, from older runs, among the versions)."""
     return meta is not None and (meta.get("producer") == PRODUCER or "adherence" in (meta.get("versions") or {}))
@@ -631,10 +661,15 @@ class WorkDir:
             if self.created:
                 self.store.remove_dir(self.path)
             return
+        if exc_type is not None:
+            _KEPT.append(str(self.path))
         self.lock.release()
 
     def _finished_shards(self) -> bool:
-        return any(n.endswith(".done.json") for n in self.store.names(self.path / "out"))
+        """Finished shards, or checkpoints of a shard half done: work a ``--resume`` would reuse."""
+        return any(n.endswith(".done.json") for n in self.store.names(self.path / "out")) or any(
+            n.endswith(".json") for n in self.store.names(self.path / "checkpoints")
+        )
 
     def foreign_entries(self) -> list[str]:
         store, out = self.store, []

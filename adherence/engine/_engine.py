@@ -7,6 +7,7 @@ import dataclasses
 import json
 import os
 import shutil
+import sys
 import tempfile
 import time
 import warnings
@@ -30,11 +31,12 @@ from ..data._validate import conform_schema as _conform_schema
 from ..role import RoleConfig, aggregate_sessions, get_method
 from ..role._base import missing_references
 from ..role._judge import tensor_parallel_config
-from ._commit import Commit, WorkDir, check_replaceable, meta_of, store_of
-from ._executors import Executor, RayExecutor, check_reachable, get_executor
+from ._commit import Commit, WorkDir, check_quarantine, check_replaceable, meta_of, quarantine_of, store_of
+from ._executors import Executor, LocalExecutor, RayExecutor, check_reachable, get_executor
 from ._messages import ShardResult, ShardTask
 from ._options import EngineOptions
 from ._plan import content_digest, plan_job, same_input
+from ._progress import JobProgress
 from ._safety import (
     STAGING_PREFIX,
     check_outputs,
@@ -64,7 +66,7 @@ class Engine:
 
     Keyword options are ``EngineOptions``'s (how the job runs: ``executor``, ``num_workers``,
     ``gpus_per_worker``, ``ray_address``, ``tensor_parallel``, ``stall_timeout``, ``shard_size``,
-    ``work_dir``, ``resume``, ``keep_work_dir``, ``input_format``, ``role``, ``strict_input``,
+    ``work_dir``, ``resume``, ``keep_work_dir``, ``input_format``, ``role``, ``bad_rows``,
     ``ground_truth``, ``n_bootstrap``, ``seed``, ``progress``, ``max_retries``, ``read_batch_rows``) and
     ``RoleConfig``'s (how turns are scored: ``method``, ``threshold``, ``encoder``, ``batch_size``, ...); or
     give ``options`` and ``config`` whole. Each option has one meaning wherever it is given.
@@ -198,6 +200,9 @@ class Engine:
                 )
                 # What the targets are now, checked: publish replaces them only if they are still that.
                 targets = [t for f in finals.values() for t in (f, meta_of(f))]
+                if self.options.bad_rows == "skip":
+                    check_quarantine(finals["output"])
+                    targets.append(quarantine_of(finals["output"]))
                 self._commit = Commit(
                     finals["output"],
                     finals["sessions"],
@@ -273,7 +278,7 @@ class Engine:
                 executor.start(config)
         from ..data import TranscriptOptions
 
-        transcripts = TranscriptOptions(self.options.input_format, self.options.role, self.options.strict_input)
+        transcripts = TranscriptOptions(self.options.input_format, self.options.role, self.options.bad_rows)
         plan = plan_job(
             source,
             work,
@@ -299,6 +304,7 @@ class Engine:
         rw = self._remote_work
         if self._check_job_manifest(work, plan) and rw is not None:
             (rw / "out").delete_tree()  # another job's shard outputs: never mixed with ours
+            (rw / "checkpoints").delete_tree()
         if rw is not None:
             (rw / "job.json").upload(work / "job.json")
             if plan.reference_file:
@@ -353,6 +359,7 @@ class Engine:
             ):
                 # Different job in the same place: its shard outputs must not be mixed with ours.
                 shutil.rmtree(work / "out", ignore_errors=True)
+                shutil.rmtree(work / "checkpoints", ignore_errors=True)
                 cleared = True
                 if self.options.resume:
                     warnings.warn(
@@ -376,13 +383,15 @@ class Engine:
         return dataclasses.replace(res, resumed=True)
 
     def _execute(self, plan, work: Path, config: RoleConfig) -> dict:
-        from tqdm.auto import tqdm
-
         out_dir = work / "out"
         out_dir.mkdir(exist_ok=True)
         for stale in out_dir.glob(".*.tmp"):
             stale.unlink()  # leftovers of a killed run
         rw = self._remote_work
+        every = self.options.checkpoint_every
+        checkpoints = (rw if rw is not None else work) / "checkpoints"
+        if every > 0 and isinstance(checkpoints, Path):
+            checkpoints.mkdir(exist_ok=True)
         results: dict[int, ShardResult] = {}
         tasks: list[ShardTask] = []
         for s in plan.shards:
@@ -390,21 +399,38 @@ class Engine:
             earlier = self._finished(out_dir / f"shard-{s.shard_id:05d}.done.json", output)
             if earlier is not None:
                 results[s.shard_id] = earlier
-            elif rw is not None:  # the workers read and write on object storage; this run's shard goes up first
+                continue
+            where = str(checkpoints) if every > 0 else None
+            if rw is not None:  # the workers read and write on object storage; this run's shard goes up first
                 (rw / "shards" / Path(s.path).name).upload(Path(s.path))
                 tasks.append(
-                    ShardTask(s.shard_id, str(rw / "shards" / Path(s.path).name), str(rw / "out" / output.name))
+                    ShardTask(
+                        s.shard_id,
+                        str(rw / "shards" / Path(s.path).name),
+                        str(rw / "out" / output.name),
+                        where,
+                        every,
+                    )
                 )
             else:
-                tasks.append(ShardTask(s.shard_id, s.path, str(output)))
-        done_rows = sum(r.rows for r in results.values())
-        bar = tqdm(
+                tasks.append(ShardTask(s.shard_id, s.path, str(output), where, every))
+        if tasks and self._executor is None:
+            self._executor = get_executor(self.options.executor, **self.executor_kwargs)
+        show = self.options.progress
+        if tasks and isinstance(self._executor, LocalExecutor) and show:
+            # Models load before the job's progress starts, on a line of their own.
+            t0 = time.perf_counter()
+            _say(f"loading models ({self.config.method}) ...")
+            self._executor.start(config)
+            _say(f"models ready in {time.perf_counter() - t0:.1f} s")
+        progress = JobProgress(
+            f"scoring ({self.config.method})",
             total=plan.total_rows,
-            initial=done_rows,
-            unit="turn",
-            desc=f"scoring ({self.config.method})",
-            disable=not self.options.progress,
-            dynamic_ncols=True,
+            shards=len(plan.shards),
+            reused_rows=sum(r.rows for r in results.values()),
+            reused_shards=len(results),
+            enabled=show,
+            every=self.options.progress_every,
         )
 
         def on_result(res: ShardResult) -> None:
@@ -420,15 +446,14 @@ class Engine:
                 write_json(rw / "out" / f"{name}.done.json", res.to_json())
             write_json_atomic(out_dir / f"{name}.done.json", res.to_json())
             results[res.shard_id] = res
-            bar.update(res.rows)
+            progress.shard_done(res.shard_id, res.rows, res.reused)
 
         try:
             if tasks:
-                if self._executor is None:
-                    self._executor = get_executor(self.options.executor, **self.executor_kwargs)
-                self._executor.run(tasks, config, on_result)
+                assert self._executor is not None
+                self._executor.run(tasks, config, on_result, progress.within)
         finally:
-            bar.close()
+            progress.close()
         return results
 
     def _rescaler(self, shard_files: list[Path]):
@@ -472,10 +497,15 @@ class Engine:
         rescale = self._rescaler(shard_files)
         schema = pa.unify_schemas([pq.read_schema(f) for f in shard_files], promote_options="permissive")
         schema = pa.schema([f for f in schema if f.name != "_row"])
+        # Conversation ids are text inside the job; an input that wrote them as integers gets integers back.
+        id_type = pa.type_for_alias(plan.conversation_id_type) if plan.conversation_id_type else None
+        out_schema = schema
+        if id_type is not None:
+            out_schema = schema.set(schema.get_field_index("conversation_id"), pa.field("conversation_id", id_type))
         publisher = self._commit.publisher()
         out_final, sessions_final = self._commit.output, self._commit.sessions
         try:
-            sink = _TableSink(publisher.temporary(out_final), output_format(out_path), schema)
+            sink = _TableSink(publisher.temporary(out_final), output_format(out_path), out_schema)
             publisher.add(sink.path, out_final)
             sessions_sink = None
             n_sessions = 0
@@ -484,7 +514,7 @@ class Engine:
                 if rescale is not None:
                     t = rescale(t)
                 t = _conform_schema(t.drop_columns(["_row"]), schema)
-                sink.write(t)
+                sink.write(_conform_schema(t, out_schema) if id_type is not None else t)
                 sessions = aggregate_sessions(
                     t,
                     threshold=self.config.threshold,
@@ -493,6 +523,10 @@ class Engine:
                     n_bootstrap=self.options.n_bootstrap,
                     seed=self.options.seed,
                 )
+                if id_type is not None:
+                    sessions = sessions.set_column(
+                        0, "conversation_id", sessions.column("conversation_id").cast(id_type)
+                    )
                 if sessions_sink is None:
                     sessions_sink = _TableSink(
                         publisher.temporary(sessions_final), output_format(sessions_path), sessions.schema
@@ -511,7 +545,8 @@ class Engine:
                 )
             elapsed = time.perf_counter() - start
             totals = {k: sum(getattr(r, k) for r in results.values()) for k in ("rows", "ok", "error", "unscored")}
-            reused = sum(r.rows for r in results.values() if r.resumed)  # finished by an earlier run
+            # finished by an earlier run: whole shards, and the checkpoints of shards it left half done
+            reused = sum(r.rows if r.resumed else r.reused for r in results.values())
             models: dict = next((r.models for r in results.values() if r.models), {})
             failed = sorted(r.shard_id for r in results.values() if r.failed)
             summary = {
@@ -544,6 +579,11 @@ class Engine:
                 summary["judge_usage"] = usage
             if plan.skipped:
                 summary["skipped_records"] = skipped_summary(plan.skipped)
+            if self.options.bad_rows == "skip":
+                # every row left out, with its file, line and reason (written even when there is none)
+                q = quarantine_of(out_final)
+                publisher.add_text(q, Path(plan.quarantine).read_text(encoding="utf-8") if plan.quarantine else "")
+                summary["bad_rows"] = {"count": plan.quarantined, "file": str(q)}
             if failed:
                 summary["failure"] = next(r.failed for r in results.values() if r.failed)
             # The plan hashed the input already (resume by content): record that digest, do not hash it again.
@@ -662,6 +702,14 @@ def _check_remote_targets(remote: dict, out_t, sessions_t, work_t) -> None:
                     f"{what} on object storage must be one file (.parquet, .jsonl or .csv), not a directory", file=t
                 )
             check_replaceable(remote[key], what)
+
+
+def _say(text: str) -> None:
+    """A line on standard error (dropped when nobody reads it any more)."""
+    try:
+        print(text, file=sys.stderr, flush=True)
+    except (BrokenPipeError, ValueError, OSError):
+        pass
 
 
 def _spill(source, path: Path) -> None:

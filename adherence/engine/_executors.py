@@ -27,8 +27,15 @@ class Executor(ABC):
         """Start workers ahead of the tasks (model loading overlaps the job's planning)."""
 
     @abstractmethod
-    def run(self, tasks: list[ShardTask], config: RoleConfig, on_result: Callable[[ShardResult], None]) -> None:
-        """Run every task, calling ``on_result`` with each shard's summary as it finishes."""
+    def run(
+        self,
+        tasks: list[ShardTask],
+        config: RoleConfig,
+        on_result: Callable[[ShardResult], None],
+        on_progress: Optional[Callable[[int, int, int], None]] = None,
+    ) -> None:
+        """Run every task, calling ``on_result`` with each shard's summary as it finishes and ``on_progress``
+        with ``(shard id, rows done, rows reused from checkpoints)`` as a worker gets on within a shard."""
 
     def close(self) -> None:
         pass
@@ -42,11 +49,19 @@ class LocalExecutor(Executor):
     def __init__(self, **_) -> None:
         self._worker: Optional[ShardWorker] = None
 
-    def run(self, tasks, config, on_result):
+    def start(self, config, n_tasks=None):
         if self._worker is None or self._worker.config != config:
             self._worker = ShardWorker(config)
-        for task in tasks:
-            on_result(self._worker.run(task))
+
+    def run(self, tasks, config, on_result, on_progress=None):
+        self.start(config)
+        assert self._worker is not None
+        self._worker.on_progress = on_progress
+        try:
+            for task in tasks:
+                on_result(self._worker.run(task))
+        finally:
+            self._worker.on_progress = None
 
 
 class RayExecutor(Executor):
@@ -194,7 +209,7 @@ class RayExecutor(Executor):
         have = ", ".join(f"{free.get(k, 0):g} of {total.get(k, 0):g} {k}" for k in ("CPU", "GPU") if total.get(k))
         return f"each worker needs {need}; the cluster has {have or 'no CPU or GPU'} free on {nodes} live node(s)"
 
-    def run(self, tasks, config, on_result):
+    def run(self, tasks, config, on_result, on_progress=None):
         ray = self.ray
         from ray.exceptions import ActorUnavailableError, GetTimeoutError, RayActorError, RayTaskError
 
@@ -237,10 +252,12 @@ class RayExecutor(Executor):
                 if ref in pings:
                     actor = pings.pop(ref)
                     try:
-                        ray.get(ref, timeout=0)
+                        _, progress = ray.get(ref, timeout=0)
                     except (RayActorError, GetTimeoutError):
                         continue  # dead or restarting: the next ping tells
                     seen[actor] = time.monotonic()
+                    if progress is not None and on_progress is not None:
+                        on_progress(*progress)
                     if actor in suspect:  # back (restarted where there was room): give it shards again
                         suspect.discard(actor)
                         idle.append(actor)

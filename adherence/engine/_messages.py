@@ -17,11 +17,18 @@ __all__ = ["ShardResult", "ShardTask"]
 @dataclass(frozen=True)
 class ShardTask:
     """One shard to score: its input (an Arrow IPC stream) and where its Parquet output goes (local
-    paths are absolute; on object storage, URIs)."""
+    paths are absolute; on object storage, URIs).
+
+    ``checkpoints`` is the folder where the worker commits the shard's scored conversations as it goes, about
+    every ``checkpoint_every`` seconds of scoring (None or 0: the shard is committed whole); a later try of the
+    shard scores only what they do not hold.
+    """
 
     shard_id: int
     input: str
     output: str
+    checkpoints: Optional[str] = None
+    checkpoint_every: float = 0.0
 
     def __str__(self) -> str:
         return f"shard {self.shard_id} ({self.input})"
@@ -33,7 +40,8 @@ class ShardResult:
 
     ``failed`` is the one-line reason when scoring the shard raised (its rows are then kept as
     ``status=error`` and ``--resume`` scores it again); ``resumed`` marks a result read back from an
-    earlier run's ``done`` record.
+    earlier run's ``done`` record, and ``reused`` counts the rows an earlier try committed as checkpoints
+    (not scored again).
     """
 
     shard_id: int
@@ -49,6 +57,7 @@ class ShardResult:
     models: dict = field(default_factory=dict)
     judge_usage: dict = field(default_factory=dict)
     resumed: bool = False
+    reused: int = 0
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
@@ -66,7 +75,7 @@ class ShardResult:
             res = cls(**d)
         except TypeError:
             return None
-        ints = (res.shard_id, res.rows, res.ok, res.error, res.unscored)
+        ints = (res.shard_id, res.rows, res.ok, res.error, res.unscored, res.reused)
         if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in ints):
             return None
         if not isinstance(res.digest, str) or not res.digest:

@@ -59,7 +59,16 @@ class EngineOptions:
         affects_scores=False,
     )
     shard_size: int = option(100_000, help="turns per shard; conversations never split", affects_scores=False)
-    resume: bool = option(False, help="reuse the finished shards of an interrupted run", affects_scores=False)
+    checkpoint_every: float = option(
+        60.0,
+        metavar="S",
+        help="seconds of scoring between checkpoints within a shard (default 60): an interrupt or a lost worker "
+        "costs about this much work, not a shard; 0: only whole shards are kept",
+        affects_scores=False,
+    )
+    resume: bool = option(
+        False, help="reuse the finished shards and checkpoints of an interrupted run", affects_scores=False
+    )
     work_dir: Optional[str] = option(
         None,
         type=file_path,
@@ -74,9 +83,13 @@ class EngineOptions:
         "from the first record",
         affects_scores=False,
     )
-    strict_input: bool = option(
-        False,
-        help="a malformed transcript is an error (default: skipped with a warning and counted)",
+    bad_rows: Optional[str] = option(
+        None,
+        choices=("fail", "skip"),
+        help="a row that cannot be read (a line that is not JSON, a CSV row with the wrong number of fields, a "
+        "value of the wrong type, a malformed transcript): fail stops the job with one line naming file, line "
+        "and column; skip leaves it out, counts it and writes it with its file, line and reason to "
+        "OUTPUT.bad-rows.jsonl (default: fail for flat turn rows, skip with a warning for transcripts)",
         affects_scores=False,
     )
     ground_truth: Optional[str] = option(
@@ -92,6 +105,12 @@ class EngineOptions:
     #: the role definition of transcripts without a system message (the command line's --role / --role-file)
     role: Optional[str] = None
     progress: bool = True
+    progress_every: float = option(
+        30.0,
+        metavar="S",
+        help="seconds between progress lines when standard error is not a terminal (a scheduler's log)",
+        affects_scores=False,
+    )
     #: Ray: tries of a shard whose worker died, after the first
     max_retries: int = 2
     #: rows per batch read while planning (memory, not scores)
@@ -108,5 +127,7 @@ class EngineOptions:
             raise OptionError(f"`tensor_parallel` must be >= 1, got {self.tensor_parallel}")
         if self.read_batch_rows < 1:
             raise OptionError(f"`read_batch_rows` must be >= 1, got {self.read_batch_rows}")
+        if self.checkpoint_every < 0 or self.progress_every <= 0:
+            raise OptionError("`checkpoint_every` must be >= 0 and `progress_every` > 0 seconds")
         if self.n_bootstrap < 0:
             raise OptionError(f"`n_bootstrap` must be >= 0, got {self.n_bootstrap}")

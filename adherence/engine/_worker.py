@@ -6,15 +6,30 @@ import os
 import socket
 import threading
 import time
+from typing import Callable, Optional
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from .._errors import JobError
-from ..data._storage import digest, read_arrow_stream, write_parquet
+from ..data._storage import (
+    digest,
+    exists,
+    read_arrow_stream,
+    read_json,
+    read_parquet,
+    remove,
+    write_json,
+    write_parquet,
+)
 from ..role import Resources, RoleConfig, get_method, score_turns
 from ._messages import ShardResult, ShardTask
 
-__all__ = ["ShardWorker", "WorkerSetupError", "error_rows", "verify_gpu", "verify_replica_gpus"]
+__all__ = ["Checkpoints", "ShardWorker", "WorkerSetupError", "error_rows", "verify_gpu", "verify_replica_gpus"]
+
+#: rows of a shard's first checkpoint, before its scoring rate is known
+FIRST_CHECKPOINT_ROWS = 64
 
 
 class WorkerSetupError(JobError):
@@ -97,6 +112,93 @@ def error_rows(table: pa.Table, method: str, message: str) -> pa.Table:
     )
 
 
+class Checkpoints:
+    """A shard's scored conversations, committed as the worker goes: ``<shard>-<k>.parquet`` holds the scores
+    of conversations ``[start, stop)`` (in order of first appearance in the shard) and ``<shard>-<k>.json``,
+    written after it, its row count, content digest and the digest of the shard input it came from.
+
+    ``load`` trusts the unbroken run of checkpoints from the first whose records, digests and input match;
+    anything after a gap is scored again. On a local disk each file is a temporary renamed into place; on
+    object storage one upload.
+    """
+
+    def __init__(self, folder: str, shard_id: int, input_digest: str) -> None:
+        sep = "/" if "://" in folder else os.sep
+        self.prefix = f"{folder.rstrip(sep)}{sep}shard-{shard_id:05d}-"
+        self.input_digest = input_digest
+        self.count = 0
+
+    def _names(self, k: int) -> tuple[str, str]:
+        return f"{self.prefix}{k:05d}.parquet", f"{self.prefix}{k:05d}.json"
+
+    def load(self) -> tuple[list[pa.Table], int]:
+        """The trusted checkpoints' tables and the number of conversations they cover."""
+        tables: list[pa.Table] = []
+        covered = 0
+        k = 0
+        while True:
+            data, record = self._names(k)
+            if not (exists(record) and exists(data)):
+                break
+            try:
+                rec = read_json(record)
+                ok = (
+                    isinstance(rec, dict)
+                    and rec.get("input") == self.input_digest
+                    and rec.get("start") == covered
+                    and isinstance(rec.get("stop"), int)
+                    and rec["stop"] > covered
+                    and digest(data) == rec.get("digest")
+                )
+                table = read_parquet(data) if ok else None
+            except (OSError, ValueError, pa.ArrowInvalid):
+                table = None
+            if table is None or table.num_rows != rec.get("rows"):
+                break
+            tables.append(table)
+            covered = rec["stop"]
+            k += 1
+        self.count = k
+        return tables, covered
+
+    def save(self, table: pa.Table, start: int, stop: int) -> None:
+        data, record = self._names(self.count)
+        write_parquet(table, data)
+        write_json(
+            record,
+            {
+                "input": self.input_digest,
+                "start": start,
+                "stop": stop,
+                "rows": table.num_rows,
+                "digest": digest(data),
+                "written_at": time.time(),
+            },
+        )
+        self.count += 1
+
+    def remove(self) -> None:
+        """After the shard's output is written: its checkpoints are no longer needed."""
+        for k in range(self.count):
+            for name in self._names(k)[::-1]:  # the record first: a data file without one is never trusted
+                remove(name)
+        self.count = 0
+
+
+def _conversation_order(table: pa.Table) -> tuple[np.ndarray, int]:
+    """Each row's conversation as its rank of first appearance in the shard, and how many there are."""
+    if table.num_rows == 0 or "conversation_id" not in table.column_names:
+        return np.zeros(table.num_rows, dtype=np.int64), int(table.num_rows > 0)
+    codes = pc.dictionary_encode(table.column("conversation_id")).combine_chunks()
+    idx = codes.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
+    # null ids are one group of their own (their rows are errors, and never split a checkpoint)
+    idx = np.where(idx < 0, len(codes.dictionary), idx)
+    _, first, inverse = np.unique(idx, return_index=True, return_inverse=True)
+    rank = np.empty(len(first), dtype=np.int64)
+    rank[np.argsort(first, kind="stable")] = np.arange(len(first))
+    return rank[inverse], len(first)
+
+
 class ShardWorker:
     """Scores shards with one set of loaded models (one per process or Ray actor)."""
 
@@ -118,6 +220,11 @@ class ShardWorker:
         self.info: dict = {"host": socket.gethostname(), "pid": self.pid}
         self._lock = threading.Lock()  # a Ray actor answers pings from a second thread while it scores
         self._ready = False
+        #: (shard id, rows done, rows of them reused from checkpoints) of the shard being scored; read by pings
+        #: from another thread
+        self.progress: Optional[tuple[int, int, int]] = None
+        #: called in this process with the same after each checkpoint (the local executor's progress)
+        self.on_progress: Optional[Callable[[int, int, int], None]] = None
         if prepare:
             self.prepare()
 
@@ -136,8 +243,10 @@ class ShardWorker:
                 else:
                     self.info["device"] = str(self.config.device or "auto")
                 try:
-                    # Models load once per worker; configuration errors surface here and stop the job.
-                    get_method(self.config.method).prepare(self.config, self.resources)
+                    # Models load once per worker; configuration errors surface here and stop the job. The job's
+                    # own line says models are loading: transformers' per-tensor bar would overwrite the job's.
+                    with _quiet_loading():
+                        get_method(self.config.method).prepare(self.config, self.resources)
                 except Exception as exc:  # noqa: BLE001 - one line to the driver, not a retried crash
                     if not self.remote:
                         raise
@@ -148,8 +257,9 @@ class ShardWorker:
                 self._ready = True
             return dict(self.info)
 
-    def ping(self) -> int:
-        return self.pid
+    def ping(self) -> tuple[int, Optional[tuple[int, int, int]]]:
+        """This worker's pid and its progress within the shard it holds (answered while it scores)."""
+        return self.pid, self.progress
 
     def run(self, task: ShardTask) -> ShardResult:
         """Score one shard into its Parquet output (written atomically) and return its summary.
@@ -166,18 +276,52 @@ class ShardWorker:
         start = time.perf_counter()
         try:
             table = read_arrow_stream(task.input)
+            input_digest = digest(task.input) if task.checkpoints else ""
         except (OSError, pa.ArrowInvalid) as exc:
             raise JobError(f"shard {task.shard_id}: cannot read its input {task.input}: {exc}") from None
+        conv, n_conv = _conversation_order(table)
+        # rows of each conversation rank, in the shard's order
+        by_conv = np.argsort(conv, kind="stable")
+        bounds = np.searchsorted(conv[by_conv], np.arange(n_conv + 1))
+        checkpoints = Checkpoints(task.checkpoints, task.shard_id, input_digest) if task.checkpoints else None
+        pieces, covered = checkpoints.load() if checkpoints is not None else ([], 0)
+        reused = done = int(bounds[covered])
+        self._report(task.shard_id, done, reused)
         failed = None
         before = self.resources.usage()
-        try:
-            scores = score_turns(table, self.config.method, config=self.config, resources=self.resources)
-        except JobError:
-            raise  # the job cannot go on (a judge fleet with nothing up): stop, keep the finished shards
-        except Exception as exc:  # noqa: BLE001 - a failing shard must not take the job down or lose rows
-            failed = f"shard {task.shard_id} failed: {type(exc).__name__}: {exc}"
-            scores = error_rows(table, self.config.method, failed)
+        rows_wanted = FIRST_CHECKPOINT_ROWS if checkpoints is not None and task.checkpoint_every > 0 else table.num_rows
+        while covered < n_conv:
+            # whole conversations, at least one, about rows_wanted rows
+            stop = int(np.searchsorted(bounds, bounds[covered] + max(1, rows_wanted), side="left"))
+            stop = min(n_conv, max(covered + 1, stop))
+            rows = by_conv[bounds[covered] : bounds[stop]]
+            part = table if stop - covered == n_conv else table.take(pa.array(np.sort(rows)))
+            t0 = time.perf_counter()
+            try:
+                scores = score_turns(part, self.config.method, config=self.config, resources=self.resources)
+            except JobError:
+                raise  # the job cannot go on (a judge fleet with nothing up): stop, keep what is committed
+            except Exception as exc:  # noqa: BLE001 - a failing shard must not take the job down or lose rows
+                failed = f"shard {task.shard_id} failed: {type(exc).__name__}: {exc}"
+                rest = by_conv[bounds[covered] :]
+                pieces.append(error_rows(table.take(pa.array(np.sort(rest))), self.config.method, failed))
+                break
+            pieces.append(scores)
+            if checkpoints is not None and stop < n_conv:
+                checkpoints.save(scores, covered, stop)
+            seconds = max(time.perf_counter() - t0, 1e-6)
+            # the next checkpoint after about checkpoint_every seconds at the rate just seen (at most 4x larger)
+            rows_wanted = int(min(4 * len(rows), len(rows) / seconds * task.checkpoint_every)) or 1
+            covered = stop
+            done = int(bounds[covered])
+            self._report(task.shard_id, done, reused)
+        scores = pieces[0] if len(pieces) == 1 else pa.concat_tables(pieces, promote_options="permissive")
+        if len(pieces) > 1 and "_row" in scores.column_names:
+            scores = scores.take(pc.sort_indices(scores, [("_row", "ascending")]))  # the shard's own row order
         write_parquet(scores, task.output)  # atomic: a temporary renamed locally, one upload on object storage
+        if checkpoints is not None and failed is None:
+            checkpoints.remove()
+        self.progress = None
         status = scores.column("status").to_pylist()
         return ShardResult(
             shard_id=task.shard_id,
@@ -192,4 +336,29 @@ class ShardWorker:
             worker=dict(self.info),
             models=self.resources.describe(),
             judge_usage={k: v - before.get(k, 0) for k, v in self.resources.usage().items()},
+            reused=reused,
         )
+
+    def _report(self, shard_id: int, rows: int, reused: int) -> None:
+        self.progress = (shard_id, rows, reused)
+        if self.on_progress is not None:
+            self.on_progress(shard_id, rows, reused)
+
+
+class _quiet_loading:
+    """transformers' weight-loading bar off while models load (restored after)."""
+
+    def __enter__(self):
+        self._hf = None
+        try:
+            from transformers.utils import logging as hf_logging
+        except ImportError:
+            return self
+        if hf_logging.is_progress_bar_enabled():
+            self._hf = hf_logging
+            hf_logging.disable_progress_bar()
+        return self
+
+    def __exit__(self, *_) -> None:
+        if self._hf is not None:
+            self._hf.enable_progress_bar()

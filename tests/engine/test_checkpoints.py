@@ -1,0 +1,173 @@
+"""Checkpoints within a shard: what an interrupt or a kill costs is minutes of work, not a shard.
+
+The worker commits a shard's scored conversations about every ``checkpoint_every`` seconds; a later try scores
+only what they do not hold. Scores do not depend on where the checkpoints fall.
+"""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pyarrow.parquet as pq
+import pytest
+
+from adherence.data import write_table
+from adherence.engine import Engine, _worker
+from adherence.judges import JudgeConfig
+
+
+def _same(got, want):
+    keys = ["conversation_id", "turn_index", "status"]
+    assert got.select(keys).equals(want.select(keys))  # same rows, same order
+    assert got.column("score").to_pylist() == pytest.approx(want.column("score").to_pylist(), abs=1e-6)
+
+
+@pytest.mark.parametrize("method", ["cosine", "kl", "mahalanobis", "llm_judge"])
+def test_scores_do_not_depend_on_where_checkpoints_fall(tmp_path, synthetic, method, monkeypatch, tiny_llama_dir):
+    turns = synthetic(9)
+    kw = {"method": method, "shard_size": 10_000, "n_bootstrap": 0, "progress": False}
+    if method == "llm_judge":
+        kw["judge"] = JudgeConfig(model=str(tiny_llama_dir), backend_options={"device": "cpu", "progress": False})
+    whole = Engine(checkpoint_every=0, **kw).run(turns, tmp_path / "whole.parquet")
+    monkeypatch.setattr(_worker, "FIRST_CHECKPOINT_ROWS", 1)
+    saved = []
+    save = _worker.Checkpoints.save
+    monkeypatch.setattr(_worker.Checkpoints, "save", lambda self, t, a, b: (saved.append((a, b)), save(self, t, a, b)))
+    # every conversation its own checkpoint
+    chunked = Engine(checkpoint_every=1e-9, **kw).run(turns, tmp_path / "chunked.parquet")
+    assert saved == [(i, i + 1) for i in range(8)]  # the ninth conversation is the shard's output itself
+    assert whole.summary["shards"] == chunked.summary["shards"] == 1
+    _same(pq.read_table(tmp_path / "chunked.parquet"), pq.read_table(tmp_path / "whole.parquet"))
+    assert not list((tmp_path / "chunked.parquet.work").glob("*"))  # removed with the work dir after success
+
+
+def test_an_interrupted_shard_resumes_from_its_checkpoints(tmp_path, synthetic, monkeypatch):
+    """An interrupt in the third checkpoint of the only shard: the resumed job scores only what the first two
+    do not hold, counts them as reused, and its output equals an uninterrupted run's."""
+    turns = synthetic(12)
+    kw = {"method": "cosine", "shard_size": 10_000, "n_bootstrap": 0, "progress": False}
+    reference = Engine(**kw).run(turns, tmp_path / "ref.parquet")
+    monkeypatch.setattr(_worker, "FIRST_CHECKPOINT_ROWS", 1)
+    real = _worker.score_turns
+    scored = []
+
+    def interrupted_on_third(table, *a, **k):  # the one fault: Ctrl-C at a chosen point
+        if len(scored) == 2:
+            raise KeyboardInterrupt
+        scored.append(table.num_rows)
+        return real(table, *a, **k)
+
+    monkeypatch.setattr(_worker, "score_turns", interrupted_on_third)
+    out = tmp_path / "out.parquet"
+    with pytest.raises(KeyboardInterrupt):
+        Engine(checkpoint_every=1e-9, **kw).run(turns, out)
+    assert not out.exists()
+    records = sorted((tmp_path / "out.parquet.work" / "checkpoints").glob("*.json"))
+    assert len(records) == 2 and [json.loads(r.read_text())["rows"] for r in records] == scored
+
+    rescored = []
+    monkeypatch.setattr(
+        _worker, "score_turns", lambda table, *a, **k: (rescored.append(table.num_rows), real(table, *a, **k))[1]
+    )
+    res = Engine(checkpoint_every=1e-9, resume=True, **kw).run(turns, out)
+    assert res.summary["turns_reused"] == sum(scored)
+    assert res.summary["turns_scored"] == sum(rescored) == turns.num_rows - sum(scored)
+    _same(pq.read_table(out), pq.read_table(tmp_path / "ref.parquet"))
+    assert reference.summary["turns"] == res.summary["turns"]
+
+
+def test_a_checkpoint_that_does_not_match_is_scored_again(tmp_path, synthetic, monkeypatch):
+    """A checkpoint whose data was changed after it was written is not trusted, nor any after it."""
+    turns = synthetic(6)
+    kw = {"method": "cosine", "shard_size": 10_000, "n_bootstrap": 0, "progress": False}
+    Engine(**kw).run(turns, tmp_path / "ref.parquet")
+    monkeypatch.setattr(_worker, "FIRST_CHECKPOINT_ROWS", 1)
+    real = _worker.score_turns
+    calls = []
+
+    def stop_on_fourth(table, *a, **k):
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        calls.append(table.num_rows)
+        return real(table, *a, **k)
+
+    monkeypatch.setattr(_worker, "score_turns", stop_on_fourth)
+    out = tmp_path / "out.parquet"
+    with pytest.raises(KeyboardInterrupt):
+        Engine(checkpoint_every=1e-9, **kw).run(turns, out)
+    second = sorted((tmp_path / "out.parquet.work" / "checkpoints").glob("*.parquet"))[1]
+    first = sorted((tmp_path / "out.parquet.work" / "checkpoints").glob("*.parquet"))[0]
+    second.write_bytes(first.read_bytes())  # a complete, readable Parquet file -- but not the one recorded
+    monkeypatch.setattr(_worker, "score_turns", real)
+    res = Engine(checkpoint_every=1e-9, resume=True, **kw).run(turns, out)
+    assert res.summary["turns_reused"] == calls[0]  # only the first checkpoint was trusted
+    _same(pq.read_table(out), pq.read_table(tmp_path / "ref.parquet"))
+
+
+def _score_cmd(src, out, *extra):
+    return [sys.executable, "-m", "adherence", "score", str(src), "-o", str(out), "--method", "cosine",
+            "--bootstrap", "0", *extra]  # fmt: skip
+
+
+@pytest.mark.slow
+def test_a_kill_mid_shard_loses_at_most_about_one_checkpoint_interval(tmp_path, synthetic):
+    """SIGKILL in the middle of the only shard of a job with --checkpoint-every 1: the work lost (from the last
+    checkpoint to the kill) is measured, and the resumed job reuses every checkpoint and equals a whole run."""
+    every = 1.0
+    turns = synthetic(400)
+    src = write_table(turns, tmp_path / "in.parquet")
+    subprocess.run(_score_cmd(src, tmp_path / "ref.parquet", "--no-progress"), check=True, capture_output=True)
+    out = tmp_path / "out.parquet"
+    proc = subprocess.Popen(
+        _score_cmd(src, out, "--no-progress", "--checkpoint-every", str(every)),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    folder = tmp_path / "out.parquet.work" / "checkpoints"
+    deadline = time.time() + 600
+    while time.time() < deadline and proc.poll() is None and len(list(folder.glob("*.json"))) < 3:
+        time.sleep(0.02)
+    time.sleep(every * 0.8)  # somewhere between two checkpoints
+    assert proc.poll() is None, "the job finished before it could be killed; make it longer"
+    os.kill(proc.pid, signal.SIGKILL)
+    killed_at = time.time()
+    proc.wait()
+    records = [json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))]
+    lost = killed_at - max(r["written_at"] for r in records)
+    committed = sum(r["rows"] for r in records)
+    # at most about one interval of work is lost (slack for a loaded machine: the rate that sized the
+    # checkpoint can drop while it is scored)
+    assert lost <= 2.5 * every, (lost, [r["rows"] for r in records])
+
+    res = subprocess.run(_score_cmd(src, out, "--resume"), check=True, capture_output=True, text=True)
+    reused = int(re.search(r"(\d+) reused", res.stdout + res.stderr).group(1))
+    assert reused == committed
+    _same(pq.read_table(out), pq.read_table(tmp_path / "ref.parquet"))
+
+
+def test_progress_lines_in_a_log_and_models_on_their_own_line(tmp_path, synthetic):
+    """Standard error not a terminal (a scheduler's log): plain lines with rows scored within the shard,
+    turns/s, ETA and shards, never a carriage-return bar; model loading is a line of its own, before them."""
+    turns = synthetic(60)
+    src = write_table(turns, tmp_path / "in.parquet")
+    res = subprocess.run(
+        _score_cmd(src, tmp_path / "o.parquet", "--checkpoint-every", "0.05", "--progress-every", "0.01"),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    err = res.stderr
+    assert "\r" not in err
+    lines = err.splitlines()
+    loading = next(i for i, ln in enumerate(lines) if ln.startswith("loading models (cosine)"))
+    progress = [(i, ln) for i, ln in enumerate(lines) if ln.startswith("scoring (cosine): ")]
+    assert progress and loading < progress[0][0]
+    n = turns.num_rows
+    counts = [int(re.match(rf"scoring \(cosine\): (\d+)/{n} turns", ln).group(1)) for _, ln in progress]
+    assert any(0 < c < n for c in counts), counts  # rows within the shard, before it finished
+    assert counts == sorted(counts) and counts[-1] == n
+    assert re.search(r"turns/s, ETA \d+:\d\d", err) and "shards 0/1 done" in err and "shards 1/1 done" in err
