@@ -48,7 +48,9 @@ def _score_parser():
     "cls", [EngineOptions, RoleConfig, JudgeConfig, ServerOptions, TransformersOptions, VLLMOptions]
 )
 def test_every_declared_option_is_a_flag_of_score_with_the_declared_help(cls):
-    actions = {a.dest: a for a in _score_parser()._actions}
+    actions: dict = {}
+    for a in _score_parser()._actions:
+        actions.setdefault(a.dest, a)  # the declared flag comes first; a short spelling of one value may follow
     declared = [f for f in dataclasses.fields(cls) if "cli" in f.metadata]
     assert declared
     for f in declared:

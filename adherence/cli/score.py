@@ -39,7 +39,12 @@ def _summary(summary: dict) -> str:
     if sk:
         lines.append(
             f"  skipped {sk['count']} malformed input record(s) ({', '.join(sk['first'])}"
-            f"{', ...' if sk['count'] > len(sk['first']) else ''}): {'; '.join(sk['reasons'])}"
+            f"{', ...' if sk['count'] > len(sk['first']) else ''}): {'; '.join(sk['reasons'][:3])}"
+        )
+    bad = s.get("bad_rows")
+    if bad:
+        lines.append(
+            f"  {bad['count']} bad row(s) left out (--bad-rows skip), each with its file and line in {bad['file']}"
         )
     return "\n".join(lines)
 
@@ -89,12 +94,23 @@ class ScoreCommand(Command):
             help="llm_judge: print turns, judge calls and token counts (prompt, after prefix sharing, "
             "generated) without loading the judge model, then exit",
         )
+        p.add_argument(
+            "--estimate",
+            type=int,
+            default=0,
+            metavar="N",
+            help="with --dry-run: also score N conversations with the judge (after one untimed warm-up; an "
+            "openai backend is sent their requests) and estimate the job's time with a 95%% interval",
+        )
         add_arguments(p, EngineOptions, ["input_format"])
         p.add_argument(
             "--role", dest="role_text", metavar="TEXT", help="role definition for transcripts without a system message"
         )
         p.add_argument("--role-file", type=file_path, metavar="FILE", help="like --role, read from a file")
-        add_arguments(p, EngineOptions, ["strict_input"])
+        add_arguments(p, EngineOptions, ["bad_rows"])
+        p.add_argument(
+            "--strict-input", dest="bad_rows", action="store_const", const="fail", help="the same as --bad-rows fail"
+        )
         p.add_argument(
             "-o",
             "--output",
@@ -152,9 +168,11 @@ class ScoreCommand(Command):
                 "tensor_parallel",
                 "stall_timeout",
                 "shard_size",
+                "checkpoint_every",
                 "resume",
                 "work_dir",
                 "keep_work_dir",
+                "progress_every",
             ],
         )
         e.add_argument(
@@ -191,6 +209,8 @@ class ScoreCommand(Command):
             raise OptionError("give the input file (or `input:` in --config)")
         if args.output is None and not args.dry_run:
             raise OptionError("give -o/--output (or `output:` in --config)")
+        if args.estimate and not args.dry_run:
+            raise OptionError("--estimate goes with --dry-run")
         if args.dry_run and args.method != "llm_judge":
             raise OptionError("--dry-run counts judge tokens: it applies to --method llm_judge")
         judge = None
@@ -250,7 +270,12 @@ class ScoreCommand(Command):
 
             print(
                 dry_run(
-                    args.input, config, input_format=args.input_format, role=role_text, strict_input=args.strict_input
+                    args.input,
+                    config,
+                    input_format=args.input_format,
+                    role=role_text,
+                    bad_rows=args.bad_rows,
+                    estimate=args.estimate,
                 )
             )
             return 0

@@ -18,13 +18,17 @@ def skipped_summary(skipped: Sequence[tuple[str, str]]) -> Optional[dict]:
     return {"count": len(skipped), "first": [w for w, _ in skipped[:10]], "reasons": sorted({r for _, r in skipped})}
 
 
-def warn_skipped(file: str, skipped: Sequence[tuple[str, str]], unit: str, rest: str = "evaluated") -> None:
+_STRICT_HINT = "strict_input=True, on the command line --strict-input, makes this an error"
+
+
+def warn_skipped(
+    file: str, skipped: Sequence[tuple[str, str]], unit: str, rest: str = "evaluated", hint: str = _STRICT_HINT
+) -> None:
     r"""One warning naming the file, how many ``unit``\ s were skipped, the first 10 and the first reason."""
     if not skipped:
         return
     first = ", ".join(w for w, _ in skipped[:10]) + (", ..." if len(skipped) > 10 else "")
     warnings.warn(
-        f"{file}: skipped {len(skipped)} malformed {unit}(s) ({first}): {skipped[0][1]}; the rest is {rest} "
-        "(strict_input=True, on the command line --strict-input, makes this an error)",
+        f"{file}: skipped {len(skipped)} malformed {unit}(s) ({first}): {skipped[0][1]}; the rest is {rest} ({hint})",
         stacklevel=3,
     )

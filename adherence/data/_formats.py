@@ -152,9 +152,27 @@ def check_utf8(path: PathLike, chunk_size: int = 1 << 24) -> None:
 MAX_LINE_BYTES = 256 * 2**20  # one JSONL record; a longer line is refused before it is held in memory
 
 
-def _jsonl_records(path: Path) -> Iterator[tuple[int, int, Any]]:
-    """``(row, line, record)`` per non-blank line (1-based), with errors naming both."""
+def _json_fault(exc: json.JSONDecodeError, text: str) -> str:
+    """Where a line's JSON breaks, by character of the line (1-based), and a line that was cut short."""
+    at = "" if exc.msg.endswith(" at") else " at"
+    fault = f"{exc.msg}{at} character {exc.pos + 1}"
+    if exc.msg.startswith("Unterminated") or exc.pos >= len(text.rstrip()) - 1:
+        fault += f"; the line ends at character {len(text)}: cut short?"
+    return fault
+
+
+def _jsonl_records(path: Path, opts=None, flat: bool = True) -> Iterator[tuple[int, int, Any]]:
+    """``(row, line, record)`` per non-blank line (1-based), with errors naming both.
+
+    ``opts`` (``TranscriptOptions``) decides what a line that cannot be read does: stop the read, or be left
+    out and kept in its quarantine (``flat``: a turn; else a transcript)."""
     row = 0
+
+    def bad(error: DataError, raw: bytes) -> None:
+        if opts is None:
+            raise error
+        opts.reject(error, text=raw.decode("utf-8", errors="replace").rstrip("\r\n"), flat=flat)
+
     with open(path, "rb") as fh:
         for line_no, raw in enumerate(iter(lambda: fh.readline(MAX_LINE_BYTES + 1), b""), start=1):
             if len(raw) > MAX_LINE_BYTES:
@@ -170,43 +188,84 @@ def _jsonl_records(path: Path) -> Iterator[tuple[int, int, Any]]:
             try:
                 text = raw.decode("utf-8")
             except UnicodeDecodeError as exc:
-                raise DataError(
-                    f"not valid UTF-8 text (byte 0x{raw[exc.start]:02x}); re-encode the file as UTF-8",
-                    file=path,
-                    row=row + 1,
-                    line=line_no,
-                ) from None
+                row += 1
+                bad(
+                    DataError(
+                        f"not valid UTF-8 text (byte 0x{raw[exc.start]:02x}); re-encode the file as UTF-8",
+                        file=path,
+                        row=row,
+                        line=line_no,
+                    ),
+                    raw,
+                )
+                continue
             if not text.strip():
                 continue
             row += 1
+            text = text.rstrip("\r\n")  # a fault at the end of the line is placed on it, not on the next
             try:
                 record = json.loads(text)
             except json.JSONDecodeError as exc:
-                raise DataError(
-                    f"invalid JSON ({exc.msg} at character {exc.colno})", file=path, row=row, line=line_no
-                ) from None
+                bad(DataError(f"invalid JSON ({_json_fault(exc, text)})", file=path, row=row, line=line_no), raw)
+                continue
             except RecursionError:
-                raise DataError("JSON nested too deeply to read", file=path, row=row, line=line_no) from None
+                bad(DataError("JSON nested too deeply to read", file=path, row=row, line=line_no), raw)
+                continue
             if _SURROGATE.search(raw):
-                _check_surrogates(record, file=path, row=row, line=line_no)
+                try:
+                    _check_surrogates(record, file=path, row=row, line=line_no)
+                except DataError as error:
+                    bad(error, raw)
+                    continue
+            if flat and not isinstance(record, dict):
+                bad(
+                    DataError(
+                        f"expected a JSON object per line, got {type(record).__name__}",
+                        file=path,
+                        row=row,
+                        line=line_no,
+                    ),
+                    raw,
+                )
+                continue
             yield row, line_no, record
 
 
-def _jsonl_batches(path: Path, contract: Optional[Contract], batch_size: int) -> Iterator[pa.Table]:
+def _jsonl_batches(path: Path, contract: Optional[Contract], batch_size: int, opts=None) -> Iterator[pa.Table]:
     records: list[dict] = []
-    row_offset = 0
-    for row, line_no, record in _jsonl_records(path):
-        if not isinstance(record, dict):
-            raise DataError(
-                f"expected a JSON object per line, got {type(record).__name__}", file=path, row=row, line=line_no
-            )
+    where: list[tuple[int, int]] = []  # (row, line) of each record
+    for row, line_no, record in _jsonl_records(path, opts):
         records.append(record)
+        where.append((row, line_no))
         if len(records) >= batch_size:
-            yield records_to_table(records, contract, file=str(path), row_offset=row_offset)
-            row_offset += len(records)
-            records = []
+            table = _typed_records(records, where, contract, str(path), opts)
+            if table.num_rows:
+                yield table
+            records, where = [], []
     if records:
-        yield records_to_table(records, contract, file=str(path), row_offset=row_offset)
+        table = _typed_records(records, where, contract, str(path), opts)
+        if table.num_rows:
+            yield table
+
+
+def _typed_records(records: list, where: list, contract, file: str, opts) -> pa.Table:
+    """``records_to_table``, a value that cannot be typed named by its row and line; under the skip policy
+    that record is left out (and quarantined) and the rest is built again."""
+    while records:
+        try:
+            return records_to_table(
+                records, contract, file=file, source_types=None if opts is None else opts.source_types
+            )
+        except DataError as error:
+            i = None if error.row is None else error.row - 1
+            if i is None or not 0 <= i < len(records):
+                raise
+            located = DataError(error.reason, file=file, row=where[i][0], column=error.column, line=where[i][1])
+            if opts is None:
+                raise located from None
+            opts.reject(located, text=json.dumps(records[i], ensure_ascii=False, default=repr))
+            del records[i], where[i]
+    return pa.table({})
 
 
 def records_to_table(
@@ -215,11 +274,13 @@ def records_to_table(
     *,
     file: Optional[str] = None,
     row_offset: int = 0,
+    source_types: Optional[dict] = None,
 ) -> pa.Table:
     """Build a table from dict records; contract columns get their types, others are inferred.
 
     Values that cannot be put in one typed column produce a ``DataError``
-    naming the row and column.
+    naming the row and column. ``source_types`` (column -> set of type names) records the type each
+    contract column had as written, before it was cast (``None`` when its values do not share one).
     """
     names: dict[str, None] = {}
     for r in records:
@@ -231,6 +292,12 @@ def records_to_table(
         target = None
         if contract is not None and name in contract.names:
             target = contract.column(name).type
+            if source_types is not None:
+                try:
+                    written = str(pa.array(values).type)
+                except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+                    written = "None"
+                source_types.setdefault(name, set()).add(written)
         arr = _array_from_values(values, target, column=name, file=file, row_offset=row_offset)
         arrays.append(arr)
         fields.append(pa.field(name, arr.type))
@@ -294,9 +361,32 @@ def csv_delimiter(path: Path) -> str:
     return best if counts[best] else ","
 
 
-def _csv_batches(path: Path, contract: Optional[Contract], batch_size: int) -> Iterator[pa.Table]:
+def _csv_batches(path: Path, contract: Optional[Contract], batch_size: int, opts=None) -> Iterator[pa.Table]:
     check_utf8(path)
-    parse = pacsv.ParseOptions(delimiter=csv_delimiter(path), newlines_in_values=True)
+    bad_rows: list = []
+    search = {"from": 0}
+
+    def line_of(text: str) -> Optional[int]:
+        """The line where a bad row's text starts (searched forward from the previous one's)."""
+        with open(path, "rb") as fh:
+            data = fh.read()
+        at = data.find(text.encode("utf-8"), search["from"])
+        if at < 0:
+            return None
+        search["from"] = at + 1
+        return data.count(b"\n", 0, at) + 1
+
+    def on_invalid(row) -> str:
+        error = DataError(
+            f"expected {row.expected_columns} fields, got {row.actual_columns}", file=path, line=line_of(row.text)
+        )
+        if opts is None or not opts.skips():
+            bad_rows.append(error)
+            return "error"
+        opts.reject(error, text=row.text)
+        return "skip"
+
+    parse = pacsv.ParseOptions(delimiter=csv_delimiter(path), newlines_in_values=True, invalid_row_handler=on_invalid)
     # Contract columns are read as text and cast by ``conform`` so that a bad value is reported
     # with its row; other columns are inferred by Arrow.
     column_types = {c.name: pa.string() for c in contract.columns} if contract else {}
@@ -305,10 +395,14 @@ def _csv_batches(path: Path, contract: Optional[Contract], batch_size: int) -> I
     convert = pacsv.ConvertOptions(
         column_types=column_types, strings_can_be_null=True, quoted_strings_can_be_null=False, null_values=[""]
     )
+
+    def failed(exc: Exception) -> DataError:
+        return bad_rows[0] if bad_rows else DataError(f"cannot parse CSV: {exc}", file=path)
+
     try:
         reader = pacsv.open_csv(path, read_options=read_options, parse_options=parse, convert_options=convert)
     except pa.ArrowInvalid as exc:
-        raise DataError(f"cannot parse CSV: {exc}", file=path) from None
+        raise failed(exc) from None
     names = reader.schema.names
     dup = next((n for i, n in enumerate(names) if n in names[:i]), None)
     if dup is not None:
@@ -319,7 +413,7 @@ def _csv_batches(path: Path, contract: Optional[Contract], batch_size: int) -> I
         except StopIteration:
             return
         except pa.ArrowInvalid as exc:
-            raise DataError(f"cannot parse CSV: {exc}", file=path) from None
+            raise failed(exc) from None
         table = pa.Table.from_batches([batch])
         for start in range(0, table.num_rows, batch_size):
             yield table.slice(start, batch_size)

@@ -68,8 +68,10 @@ def _transcript_source(path: Path, fmt: str, opts) -> Optional[tuple[str, Iterat
     if opts.input_format == "turns":
         return None
     if fmt == "jsonl":
-        kind = _transcript_kind(opts, lambda: detect_transcript(next((r for _, _, r in _jsonl_records(path)), None)))
-        return (kind, _jsonl_records(path)) if kind else None
+        kind = _transcript_kind(
+            opts, lambda: detect_transcript(next((r for _, _, r in _jsonl_records(path, opts.probe(), False)), None))
+        )
+        return (kind, _jsonl_records(path, opts, flat=False)) if kind else None
     if fmt == "json":
         obj = load_json(path)
         items = obj if isinstance(obj, list) else [obj]
@@ -109,9 +111,9 @@ def _raw_batches(
     elif fmt in ("arrow", "hf_dataset"):
         yield from _arrow_batches(path, batch_size)
     elif fmt == "jsonl":
-        yield from _jsonl_batches(path, contract, batch_size)
+        yield from _jsonl_batches(path, contract, batch_size, transcripts)
     elif fmt == "csv":
-        yield from _csv_batches(path, contract, batch_size)
+        yield from _csv_batches(path, contract, batch_size, transcripts)
     elif fmt == "json":
         table = read_json_turns(path)
         for start in range(0, table.num_rows, batch_size):
@@ -184,22 +186,25 @@ def iter_batches(
         source = source.read_all()
     if not isinstance(source, (str, os.PathLike)):
         file = "<table>"
+        fmt = None
         table = _as_table(source)
         kind = _transcript_kind(transcripts, lambda: _table_transcript_kind(table.schema))
 
-        def open_raw():
+        def open_raw(opts):
             if kind:
                 records = ((i, None, r) for i, r in enumerate(table.to_pylist(), start=1))
-                return explode_transcripts(records, kind, transcripts, file=file, batch_size=batch_size)
+                return explode_transcripts(records, kind, opts, file=file, batch_size=batch_size)
             return (table.slice(s, batch_size) for s in range(0, table.num_rows, batch_size))
     else:
         path = _check_file(source)
         file = str(source)
         fmt = detect_format(path, format)
 
-        def open_raw():
-            return _raw_batches(path, fmt, contract, batch_size, transcripts)
+        def open_raw(opts):
+            return _raw_batches(path, fmt, contract, batch_size, opts)
 
+    # JSONL rows are typed as they are read (records_to_table records the types as written)
+    typed_by_reader = isinstance(source, (str, os.PathLike)) and fmt == "jsonl"
     tracker = None
     if contract is not None and contract.key:
         keyed = contract
@@ -207,8 +212,9 @@ def iter_batches(
         def fetch(rows: list[int], key: list[str]) -> dict:
             """Key values of the given 0-based rows, re-read from the source (only to confirm a duplicate)."""
             wanted, found, offset = set(rows), {}, 0
-            for batch in open_raw():
-                batch = conform(batch, keyed, file=file, row_offset=offset)
+            probe = transcripts.probe() if transcripts is not None else None  # bad rows left out again, not recorded
+            for batch in open_raw(probe):
+                batch = _conform_rows(batch, keyed, file, offset, probe)
                 hit = [r for r in wanted if offset <= r < offset + batch.num_rows]
                 if hit:
                     cols = [batch.column(k).to_pylist() for k in key]
@@ -218,11 +224,17 @@ def iter_batches(
             return found
 
         tracker = KeyTracker(contract, file=file, fetch=fetch)
-    raw: Iterator[pa.Table] = open_raw()
+    raw: Iterator[pa.Table] = open_raw(transcripts)
     offset = 0
     for batch in raw:
         if contract is not None:
-            batch = conform(batch, contract, file=file, row_offset=offset)
+            if transcripts is not None and not typed_by_reader and "conversation_id" in batch.column_names:
+                transcripts.source_types.setdefault("conversation_id", set()).add(
+                    str(batch.schema.field("conversation_id").type)
+                )
+            batch = _conform_rows(batch, contract, file, offset, transcripts)
+            if not batch.num_rows:
+                continue
             if tracker is not None:
                 tracker.update(batch, offset)
         offset += batch.num_rows
@@ -230,9 +242,32 @@ def iter_batches(
     if tracker is not None:
         tracker.finish()
     if transcripts is not None:
-        warn_skipped(file, transcripts.skipped, "transcript", rest="scored")
+        transcripts_only = all(w.startswith("record") for w, _ in transcripts.skipped)
+        warn_skipped(
+            file,
+            transcripts.skipped,
+            "transcript" if transcripts_only else "row",
+            rest="scored",
+            hint="bad_rows='fail', on the command line --bad-rows fail, makes this an error",
+        )
     if offset == 0 and not allow_empty:
         raise DataError("no rows (the input has no data records)", file=file)
+
+
+def _conform_rows(batch: pa.Table, contract: Contract, file: str, offset: int, opts) -> pa.Table:
+    """``conform``; under the skip policy a row whose value does not fit the contract is left out (and
+    quarantined with its values) and the rest is checked again."""
+    while True:
+        try:
+            return conform(batch, contract, file=file, row_offset=offset)
+        except DataError as error:
+            i = None if error.row is None else error.row - offset - 1
+            if opts is None or not opts.skips() or i is None or not 0 <= i < batch.num_rows:
+                raise
+            row = batch.slice(i, 1).to_pylist()[0]
+            opts.reject(error, text=json.dumps(row, ensure_ascii=False, default=repr), where=f"row {error.row}")
+            batch = pa.concat_tables([batch.slice(0, i), batch.slice(i + 1)])
+            offset += 1  # the rows after it keep their numbers
 
 
 def read_table(

@@ -54,25 +54,62 @@ _OPENAI_ROLES = {
 }
 
 
+BAD_ROWS = ("fail", "skip")
+
+
 @dataclass
 class TranscriptOptions:
-    """How transcripts are read.
+    """How an input is read: its kind (flat turns or transcripts), and what happens to a bad row.
 
     Attributes:
         input_format: ``auto`` (detected from the first record), ``turns``, ``openai`` or ``sharegpt``.
         role: the role definition for transcripts without a system message.
-        strict: a malformed transcript is an error instead of being skipped with a warning.
-        skipped: filled while reading: ``(where, reason)`` of each skipped transcript.
+        bad_rows: ``fail``: the first bad row (a line that is not JSON, a CSV row with the wrong number of
+            fields, a value of the wrong type, a malformed transcript) stops the read with one line naming it;
+            ``skip``: it is left out, counted and kept in ``quarantine``; None: fail for flat rows, skip for
+            transcripts (with a warning).
+        skipped: filled while reading: ``(where, reason)`` of each row left out.
+        quarantine: filled while reading: ``{"file", "line", "row", "error", "text"}`` of each row left out.
+        source_types: filled while reading: the types of the contract's columns as the input wrote them
+            (a set of type names per column), so that keys can be given back as they came.
     """
 
     input_format: str = "auto"
     role: Optional[str] = None
-    strict: bool = False
+    bad_rows: Optional[str] = None
     skipped: list = field(default_factory=list)
+    quarantine: list = field(default_factory=list)
+    source_types: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.input_format not in INPUT_FORMATS:
             raise ValueError(f"`input_format` must be one of {', '.join(INPUT_FORMATS)}, got {self.input_format!r}")
+        if self.bad_rows is not None and self.bad_rows not in BAD_ROWS:
+            raise ValueError(f"`bad_rows` must be 'fail' or 'skip', got {self.bad_rows!r}")
+
+    def probe(self) -> TranscriptOptions:
+        """The same reading, recording nothing (a second pass over the input)."""
+        return TranscriptOptions(self.input_format, self.role, self.bad_rows)
+
+    @property
+    def strict(self) -> bool:
+        """A malformed transcript stops the read."""
+        return self.bad_rows == "fail"
+
+    def skips(self, flat: bool = True) -> bool:
+        """Whether a bad row is left out (flat rows: only with ``skip``; transcripts: unless ``fail``)."""
+        return self.bad_rows == "skip" if flat else self.bad_rows != "fail"
+
+    def reject(self, error: DataError, *, text: Any = None, flat: bool = True, where: Optional[str] = None) -> None:
+        """A bad row: raise ``error`` under the fail policy, else leave the row out and keep it in quarantine."""
+        if not self.skips(flat):
+            raise error
+        if where is None:
+            where = "line " + str(error.line) if error.line is not None else f"row {error.row}"
+        self.skipped.append((where, error.reason))
+        self.quarantine.append(
+            {"file": error.file, "line": error.line, "row": error.row, "error": error.reason, "text": text}
+        )
 
 
 def detect_transcript(record: Any) -> Optional[str]:
@@ -200,13 +237,20 @@ def transcript_turns(record: dict, fmt: str, *, conversation_id: str, role: Opti
     return out
 
 
+def _json_text(record: Any) -> Any:
+    try:
+        return json.dumps(record, ensure_ascii=False, default=repr)
+    except (TypeError, ValueError):
+        return repr(record)
+
+
 def explode_transcripts(
     records: Iterable[tuple[int, Optional[int], Any]], fmt: str, opts: TranscriptOptions, *, file: str, batch_size: int
 ) -> Iterator[pa.Table]:
     """Turn tables of at most ``batch_size`` rows from ``(record_no, line_no, record)`` triples.
 
-    A malformed transcript is skipped and listed in ``opts.skipped`` (or, with ``opts.strict``,
-    raises ``DataError`` naming the file, record and line).
+    A malformed transcript is skipped and listed in ``opts.skipped`` and ``opts.quarantine`` (or, with
+    ``bad_rows="fail"``, raises ``DataError`` naming the file, record and line).
     """
     from ._contracts import TURNS
 
@@ -228,12 +272,11 @@ def explode_transcripts(
             seen[cid] = record_no
             rows.extend(turns)
         except ValueError as exc:
-            if opts.strict:
-                raise DataError(f"malformed {fmt} transcript: {exc}", file=file, row=record_no, line=line_no) from None
             where = f"record {record_no}" + (
                 f" (line {line_no})" if line_no is not None and line_no != record_no else ""
             )
-            opts.skipped.append((where, str(exc)))
+            error = DataError(f"malformed {fmt} transcript: {exc}", file=file, row=record_no, line=line_no)
+            opts.reject(error, text=_json_text(record), flat=False, where=where)
             continue
         while len(rows) >= batch_size:
             yield records_to_table(rows[:batch_size], TURNS, file=file)

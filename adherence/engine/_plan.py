@@ -27,7 +27,7 @@ from typing import Any, Callable, Optional
 import numpy as np
 import pyarrow as pa
 
-from .._atomic import temp_path, write_json_atomic
+from .._atomic import temp_path, write_json_atomic, write_text_atomic
 from .._errors import OptionError
 from ..data import TURNS, file_digest, iter_batches
 from ..data._readers import _blank_text
@@ -57,6 +57,11 @@ class Plan:
     ground_truths: Optional[int] = None
     reference_rows: Optional[int] = None
     ground_truth_unmatched: int = 0
+    # The rows left out under --bad-rows skip, one JSON object per line (None: none were)
+    quarantine: Optional[str] = None
+    quarantined: int = 0
+    # The type the input wrote its conversation ids in when it was an integer type (given back in the outputs)
+    conversation_id_type: Optional[str] = None
 
     def to_json(self) -> dict:
         d = asdict(self)
@@ -108,22 +113,22 @@ def _count_rows(source, batch_size: int, transcripts=None) -> int:
     """Rows in the input: from Parquet metadata, else a raw (unvalidated) streaming count."""
     import pyarrow.parquet as pq
 
-    from ..data import DataError, TranscriptOptions, detect_format
+    from ..data import DataError, detect_format
     from ..data._io import _check_file, _parquet_files, _raw_batches, _transcript_source
 
     path = _check_file(source)
     fmt = detect_format(path)
-    # A fresh options object: counting must not record skipped transcripts a second time.
-    probe = (
-        None
-        if transcripts is None
-        else TranscriptOptions(transcripts.input_format, transcripts.role, transcripts.strict)
-    )
+    # The same reading, recording nothing: counting must not quarantine a bad row a second time.
+    probe = None if transcripts is None else transcripts.probe()
     if fmt == "parquet" and (probe is None or _transcript_source(path, fmt, probe) is None):
         try:
             return sum(pq.ParquetFile(f).metadata.num_rows for f in (_parquet_files(path) if path.is_dir() else [path]))
         except (pa.ArrowInvalid, OSError) as exc:
             raise DataError(f"not a readable Parquet file ({exc})", file=path) from None
+    if fmt == "jsonl" and (probe is None or _transcript_source(path, fmt, probe) is None):
+        # flat turns: a row per non-blank line (a bad line is found, and named, by the validating pass)
+        with open(path, "rb") as fh:
+            return sum(1 for line in fh if line.strip())
     return sum(b.num_rows for b in _raw_batches(path, fmt, None, batch_size, probe))
 
 
@@ -137,12 +142,26 @@ def _reusable(plan_path: Path, fingerprint: dict, shard_size: int, collect_refer
         or old.shard_size != shard_size
         or (old.reference_file is None and collect_references)
         or (old.reference_file is not None and not Path(old.reference_file).exists())
+        or (old.quarantine is not None and not Path(old.quarantine).exists())
     ):
         return None
     for s in old.shards:
         if not Path(s.path).exists() or s.digest is None or content_digest(s.path) != s.digest:
             return None
     return old
+
+
+def _integer_type(written: Optional[set]) -> Optional[str]:
+    """The integer type the input wrote its conversation ids in (``int64`` when batches differ), else None."""
+    if not written:
+        return None
+    try:
+        types = [pa.type_for_alias(t) for t in written]
+    except (ValueError, KeyError):
+        return None
+    if not all(pa.types.is_integer(t) for t in types):
+        return None
+    return str(types[0]) if len(set(types)) == 1 else "int64"
 
 
 def _fill_ground_truth(batch: pa.Table, keyed: dict, matched: set) -> pa.Table:
@@ -196,7 +215,7 @@ def plan_job(
         fingerprint["read"] = {
             "input_format": transcripts.input_format,
             "role": transcripts.role,
-            "strict": transcripts.strict,
+            "bad_rows": transcripts.bad_rows,
         }
     keyed: Optional[dict] = None
     if ground_truth is not None:
@@ -270,6 +289,13 @@ def plan_job(
         reference_file = str(work_dir / "references.json")
         write_json_atomic(Path(reference_file), references)
     skipped = [list(x) for x in transcripts.skipped] if transcripts is not None else []
+    quarantine = None
+    if transcripts is not None and transcripts.quarantine:
+        quarantine = str(work_dir / "bad-rows.jsonl")
+        write_text_atomic(
+            Path(quarantine),
+            "".join(json.dumps(q, ensure_ascii=False, default=repr) + "\n" for q in transcripts.quarantine),
+        )
     plan = Plan(
         str(source),
         fingerprint,
@@ -281,6 +307,9 @@ def plan_job(
         n_truths,
         n_refs,
         0 if keyed is None else len(keyed) - len(matched),
+        quarantine,
+        len(transcripts.quarantine) if transcripts is not None else 0,
+        _integer_type(transcripts.source_types.get("conversation_id") if transcripts is not None else None),
     )
     write_json_atomic(plan_path, plan.to_json())
     return plan

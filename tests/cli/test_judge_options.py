@@ -1,6 +1,7 @@
 """The judge's options through the CLI, a job file and the Python API, on a real (tiny, random-weight) judge."""
 
 import json
+import re
 import time
 
 import numpy as np
@@ -239,3 +240,33 @@ def test_options_that_cannot_combine_are_refused_before_any_model_loads(tmp_path
     assert p.returncode == 2 and message in p.stderr and len(p.stderr.strip().splitlines()) == 1
     assert not out.exists() and not list(tmp_path.iterdir())
     assert elapsed < 20, elapsed  # 0.3 s here: no model, no torch import
+
+
+def test_dry_run_estimates_the_time_from_timed_conversations(tiny_llama_dir, capsys):
+    """--estimate N times N samples of the input with the judge after a warm-up: the estimate is the mean seconds per
+    forward token times the job's forward tokens, and its interval Student's t interval of that mean (checked
+    against statsmodels)."""
+    from statsmodels.stats.weightstats import DescrStatsW
+
+    from adherence.judges._dryrun import judge_plan, time_estimate
+    from adherence.role import RoleConfig
+
+    turns = read_turns(example_path("role"))
+    config = RoleConfig(judge=JudgeConfig(model=str(tiny_llama_dir), backend_options={"device": "cpu"}))
+    total = judge_plan(turns, config)["forward_tokens"]
+    est = time_estimate(turns, config, samples=3, total_tokens=total)
+    x = est["seconds_per_token"]
+    assert est["samples"] == len(x) and 2 <= len(x) <= 3 and 0 < est["turns"] < turns.num_rows
+    low, high = DescrStatsW(x).tconfint_mean(alpha=0.05)
+    assert est["seconds"] == pytest.approx(total * sum(x) / len(x))
+    assert est["low"] == pytest.approx(max(0.0, total * low)) and est["high"] == pytest.approx(total * high)
+    assert est["low"] <= est["seconds"] <= est["high"]
+
+    args = ["score", str(example_path("role")), "--judge-model", str(tiny_llama_dir), "--dry-run"]
+    assert main(args) == 0
+    assert "add --estimate 4" in capsys.readouterr().out
+    assert main([*args, "--estimate", "3"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"estimated time on this machine, one worker: \d+ s \(95% interval \d+ s to \d+ s\), "
+                     r"from [23] samples \(\d+ turns, [\d.]+ turns/s\)", out), out  # fmt: skip
+    assert main(["score", str(example_path("role")), "-o", "x.parquet", "--estimate", "3"]) == 2

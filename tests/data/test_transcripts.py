@@ -161,7 +161,7 @@ def test_malformed_transcripts_are_skipped_with_a_warning_or_refused(tmp_path):
     with pytest.warns(UserWarning, match=r"dirty.jsonl: skipped 2 malformed transcript\(s\) \(record 2, record 3\)"):
         assert read_turns(src).num_rows == 2
     with pytest.raises(DataError, match=r"dirty.jsonl: row 2, line 2: malformed openai transcript"):
-        list(iter_batches(src, TURNS, transcripts=TranscriptOptions(strict=True)))
+        list(iter_batches(src, TURNS, transcripts=TranscriptOptions(bad_rows="fail")))
 
 
 def test_forced_format_and_flat_turns_untouched(tmp_path):
@@ -337,7 +337,7 @@ def test_dirty_transcripts_cost_their_record_only_and_are_counted(tmp_path):
     assert "'good-1' was already used by record 1" in reasons["record 8"]
     assert "'9' was already used by record 9" in reasons["record 10"] and "record number" in reasons["record 10"]
     with pytest.raises(DataError, match=r"chats.jsonl: row 2, line 2: malformed openai transcript: .*tool_calls"):
-        list(iter_batches(path, TURNS, transcripts=TranscriptOptions(strict=True)))
+        list(iter_batches(path, TURNS, transcripts=TranscriptOptions(bad_rows="fail")))
 
 
 def test_an_overlong_jsonl_line_is_one_error_before_it_is_held_in_memory(tmp_path, monkeypatch):
