@@ -74,6 +74,7 @@ def test_the_readme_main_job_and_its_fast_commands_run(tmp_path, monkeypatch):
     setup_cmd = next(
         c for c in re.findall(r"```bash\n(pip install -c constraints.txt -e \"\.\[report\]\".*?)\n```", README, re.S)
     )
+    setup_cmd = re.sub(r"\\\n\s*", " ", setup_cmd)  # lines continued with a backslash
     parts = [p.strip() for p in setup_cmd.split("&&") if p.strip().startswith("adherence ")]
     fast = [p for p in parts if "--method cosine" in p or "out/cosine.parquet" in p]
     assert len(fast) == 2

@@ -1,11 +1,16 @@
 """Throughput of the three ways to score a turns table: the engine, Ray Data and Spark, side by side.
 
-    python tools/platform_throughput.py --turns 100000 --out benchmarks/results/platforms-cpu.json
+    python tools/platform_throughput.py --texts persona --turns 5000 --out benchmarks/results/platforms-cpu.json
 
 Correctness first: every path's scores are compared with the engine's on the same rows (max |diff|).
 Then turns/s per path (wall time of the whole call, model loading included) and the ratio to the engine
 (in-process, and on the same local Ray cluster for Ray Data).
-Texts come from a pool of 400 (see tools/soak.py), as repeated logs do; the encoder's cache sees that too.
+
+Two workloads (the JSON records which, with its share of unique texts and its text lengths):
+``persona`` (the realistic one): real, mostly unique utterances of Synthetic-Persona-Chat (Jandaghi et al.
+2023, CC BY 4.0; ../shared/data/persona or --persona-csv) -- a user message, the reply scored and the next
+reply as its reference, the replying persona as the role; ``pool``: texts drawn from a pool of 400 (see
+tools/soak.py), as heavily repeated logs are, where the encoder's cache does almost all the work.
 """
 
 from __future__ import annotations
@@ -24,6 +29,55 @@ import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from soak import make_turns  # noqa: E402
+
+
+DEFAULT_PERSONA_CSV = Path(__file__).resolve().parents[2] / "shared" / "data" / "persona" / "Synthetic-Persona-Chat_valid.csv"
+
+
+def make_persona_turns(n: int, path: Path, csv: Path) -> None:
+    """``n`` turns from Synthetic-Persona-Chat: each User 1 utterance (the user message) with the User 2 reply
+    after it (the turn scored), User 1's next utterance as its reference text, and User 2's persona as the
+    role; in corpus order."""
+    from adherence.data import read_synthetic_persona_chat
+
+    corpus = read_synthetic_persona_chat(csv)
+    personas = {
+        (p["conversation_id"], p["speaker"]): " ".join(p["persona"] or []) for p in corpus.personas.to_pylist()
+    }
+    by_conv: dict = {}
+    for u in corpus.conversations.to_pylist():
+        by_conv.setdefault(u["conversation_id"], []).append(u)
+    rows: list = []
+    for cid, us in by_conv.items():
+        pairs = [(a["text"], b["text"]) for a, b in zip(us, us[1:]) if (a["speaker"], b["speaker"]) == ("User 1", "User 2")]
+        role = "You are this person, chatting with a stranger: " + personas.get((cid, "User 2"), "")
+        for k, (user, reply) in enumerate(pairs[:-1]):
+            rows.append(
+                {"conversation_id": cid, "turn_index": k, "role": role, "user": user, "assistant": reply,
+                 "ground_truth_assistant": pairs[k + 1][0]}
+            )  # fmt: skip
+            if len(rows) == n:
+                break
+        if len(rows) == n:
+            break
+    if len(rows) < n:
+        raise SystemExit(f"{csv} gives {len(rows)} turns, fewer than --turns {n}")
+    pq.write_table(pa.Table.from_pylist(rows), path)
+
+
+def workload(path: Path) -> dict:
+    """The texts a run encodes: how many are distinct, and how long they are."""
+    t = pq.read_table(path, columns=["assistant", "ground_truth_assistant", "role", "user"])
+    texts = t.column("assistant").to_pylist() + t.column("ground_truth_assistant").to_pylist()
+    chars = [len(x) for x in texts]
+    return {
+        "unique_text_share": len(set(texts)) / len(texts),
+        "unique_texts": len(set(texts)),
+        "texts": len(texts),
+        "mean_chars": sum(chars) / len(chars),
+        "max_chars": max(chars),
+        "unique_roles": len(set(t.column("role").to_pylist())),
+    }
 
 
 def _scores(t: pa.Table) -> dict:
@@ -46,15 +100,22 @@ def main() -> int:
     ap.add_argument("--turns", type=int, default=100_000)
     ap.add_argument("--method", default="cosine")
     ap.add_argument("--workers", type=int, default=2, help="Ray actors / Spark local cores")
+    ap.add_argument("--texts", choices=("persona", "pool"), default="persona", help="the workload (see above)")
+    ap.add_argument("--persona-csv", type=Path, default=DEFAULT_PERSONA_CSV)
     ap.add_argument("--out", default="benchmarks/results/platforms-cpu.json")
     args = ap.parse_args()
     import adherence
 
     tmp = Path(tempfile.mkdtemp(prefix="adherence-platforms-"))
     src = tmp / "turns.parquet"
-    make_turns(args.turns, src)
+    if args.texts == "persona":
+        make_persona_turns(args.turns, src, args.persona_csv)
+    else:
+        make_turns(args.turns, src)
     report = {
         "bench": "platforms",
+        "texts": args.texts,
+        "workload": workload(src),
         "turns": args.turns,
         "method": args.method,
         "workers": args.workers,
