@@ -75,3 +75,20 @@ def test_every_name_the_architecture_page_gives_exists():
         except ImportError:
             obj = getattr(importlib.import_module(module), attr, None)
         assert obj is not None, name
+
+
+def test_the_docs_requirements_are_the_docs_extra():
+    """`pip install -r requirements-docs.txt` builds the site without adherence or torch: the same tools as the
+    `[docs]` extra, and no import of the package is needed to document it (mkdocstrings reads the sources)."""
+    import ast
+
+    tree = ast.parse((ROOT / "setup.py").read_text())
+    extras = next(
+        ast.literal_eval(n.value)
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") == "EXTRAS"
+    )
+    lines = (ROOT / "requirements-docs.txt").read_text().splitlines()
+    assert [x for x in lines if x and not x.startswith("#")] == extras["docs"]
+    mk = (ROOT / "mkdocs.yml").read_text()
+    assert "allow_inspection: true" not in mk and "force_inspection" not in mk

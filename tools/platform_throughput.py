@@ -30,8 +30,9 @@ import pyarrow.parquet as pq
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from soak import make_turns  # noqa: E402
 
-
-DEFAULT_PERSONA_CSV = Path(__file__).resolve().parents[2] / "shared" / "data" / "persona" / "Synthetic-Persona-Chat_valid.csv"
+DEFAULT_PERSONA_CSV = (
+    Path(__file__).resolve().parents[2] / "shared" / "data" / "persona" / "Synthetic-Persona-Chat_valid.csv"
+)
 
 
 def make_persona_turns(n: int, path: Path, csv: Path) -> None:
@@ -41,15 +42,15 @@ def make_persona_turns(n: int, path: Path, csv: Path) -> None:
     from adherence.data import read_synthetic_persona_chat
 
     corpus = read_synthetic_persona_chat(csv)
-    personas = {
-        (p["conversation_id"], p["speaker"]): " ".join(p["persona"] or []) for p in corpus.personas.to_pylist()
-    }
+    personas = {(p["conversation_id"], p["speaker"]): " ".join(p["persona"] or []) for p in corpus.personas.to_pylist()}
     by_conv: dict = {}
     for u in corpus.conversations.to_pylist():
         by_conv.setdefault(u["conversation_id"], []).append(u)
     rows: list = []
     for cid, us in by_conv.items():
-        pairs = [(a["text"], b["text"]) for a, b in zip(us, us[1:]) if (a["speaker"], b["speaker"]) == ("User 1", "User 2")]
+        pairs = [
+            (a["text"], b["text"]) for a, b in zip(us, us[1:]) if (a["speaker"], b["speaker"]) == ("User 1", "User 2")
+        ]
         role = "You are this person, chatting with a stranger: " + personas.get((cid, "User 2"), "")
         for k, (user, reply) in enumerate(pairs[:-1]):
             rows.append(

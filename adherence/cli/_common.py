@@ -8,7 +8,6 @@ import sys
 from typing import Iterator
 
 from .._errors import OptionError
-from .._options import model_name
 
 __all__ = [
     "HelpFormatter",
@@ -123,20 +122,12 @@ class quiet_output:
 
 def add_judge_args(p: argparse.ArgumentParser, *, device: bool = True) -> argparse._ArgumentGroup:
     """The options of every command that runs a judge, with the same names and meanings everywhere."""
+    from .._options import add_arguments
+    from ..judges._backend_options import ServerOptions, TransformersOptions, VLLMOptions
+    from ..judges._judge import JudgeConfig
+
     j = p.add_argument_group("judge")
-    j.add_argument(
-        "--judge-model",
-        type=model_name,
-        help="judge: local path, hub id in the local cache, or the server's model name "
-        "(default: the bundled SmolLM2-135M-Instruct, a smoke-test judge)",
-    )
-    j.add_argument(
-        "--backend",
-        default="transformers",
-        choices=["transformers", "vllm", "openai"],
-        help="transformers: in-process; vllm: offline vllm.LLM; openai: any OpenAI-compatible "
-        "server (vLLM, TGI, Ollama, llama.cpp) at --base-url",
-    )
+    add_arguments(j, JudgeConfig, ["model", "backend"])
     j.add_argument(
         "--base-url",
         action="append",
@@ -145,9 +136,6 @@ def add_judge_args(p: argparse.ArgumentParser, *, device: bool = True) -> argpar
         "URL a line) for a fleet serving the same model: requests spread over the endpoints that are "
         "up, a failing one is backed off and its requests retried on the others",
     )
-    from .._options import add_arguments
-    from ..judges._backend_options import ServerOptions, TransformersOptions, VLLMOptions
-
     add_arguments(j, ServerOptions)
     if device:
         j.add_argument("--device", help="cuda, cpu, ... (default: cuda when available)")

@@ -3,35 +3,103 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Optional
 
-__all__ = ["add_labelled_args", "format_calibration", "format_evaluation", "read_metadata", "resolve_columns"]
+from .._errors import OptionError
+from .._options import option
+
+__all__ = [
+    "CalibrationOptions",
+    "LabelledOptions",
+    "format_calibration",
+    "format_evaluation",
+    "labelled_columns",
+    "read_metadata",
+    "resolve_columns",
+]
 
 
-def add_labelled_args(p) -> None:
-    """The flags ``evaluate`` and ``calibrate`` share: which columns hold the score and the label, which label
-    is the adherent class, the input format, and the bootstrap behind the intervals."""
-    p.add_argument(
-        "--score",
+@dataclass
+class LabelledOptions:
+    """What ``evaluate`` and ``calibrate`` share: which columns hold the score and the label, which label is the
+    adherent class, the input format, and the bootstrap behind the intervals."""
+
+    score: Optional[str] = option(
+        None,
         help="score column, higher = more adherent (default: `score` when the table has one, as every "
         "`adherence score` output does)",
     )
-    p.add_argument("--label", help="label column (default: `label` when the table has one)")
-    p.add_argument(
-        "--positive",
+    label: Optional[str] = option(None, help="label column (default: `label` when the table has one)")
+    positive: Optional[str] = option(
+        None,
         help="label value of the adherent class (default: the label that reads as positive -- adherent, yes, "
         "true, 1, pass, ... -- when exactly one does)",
     )
-    p.add_argument("--format", help="override the input format (parquet, jsonl, csv, json)")
-    p.add_argument(
-        "--bootstrap",
-        type=int,
-        default=1000,
-        metavar="N",
-        help="bootstrap resamples for the intervals (0: none; default 1000)",
+    format: Optional[str] = option(None, help="override the input format (parquet, jsonl, csv, json)")
+    n_bootstrap: int = option(
+        1000, flag="--bootstrap", metavar="N", help="bootstrap resamples for the intervals (0: none; default 1000)"
     )
-    p.add_argument("--seed", type=int, default=42, help="seed of the bootstrap (and of calibrate's folds; default 42)")
-    p.add_argument("--level", type=float, default=0.95, help="confidence level (default 0.95)")
+    seed: int = option(42, help="seed of the bootstrap (and of calibrate's folds; default 42)")
+    level: float = option(0.95, help="confidence level (default 0.95)")
+
+    def __post_init__(self) -> None:
+        if self.n_bootstrap < 0:
+            raise OptionError(f"--bootstrap must be >= 0, got {self.n_bootstrap}")
+        if not 0 < self.level < 1:
+            raise OptionError(f"--level must be in (0, 1), got {self.level}")
+
+    @property
+    def intervals(self) -> dict:
+        """The keyword arguments of the statistics' intervals."""
+        return {"n_bootstrap": self.n_bootstrap, "seed": self.seed, "level": self.level}
+
+
+@dataclass
+class CalibrationOptions:
+    """How ``calibrate`` fits: the probability map, the threshold rule, and the held-out check."""
+
+    method: str = option(
+        "platt",
+        flag="--map",
+        dest="map_method",
+        choices=("platt", "isotonic", "none"),
+        help="probability map: platt (a sigmoid of the score, default), isotonic (monotone steps, "
+        "needs more labels), none",
+    )
+    rule: str = option(
+        "youden",
+        choices=("youden", "precision", "recall"),
+        help="threshold: youden (max TPR - FPR, default), precision / recall (reach --target)",
+    )
+    target: Optional[float] = option(
+        None, type=float, help="target precision or recall of the adherent class (--rule precision / recall)"
+    )
+    folds: int = option(5, help="cross-validation folds for the held-out check (default 5)")
+    n_bins: int = option(10, flag="--bins", help="reliability bins for ECE (default 10)")
+
+    def __post_init__(self) -> None:
+        if self.rule == "youden" and self.target is not None:
+            raise OptionError("--target applies to --rule precision or recall")
+        if self.rule != "youden" and (self.target is None or not 0 < self.target <= 1):
+            raise OptionError(f"--rule {self.rule} needs --target in (0, 1], e.g. --target 0.9")
+
+
+def labelled_columns(table, meta, opts: LabelledOptions, prediction, *, file: str, doing: str) -> tuple:
+    """``(score, label, positive, prediction, note)``: the columns of ``table`` (``opts`` or their defaults), and
+    the line to print once the table was read when a default was taken ('' when none was)."""
+    score, label, positive, prediction = resolve_columns(
+        table, meta, opts.score, opts.label, opts.positive, prediction, file=file
+    )
+    note = ""
+    if (opts.score, opts.label, opts.positive) != (score, label, positive):
+        note = (
+            f"{doing} score={score!r} label={label!r} positive={positive!r}"
+            + (f" prediction={prediction!r}" if prediction else "")
+            + " (defaults; override with --score, --label, --positive"
+            + (", --prediction)" if doing == "evaluating" else ")")
+        )
+    return score, label, positive, prediction, note
 
 
 def _fmt(v) -> str:

@@ -143,13 +143,11 @@ class BenchCommand(Command):
             "prefix sharing vs separate passes, and the cost of exact P(yes) (JSON; exit 1 when "
             "a correctness check fails)",
         )
-        jb.add_argument(
-            "--judge-model",
-            "--model",
-            type=model_name,
-            dest="judge_model",
-            help="judge model (default: the bundled SmolLM2-135M-Instruct)",
-        )
+        from .._options import add_arguments
+        from ..judges._judge import JudgeConfig
+
+        add_arguments(jb, JudgeConfig, ["model"])
+        jb.add_argument("--model", dest="judge_model", type=model_name, help=argparse.SUPPRESS)  # its older name
         jb.add_argument(
             "--random-config",
             choices=["llama-tiny", "smollm2-135m", "llama-3-8b"],

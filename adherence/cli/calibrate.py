@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 
-from .._errors import OptionError
-from .._options import file_path
-from ._labelled import add_labelled_args, baseline_lines, format_calibration, read_metadata, resolve_columns
+from .._options import add_arguments, file_path, values
+from ._labelled import (
+    CalibrationOptions,
+    LabelledOptions,
+    baseline_lines,
+    format_calibration,
+    labelled_columns,
+    read_metadata,
+)
 from .main import Command
 
 
@@ -30,26 +37,8 @@ class CalibrateCommand(Command):
             metavar="CAL.json",
             help="the calibration file, for `score --calibration` and `evaluate --calibration`",
         )
-        add_labelled_args(p)
-        p.add_argument(
-            "--map",
-            dest="map_method",
-            default="platt",
-            choices=["platt", "isotonic", "none"],
-            help="probability map: platt (a sigmoid of the score, default), isotonic (monotone steps, "
-            "needs more labels), none",
-        )
-        p.add_argument(
-            "--rule",
-            default="youden",
-            choices=["youden", "precision", "recall"],
-            help="threshold: youden (max TPR - FPR, default), precision / recall (reach --target)",
-        )
-        p.add_argument(
-            "--target", type=float, help="target precision or recall of the adherent class (--rule precision / recall)"
-        )
-        p.add_argument("--folds", type=int, default=5, help="cross-validation folds for the held-out check (default 5)")
-        p.add_argument("--bins", type=int, default=10, help="reliability bins for ECE (default 10)")
+        add_arguments(p, LabelledOptions)
+        add_arguments(p, CalibrationOptions)
         p.add_argument(
             "--html", type=file_path, metavar="OUT", help="also write a page with the reliability diagram and threshold"
         )
@@ -68,32 +57,22 @@ class CalibrateCommand(Command):
         from ..role._calibration import save_calibration
         from ..stats import UndefinedMetricError, evaluate_table, fit_calibration
 
-        if args.bootstrap < 0:
-            raise OptionError(f"--bootstrap must be >= 0, got {args.bootstrap}")
-        if args.rule == "youden" and args.target is not None:
-            raise OptionError("--target applies to --rule precision or recall")
-        if args.rule != "youden" and (args.target is None or not 0 < args.target <= 1):
-            raise OptionError(f"--rule {args.rule} needs --target in (0, 1], e.g. --target 0.9")
-        table = read_table(args.input, format=args.format)
+        lab = LabelledOptions(**values(LabelledOptions, args))
+        fit = CalibrationOptions(**values(CalibrationOptions, args))
+        table = read_table(args.input, format=lab.format)
         meta = read_metadata(args.input)
-        score, label, positive, _ = resolve_columns(
-            table, meta, args.score, args.label, args.positive, "none", file=str(args.input)
+        score, label, positive, _, note = labelled_columns(
+            table, meta, lab, "none", file=str(args.input), doing="calibrating"
         )
-        if (args.score, args.label, args.positive) != (score, label, positive):
-            print(
-                f"calibrating score={score!r} against label={label!r} positive={positive!r} (defaults; override "
-                "with --score, --label, --positive)",
-                file=sys.stderr,
-            )
+        if note:
+            print(note, file=sys.stderr)
         # The evaluation's own intervals are shown only on the page: without --html none are drawn.
         result, labels, scores = evaluate_table(
             table,
             score=score,
             label=label,
             positive=positive,
-            n_bootstrap=args.bootstrap if args.html else 0,
-            seed=args.seed,
-            level=args.level,
+            **dict(lab.intervals, n_bootstrap=lab.n_bootstrap if args.html else 0),
             file=str(args.input),
             return_rows=True,
         )
@@ -102,14 +81,8 @@ class CalibrateCommand(Command):
             cal = fit_calibration(
                 y,
                 scores,
-                method=args.map_method,
-                rule=args.rule,
-                target=args.target,
-                folds=args.folds,
-                n_bins=args.bins,
-                n_bootstrap=args.bootstrap,
-                seed=args.seed,
-                level=args.level,
+                **dataclasses.asdict(fit),
+                **lab.intervals,
                 allow_inverted=args.allow_inverted,
             )
         except UndefinedMetricError as exc:

@@ -7,8 +7,8 @@ import json
 import sys
 
 from .._errors import OptionError
-from .._options import file_path
-from ._labelled import add_labelled_args, format_calibration, format_evaluation, read_metadata, resolve_columns
+from .._options import add_arguments, file_path, values
+from ._labelled import LabelledOptions, format_calibration, format_evaluation, labelled_columns, read_metadata
 from .main import Command
 
 
@@ -17,7 +17,7 @@ class EvaluateCommand(Command):
 
     def add_args(self, p: argparse.ArgumentParser) -> None:
         p.add_argument("input", type=file_path, help="table to read: .parquet, .jsonl, .csv, or an adapter .json")
-        add_labelled_args(p)
+        add_arguments(p, LabelledOptions)
         p.add_argument(
             "--prediction",
             help="0/1 prediction column, adds F1, macro F1, kappa (default: `prediction` "
@@ -44,9 +44,8 @@ class EvaluateCommand(Command):
         from ..data import read_table
         from ..stats import evaluate_table
 
-        if args.bootstrap < 0:
-            raise OptionError(f"--bootstrap must be >= 0, got {args.bootstrap}")
-        table = read_table(args.input, format=args.format)
+        lab = LabelledOptions(**values(LabelledOptions, args))
+        table = read_table(args.input, format=lab.format)
         meta = read_metadata(args.input)
         cal = None
         if args.calibration:
@@ -55,8 +54,8 @@ class EvaluateCommand(Command):
             cal = load_calibration(args.calibration)
             if args.prediction not in (None, "none"):
                 raise OptionError("give --prediction or --calibration, not both (the calibration decides predictions)")
-        score, label, positive, prediction = resolve_columns(
-            table, meta, args.score, args.label, args.positive, "none" if cal else args.prediction, file=str(args.input)
+        score, label, positive, prediction, note = labelled_columns(
+            table, meta, lab, "none" if cal else args.prediction, file=str(args.input), doing="evaluating"
         )
         if cal is not None:
             cfg_method = ((meta or {}).get("config") or {}).get("method")
@@ -69,21 +68,13 @@ class EvaluateCommand(Command):
             label=label,
             positive=positive,
             prediction=prediction,
-            n_bootstrap=args.bootstrap,
-            seed=args.seed,
-            level=args.level,
+            **lab.intervals,
             file=str(args.input),
             return_rows=True,
             threshold=cal.threshold if cal is not None else None,
         )
-        if (args.score, args.label, args.positive) != (score, label, positive):
-            print(
-                f"evaluating score={score!r} label={label!r} positive={positive!r}"
-                + (f" prediction={prediction!r}" if prediction else "")
-                + " (defaults; override with --score, "
-                "--label, --positive, --prediction)",
-                file=sys.stderr,
-            )
+        if note:
+            print(note, file=sys.stderr)
         result["input"] = str(args.input)
         if args.prediction:
             result["prediction_column"] = args.prediction
@@ -97,9 +88,7 @@ class EvaluateCommand(Command):
                 scores,
                 threshold=cal.threshold,
                 cmap=cal.map,
-                n_bootstrap=args.bootstrap,
-                seed=args.seed,
-                level=args.level,
+                **lab.intervals,
             )
             calibration.update(
                 rule=cal.data.get("rule"),

@@ -232,8 +232,6 @@ class ScoreCommand(Command):
             extra = {"prefix_sharing": not args.no_prefix_sharing} if args.backend == "transformers" else {}
             opts = judge_backend_options(args, progress=not args.no_progress, **extra)
             judge = JudgeConfig(
-                model=args.judge_model,
-                backend=args.backend,
                 backend_options=opts,
                 template=template,
                 **values(JudgeConfig, args),
@@ -266,7 +264,7 @@ class ScoreCommand(Command):
             **values(RoleConfig, args),
         )
         if args.dry_run:
-            from ..judges._dryrun import dry_run
+            from ..role._dryrun import dry_run
 
             print(
                 dry_run(

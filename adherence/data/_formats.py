@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 
 from ._contracts import Contract
 from ._errors import DataError
-from ._validate import _cast_one, cast_column
+from ._validate import cast_column, cast_values
 
 PathLike = Union[str, os.PathLike]
 Source = Union[PathLike, pa.Table, pa.RecordBatch]
@@ -313,29 +313,23 @@ def _array_from_values(values: list, target, *, column: str, file, row_offset: i
             inferred = None
         if inferred is not None:
             return cast_column(inferred, target, column=column, file=file, row_offset=row_offset)
-        out = []
-        for i, v in enumerate(values):
-            try:
-                out.append(_cast_one(v, target))
-            except (ValueError, json.JSONDecodeError) as exc:
-                raise DataError(
-                    f"expected {target}, got {v!r:.60} ({exc})", file=file, row=row_offset + i + 1, column=column
-                ) from None
-        return pa.array(out, type=target)
+        return cast_values(values, target, column=column, file=file, row_offset=row_offset)
     try:
         return pa.array(values)
     except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
         first = next((v for v in values if v is not None), None)
-        for i, v in enumerate(values):
-            if v is not None and type(v) is not type(first):
-                if isinstance(v, (int, float)) and isinstance(first, (int, float)) and not isinstance(v, bool):
-                    continue
-                raise DataError(
-                    f"mixed types in one column: {type(first).__name__} earlier, {type(v).__name__} here",
-                    file=file,
-                    row=row_offset + i + 1,
-                    column=column,
-                ) from None
+
+        def numbers(v) -> bool:  # ints and floats mix in one float column
+            return isinstance(v, (int, float)) and isinstance(first, (int, float)) and not isinstance(v, bool)
+
+        odd = next(
+            (i for i, v in enumerate(values) if v is not None and type(v) is not type(first) and not numbers(v)), None
+        )
+        if odd is not None:
+            kinds = f"{type(first).__name__} earlier, {type(values[odd]).__name__} here"
+            raise DataError(
+                f"mixed types in one column: {kinds}", file=file, row=row_offset + odd + 1, column=column
+            ) from None
         # Same Python type but Arrow still refuses (e.g. nested dicts with differing keys): keep as JSON text.
         return pa.array([None if v is None else json.dumps(v, ensure_ascii=False) for v in values], type=pa.string())
 

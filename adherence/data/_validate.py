@@ -15,7 +15,7 @@ from ._errors import DataError
 
 TableLike = Union[pa.Table, pa.RecordBatch]
 
-__all__ = ["conform", "KeyTracker", "cast_column", "conform_schema"]
+__all__ = ["conform", "KeyTracker", "cast_column", "cast_values", "conform_schema"]
 
 
 def conform_schema(t: pa.Table, schema: pa.Schema) -> pa.Table:
@@ -103,7 +103,12 @@ def cast_column(
             return arr.cast(target, safe=True)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
             pass
-    values = arr.to_pylist()
+    return cast_values(arr.to_pylist(), target, column=column, file=file, row_offset=row_offset)
+
+
+def cast_values(values: list, target: pa.DataType, *, column: str, file: Optional[str], row_offset: int) -> pa.Array:
+    """Python values one by one into ``target``; the first that does not fit is a ``DataError`` naming its row
+    (1-based, + ``row_offset``) and column."""
     out = []
     for i, value in enumerate(values):
         try:

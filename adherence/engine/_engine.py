@@ -269,7 +269,7 @@ class Engine:
         config = dataclasses.replace(self.config, progress=False)
         needs_references = method.uses_dataset_references(self.config)
         if self.options.executor == "ray":
-            executor = self._executor = get_executor(self.options.executor, **self.executor_kwargs)
+            executor = self._executor = get_executor(self.options)
             if isinstance(executor, RayExecutor):
                 check_reachable(executor.ray, str(self._remote_work) if self._remote_work else work)
             if not needs_references and not method.needs_reference_texts:
@@ -415,7 +415,7 @@ class Engine:
             else:
                 tasks.append(ShardTask(s.shard_id, s.path, str(output), where, every))
         if tasks and self._executor is None:
-            self._executor = get_executor(self.options.executor, **self.executor_kwargs)
+            self._executor = get_executor(self.options)
         show = self.options.progress
         if tasks and isinstance(self._executor, LocalExecutor) and show:
             # Models load before the job's progress starts, on a line of their own.

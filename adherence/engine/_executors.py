@@ -15,6 +15,7 @@ from .._errors import EngineError, OptionError
 from .._optional import require
 from ..role import RoleConfig, get_method
 from ._messages import ShardResult, ShardTask
+from ._options import EngineOptions
 from ._worker import ShardWorker, WorkerSetupError
 
 __all__ = ["Executor", "LocalExecutor", "RayExecutor", "EngineError", "check_reachable", "get_executor"]
@@ -46,7 +47,7 @@ class LocalExecutor(Executor):
 
     name = "local"
 
-    def __init__(self, **_) -> None:
+    def __init__(self) -> None:
         self._worker: Optional[ShardWorker] = None
 
     def start(self, config, n_tasks=None):
@@ -85,20 +86,17 @@ class RayExecutor(Executor):
 
     def __init__(
         self,
+        options: Optional[EngineOptions] = None,
         *,
-        num_workers: Optional[int] = None,
-        address: Optional[str] = None,
-        gpus_per_worker: float = 0.0,
         cpus_per_worker: float = 1.0,
-        max_retries: int = 2,
-        stall_timeout: float = 300.0,
         ping_interval: float = 2.0,
         init_kwargs: Optional[dict] = None,
-        tensor_parallel: int = 1,
     ) -> None:
+        """``options``: the job's (``num_workers``, ``ray_address``, ``gpus_per_worker``, ``tensor_parallel``,
+        ``max_retries``, ``stall_timeout``; validated there); the defaults when None."""
+        o = options if options is not None else EngineOptions(executor="ray")
         self.ray = require("ray", "ray", "the ray executor")
-        if tensor_parallel < 1:
-            raise OptionError(f"`tensor_parallel` must be >= 1, got {tensor_parallel}")
+        tensor_parallel, gpus_per_worker, num_workers = o.tensor_parallel, o.gpus_per_worker, o.num_workers
         if tensor_parallel > 1:
             if gpus_per_worker not in (0, tensor_parallel):
                 raise OptionError(
@@ -107,12 +105,9 @@ class RayExecutor(Executor):
                 )
             gpus_per_worker = float(tensor_parallel)
         self.tensor_parallel = tensor_parallel
-        if num_workers is not None and num_workers < 1:
-            raise OptionError(f"`num_workers` must be >= 1, got {num_workers}")
-        if stall_timeout <= 0:
-            raise OptionError(f"`stall_timeout` must be > 0 seconds, got {stall_timeout}")
-        self.max_retries, self.stall_timeout, self.ping_interval = max_retries, stall_timeout, ping_interval
+        self.max_retries, self.stall_timeout, self.ping_interval = o.max_retries, o.stall_timeout, ping_interval
         self.gpus_per_worker, self.cpus_per_worker = gpus_per_worker, cpus_per_worker
+        address = o.ray_address
         if not self.ray.is_initialized():
             kwargs = dict(init_kwargs or {})
             if address:
@@ -409,9 +404,10 @@ def check_reachable(ray, work: Union[str, Path], timeout: float = 60.0) -> None:
         )
 
 
-def get_executor(name: str, **kwargs) -> Executor:
-    if name == "local":
-        return LocalExecutor(**kwargs)
-    if name == "ray":
-        return RayExecutor(**kwargs)
-    raise OptionError(f"unknown executor {name!r}; available: local, ray")
+def get_executor(options: EngineOptions) -> Executor:
+    """The executor ``options.executor`` names, set up from the job's options."""
+    if options.executor == "local":
+        return LocalExecutor()
+    if options.executor == "ray":
+        return RayExecutor(options)
+    raise OptionError(f"unknown executor {options.executor!r}; available: local, ray")

@@ -11,7 +11,7 @@ from typing import Any, Literal, Optional
 import pyarrow as pa
 
 from .._errors import OptionError
-from .._options import file_path, option
+from .._options import file_path, model_name, option
 from ._backend import JudgeBackend, JudgeOutput, get_backend, score_options
 from ._cache import JudgeCache
 from ._parse import parse_turn_verdicts, variant_sets
@@ -82,8 +82,20 @@ class JudgeConfig:
         backend_options: passed to the backend's constructor.
     """
 
-    model: Optional[str] = None
-    backend: str = "transformers"
+    model: Optional[str] = option(
+        None,
+        flag="--judge-model",
+        dest="judge_model",
+        type=model_name,
+        help="judge: local path, hub id in the local cache, or the server's model name "
+        "(default: the bundled SmolLM2-135M-Instruct, a smoke-test judge)",
+    )
+    backend: str = option(
+        "transformers",
+        choices=("transformers", "vllm", "openai"),
+        help="transformers: in-process; vllm: offline vllm.LLM; openai: any OpenAI-compatible "
+        "server (vLLM, TGI, Ollama, llama.cpp) at --base-url",
+    )
     output_mode: Literal["binary", "continuous"] = option(
         "continuous",
         choices=("binary", "continuous"),

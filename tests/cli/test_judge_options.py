@@ -248,8 +248,9 @@ def test_dry_run_estimates_the_time_from_timed_conversations(tiny_llama_dir, cap
     against statsmodels)."""
     from statsmodels.stats.weightstats import DescrStatsW
 
-    from adherence.judges._dryrun import judge_plan, time_estimate
+    from adherence.judges._dryrun import judge_plan
     from adherence.role import RoleConfig
+    from adherence.role._dryrun import time_estimate
 
     turns = read_turns(example_path("role"))
     config = RoleConfig(judge=JudgeConfig(model=str(tiny_llama_dir), backend_options={"device": "cpu"}))

@@ -70,7 +70,7 @@ def test_skip_writes_every_bad_line_to_the_quarantine_and_every_good_row_to_the_
         assert r["file"] == str(src) and r["error"]
         if r["line"] != 10:  # unreadable lines are kept as they were written
             assert r["text"] == lines[r["line"] - 1]
-    assert next(r for r in records if r["line"] == 10)["error"].startswith("expected int32, got 'abc'")
+    assert next(r for r in records if r["line"] == 10)["error"].startswith("expected an integer (int32), got 'abc'")
     t = pq.read_table(out)
     assert t.num_rows == good and set(t.column("status").to_pylist()) == {"ok"}
     expected = [(r["conversation_id"], r["turn_index"]) for i, r in enumerate(_rows()) if i + 1 not in bad]

@@ -46,8 +46,10 @@ def test_integer_ids_come_back_as_integers(tmp_path, kind):
     assert keys == sorted((r["conversation_id"], r["turn_index"]) for r in rows)
     assert set(sessions.column("conversation_id").to_pylist()) == {r["conversation_id"] for r in rows}
     # the join back to the source table, on its own key types
-    source = pa.Table.from_pylist(rows).select(["conversation_id", "turn_index"]).cast(
-        pa.schema([("conversation_id", want), ("turn_index", pa.int64())])
+    source = (
+        pa.Table.from_pylist(rows)
+        .select(["conversation_id", "turn_index"])
+        .cast(pa.schema([("conversation_id", want), ("turn_index", pa.int64())]))
     )
     joined = source.join(
         turns.select(["conversation_id", "turn_index", "score"]).cast(

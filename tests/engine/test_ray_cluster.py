@@ -17,7 +17,7 @@ ray = pytest.importorskip("ray")
 from ray._private import ray_constants  # noqa: E402
 from ray.cluster_utils import Cluster  # noqa: E402
 
-from adherence.engine import Engine, EngineError, RayExecutor  # noqa: E402
+from adherence.engine import Engine, EngineError, EngineOptions, RayExecutor  # noqa: E402
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -212,8 +212,8 @@ def test_a_work_dir_one_node_cannot_see_is_refused_before_any_work(tmp_path, syn
 
 def test_gpu_workers_default_to_one_per_gpu_and_stop_at_once_when_cuda_cannot_see_it(tmp_path, synthetic, cluster):
     cluster(4, head_gpus=2)  # a node that advertises two GPUs CUDA cannot use (the CPU build of torch)
-    assert RayExecutor(gpus_per_worker=1).num_workers == 2
-    assert RayExecutor(gpus_per_worker=0.5).num_workers == 4
+    assert RayExecutor(EngineOptions(executor="ray", gpus_per_worker=1)).num_workers == 2
+    assert RayExecutor(EngineOptions(executor="ray", gpus_per_worker=0.5)).num_workers == 4
     start = time.perf_counter()
     with pytest.raises(
         EngineError,
@@ -278,7 +278,7 @@ def test_tensor_parallel_replicas_are_placement_groups_whose_every_gpu_is_checke
 
     cluster(2, head_gpus=4)
     config = _vllm_judge_config()
-    ex = RayExecutor(tensor_parallel=2)
+    ex = RayExecutor(EngineOptions(executor="ray", tensor_parallel=2))
     try:
         assert ex.num_workers == 2 and ex.gpus_per_worker == 2  # one replica per 2 GPUs of the cluster
         ex.start(config)
