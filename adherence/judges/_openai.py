@@ -21,6 +21,7 @@ from typing import Optional, Sequence
 from .._errors import JobError, OptionError
 from .._optional import require
 from ._backend import JudgeBackend, JudgeOutput, Sampling
+from ._backend_options import ServerOptions
 from ._prompts import JudgeRequest
 
 __all__ = ["OpenAIBackend", "LogprobsUnsupported", "JudgeUnavailable"]
@@ -107,12 +108,16 @@ class OpenAIBackend(JudgeBackend):
             raise OptionError("the openai backend needs the server's model name: --judge-model NAME")
         if not base_url:
             raise OptionError("the openai backend needs the server address: --base-url http://HOST:PORT/v1")
-        if concurrency < 1 or max_retries < 0 or timeout <= 0:
-            raise OptionError("`concurrency` must be >= 1, `max_retries` >= 0 and `timeout` > 0")
-        if max_qps is not None and not max_qps > 0:
-            raise OptionError(f"`max_qps` must be > 0, got {max_qps}")
-        if max_retry_after < 0 or not stall_timeout > 0:
-            raise OptionError("`max_retry_after` must be >= 0 and `stall_timeout` > 0")
+        # the limits are the command line's, checked in one place
+        ServerOptions(
+            max_qps=max_qps,
+            concurrency=concurrency,
+            timeout=timeout,
+            max_retries=max_retries,
+            max_retry_after=max_retry_after,
+        )
+        if not stall_timeout > 0:
+            raise OptionError(f"`stall_timeout` must be > 0 seconds, got {stall_timeout}")
         self.max_retry_after, self.stall_timeout = float(max_retry_after), float(stall_timeout)
         self._all_down_since: Optional[float] = None  # when every endpoint was last found backed off at once
         self._last_error = ""

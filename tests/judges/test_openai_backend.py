@@ -154,7 +154,7 @@ def test_max_qps_caps_the_request_rate_over_the_fleet(tiny_yes_no_judge, turns):
         took = time.perf_counter() - start
     assert cols["status"] == ["ok"] * turns.num_rows
     assert took >= (turns.num_rows - 1) / 10 - 0.05  # 7 requests at 10/s: 0.6 s at least
-    with pytest.raises(ValueError, match="max_qps"):
+    with pytest.raises(ValueError, match="--max-qps must be > 0"):
         get_backend("openai", model="tiny", base_url=a.url, max_qps=0)
 
 
