@@ -35,6 +35,7 @@ EXTRAS = {
         "ray>=2.9",  # the ray executor's tests start a local cluster (ray.init(num_cpus=2))
         "faiss-cpu>=1.8",
         "rank-bm25>=0.2.2",  # BM25 reference
+        "numba>=0.60",  # needed by ppi-python (the PPI reference, installed --no-deps from requirements-test-nodeps.txt)
         "datasets>=3.0",  # Hugging Face datasets as input; also imported by PyLate (installed --no-deps)
         "pyspark>=3.5",  # adherence.spark tests run a local[2] Spark (Java 17 is on the machines)
         "moto[server]>=5.0",

@@ -43,7 +43,15 @@ def _leaf(words):
 
 def test_the_readme_has_commands_to_check():
     assert len(COMMANDS) >= 15
-    assert {c.split()[1] for c in COMMANDS} == {"score", "evaluate", "calibrate", "audit", "persona", "bench"}
+    assert {c.split()[1] for c in COMMANDS} == {
+        "score",
+        "evaluate",
+        "calibrate",
+        "estimate",
+        "audit",
+        "persona",
+        "bench",
+    }
 
 
 @pytest.mark.parametrize("command", COMMANDS)

@@ -20,6 +20,10 @@ COMMANDS = {
         "adherence.cli.calibrate:CalibrateCommand",
         "fit a threshold and a probability map on labelled scores, checked on held-out rows",
     ),
+    "estimate": (
+        "adherence.cli.estimate:EstimateCommand",
+        "the adherent share from a labelled sample and the judge's scores on every row (PPI++), with an interval",
+    ),
     "audit": ("adherence.cli.audit:AuditCommand", "instruction-adherence audits with judge stability"),
     "persona": (
         "adherence.cli.persona:PersonaCommand",

@@ -22,6 +22,7 @@ from ._calibration import (
 from ._checks import UndefinedMetricError
 from ._classification import cohen_kappa, confusion_matrix, f1_per_class, macro_f1
 from ._evaluate import evaluate_scores, evaluate_table
+from ._ppi import estimate_table, ppi_mean
 from ._ranking import average_precision_score, average_ranks, roc_auc_score, roc_curve, separation
 from ._retrieval import curve_similarity, mrr, normalized_auc, span_weights
 from ._verification import brier_complement, c_at_1, f05u_score, pan_f1, verification_metrics
@@ -45,6 +46,7 @@ __all__ = [
     "confusion_matrix",
     "curve_similarity",
     "evaluate_scores",
+    "estimate_table",
     "evaluate_table",
     "expected_calibration_error",
     "f05u_score",
@@ -58,6 +60,7 @@ __all__ = [
     "macro_f1",
     "mrr",
     "normalized_auc",
+    "ppi_mean",
     "pan_f1",
     "percent_agreement",
     "reliability_bins",

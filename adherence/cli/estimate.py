@@ -1,0 +1,94 @@
+"""``adherence estimate``: the adherent share of a scored table, from its labelled rows and the judge's scores on
+all of them (prediction-powered inference, PPI++), beside the labels-only and judge-only numbers."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from .._options import add_arguments, file_path, values
+from ._labelled import LabelledOptions, read_metadata, resolve_columns
+from .main import Command
+
+
+def format_estimate(r: dict) -> str:
+    """The estimate as a plain-text table."""
+    level = int(round(100 * r["confidence"]))
+    clustered = f", clustered by {r['clustered_by']}" if r.get("clustered_by") else ""
+    c = r["classical"]
+    eff = r.get("effective_labels")
+    labels_only = f"labels only ({r['n_labelled']:,} rows)"
+    judge_only = f"judge only ({r['n']:,} rows)"
+    lines = [
+        f"adherent share: {r['label_column']!r} = {r['positive']!r}, judge score {r['score_column']!r} "
+        f"({level}% intervals{clustered})",
+        f"  {'prediction-powered (PPI++)':<30}{r['estimate']:>8.4f}  [{r['ci_low']:.4f}, {r['ci_high']:.4f}]  "
+        f"lambda {r['lam']:.2f}" + (f", worth {eff:,.0f} labels" if eff is not None else ""),
+        f"  {labels_only:<30}{c['estimate']:>8.4f}  [{c['ci_low']:.4f}, {c['ci_high']:.4f}]",
+        f"  {judge_only:<30}{r['judge_only']:>8.4f}  (mean score; no interval: it carries the judge's errors)",
+    ]
+    if r.get("n_unscored"):
+        lines.append(f"  {r['n_unscored']:,} rows without a score were left out")
+    groups = (r.get("by") or {}).get("groups") or {}
+    if groups:
+        lines += ["", f"by {r['by']['column']}:"]
+        for k, g in groups.items():
+            name = k if len(k) <= 28 else k[:25] + "..."
+            if "error" in g:
+                lines.append(f"  {name:<30}{g['error']}")
+            else:
+                lines.append(
+                    f"  {name:<30}{g['estimate']:>8.4f}  [{g['ci_low']:.4f}, {g['ci_high']:.4f}]  "
+                    f"labels only {g['classical']['estimate']:.4f}  ({g['n_labelled']} labelled of {g['n']})"
+                )
+    return "\n".join(lines)
+
+
+class EstimateCommand(Command):
+    name = "estimate"
+
+    def add_args(self, p: argparse.ArgumentParser) -> None:
+        p.add_argument(
+            "input",
+            type=file_path,
+            help="scored turns (an `adherence score` output, or any table with a score column) where a random "
+            "sample of rows carries a label",
+        )
+        add_arguments(p, LabelledOptions, ["score", "label", "positive", "format"])
+        p.add_argument("--confidence", type=float, default=0.9, help="coverage of the intervals (default 0.9: 90%%)")
+        p.add_argument("--by", metavar="COLUMN", help="also one estimate per value of this column (e.g. role)")
+        p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+        p.add_argument("-o", "--output", type=file_path, help="also write the JSON here")
+        p.add_argument("--html", type=file_path, metavar="OUT", help="write a page with the three estimates drawn")
+
+    def run(self, args: argparse.Namespace) -> int:
+        from pathlib import Path
+
+        from .._errors import OptionError
+        from ..data import read_table
+        from ..stats import estimate_table
+
+        if not 0 < args.confidence < 1:
+            raise OptionError(f"--confidence must be in (0, 1), got {args.confidence}")
+        lab = values(LabelledOptions, args, ["score", "label", "positive", "format"])
+        table = read_table(args.input, format=lab["format"])
+        meta = read_metadata(args.input)
+        score, label, positive, _ = resolve_columns(
+            table, meta, lab["score"], lab["label"], lab["positive"], "none", file=str(args.input)
+        )
+        result = estimate_table(
+            table, score=score, label=label, positive=positive, confidence=args.confidence, by=args.by,
+            file=str(args.input),
+        )  # fmt: skip
+        result["input"] = str(args.input)
+        if args.output:
+            Path(args.output).parent.mkdir(parents=True, exist_ok=True)
+            Path(args.output).write_text(json.dumps(result, indent=2, allow_nan=False) + "\n", encoding="utf-8")
+            print(f"wrote {args.output}", file=sys.stderr)
+        if args.html:
+            from ..report import write_estimate_html
+
+            print(f"wrote {write_estimate_html(args.html, result)}", file=sys.stderr)
+        print(json.dumps(result, indent=2, allow_nan=False) if args.json else format_estimate(result))
+        return 0

@@ -1,0 +1,184 @@
+"""Prediction-powered estimates of a share: a few hundred labels and a judge's scores on every row, together.
+
+A random sample of the rows carries a label ``y`` (1 adherent, 0 not); every row carries the judge's score
+``f``. The labels alone give an unbiased but wide estimate of the adherent share; the judge alone gives a
+narrow but biased one. PPI++ (Angelopoulos, Duchi and Zrnic, 2023) corrects the judge's mean over the rows
+without a label by the judge's error on the labelled ones, with a weight ``lam`` tuned for the smallest
+variance:
+
+    theta = lam * mean(f over unlabelled) + mean(y - lam * f over labelled)
+
+It is unbiased whatever the judge's quality (a useless judge gets ``lam`` near 0: the labels alone), and its
+normal interval is valid as the labelled sample grows. Rows of one conversation are not independent, so the
+variance of each mean is the cluster-robust one (the sum over conversations of their summed deviations,
+squared); with one row per conversation it is the usual ``var / n`` and equals ``ppi_py.ppi_mean_ci``.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+from scipy.stats import norm
+
+from .._errors import OptionError
+
+__all__ = ["estimate_table", "ppi_mean"]
+
+
+def _mean_variance(values: np.ndarray, clusters: Optional[np.ndarray]) -> float:
+    """Variance of the mean of ``values``: cluster-robust when ``clusters`` groups the rows."""
+    n = len(values)
+    dev = values - values.mean()
+    if clusters is None:
+        return float((dev**2).sum() / n**2)
+    _, idx = np.unique(clusters, return_inverse=True)
+    sums = np.bincount(idx, weights=dev)
+    return float((sums**2).sum() / n**2)
+
+
+def _interval(estimate: float, variance: float, confidence: float) -> dict:
+    half = norm.ppf(0.5 + confidence / 2) * np.sqrt(max(variance, 0.0))
+    return {
+        "estimate": float(estimate),
+        "ci_low": float(estimate - half),
+        "ci_high": float(estimate + half),
+        "se": float(np.sqrt(max(variance, 0.0))),
+    }
+
+
+def ppi_mean(
+    y,
+    f_labelled,
+    f_unlabelled,
+    *,
+    confidence: float = 0.9,
+    clusters_labelled=None,
+    clusters_unlabelled=None,
+    lam: Optional[float] = None,
+) -> dict:
+    """The prediction-powered estimate of ``mean(y)`` with its interval, beside the labels-only one.
+
+    Args:
+        y: the labels of the labelled rows (0/1, or any number).
+        f_labelled: the judge's score on those rows.
+        f_unlabelled: the judge's score on the rows without a label.
+        confidence: the intervals' coverage (0.9: a 90% interval).
+        clusters_labelled, clusters_unlabelled: each row's conversation (None: rows are independent).
+        lam: the weight of the judge (None: tuned for the smallest variance and clipped to [0, 1] as
+            ``ppi_py`` does; 0 is the labels alone, 1 plain PPI).
+
+    Returns:
+        ``{"estimate", "ci_low", "ci_high", "se", "lam", "classical": {...}, "judge_only",
+        "effective_labels", "n_labelled", "n_unlabelled", "confidence"}``; ``effective_labels`` is how many
+        labels alone would give an interval as narrow (``n_labelled`` x the labels-only variance / ours).
+
+    Example:
+        >>> r = ppi_mean([1, 0, 1, 1], [0.9, 0.2, 0.8, 0.7], [0.9, 0.1, 0.8, 0.6, 0.95])
+        >>> round(r["estimate"], 3), r["n_labelled"], r["n_unlabelled"]
+        (0.733, 4, 5)
+    """
+    y = np.asarray(y, dtype=np.float64)
+    f = np.asarray(f_labelled, dtype=np.float64)
+    fu = np.asarray(f_unlabelled, dtype=np.float64)
+    n, big_n = len(y), len(fu)
+    if not 0 < confidence < 1:
+        raise OptionError(f"`confidence` must be in (0, 1), got {confidence}")
+    if len(f) != n:
+        raise OptionError(f"{n} labels but {len(f)} scores on the labelled rows")
+    if n < 2 or big_n < 1:
+        raise OptionError(
+            f"a prediction-powered estimate needs >= 2 labelled rows and >= 1 unlabelled, got {n} and {big_n}"
+        )
+    if not (np.isfinite(y).all() and np.isfinite(f).all() and np.isfinite(fu).all()):
+        raise OptionError("labels and scores must be finite (leave unscored rows out)")
+    cl = None if clusters_labelled is None else np.asarray(clusters_labelled)
+    cu = None if clusters_unlabelled is None else np.asarray(clusters_unlabelled)
+    if lam is None:
+        cov = float(((y - y.mean()) * (f - f.mean())).mean())
+        var = float(np.var(np.concatenate([f, fu]), ddof=1))
+        lam = float(np.clip(cov / ((1 + n / big_n) * var), 0.0, 1.0)) if var > 0 else 0.0
+    estimate = float(lam * fu.mean() + (y - lam * f).mean())
+    variance = _mean_variance(lam * fu, cu) + _mean_variance(y - lam * f, cl)
+    classical_var = _mean_variance(y, cl)
+    out = _interval(estimate, variance, confidence)
+    out.update(
+        lam=lam,
+        classical=_interval(float(y.mean()), classical_var, confidence),
+        judge_only=float(np.concatenate([f, fu]).mean()),
+        effective_labels=float(n * classical_var / variance) if variance > 0 else None,
+        n_labelled=n,
+        n_unlabelled=big_n,
+        confidence=confidence,
+    )
+    return out
+
+
+def estimate_table(
+    table,
+    *,
+    score: str,
+    label: str,
+    positive,
+    confidence: float = 0.9,
+    by: Optional[str] = None,
+    cluster: Optional[str] = "conversation_id",
+    file: Optional[str] = None,
+) -> dict:
+    """The adherent share of a scored table by ``ppi_mean``: rows with a ``label`` are the labelled sample
+    (1 when the label is ``positive``), every row's ``score`` is the judge's; rows without a score are left
+    out and counted. Clustered by ``cluster`` when the table has that column; ``by`` adds one estimate per
+    value of that column.
+
+    Raises:
+        DataError: a missing column, or too few labelled / unlabelled rows (naming the file and column).
+    """
+    from ..data import DataError
+
+    cols = table.column_names
+    for what, col in (("score", score), ("label", label), ("--by", by)):
+        if col is not None and col not in cols:
+            raise DataError(f"no {what} column {col!r}; columns are: {', '.join(cols)}", file=file, column=col)
+    s = np.asarray(table.column(score).cast("float64").fill_null(np.nan).to_numpy(zero_copy_only=False))
+    labels = table.column(label).to_pylist()
+    scored = np.isfinite(s)
+    has_label = np.array([v is not None for v in labels])
+    y = np.array([float(str(v) == str(positive)) for v in labels])
+    clusters = np.asarray([str(c) for c in table.column(cluster).to_pylist()]) if cluster and cluster in cols else None
+
+    def one(mask: np.ndarray) -> dict:
+        lab, unl = mask & scored & has_label, mask & scored & ~has_label
+        if lab.sum() < 2 or unl.sum() < 1:
+            raise DataError(
+                f"{int(lab.sum())} scored rows with a label and {int(unl.sum())} without: a prediction-powered "
+                "estimate needs >= 2 and >= 1",
+                file=file,
+                column=label,
+            )
+        r = ppi_mean(
+            y[lab],
+            s[lab],
+            s[unl],
+            confidence=confidence,
+            clusters_labelled=None if clusters is None else clusters[lab],
+            clusters_unlabelled=None if clusters is None else clusters[unl],
+        )
+        r["n"] = int((mask & scored).sum())
+        r["n_unscored"] = int((mask & ~scored).sum())
+        return r
+
+    out = one(np.ones(len(s), dtype=bool))
+    out.update(score_column=score, label_column=label, positive=str(positive), clustered_by=None)
+    if clusters is not None:
+        out["clustered_by"] = cluster
+    if by is not None:
+        values = table.column(by).to_pylist()
+        keys = sorted({str(v) for v in values if v is not None})
+        group_of = np.array([None if v is None else str(v) for v in values], dtype=object)
+        out["by"] = {"column": by, "groups": {}}
+        for k in keys:
+            try:
+                out["by"]["groups"][k] = one(np.asarray(group_of == k, dtype=bool))
+            except DataError as exc:
+                out["by"]["groups"][k] = {"error": exc.reason}
+    return out
