@@ -48,6 +48,7 @@ def test_the_readme_has_commands_to_check():
         "evaluate",
         "calibrate",
         "estimate",
+        "cascade",
         "audit",
         "persona",
         "bench",

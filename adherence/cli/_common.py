@@ -120,6 +120,23 @@ class quiet_output:
         return False
 
 
+def add_input(p: argparse.ArgumentParser, what: str, **kw) -> None:
+    """The command's input file (positional ``input``; ``what`` says what it holds)."""
+    from .._options import file_path
+
+    p.add_argument("input", type=file_path, help=what, **kw)
+
+
+def add_result_outputs(p: argparse.ArgumentParser, *, page: str) -> None:
+    """The outputs of a command whose result is one JSON object: ``--json`` (stdout instead of the table),
+    ``-o/--output`` (the JSON to a file as well) and ``--html`` (the page, described by ``page``)."""
+    from .._options import file_path
+
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    p.add_argument("-o", "--output", type=file_path, help="also write the results as JSON here")
+    p.add_argument("--html", type=file_path, metavar="OUT", help=f"write an HTML page with {page}")
+
+
 def add_judge_args(p: argparse.ArgumentParser, *, device: bool = True) -> argparse._ArgumentGroup:
     """The options of every command that runs a judge, with the same names and meanings everywhere."""
     from .._options import add_arguments

@@ -8,6 +8,7 @@ import json
 import sys
 
 from .._options import add_arguments, file_path, values
+from ._common import add_input
 from ._labelled import (
     CalibrationOptions,
     LabelledOptions,
@@ -23,10 +24,9 @@ class CalibrateCommand(Command):
     name = "calibrate"
 
     def add_args(self, p: argparse.ArgumentParser) -> None:
-        p.add_argument(
-            "input",
-            type=file_path,
-            help="labelled scores: an `adherence score` output with a label column (.parquet, "
+        add_input(
+            p,
+            "labelled scores: an `adherence score` output with a label column (.parquet, "
             ".jsonl, .csv), or any table with a score and a label column",
         )
         p.add_argument(

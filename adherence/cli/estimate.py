@@ -7,7 +7,8 @@ import argparse
 import json
 import sys
 
-from .._options import add_arguments, file_path, values
+from .._options import add_arguments, values
+from ._common import add_input, add_result_outputs
 from ._labelled import LabelledOptions, read_metadata, resolve_columns
 from .main import Command
 
@@ -49,18 +50,15 @@ class EstimateCommand(Command):
     name = "estimate"
 
     def add_args(self, p: argparse.ArgumentParser) -> None:
-        p.add_argument(
-            "input",
-            type=file_path,
-            help="scored turns (an `adherence score` output, or any table with a score column) where a random "
+        add_input(
+            p,
+            "scored turns (an `adherence score` output, or any table with a score column) where a random "
             "sample of rows carries a label",
         )
         add_arguments(p, LabelledOptions, ["score", "label", "positive", "format"])
         p.add_argument("--confidence", type=float, default=0.9, help="coverage of the intervals (default 0.9: 90%%)")
         p.add_argument("--by", metavar="COLUMN", help="also one estimate per value of this column (e.g. role)")
-        p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
-        p.add_argument("-o", "--output", type=file_path, help="also write the JSON here")
-        p.add_argument("--html", type=file_path, metavar="OUT", help="write a page with the three estimates drawn")
+        add_result_outputs(p, page="the three estimates drawn")
 
     def run(self, args: argparse.Namespace) -> int:
         from pathlib import Path

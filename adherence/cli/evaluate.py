@@ -8,6 +8,7 @@ import sys
 
 from .._errors import OptionError
 from .._options import add_arguments, file_path, values
+from ._common import add_input, add_result_outputs
 from ._labelled import LabelledOptions, format_calibration, format_evaluation, labelled_columns, read_metadata
 from .main import Command
 
@@ -16,21 +17,14 @@ class EvaluateCommand(Command):
     name = "evaluate"
 
     def add_args(self, p: argparse.ArgumentParser) -> None:
-        p.add_argument("input", type=file_path, help="table to read: .parquet, .jsonl, .csv, or an adapter .json")
+        add_input(p, "table to read: .parquet, .jsonl, .csv, or an adapter .json")
         add_arguments(p, LabelledOptions)
         p.add_argument(
             "--prediction",
             help="0/1 prediction column, adds F1, macro F1, kappa (default: `prediction` "
             "of an `adherence score` output; `--prediction none` for none)",
         )
-        p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
-        p.add_argument("-o", "--output", type=file_path, help="also write the results as JSON here")
-        p.add_argument(
-            "--html",
-            type=file_path,
-            metavar="OUT",
-            help="write an HTML page with the ROC curve and score distributions",
-        )
+        add_result_outputs(p, page="the ROC curve and score distributions")
         p.add_argument(
             "--calibration",
             type=file_path,

@@ -24,6 +24,10 @@ COMMANDS = {
         "adherence.cli.estimate:EstimateCommand",
         "the adherent share from a labelled sample and the judge's scores on every row (PPI++), with an interval",
     ),
+    "cascade": (
+        "adherence.cli.cascade:CascadeCommand",
+        "judge cascades: accept a cheap judge's verdict only where it is confident enough, with a guarantee",
+    ),
     "audit": ("adherence.cli.audit:AuditCommand", "instruction-adherence audits with judge stability"),
     "persona": (
         "adherence.cli.persona:PersonaCommand",

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from .._errors import OptionError
 from .._options import file_path
+from ._common import add_result_outputs
 from .main import Command
 
 
@@ -103,11 +104,7 @@ class PersonaCommand(Command):
         from ..persona import PersonaConfig
 
         add_arguments(p, PersonaConfig)
-        p.add_argument("--json", action="store_true", help="print JSON instead of the table")
-        p.add_argument("-o", "--output", type=file_path, help="write the results as JSON here")
-        p.add_argument(
-            "--html", type=file_path, metavar="PATH", help="write the HTML page with the curves and tables here"
-        )
+        add_result_outputs(p, page="the curves and tables")
 
     def run(self, args: argparse.Namespace) -> int:
         from .._options import values

@@ -7,6 +7,7 @@ import sys
 
 from .._errors import OptionError
 from .._options import file_path
+from ._common import add_input
 from .main import Command
 
 
@@ -74,12 +75,11 @@ class ScoreCommand(Command):
         from ..judges import JudgeConfig
         from ..role import RoleConfig
 
-        p.add_argument(
-            "input",
-            type=file_path,
-            nargs="?",
-            help="turns or chat transcripts: .parquet (file or directory), .jsonl, .csv, "
+        add_input(
+            p,
+            "turns or chat transcripts: .parquet (file or directory), .jsonl, .csv, "
             ".json, .arrow, or a Hugging Face dataset directory (save_to_disk)",
+            nargs="?",
         )
         p.add_argument(
             "--config",

@@ -1,0 +1,217 @@
+"""``adherence cascade``: fit and apply judge cascades with a stated guarantee on the verdicts they accept.
+
+``fit`` learns, for each stage (cheapest first), the confidence above which its verdict is accepted, on labelled
+turns all stages scored, so that with probability >= 1 - delta the accepted verdicts agree with the labels at
+least 1 - alpha of the time (see ``adherence.stats._cascade``). ``apply`` makes the same decision on tables that
+are already scored: each turn is decided by the first stage confident enough, or abstains.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Optional
+
+from .._errors import OptionError
+from .._options import file_path
+from .main import Command
+
+FORMAT = "adherence-cascade/1"
+
+
+def _stage_arrays(paths: list, label: Optional[str], positive: Optional[str]) -> dict:
+    """The stages' scores on the turns they all scored, keyed by (conversation_id, turn_index), with the label
+    from the first stage that has one."""
+    import numpy as np
+
+    from ..data import DataError, file_digest, read_table
+    from ._labelled import read_metadata, resolve_columns
+
+    stages: list[dict] = []
+    labels: Optional[dict] = None
+    positive_value = positive
+    for path in paths:
+        t = read_table(path)
+        for col in ("conversation_id", "turn_index", "score"):
+            if col not in t.column_names:
+                raise DataError(
+                    f"a stage needs a {col} column (an `adherence score` output)", file=str(path), column=col
+                )
+        meta = read_metadata(path) or {}
+        cfg = meta.get("config") or {}
+        threshold = float(cfg.get("threshold", 0.5) if cfg.get("threshold") is not None else 0.5)
+        k = list(zip(t.column("conversation_id").to_pylist(), t.column("turn_index").to_pylist()))
+        if len(set(k)) != len(k):
+            raise DataError("a turn appears twice (conversation_id, turn_index)", file=str(path))
+        score = np.asarray(t.column("score").cast("float64").fill_null(np.nan).to_numpy(zero_copy_only=False))
+        pred = None
+        if "prediction" in t.column_names:
+            pred = np.asarray(t.column("prediction").cast("float64").fill_null(np.nan).to_numpy(zero_copy_only=False))
+        stages.append(
+            {
+                "path": str(path),
+                "digest": file_digest(path, "sha256"),
+                "method": cfg.get("method"),
+                "judge": (cfg.get("judge") or {}).get("model"),
+                "options": cfg,
+                "score_threshold": threshold,
+                "keys": dict(zip(k, range(len(k)))),
+                "score": score,
+                "prediction": pred,
+            }
+        )
+        if labels is None and (label or "label") in t.column_names:
+            _, label_col, positive_value, _ = resolve_columns(t, meta, None, label, positive, "none", file=str(path))
+            labels = dict(zip(k, t.column(label_col).to_pylist()))
+            label = label_col
+    common: set = set(stages[0]["keys"])
+    for s in stages[1:]:
+        common &= set(s["keys"])
+    keys = sorted(common, key=lambda x: (str(x[0]), x[1]))
+    return {"stages": stages, "keys": keys, "labels": labels, "label": label, "positive": positive_value}
+
+
+def _verdicts(stage: dict, keys: list) -> tuple:
+    import numpy as np
+
+    from ..stats._cascade import verdict_confidence
+
+    idx = np.array([stage["keys"][k] for k in keys], dtype=np.int64)
+    pred = None if stage["prediction"] is None else stage["prediction"][idx]
+    return verdict_confidence(stage["score"][idx], stage["score_threshold"], pred)
+
+
+class CascadeCommand(Command):
+    name = "cascade"
+
+    def add_args(self, p: argparse.ArgumentParser) -> None:
+        sub = p.add_subparsers(dest="cascade", metavar="STEP", required=True)
+        f = sub.add_parser("fit", help="learn each stage's acceptance threshold on labelled turns, with a guarantee")
+        f.add_argument("stages", nargs="+", type=file_path, metavar="STAGE", help="scored turns, cheapest stage first")
+        f.add_argument("--label", help="label column (default: `label`, from the first stage that has one)")
+        f.add_argument("--positive", help="label value of the adherent class (default: read from the values)")
+        f.add_argument("--alpha", type=float, default=0.1, help="error rate allowed on accepted verdicts (default 0.1)")
+        f.add_argument("--delta", type=float, default=0.1, help="chance allowed that the guarantee fails (default 0.1)")
+        f.add_argument(
+            "--labels-from",
+            default="people",
+            choices=("people", "judge"),
+            help="who wrote the labels: people, or the strongest judge (the guarantee is then agreement with it)",
+        )
+        f.add_argument(
+            "-o", "--output", type=file_path, required=True, metavar="CASCADE.json", help="the cascade file, for apply"
+        )
+        a = sub.add_parser("apply", help="decide each turn by the first stage confident enough (or abstain)")
+        a.add_argument("stages", nargs="+", type=file_path, metavar="STAGE", help="scored turns, in the fit's order")
+        a.add_argument(
+            "--cascade", type=file_path, required=True, metavar="CASCADE.json", help="the file `cascade fit` wrote"
+        )
+        a.add_argument("-o", "--output", type=file_path, required=True, help="decided turns (.parquet, .jsonl, .csv)")
+
+    def run(self, args: argparse.Namespace) -> int:
+        return self._fit(args) if args.cascade == "fit" else self._apply(args)
+
+    def _fit(self, args: argparse.Namespace) -> int:
+        import numpy as np
+
+        from .._atomic import write_json_atomic
+        from ..data import DataError
+        from ..stats._cascade import fit_cascade
+
+        if len(args.stages) < 1:
+            raise OptionError("give at least one stage")
+        data = _stage_arrays(args.stages, args.label, args.positive)
+        if data["labels"] is None:
+            raise DataError("no stage has a label column; give --label", file=str(args.stages[0]))
+        keys = [k for k in data["keys"] if data["labels"].get(k) is not None]
+        if len(keys) < 2:
+            raise DataError(f"{len(keys)} labelled turns scored by every stage", file=str(args.stages[0]))
+        y = np.array([float(str(data["labels"][k]) == str(data["positive"])) for k in keys])
+        arrays = [_verdicts(s, keys) for s in data["stages"]]
+        fits = fit_cascade(arrays, y, alpha=args.alpha, delta=args.delta)
+        doc = {
+            "format": FORMAT,
+            "alpha": args.alpha,
+            "delta": args.delta,
+            "labels_from": args.labels_from,
+            "guarantee": (
+                f"with probability >= {1 - args.delta:g}, the verdicts the cascade accepts agree with the "
+                f"{'labels' if args.labels_from == 'people' else 'strongest judge'} at least "
+                f"{1 - args.alpha:.0%} of the time (turns drawn like the calibration turns)"
+            ),
+            "label_column": data["label"],
+            "positive": str(data["positive"]),
+            "n": len(keys),
+            "stages": [
+                {
+                    "stage": i,
+                    "path": s["path"],
+                    "digest": s["digest"],
+                    "method": s["method"],
+                    "judge": s["judge"],
+                    "score_threshold": s["score_threshold"],
+                    "options": s["options"],
+                    **fit,
+                }
+                for i, (s, fit) in enumerate(zip(data["stages"], fits), start=1)
+            ],
+        }
+        write_json_atomic(args.output, doc, indent=2)
+        print(f"wrote {args.output}", file=sys.stderr)
+        lines = [f"cascade on {len(keys)} labelled turns: alpha {args.alpha:g}, delta {args.delta:g}"]
+        for st in doc["stages"]:
+            t = st["threshold"]
+            lines.append(
+                f"  stage {st['stage']} ({st['method'] or st['path']}): "
+                + (
+                    f"accepts confidence >= {t:.4g}: {st['accepted']} of the {st['reaching']} turns reaching it, "
+                    f"{st['errors']} errors (p = {st['p_value']:.3g})"
+                    if t is not None
+                    else f"accepts nothing (its verdicts cannot be certified on the {st['reaching']} turns reaching it)"
+                )
+            )
+        print("\n".join(lines))
+        return 0
+
+    def _apply(self, args: argparse.Namespace) -> int:
+        import numpy as np
+        import pyarrow as pa
+
+        from ..data import DataError, write_table
+        from ..stats._cascade import apply_cascade
+
+        try:
+            doc = json.loads(open(args.cascade, encoding="utf-8").read())
+        except (OSError, ValueError) as exc:
+            raise DataError(f"not a cascade file ({exc})", file=str(args.cascade)) from None
+        if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+            raise DataError(f"not a cascade file (no format {FORMAT!r})", file=str(args.cascade))
+        if len(doc["stages"]) != len(args.stages):
+            raise OptionError(f"the cascade has {len(doc['stages'])} stages; {len(args.stages)} tables were given")
+        data = _stage_arrays(args.stages, None, doc.get("positive"))
+        keys = data["keys"]
+        arrays = [_verdicts(s, keys) for s in data["stages"]]
+        verdict, decided = apply_cascade(arrays, [st["threshold"] for st in doc["stages"]])
+        cols = {
+            "conversation_id": pa.array([str(k[0]) for k in keys], pa.string()),
+            "turn_index": pa.array([int(k[1]) for k in keys], pa.int32()),
+            "prediction": pa.array([None if np.isnan(v) else int(v) for v in verdict], pa.int8()),
+            "decided_by": pa.array([int(d) if d else None for d in decided], pa.int32()),
+            "status": pa.array(["ok" if d else "abstained" for d in decided], pa.string()),
+        }
+        for i, (_, c) in enumerate(arrays, start=1):
+            cols[f"stage{i}_confidence"] = pa.array(c, pa.float64())
+        write_table(pa.table(cols), args.output)
+        n = len(keys)
+        shares = [int((decided == i).sum()) for i in range(1, len(arrays) + 1)]
+        line = ", ".join(f"stage {i} {c} ({c / n:.1%})" for i, c in enumerate(shares, start=1))
+        print(f"{n} turns: {line}, abstained {int((decided == 0).sum())} ({(decided == 0).mean():.1%})")
+        if data["labels"] is not None:
+            lab = np.array([data["labels"].get(k) is not None for k in keys]) & (decided > 0)
+            if lab.any():
+                y = np.array([float(str(data["labels"].get(k)) == str(doc.get("positive"))) for k in keys])
+                agree = float((verdict[lab] == y[lab]).mean())
+                print(f"  agreement with the labels on {int(lab.sum())} decided labelled turns: {agree:.4f}")
+        print(f"wrote {args.output}", file=sys.stderr)
+        return 0
