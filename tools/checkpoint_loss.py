@@ -28,7 +28,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from platform_throughput import DEFAULT_PERSONA_CSV, make_persona_turns, workload  # noqa: E402
+from platform_throughput import DEFAULT_PERSONA_CSV, make_persona_turns, workload, write_report  # noqa: E402
 
 
 def _cmd(src: Path, out: Path, every: float, *extra: str) -> list[str]:
@@ -117,10 +117,7 @@ def main() -> int:
         "cpus": os.cpu_count(),
         "platform": platform.platform(),
     }
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
-    print(json.dumps(report, indent=2))
-    return 0 if report["correct"] else 1
+    return write_report(args.out, report)
 
 
 if __name__ == "__main__":

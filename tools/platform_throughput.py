@@ -198,8 +198,13 @@ def main() -> int:
         report["paths"]["ray_data"]["turns_per_s"] / report["paths"]["engine_ray"]["turns_per_s"]
     )
     report["correct"] = all(p["max_abs_diff"] <= 1e-6 for p in report["paths"].values())
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
+    return write_report(args.out, report)
+
+
+def write_report(out: str, report: dict) -> int:
+    """The report as JSON at ``out`` and on stdout; the exit code says whether its correctness check passed."""
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    Path(out).write_text(json.dumps(report, indent=2) + "\n")
     print(json.dumps(report, indent=2))
     return 0 if report["correct"] else 1
 

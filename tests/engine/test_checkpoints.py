@@ -45,6 +45,22 @@ def test_scores_do_not_depend_on_where_checkpoints_fall(tmp_path, synthetic, met
     assert not list((tmp_path / "chunked.parquet.work").glob("*"))  # removed with the work dir after success
 
 
+def _interrupt_after(monkeypatch, k: int) -> list:
+    """Ctrl-C as the worker starts its (k+1)-th piece of scoring (the one fault a real run cannot be made to
+    produce at a chosen point); returns the row counts of the pieces scored before it."""
+    real = _worker.score_turns
+    scored: list = []
+
+    def interrupted(table, *a, **kw):
+        if len(scored) == k:
+            raise KeyboardInterrupt
+        scored.append(table.num_rows)
+        return real(table, *a, **kw)
+
+    monkeypatch.setattr(_worker, "score_turns", interrupted)
+    return scored
+
+
 def test_an_interrupted_shard_resumes_from_its_checkpoints(tmp_path, synthetic, monkeypatch):
     """An interrupt in the third checkpoint of the only shard: the resumed job scores only what the first two
     do not hold, counts them as reused, and its output equals an uninterrupted run's."""
@@ -53,15 +69,7 @@ def test_an_interrupted_shard_resumes_from_its_checkpoints(tmp_path, synthetic, 
     reference = Engine(**kw).run(turns, tmp_path / "ref.parquet")
     monkeypatch.setattr(_worker, "FIRST_CHECKPOINT_ROWS", 1)
     real = _worker.score_turns
-    scored = []
-
-    def interrupted_on_third(table, *a, **k):  # the one fault: Ctrl-C at a chosen point
-        if len(scored) == 2:
-            raise KeyboardInterrupt
-        scored.append(table.num_rows)
-        return real(table, *a, **k)
-
-    monkeypatch.setattr(_worker, "score_turns", interrupted_on_third)
+    scored = _interrupt_after(monkeypatch, 2)
     out = tmp_path / "out.parquet"
     with pytest.raises(KeyboardInterrupt):
         Engine(checkpoint_every=1e-9, **kw).run(turns, out)
@@ -87,15 +95,7 @@ def test_a_checkpoint_that_does_not_match_is_scored_again(tmp_path, synthetic, m
     Engine(**kw).run(turns, tmp_path / "ref.parquet")
     monkeypatch.setattr(_worker, "FIRST_CHECKPOINT_ROWS", 1)
     real = _worker.score_turns
-    calls = []
-
-    def stop_on_fourth(table, *a, **k):
-        if len(calls) == 3:
-            raise KeyboardInterrupt
-        calls.append(table.num_rows)
-        return real(table, *a, **k)
-
-    monkeypatch.setattr(_worker, "score_turns", stop_on_fourth)
+    calls = _interrupt_after(monkeypatch, 3)
     out = tmp_path / "out.parquet"
     with pytest.raises(KeyboardInterrupt):
         Engine(checkpoint_every=1e-9, **kw).run(turns, out)
