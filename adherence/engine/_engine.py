@@ -266,7 +266,12 @@ class Engine:
                 _spill(source, src_path)
             source = src_path
         method = get_method(self.config.method)
+        # The job's progress is the only bar: models' and judges' own bars would overwrite it (and in a log each
+        # is a line of carriage returns).
         config = dataclasses.replace(self.config, progress=False)
+        if config.judge is not None and (config.judge.backend_options or {}).get("progress"):
+            opts = dict(config.judge.backend_options or {}, progress=False)
+            config = dataclasses.replace(config, judge=dataclasses.replace(config.judge, backend_options=opts))
         needs_references = method.uses_dataset_references(self.config)
         if self.options.executor == "ray":
             executor = self._executor = get_executor(self.options)

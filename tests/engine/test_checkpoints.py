@@ -171,3 +171,16 @@ def test_progress_lines_in_a_log_and_models_on_their_own_line(tmp_path, syntheti
     assert any(0 < c < n for c in counts), counts  # rows within the shard, before it finished
     assert counts == sorted(counts) and counts[-1] == n
     assert re.search(r"turns/s, ETA \d+:\d\d", err) and "shards 0/1 done" in err and "shards 1/1 done" in err
+
+
+def test_a_judge_job_in_a_log_shows_the_jobs_progress_and_no_other_bar(tmp_path, synthetic, tiny_llama_dir):
+    """The judge's own per-batch bar (and any model's) stays off inside a job: in a log it was a line of carriage
+    returns under the job's lines, on a terminal it overwrote the job's bar."""
+    src = write_table(synthetic(40), tmp_path / "in.parquet")
+    res = subprocess.run(
+        [sys.executable, "-m", "adherence", "score", str(src), "-o", str(tmp_path / "j.parquet"), "--judge-model",
+         str(tiny_llama_dir), "--bootstrap", "0", "--progress-every", "0.01", "--checkpoint-every", "0.5"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert "\r" not in res.stderr and "judging" not in res.stderr, res.stderr[-2000:]
+    assert re.search(r"scoring \(llm_judge\): \d+/\d+ turns", res.stderr)
