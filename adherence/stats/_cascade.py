@@ -21,7 +21,6 @@ from __future__ import annotations
 from typing import Optional
 
 import numpy as np
-from scipy.stats import binom
 
 from .._errors import OptionError
 
@@ -31,6 +30,8 @@ __all__ = ["apply_cascade", "binomial_p_value", "fit_cascade", "select_threshold
 def binomial_p_value(errors: int, n: int, alpha: float) -> float:
     """``P(Binomial(n, alpha) <= errors)``: small when ``errors`` out of ``n`` is implausible for an error rate of
     ``alpha`` or more (the exact test of "the error rate exceeds alpha")."""
+    from scipy.stats import binom
+
     if n == 0:
         return 1.0
     return float(binom.cdf(errors, n, alpha))

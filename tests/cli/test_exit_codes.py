@@ -36,7 +36,15 @@ def test_a_signal_in_the_first_moments_exits_130_or_143_without_a_traceback(tmp_
         "--no-progress",
     ]
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # SIGINT as a terminal delivers it: a test run started in the background inherits it ignored (a shell's
+    # background job), and a process that inherits SIGINT ignored keeps ignoring it, as Unix tools do.
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     while not _handler_installed(proc.pid, signal.SIGTERM):
         assert proc.poll() is None
         time.sleep(0.001)
