@@ -102,6 +102,9 @@ class CascadeCommand(Command):
         f.add_argument(
             "-o", "--output", type=file_path, required=True, metavar="CASCADE.json", help="the cascade file, for apply"
         )
+        f.add_argument(
+            "--html", type=file_path, metavar="OUT", help="write a page with each stage's error bound and threshold"
+        )
         a = sub.add_parser("apply", help="decide each turn by the first stage confident enough (or abstain)")
         a.add_argument("stages", nargs="+", type=file_path, metavar="STAGE", help="scored turns, in the fit's order")
         a.add_argument(
@@ -159,6 +162,18 @@ class CascadeCommand(Command):
         }
         write_json_atomic(args.output, doc, indent=2)
         print(f"wrote {args.output}", file=sys.stderr)
+        if args.html:
+            from ..report import write_cascade_html
+            from ..report._cascade import bound_curve
+
+            left = np.ones(len(keys), dtype=bool)
+            curves = []
+            for (v, c), fit in zip(arrays, fits):
+                usable = left & np.isfinite(c) & np.isfinite(v)
+                curves.append(bound_curve(c[usable], v[usable] == y[usable], args.alpha, fit["delta"]))
+                if fit["threshold"] is not None:
+                    left &= ~(usable & (c >= fit["threshold"]))
+            print(f"wrote {write_cascade_html(args.html, doc, curves)}", file=sys.stderr)
         lines = [f"cascade on {len(keys)} labelled turns: alpha {args.alpha:g}, delta {args.delta:g}"]
         for st in doc["stages"]:
             t = st["threshold"]

@@ -7,7 +7,7 @@ cascades in Jung et al., "Trust or Escalate", ICLR 2025): candidate thresholds a
 down; at each, the null hypothesis "the error rate of the verdicts accepted at this threshold exceeds alpha" is
 tested with the exact binomial tail ``P(Binomial(n, alpha) <= errors)``, and the sequence stops at the first
 threshold whose p-value exceeds ``delta`` (it starts at the first threshold accepting enough turns for a
-certificate to be possible at all). Every threshold before it is certified; the lowest one (accepting
+certificate to be possible at all, and steps by about 2% of the turns). Every threshold before it is certified; the lowest one (accepting
 the most turns) is chosen. A stage that cannot certify even its most confident verdicts accepts nothing.
 
 In a cascade each stage is fitted on the calibration turns the earlier stages did not accept, with ``delta``
@@ -37,7 +37,7 @@ def binomial_p_value(errors: int, n: int, alpha: float) -> float:
     return float(binom.cdf(errors, n, alpha))
 
 
-def select_threshold(confidence, correct, *, alpha: float, delta: float, min_accepted: int = 1) -> dict:
+def select_threshold(confidence, correct, *, alpha: float, delta: float, min_accepted: int = 1, grid: int = 50) -> dict:
     """The lowest confidence threshold certified by fixed-sequence testing (see the module's text).
 
     Args:
@@ -45,6 +45,7 @@ def select_threshold(confidence, correct, *, alpha: float, delta: float, min_acc
         correct: whether its verdict agrees with the label.
         alpha: the error rate allowed on accepted turns.
         delta: the chance allowed that the chosen threshold's true error rate exceeds ``alpha``.
+        grid: at most this many thresholds are tested (one every ``len / grid`` turns accepted).
 
     Returns:
         ``{"threshold", "accepted", "errors", "p_value", "tested"}``; ``threshold`` is None when nothing is
@@ -67,8 +68,15 @@ def select_threshold(confidence, correct, *, alpha: float, delta: float, min_acc
     # be certified even with no error ((1 - alpha)^n0 <= delta), so it is not tested (the order, and where it
     # starts, depend on the confidences alone, never on the labels).
     n0 = max(min_accepted, int(np.ceil(np.log(delta) / np.log1p(-alpha))))
-    last_of_value = last_of_value[last_of_value + 1 >= n0]
-    for tested, i in enumerate(last_of_value, start=1):
+    if not len(c) or n0 > len(c):
+        return chosen
+    # Candidates every ~2% of the turns (at most `grid` tests): between two tests the accepted set grows enough
+    # that one unlucky error among the most confident turns does not end the sequence (with a step of one turn
+    # the p-value jumps with every error); the grid, like the start, comes from the confidences alone.
+    step = max(1, int(np.ceil(len(c) / grid)))
+    wanted = np.minimum(np.arange(n0, len(c) + step, step), len(c))
+    candidates = np.unique(last_of_value[np.searchsorted(last_of_value + 1, wanted)])
+    for tested, i in enumerate(candidates, start=1):
         n, e = int(i + 1), int(errors[i])
         p = binomial_p_value(e, n, alpha)
         if p > delta:

@@ -121,3 +121,33 @@ def test_fit_and_apply_on_scored_tables(tmp_path, capsys):
     agree = float(text.split("decided labelled turns: ")[1].split()[0])
     assert agree >= 1 - 0.05  # the calibration turns themselves: each stage's accepted errors were bounded
     assert main(["cascade", "apply", stages[0], "--cascade", str(cas), "-o", str(out)]) == 2  # wrong stage count
+
+
+def test_the_page_draws_the_exact_upper_bound(tmp_path):
+    """The page's curve is the one-sided Clopper-Pearson bound (statsmodels' two-sided 'beta' interval at twice the
+    level), and the chosen threshold is where it last stays under alpha."""
+    from statsmodels.stats.proportion import proportion_confint
+
+    from adherence.report._cascade import bound_curve
+
+    rng = np.random.default_rng(3)
+    c, ok = _population(rng, 400)
+    t, observed, upper = bound_curve(c, ok, 0.1, 0.05)
+    order = np.argsort(-c)
+    for k in (30, 120, 399):
+        n, e = k + 1, int((~ok[order][: k + 1]).sum())
+        assert upper[k] == pytest.approx(proportion_confint(e, n, alpha=0.1, method="beta")[1], rel=1e-9)
+        assert observed[k] == pytest.approx(e / n)
+    r = select_threshold(c, ok, alpha=0.1, delta=0.05)
+    chosen = int(np.flatnonzero(t == r["threshold"])[0])
+    assert upper[chosen] <= 0.1 + 1e-12  # certified there (p <= delta <=> the bound is under alpha)
+
+    rng = np.random.default_rng(4)
+    y = rng.integers(0, 2, 600)
+    _stage(tmp_path / "a.parquet", y, 0.2, rng)
+    _stage(tmp_path / "b.parquet", y, 0.08, rng, label=False)
+    page = tmp_path / "cascade.html"
+    argv = ["cascade", "fit", str(tmp_path / "a.parquet"), str(tmp_path / "b.parquet"), "-o", str(tmp_path / "c.json")]
+    assert main([*argv, "--html", str(page)]) == 0
+    text = page.read_text()
+    assert "<svg" in text and "upper bound" in text and "What next" in text and "a.parquet" in text
