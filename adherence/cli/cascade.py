@@ -9,15 +9,13 @@ are already scored: each turn is decided by the first stage confident enough, or
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import Optional
 
 from .._errors import OptionError
 from .._options import file_path
+from ..cascade._file import FORMAT, load_cascade
 from .main import Command
-
-FORMAT = "adherence-cascade/1"
 
 
 def _stage_arrays(paths: list, label: Optional[str], positive: Optional[str]) -> dict:
@@ -193,15 +191,10 @@ class CascadeCommand(Command):
         import numpy as np
         import pyarrow as pa
 
-        from ..data import DataError, write_table
+        from ..data import write_table
         from ..stats._cascade import apply_cascade
 
-        try:
-            doc = json.loads(open(args.cascade, encoding="utf-8").read())
-        except (OSError, ValueError) as exc:
-            raise DataError(f"not a cascade file ({exc})", file=str(args.cascade)) from None
-        if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-            raise DataError(f"not a cascade file (no format {FORMAT!r})", file=str(args.cascade))
+        doc = load_cascade(args.cascade)
         if len(doc["stages"]) != len(args.stages):
             raise OptionError(f"the cascade has {len(doc['stages'])} stages; {len(args.stages)} tables were given")
         data = _stage_arrays(args.stages, None, doc.get("positive"))

@@ -21,7 +21,9 @@ def _summary(summary: dict) -> str:
         f"method {s['method']}: {what} in {s['elapsed_s']:.1f}s ({s['turns_per_s'] or 0:.1f} turns/s), "
         f"{s['shards']} shard(s) on {s['executor']}"
         + (f", {s['shards_resumed']} resumed" if s["shards_resumed"] else ""),
-        f"  ok {s['ok']}  error {s['error']}  unscored {s['unscored']}  sessions {s['sessions']}",
+        f"  ok {s['ok']}  error {s['error']}  unscored {s['unscored']}"
+        + (f"  skipped {s['skipped']} (context rows, score_turn false)" if s.get("skipped") else "")
+        + f"  sessions {s['sessions']}",
     ]
     if s.get("retried_shards") or s.get("workers_lost"):
         lines.append(f"  {s['retried_shards']} shard(s) retried, {s['workers_lost']} worker(s) lost")
@@ -118,6 +120,14 @@ class ScoreCommand(Command):
             help="turn scores: .parquet, .jsonl or .csv, a local path or an "
             "s3:// / gs:// / hdfs:// URI (required unless --dry-run)",
         )
+        p.add_argument(
+            "--cascade",
+            type=file_path,
+            metavar="CASCADE.json",
+            help="score through a cascade from `adherence cascade fit`: stage 1 on every turn, each later stage as "
+            "its own resumable pass over only the turns the earlier ones did not accept (their conversations as "
+            "history); a turn no stage accepts is status=abstained. The stages' scoring options come from the file",
+        )
         add_arguments(p, RoleConfig, ["method"])
         add_arguments(p, EngineOptions, ["ground_truth"])
         add_arguments(p, RoleConfig, ["reference_pool", "alpha"])
@@ -207,6 +217,8 @@ class ScoreCommand(Command):
 
         if args.input is None:
             raise OptionError("give the input file (or `input:` in --config)")
+        if args.cascade:
+            return self._run_cascade(args, role_text)
         if args.output is None and not args.dry_run:
             raise OptionError("give -o/--output (or `output:` in --config)")
         if args.estimate and not args.dry_run:
@@ -295,3 +307,95 @@ class ScoreCommand(Command):
             print(f"adherence score: failed: {failure}", file=sys.stderr)
             return 1
         return 0
+
+    # Options that never change a score, and the job's own: what a --cascade run may still set (the stages'
+    # scoring options are the cascade file's).
+    _CASCADE_ALLOWED = {
+        "input",
+        "output",
+        "config_file",
+        "sessions_output",
+        "cascade",
+        "device",
+        "batch_size",
+        "no_progress",
+        "max_error_rate",
+        "role_text",
+        "role_file",
+    }
+
+    def _run_cascade(self, args: argparse.Namespace, role_text) -> int:
+        import dataclasses
+
+        from .._options import values
+        from ..cascade import CascadeEngine, load_cascade, stage_configs
+        from ..engine import EngineOptions
+
+        if args.output is None:
+            raise OptionError("give -o/--output (or `output:` in --config)")
+        if args.dry_run:
+            raise OptionError("--dry-run does not take --cascade: dry-run a stage by its own options")
+        parser = argparse.ArgumentParser(add_help=False)
+        self.add_args(parser)
+        defaults = vars(parser.parse_args([]))
+        engine = {f.name for f in dataclasses.fields(EngineOptions)}
+        for action in parser._actions:
+            d = action.dest
+            if d in engine or d in self._CASCADE_ALLOWED or d == "help" or not action.option_strings:
+                continue
+            if getattr(args, d, None) != defaults.get(d):
+                raise OptionError(
+                    f"{action.option_strings[-1]}: with --cascade each stage's scoring options come from the cascade "
+                    "file (recorded from the stage's own output); drop it, or score and fit again"
+                )
+        doc = load_cascade(args.cascade)
+        configs = stage_configs(
+            doc,
+            path=str(args.cascade),
+            overrides={"device": args.device, "batch_size": args.batch_size, "progress": not args.no_progress},
+        )
+        job = {
+            "command": "score",
+            "config_file": getattr(args, "_job_file", None),
+            "from_config_file": sorted(getattr(args, "_job_values", {})),
+            "options": {k: v for k, v in vars(args).items() if not k.startswith("_")},
+        }
+        options = EngineOptions(role=role_text, progress=not args.no_progress, **values(EngineOptions, args))
+        result = CascadeEngine(doc, configs, options=options, job=job, cascade_path=str(args.cascade)).run(
+            args.input, args.output, sessions_output=args.sessions_output
+        )
+        print(cascade_summary(result.summary))
+        print(f"wrote {result.output} and {result.sessions_output}", file=sys.stderr)
+        failure = job_failure(result.summary, args.max_error_rate)
+        if failure:
+            print(f"adherence score: failed: {failure}", file=sys.stderr)
+            return 1
+        return 0
+
+
+def cascade_summary(summary: dict) -> str:
+    """A cascade job in a few lines: per stage the turns it saw and decided, its time and judge calls, then the
+    outcome and the cost against the last stage on every turn."""
+    s = summary
+    scored = s["turns"] - s.get("skipped", 0)
+    lines = [f"cascade: {scored} turns in {s['elapsed_s']:.1f}s ({s.get('guarantee') or 'no guarantee recorded'})"]
+    for st in s["stages"]:
+        u = st.get("judge_usage") or {}
+        calls = f", {u['calls']:,} judge calls" if u.get("calls") else ""
+        lines.append(
+            f"  stage {st['stage']} {st['judge'] or st['method']}: scored {st['turns']} turns, decided "
+            f"{st['decided']} ({st['share_decided']:.1%}) in {st['elapsed_s']:.1f}s{calls}"
+        )
+    lines.append(
+        f"  ok {s['ok']}  abstained {s['abstained']}  error {s['error']}"
+        + (f"  skipped {s['skipped']}" if s.get("skipped") else "")
+        + f"  sessions {s['sessions']}"
+    )
+    c = s.get("cost_vs_last_stage")
+    if c:
+        lines.append(
+            f"  {c['escalated_to_last']} turns ({c['escalated_share']:.1%}) reached the last stage; the cascade took "
+            f"{c['cascade_s']:.1f}s against ~{c['estimated_s']:.1f}s for the last stage on every turn "
+            f"({c['time_share']:.0%}, at its measured cost per turn)"
+        )
+    return "\n".join(lines)

@@ -30,6 +30,7 @@ from ._contracts import (
     TURNS,
     Column,
     Contract,
+    turns_to_score,
 )
 from ._errors import DataError
 from ._io import FORMATS, detect_format, iter_batches, read_table, records_to_table, write_table
@@ -72,6 +73,7 @@ __all__ = [
     "TURN_SCORES",
     "GROUND_TRUTH",
     "TURN_STATUS",
+    "turns_to_score",
     "conform",
     "detect_format",
     "example_path",

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
+import numpy as np
 import pyarrow as pa
 
 __all__ = [
@@ -27,10 +28,13 @@ __all__ = [
     "PERSONAS",
     "CONTRACTS",
     "TURN_STATUS",
+    "turns_to_score",
     "P_YES_SOURCES",
 ]
 
-TURN_STATUS = ("ok", "unscored", "error")
+#: ``skipped``: a context row (``score_turn`` false), read as history for the turns after it but not scored;
+#: ``abstained``: no stage of a judge cascade was confident enough to decide the turn (not an error)
+TURN_STATUS = ("ok", "unscored", "error", "skipped", "abstained")
 P_YES_SOURCES = ("full_vocab", "logprobs", "fallback_0.5", "binary_fallback")
 
 
@@ -103,6 +107,7 @@ TURNS = Contract(
         Column("references", pa.list_(_S), required=False),
         Column("label", _S, required=False),
         Column("weight", pa.float64(), required=False),
+        Column("score_turn", pa.bool_(), required=False),
     ),
     key=("conversation_id", "turn_index"),
 )
@@ -224,3 +229,13 @@ CONTRACTS = {
         PERSONAS,
     )
 }
+
+
+def turns_to_score(table: pa.Table) -> np.ndarray:
+    """Which rows are scored: all, unless a ``score_turn`` column marks some false (null counts as true). A row
+    marked false is context: the turns after it read it as history (a judge's prompt holds it), it gets
+    ``status=skipped`` and no score, and a judge makes no call for it."""
+    if "score_turn" not in table.column_names:
+        return np.ones(table.num_rows, dtype=bool)
+    col = table.column("score_turn").cast(pa.bool_()).fill_null(True)
+    return np.asarray(col.to_numpy(zero_copy_only=False), dtype=bool)

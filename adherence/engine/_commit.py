@@ -80,6 +80,8 @@ _WORK_DIRS = {
     "shards": re.compile(r"^(input-\d{5}\.arrow|\..*\.tmp)$"),
     "out": re.compile(r"^(shard-\d{5}\.(parquet|done\.json)|\..*\.tmp)$"),
     "checkpoints": re.compile(r"^(shard-\d{5}-\d{5}\.(parquet|json)|\..*\.tmp)$"),
+    # a cascade's passes: each stage's work dir, output, sessions, metadata and locks, and the next pass's input
+    "cascade": re.compile(r"^(\.?stage\d+([-.].*)?|\..*\.tmp)$"),
 }
 _TMP = re.compile(r"^\..*\.tmp$")
 _PROBE = re.compile(r"^\.reachable-[0-9a-f]{32}$")  # the token a Ray job's reachability check writes
@@ -667,8 +669,10 @@ class WorkDir:
 
     def _finished_shards(self) -> bool:
         """Finished shards, or checkpoints of a shard half done: work a ``--resume`` would reuse."""
-        return any(n.endswith(".done.json") for n in self.store.names(self.path / "out")) or any(
-            n.endswith(".json") for n in self.store.names(self.path / "checkpoints")
+        return (
+            any(n.endswith(".done.json") for n in self.store.names(self.path / "out"))
+            or any(n.endswith(".json") for n in self.store.names(self.path / "checkpoints"))
+            or bool(self.store.names(self.path / "cascade"))  # a cascade's passes (each keeps its own work)
         )
 
     def foreign_entries(self) -> list[str]:

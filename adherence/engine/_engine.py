@@ -549,7 +549,9 @@ class Engine:
                     f"the output holds {written} rows, the input {plan.total_rows}; nothing was published"
                 )
             elapsed = time.perf_counter() - start
-            totals = {k: sum(getattr(r, k) for r in results.values()) for k in ("rows", "ok", "error", "unscored")}
+            totals = {
+                k: sum(getattr(r, k) for r in results.values()) for k in ("rows", "ok", "error", "unscored", "skipped")
+            }
             # finished by an earlier run: whole shards, and the checkpoints of shards it left half done
             reused = sum(r.rows if r.resumed else r.reused for r in results.values())
             models: dict = next((r.models for r in results.values() if r.models), {})
@@ -560,6 +562,7 @@ class Engine:
                 "ok": totals["ok"],
                 "error": totals["error"],
                 "unscored": totals["unscored"],
+                "skipped": totals["skipped"],
                 "sessions": n_sessions,
                 "shards": len(plan.shards),
                 "shards_resumed": sum(1 for r in results.values() if r.resumed),

@@ -36,7 +36,7 @@ class ShardTask:
 
 @dataclass(frozen=True)
 class ShardResult:
-    """What scoring one shard gave: row counts by status, the output's content digest, and who scored it.
+    """What scoring one shard gave: row counts by status (``skipped``: context rows, not scored), the output's content digest, and who scored it.
 
     ``failed`` is the one-line reason when scoring the shard raised (its rows are then kept as
     ``status=error`` and ``--resume`` scores it again); ``resumed`` marks a result read back from an
@@ -58,6 +58,7 @@ class ShardResult:
     judge_usage: dict = field(default_factory=dict)
     resumed: bool = False
     reused: int = 0
+    skipped: int = 0
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
@@ -75,7 +76,7 @@ class ShardResult:
             res = cls(**d)
         except TypeError:
             return None
-        ints = (res.shard_id, res.rows, res.ok, res.error, res.unscored, res.reused)
+        ints = (res.shard_id, res.rows, res.ok, res.error, res.unscored, res.reused, res.skipped)
         if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in ints):
             return None
         if not isinstance(res.digest, str) or not res.digest:

@@ -329,6 +329,7 @@ class ShardWorker:
             ok=status.count("ok"),
             error=status.count("error"),
             unscored=status.count("unscored"),
+            skipped=status.count("skipped"),
             failed=failed,
             digest=digest(task.output),
             seconds=time.perf_counter() - start,

@@ -8,10 +8,12 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any, Literal, Optional
 
+import numpy as np
 import pyarrow as pa
 
 from .._errors import OptionError
 from .._options import file_path, model_name, option
+from ..data import turns_to_score
 from ._backend import JudgeBackend, JudgeOutput, get_backend, score_options
 from ._cache import JudgeCache
 from ._parse import parse_turn_verdicts, variant_sets
@@ -367,6 +369,7 @@ class RoleJudge:
         rows = turns.select(
             [k for k in ("conversation_id", "turn_index", "role", "user", "assistant") if k in turns.column_names]
         ).to_pylist()
+        scored = turns_to_score(turns)  # context rows (score_turn false): history for later turns, no call
         order = sorted(range(n), key=lambda i: (rows[i]["conversation_id"], rows[i]["turn_index"]))
         per_turn: list[tuple[int, JudgeRequest]] = []
         per_conv: list[tuple[list[int], JudgeRequest]] = []
@@ -402,7 +405,7 @@ class RoleJudge:
                 system=c.system,
                 layout=c.layout,
             )
-            per_turn.extend((i, r) for i, r in zip(members, reqs) if i not in errors)
+            per_turn.extend((i, r) for i, r in zip(members, reqs) if i not in errors and scored[i])
         return per_turn, per_conv, errors
 
     def score(self, turns: pa.Table) -> dict:
@@ -430,6 +433,8 @@ class RoleJudge:
             self._score_conversations(per_conv, cols)
         if per_turn:
             self._score_turns(per_turn, cols)
+        for i in np.flatnonzero(~turns_to_score(turns)):
+            cols["status"][i], cols["error"][i] = "skipped", None
         for i in range(n):
             if cols["status"][i] is None:
                 cols["status"][i] = "ok" if cols["score"][i] is not None else "error"

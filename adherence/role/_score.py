@@ -7,9 +7,10 @@ from typing import Any, Optional, Union
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from .._errors import OptionError
-from ..data import TURN_SCORES, TURNS, read_table
+from ..data import TURN_SCORES, TURNS, read_table, turns_to_score
 from ._base import Resources, RoleConfig, get_method
 
 __all__ = ["score_turns", "aggregate_sessions", "bad_weight_rows"]
@@ -56,6 +57,9 @@ def score_turns(
     for i, why in bad_weight_rows(table):  # a bad weight would poison its session: the row is an error instead
         ok[i] = False
         status[i], errors[i] = "error", why
+    for i in np.flatnonzero(~turns_to_score(table)):  # context rows: history for later turns, never a score
+        ok[i] = False
+        status[i], errors[i] = "skipped", None
     pred = [int(s >= config.threshold) if k else None for s, k in zip(score, ok)]
     out = table
     cols = {
@@ -143,7 +147,8 @@ def aggregate_sessions(
     first turns each score into a decision (score >= ``threshold``: 1, else 0) and
     averages those (pygaussia's binary session score). ``strict_mode`` makes a session
     1.0 only if every turn was scored and reaches ``threshold``: a turn left unscored
-    or in error makes it 0.0, since it cannot be shown to adhere. ``ci_low``/``ci_high``
+    or in error makes it 0.0, since it cannot be shown to adhere (a context row, ``status=skipped``, is not one of
+    the session's turns). ``ci_low``/``ci_high``
     is a percentile bootstrap over the session's scored turns (the same resamples as
     ``adherence.stats.bootstrap_ci`` with ``seed``, computed for all sessions of one
     length at once). A session with no scored turn, or whose scored turns all weigh 0,
@@ -167,7 +172,12 @@ def aggregate_sessions(
     uniq, first, inverse = np.unique(code, return_index=True, return_inverse=True)
     order = np.argsort(first, kind="stable")  # sessions in order of first appearance
     n = len(uniq)
-    n_turns = np.bincount(inverse, minlength=n)
+    counted = np.ones(len(s), dtype=bool)
+    if "status" in scores.column_names:  # context rows (status skipped) are not the session's turns
+        counted = np.asarray(
+            pc.not_equal(scores.column("status"), "skipped").fill_null(True).to_numpy(zero_copy_only=False), dtype=bool
+        )
+    n_turns = np.bincount(inverse[counted], minlength=n)
     ok = np.isfinite(s) & np.isfinite(w) & (w >= 0)
     sw = np.bincount(inverse[ok], weights=(s * w)[ok], minlength=n)
     wsum = np.bincount(inverse[ok], weights=w[ok], minlength=n)
