@@ -28,7 +28,7 @@ LAYERS = [
     ["index", "judges"],
     ["role"],
     ["engine", "audit", "persona"],
-    ["ray_data", "spark", "report", "bench"],
+    ["ray_data", "spark", "report", "bench", "cascade"],
     ["cli"],
     ["__main__"],
 ]

@@ -120,6 +120,7 @@ class CascadeEngine(Engine):
                 pending = _scored_rows(table)
                 index = np.arange(table.num_rows)
             else:
+                assert keys is not None
                 index = _align(keys, _keys(table), k)
             n = first.num_rows
             score = np.full(n, np.nan)
@@ -192,7 +193,8 @@ class CascadeEngine(Engine):
             last_error[r] = [f"stage {k}: {e}" for e in er[r]]
         bad = (decided == 0) & (last_status == "error")
         status[bad] = "error"
-        error = np.where(bad, last_error, None)
+        error = np.full(n, None, dtype=object)
+        error[bad] = last_error[bad]
         status[context] = "skipped"
         base = first.drop_columns(
             [

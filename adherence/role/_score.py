@@ -57,9 +57,9 @@ def score_turns(
     for i, why in bad_weight_rows(table):  # a bad weight would poison its session: the row is an error instead
         ok[i] = False
         status[i], errors[i] = "error", why
-    for i in np.flatnonzero(~turns_to_score(table)):  # context rows: history for later turns, never a score
-        ok[i] = False
-        status[i], errors[i] = "skipped", None
+    for j in np.flatnonzero(~turns_to_score(table)):  # context rows: history for later turns, never a score
+        ok[j] = False
+        status[j], errors[j] = "skipped", None
     pred = [int(s >= config.threshold) if k else None for s, k in zip(score, ok)]
     out = table
     cols = {
