@@ -28,6 +28,10 @@ COMMANDS = {
         "adherence.cli.cascade:CascadeCommand",
         "judge cascades: accept a cheap judge's verdict only where it is confident enough, with a guarantee",
     ),
+    "compare": (
+        "adherence.cli.compare:CompareCommand",
+        "two score outputs of the same turns, paired; --fail-if-worse-by D gates a release",
+    ),
     "audit": ("adherence.cli.audit:AuditCommand", "instruction-adherence audits with judge stability"),
     "persona": (
         "adherence.cli.persona:PersonaCommand",

@@ -1,0 +1,203 @@
+"""``adherence compare OLD NEW``: two score outputs of the same turns, paired; a gate for CI pipelines."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any, Optional
+
+from .._errors import OptionError
+from .._options import file_path
+from .main import Command
+
+_KEYS = ("conversation_id", "turn_index")
+
+
+def _read(path: str) -> Any:
+    import pyarrow as pa
+
+    from ..data import DataError, read_table
+
+    t = read_table(path)
+    for col in (*_KEYS, "score"):
+        if col not in t.column_names:
+            raise DataError(f"a score output needs a {col} column", file=str(path), column=col)
+    cols = {
+        "conversation_id": t.column("conversation_id").cast(pa.string()),
+        "turn_index": t.column("turn_index").cast(pa.int64()),
+        "score": t.column("score").cast(pa.float64()),
+    }
+    for extra, typ in (("prediction", pa.float64()), ("status", pa.string()), ("label", pa.string()),
+                       ("role", pa.string())):  # fmt: skip
+        if extra in t.column_names:
+            cols[extra] = t.column(extra).cast(typ)
+    out = pa.table(cols)
+    import pyarrow.compute as pc
+
+    keys = pc.binary_join_element_wise(
+        out.column("conversation_id"), pc.cast(out.column("turn_index"), pa.string()), "\x00"
+    )
+    if pc.count_distinct(keys).as_py() != out.num_rows:
+        raise DataError("a turn appears twice (conversation_id, turn_index): not one score output", file=str(path))
+    return out
+
+
+def compare_outputs(old: str, new: str, *, n_bootstrap: int = 2000, seed: int = 0, level: float = 0.95,
+                    top: int = 20, by: tuple = ("label", "role")) -> dict:  # fmt: skip
+    """The comparison ``adherence compare`` prints: overall, per label and per role, McNemar, the rows present in
+    one output only, and the turns and conversations that changed most."""
+    import numpy as np
+    import pyarrow as pa
+
+    from ..stats._compare import compare_paired
+
+    a, b = _read(old), _read(new)
+    both = a.join(b, list(_KEYS), join_type="inner", left_suffix="_old", right_suffix="_new")
+    keys_a = set(zip(a.column("conversation_id").to_pylist(), a.column("turn_index").to_pylist()))
+    keys_b = set(zip(b.column("conversation_id").to_pylist(), b.column("turn_index").to_pylist()))
+    only_old, only_new = sorted(keys_a - keys_b), sorted(keys_b - keys_a)  # counted and listed, never dropped
+
+    def col(name: str) -> Optional[np.ndarray]:
+        if name not in both.column_names:
+            return None
+        return both.column(name).cast(pa.float64()).fill_null(np.nan).to_numpy(zero_copy_only=False)
+
+    cid = np.asarray(both.column("conversation_id").to_pylist(), dtype=object)
+    so, sn = col("score_old"), col("score_new")
+    po, pn = col("prediction_old"), col("prediction_new")
+    kw = {"n_bootstrap": n_bootstrap, "seed": seed, "level": level}
+    result: dict = {"old": str(old), "new": str(new), "confidence": level, "n_bootstrap": n_bootstrap,
+                    **compare_paired(cid, so, sn, po, pn, **kw)}  # fmt: skip
+    result["only_in_old"] = {"count": len(only_old), "first": [list(k) for k in only_old[:top]]}
+    result["only_in_new"] = {"count": len(only_new), "first": [list(k) for k in only_new[:top]]}
+    groups: dict = {}
+    for name in by:
+        values = None
+        for side in ("", "_old", "_new"):  # a column both carry is joined into name_old / name_new
+            if f"{name}{side}" in both.column_names:
+                values = both.column(f"{name}{side}").to_pylist()
+                break
+        if values is None:
+            continue
+        vals = np.asarray(["(none)" if v is None else str(v) for v in values], dtype=object)
+        per: dict = {}
+        for v in sorted(set(vals)):
+            m = vals == v
+            per[v] = compare_paired(cid[m], so[m], sn[m], None if po is None else po[m],
+                                    None if pn is None else pn[m], **kw)  # fmt: skip
+        groups[name] = per
+    result["by"] = groups
+    d = sn - so
+    fin = np.isfinite(d)
+    order = np.argsort(-np.abs(np.where(fin, d, 0)), kind="stable")[: min(top, int(fin.sum()))]
+    ti = both.column("turn_index").to_pylist()
+    result["changed_turns"] = [
+        {"conversation_id": cid[i], "turn_index": ti[i], "old": float(so[i]), "new": float(sn[i]),
+         "change": float(d[i])}
+        for i in order
+    ]  # fmt: skip
+    uniq, inverse = np.unique(cid.astype(str), return_inverse=True)
+    sums = np.bincount(inverse[fin], weights=d[fin], minlength=len(uniq))
+    counts = np.bincount(inverse[fin], minlength=len(uniq))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
+    corder = np.argsort(-np.abs(np.nan_to_num(mean)), kind="stable")[: min(top, int((counts > 0).sum()))]
+    result["changed_conversations"] = [
+        {"conversation_id": str(uniq[i]), "turns": int(counts[i]), "mean_change": float(mean[i])} for i in corder
+    ]
+    return result
+
+
+def format_compare(r: dict) -> str:
+    level = int(round(100 * r["confidence"]))
+    lines = [f"{r['n_both_scored']:,} turns scored in both ({level}% intervals resample whole conversations)"]
+
+    def row(name: str, x: Optional[dict]) -> None:
+        if not x or x.get("diff") is None:
+            return
+        lines.append(
+            f"  {name:<16}{x['old']:.4f} -> {x['new']:.4f}  difference {x['diff']:+.4f} "
+            f"[{x['ci_low']:+.4f}, {x['ci_high']:+.4f}]  ({x['clusters']:,} conversations)"
+        )
+
+    row("mean score", r.get("score"))
+    row("violation rate", r.get("violation_rate"))
+    m = r.get("mcnemar")
+    if m:
+        lines.append(
+            f"  McNemar exact: {m['b']} turns adherent -> violation, {m['c']} violation -> adherent, p = {m['p_value']:.4g}"
+        )
+    for side in ("only_in_old", "only_in_new"):
+        o = r[side]
+        if o["count"]:
+            first = ", ".join(f"{c}#{t}" for c, t in o["first"][:5])
+            lines.append(f"  {o['count']} turn(s) {side.replace('_', ' ')}: {first}{', ...' if o['count'] > 5 else ''}")
+    for name, per in r.get("by", {}).items():
+        lines.append(f"by {name}:")
+        for v, x in per.items():
+            label = v if len(v) <= 40 else v[:37] + "..."
+            vr = x.get("violation_rate") or {}
+            what = x["score"] if vr.get("diff") is None else vr
+            kind = "violation rate" if vr.get("diff") is not None else "mean score"
+            if what.get("diff") is None:
+                continue
+            lines.append(
+                f"  {label:<42}{kind} {what['old']:.4f} -> {what['new']:.4f} ({what['diff']:+.4f} "
+                f"[{what['ci_low']:+.4f}, {what['ci_high']:+.4f}], {x['n_both_scored']} turns)"
+            )
+    if r.get("changed_turns"):
+        lines.append("changed most:")
+        for t in r["changed_turns"][:5]:
+            lines.append(f"  {t['conversation_id']}#{t['turn_index']}: {t['old']:.4f} -> {t['new']:.4f}")
+    return "\n".join(lines)
+
+
+class CompareCommand(Command):
+    name = "compare"
+
+    def add_args(self, p: argparse.ArgumentParser) -> None:
+        p.add_argument("old", type=file_path, metavar="OLD", help="the earlier score output (the baseline)")
+        p.add_argument("new", type=file_path, metavar="NEW", help="the new score output of the same turns")
+        p.add_argument(
+            "--fail-if-worse-by",
+            type=float,
+            metavar="D",
+            help="a gate: exit 1 unless the new violation rate is shown to be worse by at most D (the interval's "
+            "upper bound on new - old is <= D); the reason on one line",
+        )
+        p.add_argument("--confidence", type=float, default=0.95, help="coverage of the intervals (default 0.95)")
+        p.add_argument("--bootstrap", type=int, default=2000, metavar="B", help="resamples (default 2000)")
+        p.add_argument("--seed", type=int, default=0, help="seed of the resamples (default 0)")
+        p.add_argument("--top", type=int, default=20, metavar="N", help="turns and conversations listed (default 20)")
+        p.add_argument("--json", action="store_true", help="print the result as JSON on standard output")
+        p.add_argument("--html", type=file_path, metavar="FILE", help="also write a page with the differences drawn")
+
+    def run(self, args: argparse.Namespace) -> int:
+        from ..stats._compare import gate
+
+        if not 0 < args.confidence < 1:
+            raise OptionError(f"--confidence must be in (0, 1), got {args.confidence}")
+        if args.bootstrap < 1 or args.top < 0:
+            raise OptionError("--bootstrap must be >= 1 and --top >= 0")
+        if args.fail_if_worse_by is not None and not 0 <= args.fail_if_worse_by < 1:
+            raise OptionError(f"--fail-if-worse-by is a difference of rates in [0, 1), got {args.fail_if_worse_by}")
+        result = compare_outputs(
+            args.old, args.new, n_bootstrap=args.bootstrap, seed=args.seed, level=args.confidence, top=args.top
+        )
+        reason = None
+        if args.fail_if_worse_by is not None:
+            reason = gate(result, args.fail_if_worse_by)
+            result["gate"] = {"fail_if_worse_by": args.fail_if_worse_by, "passed": reason is None, "reason": reason}
+        if args.html:
+            from ..report import write_compare_html
+
+            print(f"wrote {write_compare_html(args.html, result)}", file=sys.stderr)
+        print(json.dumps(result, indent=2, allow_nan=False) if args.json else format_compare(result))
+        if reason is not None:
+            print(f"adherence compare: failed: {reason}", file=sys.stderr)
+            return 1
+        if args.fail_if_worse_by is not None:
+            print(f"adherence compare: passed: the violation rate is not worse by more than {args.fail_if_worse_by:g}",
+                  file=sys.stderr)  # fmt: skip
+        return 0

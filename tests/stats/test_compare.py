@@ -1,0 +1,131 @@
+"""`adherence compare`: McNemar against statsmodels, the conversation bootstrap against a brute-force one and by
+coverage (a turn-level bootstrap is too narrow on clustered turns), and the command with its gate."""
+
+import json
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from statsmodels.stats.contingency_tables import mcnemar
+
+from adherence.cli.main import main
+from adherence.data import example_path
+from adherence.stats._compare import cluster_bootstrap_diff, compare_paired, mcnemar_exact
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_mcnemar_is_statsmodels_exact_test(seed):
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(5, 200))
+    old = rng.integers(0, 2, n)
+    new = np.where(rng.random(n) < rng.uniform(0.05, 0.5), 1 - old, old)
+    r = mcnemar_exact(old, new)
+    want = mcnemar(np.array(r["table"]), exact=True)
+    assert r["p_value"] == pytest.approx(want.pvalue, rel=1e-9)
+    assert r["table"][0][1] == int(((old == 1) & (new == 0)).sum()) and sum(map(sum, r["table"])) == n
+
+
+def _brute_force(diff, clusters, n_bootstrap, seed, level):
+    """Resample conversations with replacement (the same draws), concatenate their turns, take the mean."""
+    names, inverse = np.unique(np.asarray(clusters).astype(str), return_inverse=True)
+    members = [diff[inverse == g] for g in range(len(names))]
+    draws = np.random.default_rng(seed).integers(0, len(names), size=(n_bootstrap, len(names)))
+    stats = [np.concatenate([members[g] for g in row]).mean() for row in draws]
+    a = (1 - level) / 2
+    return np.percentile(stats, [100 * a, 100 * (1 - a)])
+
+
+def test_the_conversation_bootstrap_equals_a_brute_force_one():
+    rng = np.random.default_rng(3)
+    sizes = rng.integers(1, 12, 30)
+    clusters = np.repeat([f"c{i}" for i in range(30)], sizes)
+    diff = rng.normal(rng.normal(0, 1, 30).repeat(sizes), 0.5)
+    r = cluster_bootstrap_diff(diff, clusters, n_bootstrap=400, seed=7, level=0.9)
+    lo, hi = _brute_force(diff, clusters, 400, 7, 0.9)
+    assert (r["ci_low"], r["ci_high"]) == (pytest.approx(lo), pytest.approx(hi))
+    assert r["diff"] == pytest.approx(diff.mean()) and r["clusters"] == 30
+
+
+def test_resampling_whole_conversations_keeps_coverage_where_resampling_turns_does_not():
+    """Turns of a conversation share an effect: the conversation bootstrap covers the true difference near 95% of
+    the time; resampling turns as if independent (each turn its own cluster) covers it far less often."""
+    rng = np.random.default_rng(0)
+    covered = naive = 0
+    draws = 200
+    for k in range(draws):
+        effect = rng.normal(0, 1, 25).repeat(12)
+        diff = effect + rng.normal(0, 0.3, effect.size)  # true mean 0
+        clusters = np.arange(25).repeat(12)
+        r = cluster_bootstrap_diff(diff, clusters, n_bootstrap=300, seed=k)
+        q = cluster_bootstrap_diff(diff, np.arange(diff.size), n_bootstrap=300, seed=k)
+        covered += r["ci_low"] <= 0 <= r["ci_high"]
+        naive += q["ci_low"] <= 0 <= q["ci_high"]
+    assert covered / draws >= 0.88
+    assert naive / draws <= 0.6
+
+
+def test_compare_paired_counts_only_turns_both_scored():
+    cid = ["a", "a", "b", "b"]
+    r = compare_paired(
+        cid, [0.2, np.nan, 0.5, 0.9], [0.4, 0.3, np.nan, 0.7], [0, 1, 1, 1], [0, 0, 1, 0], n_bootstrap=50
+    )
+    assert r["n_both_scored"] == 2 and r["score"]["diff"] == pytest.approx(0.0)
+    assert r["violation_rate"]["old"] == pytest.approx(0.25) and r["violation_rate"]["new"] == pytest.approx(0.75)
+    assert r["mcnemar"]["b"] == 2 and r["mcnemar"]["c"] == 0
+
+
+@pytest.fixture(scope="module")
+def outputs(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("compare")
+    paths = {}
+    for m in ("kl", "cosine"):
+        paths[m] = tmp / f"{m}.parquet"
+        assert main(["score", str(example_path("role")), "-o", str(paths[m]), "--method", m, "--no-progress"]) == 0
+    return paths
+
+
+def test_compare_command_json_gate_and_page(tmp_path, capsys, outputs):
+    old, new = outputs["kl"], outputs["cosine"]
+    capsys.readouterr()
+    assert main(["compare", str(old), str(new), "--json", "--bootstrap", "300"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    a, b = pq.read_table(old).to_pandas(), pq.read_table(new).to_pandas()
+    assert r["n_both_scored"] == 28 and r["only_in_old"]["count"] == 0
+    assert r["violation_rate"]["old"] == pytest.approx((a["prediction"] == 0).mean())
+    assert r["violation_rate"]["new"] == pytest.approx((b["prediction"] == 0).mean())
+    assert r["score"]["diff"] == pytest.approx((b["score"] - a["score"]).mean())
+    assert {"label", "role"} <= set(r["by"]) and "mcnemar" in r and len(r["changed_turns"]) == 20
+    worst = max(abs(x - y) for x, y in zip(a["score"], b["score"]))
+    assert abs(r["changed_turns"][0]["change"]) == pytest.approx(worst)
+    # a gate the new output cannot pass, and one it passes
+    v = r["violation_rate"]
+    assert main(["compare", str(old), str(new), "--fail-if-worse-by", "0", "--bootstrap", "300"]) == (
+        1 if v["ci_high"] > 0 else 0
+    )
+    err = capsys.readouterr().err
+    assert ("failed: the violation rate may be worse" in err) == (v["ci_high"] > 0)
+    page = tmp_path / "c.html"
+    assert main(["compare", str(old), str(new), "--fail-if-worse-by", "0.99", "--html", str(page)]) == 0
+    assert "passed" in capsys.readouterr().err
+    text = page.read_text()
+    assert "<svg" in text and "McNemar" in text and "Gate passed" in text
+
+
+def test_rows_in_one_output_only_are_counted_and_listed(tmp_path, capsys, outputs):
+    t = pq.read_table(outputs["cosine"])
+    cut = tmp_path / "cut.parquet"
+    pq.write_table(t.slice(0, 25), cut)
+    capsys.readouterr()
+    assert main(["compare", str(outputs["kl"]), str(cut), "--json", "--bootstrap", "50"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    gone = [
+        [str(c), i]
+        for c, i in zip(t.column("conversation_id").to_pylist()[25:], t.column("turn_index").to_pylist()[25:])
+    ]
+    assert r["only_in_old"]["count"] == 3 and sorted(r["only_in_old"]["first"]) == sorted(gone)
+    assert r["n_both_scored"] == 25
+    twice = tmp_path / "twice.parquet"
+    pq.write_table(pa.concat_tables([t, t.slice(0, 1)]), twice)
+    assert main(["compare", str(outputs["kl"]), str(twice)]) == 2
+    assert "appears twice" in capsys.readouterr().err
