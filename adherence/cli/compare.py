@@ -66,7 +66,8 @@ def compare_outputs(old: str, new: str, *, n_bootstrap: int = 2000, seed: int = 
     cid = np.asarray(both.column("conversation_id").to_pylist(), dtype=object)
     so, sn = col("score_old"), col("score_new")
     po, pn = col("prediction_old"), col("prediction_new")
-    kw = {"n_bootstrap": n_bootstrap, "seed": seed, "level": level}
+    assert so is not None and sn is not None  # every score output has a score column
+    kw: dict[str, Any] = {"n_bootstrap": n_bootstrap, "seed": seed, "level": level}
     result: dict = {"old": str(old), "new": str(new), "confidence": level, "n_bootstrap": n_bootstrap,
                     **compare_paired(cid, so, sn, po, pn, **kw)}  # fmt: skip
     result["only_in_old"] = {"count": len(only_old), "first": [list(k) for k in only_old[:top]]}

@@ -32,6 +32,7 @@ COMMANDS = {
         "adherence.cli.compare:CompareCommand",
         "two score outputs of the same turns, paired; --fail-if-worse-by D gates a release",
     ),
+    "view": ("adherence.cli.view:ViewCommand", "a local web viewer over score outputs (worst conversations first)"),
     "audit": ("adherence.cli.audit:AuditCommand", "instruction-adherence audits with judge stability"),
     "persona": (
         "adherence.cli.persona:PersonaCommand",

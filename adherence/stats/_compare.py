@@ -3,7 +3,7 @@ conversations, McNemar's exact test on the predictions, and a non-inferiority ga
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional
 
 import numpy as np
 
@@ -80,7 +80,7 @@ def compare_paired(
     so, sn = np.asarray(old_score, dtype=np.float64), np.asarray(new_score, dtype=np.float64)
     both = np.isfinite(so) & np.isfinite(sn)
     out: dict = {"n": int(len(cid)), "n_both_scored": int(both.sum())}
-    kw = {"n_bootstrap": n_bootstrap, "seed": seed, "level": level}
+    kw: dict[str, Any] = {"n_bootstrap": n_bootstrap, "seed": seed, "level": level}
     out["score"] = {
         "old": float(so[both].mean()) if both.any() else None,
         "new": float(sn[both].mean()) if both.any() else None,

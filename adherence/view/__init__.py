@@ -1,0 +1,8 @@
+"""``adherence view``: a local, read-only web viewer over score outputs of any size, and a shareable page of the
+worst conversations (``export_html``)."""
+
+from ._export import export_html
+from ._server import ViewServer, serve
+from ._store import Filters, ScoreStore
+
+__all__ = ["Filters", "ScoreStore", "ViewServer", "export_html", "serve"]
