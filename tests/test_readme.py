@@ -49,6 +49,8 @@ def test_the_readme_has_commands_to_check():
         "calibrate",
         "estimate",
         "cascade",
+        "view",
+        "compare",
         "audit",
         "persona",
         "bench",

@@ -81,9 +81,16 @@ def compare_html(r: dict, *, title: str = "adherence compare") -> str:
             f"p = {m['p_value']:.4g}.</p>",
         ]
     if r.get("changed_conversations"):
-        sections += ["<h2>Conversations that changed most</h2>",
-                     table_html(["conversation", "turns", "mean change"],
-                                [[c["conversation_id"], c["turns"], c["mean_change"]] for c in r["changed_conversations"]])]  # fmt: skip
+        links = "".join(
+            f"<li><a href='{_view_link(c['conversation_id'])}'>{html.escape(str(c['conversation_id']))}</a>: "
+            f"{c['turns']} turns, mean change {c['mean_change']:+.4f}</li>"
+            for c in r["changed_conversations"]
+        )
+        sections += [
+            "<h2>Conversations that changed most</h2>",
+            f"<p class='meta'>The links open the new output's conversation in <code>adherence view "
+            f"{html.escape(r['old'])} {html.escape(r['new'])}</code> (on its default address).</p><ul>{links}</ul>",
+        ]
     if r.get("changed_turns"):
         sections += ["<h2>Turns that changed most</h2>",
                      table_html(["conversation", "turn", "old", "new", "change"],
@@ -96,6 +103,13 @@ def compare_html(r: dict, *, title: str = "adherence compare") -> str:
             sections.append(f"<p>{o['count']:,} turn(s) {side.replace('_', ' ')}: {first}"
                             + (" ..." if o["count"] > len(o["first"]) else "") + "</p>")  # fmt: skip
     return page(title, sections, subtitle=f"{r['old']} → {r['new']}")
+
+
+def _view_link(conversation_id) -> str:
+    """The conversation in ``adherence view OLD NEW`` on its default address (NEW is the view's second output)."""
+    from urllib.parse import quote
+
+    return html.escape(f"http://127.0.0.1:8765/#c/1/{quote(str(conversation_id), safe='')}", quote=True)
 
 
 def write_compare_html(path: Union[str, os.PathLike], r: dict, **kwargs) -> Path:

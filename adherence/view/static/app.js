@@ -127,7 +127,10 @@ async function loadDistributions() {
     hist.append(svgEl("text", { x: 30, y: h - 10 }, fmt(d.bins.lo, 3)));
     hist.append(svgEl("text", { x: w - 40, y: h - 10 }, fmt(d.bins.hi, 3)));
   }
-  bars($("#by-role"), d.by_role, { value: (r) => r.violations, label: (r) => r.role || "(no role)", color: "#c62828" });
+  bars($("#by-role"), d.by_role.map((r, i) => ({ ...r, n: i + 1 })), {
+    value: (r) => r.violations, label: (r) => `role ${r.n} (${r.turns} turns): ${r.role || "(no role)"}`,
+    short: (r) => String(r.n), color: "#c62828",
+  });
   bars($("#by-turn"), d.by_turn, {
     value: (r) => r.violations, label: (r) => `turn ${r.turn_index}`, short: (r) => String(r.turn_index), color: "#6a1b9a",
   });
