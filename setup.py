@@ -46,6 +46,8 @@ EXTRAS = {
         "mkdocs-material>=9.5",
         "mkdocstrings[python]>=0.26",
         "duckdb>=1.1",  # adherence view's queries
+        "opentelemetry-sdk>=1.25",  # real GenAI spans for the trace readers' tests
+        "opentelemetry-exporter-otlp-proto-common>=1.25",  # the SDK's own OTLP encoding of those spans
         "playwright>=1.45",  # drives Debian's Chromium (executable_path) in the viewer's browser tests
         "psutil>=5.9",  # finds PySpark's Python workers to kill one mid-task  # a real S3-compatible server on 127.0.0.1 for work dirs and outputs on object storage
     ],

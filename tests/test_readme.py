@@ -51,6 +51,7 @@ def test_the_readme_has_commands_to_check():
         "cascade",
         "view",
         "compare",
+        "export",
         "audit",
         "persona",
         "bench",

@@ -33,6 +33,10 @@ COMMANDS = {
         "two score outputs of the same turns, paired; --fail-if-worse-by D gates a release",
     ),
     "view": ("adherence.cli.view:ViewCommand", "a local web viewer over score outputs (worst conversations first)"),
+    "export": (
+        "adherence.cli.export:ExportCommand",
+        "scores of traces back to their spans: OpenTelemetry, Langfuse, Phoenix or LangSmith records",
+    ),
     "audit": ("adherence.cli.audit:AuditCommand", "instruction-adherence audits with judge stability"),
     "persona": (
         "adherence.cli.persona:PersonaCommand",

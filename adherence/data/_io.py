@@ -52,6 +52,12 @@ def _table_transcript_kind(schema: pa.Schema) -> Optional[str]:
     names = set(schema.names)
     if "assistant" in names:
         return None
+    if "run_type" in names and ("inputs" in names or "outputs" in names):
+        return "langsmith"  # LangSmith's bulk export
+    if "context.span_id" in names or ("span_kind" in names and "context" in names):
+        return "openinference"  # Phoenix's span dataframe
+    if "traceId" in names and "type" in names and ("input" in names or "output" in names):
+        return "langfuse"  # an observations table
     return "openai" if "messages" in names else "sharegpt" if "conversations" in names else None
 
 

@@ -28,7 +28,9 @@ from ._formats import records_to_table
 __all__ = ["TranscriptOptions", "TRANSCRIPT_FORMATS", "detect_transcript", "transcript_turns", "explode_transcripts"]
 
 TRANSCRIPT_FORMATS = ("openai", "sharegpt")
-INPUT_FORMATS = ("auto", "turns", *TRANSCRIPT_FORMATS)
+#: production traces (``adherence.data._traces``), read where transcripts are
+TRACE_INPUT_FORMATS = ("otel", "openinference", "langfuse", "langsmith")
+INPUT_FORMATS = ("auto", "turns", *TRANSCRIPT_FORMATS, *TRACE_INPUT_FORMATS)
 
 _SHAREGPT_ROLES = {
     "system": "system",
@@ -113,9 +115,15 @@ class TranscriptOptions:
 
 
 def detect_transcript(record: Any) -> Optional[str]:
-    """``openai`` / ``sharegpt`` for a transcript record, None for anything else (a flat turn)."""
+    """``openai`` / ``sharegpt`` for a transcript record, a trace format (``otel``, ``openinference``,
+    ``langfuse``, ``langsmith``) for a trace record, None for anything else (a flat turn)."""
     if not isinstance(record, dict):
         return None
+    from ._traces import detect_trace
+
+    trace = detect_trace(record)
+    if trace is not None:
+        return trace
     if "messages" in record and "assistant" not in record:
         return "openai"
     if "conversations" in record and "assistant" not in record:
@@ -256,6 +264,11 @@ def explode_transcripts(
 
     rows: list[dict] = []
     seen: dict = {}  # conversation id -> the record that first used it
+    if fmt in TRACE_INPUT_FORMATS:
+        from ._traces import explode_traces
+
+        yield from explode_traces(records, fmt, opts, file=file, batch_size=batch_size)
+        return
     for record_no, line_no, record in records:
         try:
             if not isinstance(record, dict):

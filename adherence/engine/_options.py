@@ -78,9 +78,10 @@ class EngineOptions:
     keep_work_dir: bool = option(False, help="keep the work directory after success", affects_scores=False)
     input_format: str = option(
         "auto",
-        choices=("auto", "turns", "openai", "sharegpt"),
-        help="auto (default): flat turns, or OpenAI {messages} / ShareGPT {conversations} transcripts detected "
-        "from the first record",
+        choices=("auto", "turns", "openai", "sharegpt", "otel", "openinference", "langfuse", "langsmith"),
+        help="auto (default): flat turns, OpenAI {messages} / ShareGPT {conversations} transcripts, or traces "
+        "(OTLP JSON with GenAI or OpenInference spans, Phoenix span rows, Langfuse observations, LangSmith runs) "
+        "detected from the first record",
         affects_scores=False,
     )
     bad_rows: Optional[str] = option(
