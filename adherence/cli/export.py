@@ -33,6 +33,19 @@ class ExportCommand(Command):
             "default role_adherence)",
         )
         p.add_argument("--score", default="score", help="the column exported as the value (default score)")
+        p.add_argument(
+            "--send",
+            metavar="URL",
+            help="otel: also send the records to an OTLP/HTTP endpoint (a Collector, Phoenix, Langfuse's OTLP "
+            "endpoint: http://HOST:4318 or its /v1/logs URL) as OTLP JSON; exit 1 if any is refused",
+        )
+        p.add_argument(
+            "--header",
+            action="append",
+            default=[],
+            metavar="NAME=VALUE",
+            help="with --send: an HTTP header (e.g. authorization), repeatable; never printed or recorded",
+        )
 
     def run(self, args: argparse.Namespace) -> int:
         from pathlib import Path
@@ -68,6 +81,11 @@ class ExportCommand(Command):
         lines = list(export_records(ready, args.format, name=args.name, version=__version__))
         Path(args.output).parent.mkdir(parents=True, exist_ok=True)
         write_text_atomic(Path(args.output), "\n".join(lines) + "\n")
+        if args.send:
+            if args.format != "otel":
+                raise OptionError("--send goes with --format otel (the other formats are files for their platforms)")
+            sent = send_otlp(args.send, lines, dict(_header(h) for h in args.header))
+            print(f"sent {sent} record(s) to {args.send}", file=sys.stderr)
         left = len(rows) - len(ready)
         print(
             f"{len(ready)} score(s) written as {args.format} records to {args.output}"
@@ -75,3 +93,58 @@ class ExportCommand(Command):
             file=sys.stderr,
         )
         return 0
+
+
+def _header(h: str) -> tuple:
+    name, eq, value = h.partition("=")
+    if not eq or not name.strip():
+        raise OptionError("--header takes NAME=VALUE")
+    return name.strip(), value
+
+
+def send_otlp(url: str, lines: list, headers: dict, *, tries: int = 4, timeout: float = 30.0) -> int:
+    """POST each ``ExportLogsServiceRequest`` (OTLP JSON) to ``url`` (``/v1/logs`` added when missing); retried on a
+    refused connection, 429 and 5xx with backoff; a ``JobError`` in one line when one cannot be delivered or the
+    endpoint rejects records (OTLP's partial success). Returns the records delivered."""
+    import json
+    import time
+    import urllib.error
+    import urllib.request
+
+    from .._errors import JobError
+
+    target = url.rstrip("/") + ("" if url.rstrip("/").endswith("/v1/logs") else "/v1/logs")
+    if not target.startswith(("http://", "https://")):
+        raise OptionError(f"--send needs an http:// or https:// URL, got {url!r}")
+    delivered = 0
+    for n, line in enumerate(lines, start=1):
+        records = sum(len(s["logRecords"]) for r in json.loads(line)["resourceLogs"] for s in r["scopeLogs"])
+        for attempt in range(tries):
+            req = urllib.request.Request(
+                target, data=line.encode("utf-8"), method="POST",
+                headers={"Content-Type": "application/json", **headers},
+            )  # fmt: skip
+            try:
+                with urllib.request.urlopen(req, timeout=timeout) as resp:
+                    body = resp.read()
+                break
+            except urllib.error.HTTPError as exc:
+                if exc.code not in (429, 502, 503, 504) or attempt == tries - 1:
+                    raise JobError(
+                        f"{target} refused request {n} of {len(lines)}: HTTP {exc.code} {exc.reason}"
+                    ) from None
+            except (urllib.error.URLError, OSError) as exc:
+                if attempt == tries - 1:
+                    raise JobError(
+                        f"cannot reach {target} ({getattr(exc, 'reason', exc)}); {delivered} record(s) sent"
+                    ) from None
+            time.sleep(min(8.0, 0.5 * 2**attempt))
+        try:
+            partial = (json.loads(body or b"{}") or {}).get("partialSuccess") or {}
+        except ValueError:
+            partial = {}
+        rejected = int(partial.get("rejectedLogRecords") or 0)
+        if rejected:
+            raise JobError(f"{target} rejected {rejected} of {records} record(s): {partial.get('errorMessage', '')}")
+        delivered += records
+    return delivered

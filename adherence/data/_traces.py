@@ -25,6 +25,7 @@ import json
 import re
 from typing import Any, Iterable, Iterator, Optional
 
+import numpy as np
 import pyarrow as pa
 
 from ._errors import DataError
@@ -481,6 +482,11 @@ def explode_traces(
     the transcript options' bad-row policy; ``fail`` stops at the first with one line naming file and line)."""
     from ._contracts import TURNS
 
+    # Turns are kept as Arrow batches while reading (one exchange each, not the span's repeated history), then
+    # ordered by conversation and start time and numbered.
+    names = ("conversation_id", "_start", "trace_id", "span_id", "role", "user", "assistant", "model")
+    schema = pa.schema([(n, pa.int64() if n == "_start" else pa.string()) for n in names])
+    parts: list = []
     rows: list[dict] = []
     for record_no, line_no, record in records:
         where_line = f"line {line_no}" if line_no is not None else f"record {record_no}"
@@ -495,20 +501,25 @@ def explode_traces(
                 continue
             if not row["role"]:
                 row["role"] = opts.role  # --role for calls without system instructions
-            rows.append(row)
-    if not rows:
+            rows.append({n: (row.get(n) if n == "_start" or row.get(n) is None else str(row[n])) for n in names})
+            if len(rows) >= 65_536:
+                parts.append(pa.Table.from_pylist(rows, schema=schema))
+                rows = []
+    if rows:
+        parts.append(pa.Table.from_pylist(rows, schema=schema))
+    if not parts:
         return
-    rows.sort(key=lambda r: (r["conversation_id"], r["_start"], str(r["span_id"])))
-    index: dict[str, int] = {}
-    out = []
-    for r in rows:
-        i = index.get(r["conversation_id"], 0)
-        index[r["conversation_id"]] = i + 1
-        r = {k: v for k, v in r.items() if k != "_start"}
-        r["turn_index"] = i
-        out.append(r)
-    for s in range(0, len(out), batch_size):
-        yield records_to_table(out[s : s + batch_size], TURNS, file=file)
+    table = pa.concat_tables(parts).sort_by(
+        [("conversation_id", "ascending"), ("_start", "ascending"), ("span_id", "ascending")]
+    )
+    del parts
+    cid = table.column("conversation_id").to_numpy(zero_copy_only=False)
+    starts = np.r_[True, cid[1:] != cid[:-1]] if len(cid) else np.zeros(0, dtype=bool)
+    first = np.flatnonzero(starts)
+    run = np.repeat(first, np.diff(np.r_[first, len(cid)]))
+    table = table.drop_columns(["_start"]).append_column("turn_index", pa.array(np.arange(len(cid)) - run, pa.int32()))
+    for s in range(0, table.num_rows, batch_size):
+        yield records_to_table(table.slice(s, batch_size).to_pylist(), TURNS, file=file)
 
 
 def _short(record: Any) -> str:

@@ -259,3 +259,70 @@ def test_scores_go_back_to_the_spans_they_scored(tmp_path):
     plain = tmp_path / "plain.parquet"
     assert main(["score", gt, "-o", str(plain), "--method", "kl", "--no-progress"]) == 0
     assert main(["export", str(plain), "--format", "otel", "-o", str(tmp_path / "x.jsonl")]) == 2
+
+
+class _Receiver:
+    """An OTLP/HTTP logs endpoint on 127.0.0.1 that keeps what it is sent (each body parsed with the official
+    protobuf message), answering with the given statuses first."""
+
+    def __init__(self, statuses=(), reply=b"{}"):
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        self.bodies, self.paths, self.headers = [], [], []
+        statuses = list(statuses)
+        outer = self
+
+        class H(BaseHTTPRequestHandler):
+            def log_message(self, *a):
+                pass
+
+            def do_POST(self):  # noqa: N802
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                outer.paths.append(self.path)
+                outer.headers.append({k.lower(): v for k, v in self.headers.items()})
+                code = statuses.pop(0) if statuses else 200
+                if code == 200:
+                    outer.bodies.append(body)
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.end_headers()
+                self.wfile.write(reply if code == 200 else b"{}")
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), H)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_send_delivers_the_events_over_otlp_http_and_fails_loudly(tmp_path, capsys):
+    from google.protobuf.json_format import ParseDict
+    from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
+
+    out = tmp_path / "s.parquet"
+    gt = str(example_path("role"))
+    assert (
+        main(["score", str(EXAMPLE), "-o", str(out), "--method", "cosine", "--ground-truth", gt, "--no-progress"]) == 0
+    )
+    rx = _Receiver(statuses=[503])  # one refusal: retried
+    try:
+        args = ["export", str(out), "--format", "otel", "-o", str(tmp_path / "e.jsonl"), "--send", rx.url,
+                "--header", "authorization=Bearer s3cret"]  # fmt: skip
+        assert main(args) == 0
+        assert rx.paths == ["/v1/logs", "/v1/logs"] and rx.headers[-1]["authorization"] == "Bearer s3cret"
+        got = [ParseDict(_hex_to_b64(json.loads(b)), ExportLogsServiceRequest()) for b in rx.bodies]
+        assert sum(len(r.resource_logs[0].scope_logs[0].log_records) for r in got) == 28
+        assert "s3cret" not in capsys.readouterr().err
+    finally:
+        rx.close()
+    bad = _Receiver(reply=b'{"partialSuccess": {"rejectedLogRecords": 3, "errorMessage": "bad span id"}}')
+    try:
+        assert main([*args[:6], "--send", bad.url]) == 1
+        assert "rejected 3 of 28 record(s): bad span id" in capsys.readouterr().err
+    finally:
+        bad.close()
+    assert main([*args[:6], "--send", "http://127.0.0.1:9"]) == 1
+    assert "cannot reach http://127.0.0.1:9/v1/logs" in capsys.readouterr().err
