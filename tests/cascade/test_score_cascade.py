@@ -161,3 +161,35 @@ def test_what_a_cascade_cannot_run_is_refused_in_one_line(tmp_path, capsys, stag
     assert main(["score", str(example_path("role")), "-o", out, "--cascade", str(bad)]) == 2
     assert "not a cascade file" in capsys.readouterr().err
     assert not (tmp_path / "c.parquet").exists()
+
+
+def test_a_stage_may_be_a_judge_endpoint(tmp_path, monkeypatch, tiny_yes_no_judge):
+    """The second stage is an OpenAI-compatible server: its recorded options (with the API key redacted) run it
+    again; the key comes from the environment and is written nowhere."""
+    from tests.judges._server import ChatServer
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-from-env")
+    with ChatServer(tiny_yes_no_judge) as server:
+        kl = _score(tmp_path, "kl", "--method", "kl")
+        judge = _score(tmp_path, "judge", "--backend", "openai", "--judge-model", "tiny", "--base-url", server.url,
+                       "--api-key", "sk-secret-flag")  # fmt: skip
+        cascade = tmp_path / "cascade.json"
+        assert (
+            main(["cascade", "fit", str(kl), str(judge), "--alpha", "0.3", "--delta", "0.3", "-o", str(cascade)]) == 0
+        )
+        doc = json.loads(cascade.read_text())
+        assert "sk-secret-flag" not in cascade.read_text()
+        s = pq.read_table(kl).column("score").to_numpy()
+        doc["stages"][0]["threshold"] = float(np.median(np.abs(s - 0.5)))
+        doc["stages"][1]["threshold"] = 0.0
+        cascade.write_text(json.dumps(doc))
+        out = tmp_path / "c.parquet"
+        assert (
+            main(["score", str(example_path("role")), "-o", str(out), "--cascade", str(cascade), "--no-progress"]) == 0
+        )
+    got = _by_key(out, "decided_by", "stage2_score")
+    full = _by_key(judge, "score")
+    sent = [k for k, (d, _) in got.items() if d == 2]
+    assert sent and all(got[k][1] == pytest.approx(full[k][0], abs=1e-6) for k in sent)
+    for text in (out.with_name("c.parquet.meta.json").read_text(), cascade.read_text()):
+        assert "sk-secret-flag" not in text and "sk-from-env" not in text
