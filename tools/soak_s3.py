@@ -20,6 +20,7 @@ Writes a JSON report; exits 1 when any check fails.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -64,6 +65,29 @@ def start_moto() -> tuple:
             time.sleep(0.1)
     proc.kill()
     raise RuntimeError("the moto server did not start")
+
+
+@contextlib.contextmanager
+def s3_bucket(bucket: str):
+    """A moto S3 server on 127.0.0.1 with ``bucket`` made, the process environment pointing pyarrow (and
+    subprocesses) at it while the block runs: yields ``s3://bucket``."""
+    proc, port = start_moto()
+    saved = {k: os.environ.get(k) for k in (*ENV, "AWS_ENDPOINT_URL")}
+    os.environ.update(ENV, AWS_ENDPOINT_URL=f"http://127.0.0.1:{port}")
+    try:
+        from pyarrow import fs as pafs
+
+        fs, _ = pafs.FileSystem.from_uri(f"s3://{bucket}?allow_bucket_creation=true")
+        fs.create_dir(bucket)
+        yield f"s3://{bucket}"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def score_cmd(src: Path, out: str, shard_size: int, *extra: str) -> list:

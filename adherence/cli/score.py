@@ -289,24 +289,11 @@ class ScoreCommand(Command):
                 )
             )
             return 0
-        from ..engine import Engine, EngineOptions
+        from ..engine import Engine
 
-        job = {
-            "command": "score",
-            "config_file": getattr(args, "_job_file", None),
-            "from_config_file": sorted(getattr(args, "_job_values", {})),
-            "options": {k: v for k, v in vars(args).items() if not k.startswith("_")},
-        }
-        options = EngineOptions(role=role_text, progress=not args.no_progress, **values(EngineOptions, args))
-        engine = Engine(config=config, options=options, job=job)
+        engine = Engine(config=config, options=_engine_options(args, role_text), job=_job(args))
         result = engine.run(args.input, args.output, sessions_output=args.sessions_output)
-        print(_summary(result.summary))
-        print(f"wrote {result.output} and {result.sessions_output}", file=sys.stderr)
-        failure = job_failure(result.summary, args.max_error_rate)
-        if failure:
-            print(f"adherence score: failed: {failure}", file=sys.stderr)
-            return 1
-        return 0
+        return _finish(result, _summary(result.summary), args.max_error_rate)
 
     # Options that never change a score, and the job's own: what a --cascade run may still set (the stages'
     # scoring options are the cascade file's).
@@ -327,7 +314,6 @@ class ScoreCommand(Command):
     def _run_cascade(self, args: argparse.Namespace, role_text) -> int:
         import dataclasses
 
-        from .._options import values
         from ..cascade import CascadeEngine, load_cascade, stage_configs
         from ..engine import EngineOptions
 
@@ -354,23 +340,38 @@ class ScoreCommand(Command):
             path=str(args.cascade),
             overrides={"device": args.device, "batch_size": args.batch_size, "progress": not args.no_progress},
         )
-        job = {
-            "command": "score",
-            "config_file": getattr(args, "_job_file", None),
-            "from_config_file": sorted(getattr(args, "_job_values", {})),
-            "options": {k: v for k, v in vars(args).items() if not k.startswith("_")},
-        }
-        options = EngineOptions(role=role_text, progress=not args.no_progress, **values(EngineOptions, args))
-        result = CascadeEngine(doc, configs, options=options, job=job, cascade_path=str(args.cascade)).run(
-            args.input, args.output, sessions_output=args.sessions_output
-        )
-        print(cascade_summary(result.summary))
-        print(f"wrote {result.output} and {result.sessions_output}", file=sys.stderr)
-        failure = job_failure(result.summary, args.max_error_rate)
-        if failure:
-            print(f"adherence score: failed: {failure}", file=sys.stderr)
-            return 1
-        return 0
+        result = CascadeEngine(
+            doc, configs, options=_engine_options(args, role_text), job=_job(args), cascade_path=str(args.cascade)
+        ).run(args.input, args.output, sessions_output=args.sessions_output)
+        return _finish(result, cascade_summary(result.summary), args.max_error_rate)
+
+
+def _job(args: argparse.Namespace) -> dict:
+    """The command line's resolved options, as the run metadata keeps them."""
+    return {
+        "command": "score",
+        "config_file": getattr(args, "_job_file", None),
+        "from_config_file": sorted(getattr(args, "_job_values", {})),
+        "options": {k: v for k, v in vars(args).items() if not k.startswith("_")},
+    }
+
+
+def _engine_options(args: argparse.Namespace, role_text):
+    from .._options import values
+    from ..engine import EngineOptions
+
+    return EngineOptions(role=role_text, progress=not args.no_progress, **values(EngineOptions, args))
+
+
+def _finish(result, summary_text: str, max_error_rate: float) -> int:
+    """Print a finished job's summary and what it wrote; its exit code."""
+    print(summary_text)
+    print(f"wrote {result.output} and {result.sessions_output}", file=sys.stderr)
+    failure = job_failure(result.summary, max_error_rate)
+    if failure:
+        print(f"adherence score: failed: {failure}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def cascade_summary(summary: dict) -> str:

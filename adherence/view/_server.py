@@ -13,7 +13,7 @@ from typing import Any, Optional
 from urllib.parse import parse_qs, urlsplit
 
 from .._errors import OptionError
-from ._store import Filters, ScoreStore
+from ._store import Filters, ScoreStore, query_value
 
 __all__ = ["ViewServer", "serve"]
 
@@ -102,18 +102,12 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 def _one(query: dict, name: str) -> Optional[str]:
-    v = (query.get(name) or [None])[0]
-    return v if v not in (None, "") else None
+    return query_value(query, name)
 
 
 def _int(query: dict, name: str, default: int) -> int:
-    v = _one(query, name)
-    if v is None:
-        return default
-    try:
-        return int(v)
-    except ValueError:
-        raise OptionError(f"{name} must be an integer, got {v!r}") from None
+    v = query_value(query, name, int)
+    return default if v is None else v
 
 
 class ViewServer:

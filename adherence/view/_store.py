@@ -13,7 +13,7 @@ from typing import Any, Optional
 from .._errors import OptionError
 from .._optional import require
 
-__all__ = ["Filters", "ScoreStore"]
+__all__ = ["Filters", "ScoreStore", "query_value"]
 
 # The columns the viewer reads (absent ones are NULL): the turn-scores contract and what cascades and calibrations add.
 _COLUMNS = {
@@ -41,6 +41,20 @@ _SORTS = {
 _MAX_LIMIT = 500
 
 
+def query_value(query: dict, name: str, kind: Any = None) -> Any:
+    """One URL query parameter (``{name: [value]}``): None when absent or empty, else the value, converted by
+    ``kind`` when given (a malformed number is an ``OptionError`` naming it)."""
+    v = (query.get(name) or [None])[0]
+    if v in (None, ""):
+        return None
+    if kind is None:
+        return v
+    try:
+        return kind(v)
+    except ValueError:
+        raise OptionError(f"{name} must be {'an integer' if kind is int else 'a number'}, got {v!r}") from None
+
+
 @dataclass
 class Filters:
     """What the list and the distributions are restricted to (every value is a bound query parameter)."""
@@ -60,17 +74,10 @@ class Filters:
         """From URL query parameters (``{name: [value]}``); a malformed number is an ``OptionError``."""
 
         def one(name: str) -> Optional[str]:
-            v = (query.get(name) or [None])[0]
-            return v if v not in (None, "") else None
+            return query_value(query, name)
 
         def num(name: str, kind: Any) -> Any:
-            v = one(name)
-            if v is None:
-                return None
-            try:
-                return kind(v)
-            except ValueError:
-                raise OptionError(f"{name} must be a number, got {v!r}") from None
+            return query_value(query, name, kind)
 
         return cls(
             status=one("status"),

@@ -24,30 +24,14 @@ pytest.importorskip("moto")
 pytestmark = pytest.mark.slow  # a moto S3 server per module, jobs against it
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
-from soak_s3 import ENV as _ENV  # noqa: E402  (the S3 fault run starts its server the same way)
-from soak_s3 import start_moto  # noqa: E402
+from soak_s3 import s3_bucket  # noqa: E402  (the S3 fault run starts its server the same way)
 
 
 @pytest.fixture(scope="module")
 def s3():
     """A moto S3 server on loopback, with the process environment pointing pyarrow (and subprocesses) at it."""
-    proc, port = start_moto()
-    saved = {k: os.environ.get(k) for k in (*_ENV, "AWS_ENDPOINT_URL")}
-    os.environ.update(_ENV, AWS_ENDPOINT_URL=f"http://127.0.0.1:{port}")
-    from pyarrow import fs as pafs
-
-    fs, _ = pafs.FileSystem.from_uri("s3://jobs?allow_bucket_creation=true")
-    fs.create_dir("jobs")
-    try:
-        yield "s3://jobs"
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    with s3_bucket("jobs") as uri:
+        yield uri
 
 
 def _same_scores(got, want):

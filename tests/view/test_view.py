@@ -211,28 +211,16 @@ def test_an_output_on_object_storage_is_viewed_where_it_lies(data, tmp_path):
 
     pytest.importorskip("moto")
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
-    from soak_s3 import ENV, start_moto
+    from soak_s3 import s3_bucket
 
     path, _ = data
-    proc, port = start_moto()
-    saved = {k: os.environ.get(k) for k in (*ENV, "AWS_ENDPOINT_URL")}
-    os.environ.update(ENV, AWS_ENDPOINT_URL=f"http://127.0.0.1:{port}")
-    try:
+    with s3_bucket("views") as bucket:
         from pyarrow import fs as pafs
 
-        fs, _ = pafs.FileSystem.from_uri("s3://views?allow_bucket_creation=true")
-        fs.create_dir("views")
-        pq.write_table(pq.read_table(path), "views/run/scores.parquet", filesystem=fs)
-        remote, local = ScoreStore(["s3://views/run/scores.parquet"]), ScoreStore([path])
+        fs, root = pafs.FileSystem.from_uri(f"{bucket}/run/scores.parquet")
+        pq.write_table(pq.read_table(path), root, filesystem=fs)
+        remote, local = ScoreStore([f"{bucket}/run/scores.parquet"]), ScoreStore([path])
         for f in (Filters(), Filters(label="scope_violation", q="refunds")):
             assert remote.conversations(f, limit=500)["rows"] == local.conversations(f, limit=500)["rows"]
         assert remote.conversation(0, "conv-003") == local.conversation(0, "conv-003")
         assert remote.summary()["turns"] == local.summary()["turns"]
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
