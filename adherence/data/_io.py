@@ -83,6 +83,18 @@ def _transcript_source(path: Path, fmt: str, opts) -> Optional[tuple[str, Iterat
         items = obj if isinstance(obj, list) else [obj]
         kind = _transcript_kind(opts, lambda: detect_transcript(items[0]) if items else None)
         return (kind, ((i, None, r) for i, r in enumerate(items, start=1))) if kind else None
+    if fmt == "csv":  # trace tables (Langfuse observations, LangSmith runs, Phoenix spans) exported as CSV
+
+        def header():
+            import csv
+
+            # errors="replace": a file that is not UTF-8 is the flat reader's to report, line and all
+            with open(path, newline="", encoding="utf-8", errors="replace") as fh:
+                names = next(csv.reader(fh), [])
+            return _table_transcript_kind(pa.schema([(n, pa.string()) for n in names if n]))
+
+        kind = _transcript_kind(opts, header)
+        return (kind, _csv_records(path)) if kind else None
     if fmt in ("parquet", "arrow", "hf_dataset"):
 
         def first_schema():
@@ -104,9 +116,70 @@ def _transcript_source(path: Path, fmt: str, opts) -> Optional[tuple[str, Iterat
     return None
 
 
+def _otlp_proto_records(path: Path) -> Iterator[tuple[int, Optional[int], dict]]:
+    """The ``ExportTraceServiceRequest`` messages of an OTLP protobuf file, as OTLP JSON-shaped dicts: each
+    preceded by its size (4 bytes, big-endian), as the Collector's file exporter writes them, or one message
+    alone."""
+    from .._optional import require
+
+    require("opentelemetry.proto", "otel", "OTLP protobuf trace files")
+    from google.protobuf.json_format import MessageToDict
+    from google.protobuf.message import DecodeError
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    size = path.stat().st_size
+    with open(path, "rb") as fh:
+        head = fh.read(4)
+        framed = len(head) == 4 and 0 < int.from_bytes(head, "big") <= size - 4
+        fh.seek(0)
+        n = 0
+        while True:
+            if framed:
+                head = fh.read(4)
+                if not head:
+                    return
+                if len(head) < 4:
+                    raise DataError(f"a truncated OTLP protobuf file (a size prefix of {len(head)} bytes)", file=path)
+                data = fh.read(int.from_bytes(head, "big"))
+            else:
+                data = fh.read()
+            n += 1
+            msg = ExportTraceServiceRequest()
+            try:
+                msg.ParseFromString(data)
+            except DecodeError as exc:
+                raise DataError(f"message {n} is not an OTLP trace request ({exc})", file=path, row=n) from None
+            yield n, None, MessageToDict(msg)
+            if not framed:
+                return
+
+
+def _csv_records(path: Path) -> Iterator[tuple[int, Optional[int], dict]]:
+    """The rows of a CSV file as dicts (cells that hold JSON objects or arrays read as JSON)."""
+    import csv
+
+    with open(path, newline="", encoding="utf-8") as fh:
+        for n, row in enumerate(csv.DictReader(fh), start=1):
+            out: dict = {}
+            for k, v in row.items():
+                if isinstance(v, str) and v[:1] in ("{", "["):
+                    try:
+                        v = json.loads(v)
+                    except ValueError:
+                        pass
+                out[k] = None if v == "" else v
+            yield n, n + 1, out
+
+
 def _raw_batches(
     path: Path, fmt: str, contract: Optional[Contract], batch_size: int, transcripts=None
 ) -> Iterator[pa.Table]:
+    if fmt == "otlp_proto":
+        from ._traces import explode_traces
+
+        opts = transcripts if transcripts is not None else TranscriptOptions()
+        yield from explode_traces(_otlp_proto_records(path), "otel", opts, file=str(path), batch_size=batch_size)
+        return
     if transcripts is not None:
         found = _transcript_source(path, fmt, transcripts)
         if found is not None:

@@ -391,6 +391,9 @@ def _messages_of(v: Any) -> list:
 
 
 def _flat_row(record: dict, fmt: str) -> dict:
+    record = {
+        k: (_json_attr(v) if k in ("extra", "metadata", "attributes", "context") else v) for k, v in record.items()
+    }
     if fmt == "langsmith":
         if str(record.get("run_type")) != "llm":
             raise Skip(f"a {record.get('run_type')} run, not an llm call")

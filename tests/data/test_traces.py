@@ -326,3 +326,45 @@ def test_send_delivers_the_events_over_otlp_http_and_fails_loudly(tmp_path, caps
         bad.close()
     assert main([*args[:6], "--send", "http://127.0.0.1:9"]) == 1
     assert "cannot reach http://127.0.0.1:9/v1/logs" in capsys.readouterr().err
+
+
+def test_otlp_protobuf_files_and_csv_tables(tmp_path):
+    """The Collector's proto format (each request preceded by its size, 4 bytes big-endian) and one request alone
+    read as the JSON file does; a Langfuse observations table exported as CSV reads as its JSONL does."""
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+
+    s = _Spans()
+    for q, a in (("Hi", "Hello"), ("Bye", "Goodbye")):
+        s.span("chat", {"gen_ai.operation.name": "chat", "gen_ai.conversation.id": "c",
+                        "gen_ai.input.messages": _msgs(("user", q)), "gen_ai.output.messages": _msgs(("assistant", a))})  # fmt: skip
+    spans = s.exporter.get_finished_spans()
+    want, _ = _turns(s.write(tmp_path / "t.otlp.jsonl"), role="r")
+    framed = tmp_path / "traces.binpb"
+    with open(framed, "wb") as fh:
+        for sp in spans:  # one request per span, as a Collector batching one at a time would write them
+            data = encode_spans([sp]).SerializeToString()
+            fh.write(len(data).to_bytes(4, "big") + data)
+    single = tmp_path / "one.pb"
+    single.write_bytes(encode_spans(spans).SerializeToString())
+    for path in (framed, single):
+        got, opts = _turns(path, role="r")
+        assert got == want and not opts.skipped
+    bad = tmp_path / "bad.binpb"
+    bad.write_bytes(b"\x00\x00\x00\x05abc")
+    with pytest.raises(DataError, match="truncated|not an OTLP trace request"):
+        _turns(bad)
+    import csv
+
+    obs = [{"id": "o1", "traceId": "t1", "type": "GENERATION", "startTime": "2025-01-01T10:00:00Z", "sessionId": "s",
+            "input": json.dumps([{"role": "user", "content": "Hi, with, commas\nand a newline"}]), "output": "Hello"},
+           {"id": "o2", "traceId": "t1", "type": "SPAN", "startTime": "2025-01-01T10:00:01Z", "sessionId": "s",
+            "input": "", "output": ""}]  # fmt: skip
+    p = tmp_path / "observations.csv"
+    with open(p, "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(obs[0]))
+        w.writeheader()
+        w.writerows(obs)
+    rows, opts = _turns(p, role="r")
+    assert [(r["conversation_id"], r["user"], r["assistant"], r["span_id"]) for r in rows] == [
+        ("s", "Hi, with, commas\nand a newline", "Hello", "o1")]  # fmt: skip
+    assert len(opts.skipped) == 1
