@@ -3,7 +3,8 @@
     python tools/view_bench.py --turns 1000000 --out benchmarks/results/2026-11-25-cpu-view-1m.json
 
 The output is built from real text (Synthetic-Persona-Chat, Jandaghi et al. 2023, CC BY 4.0; ../shared/data/persona
-or --persona-csv): its user messages and replies cycled over conversations of 4 to 16 turns, with a score, a
+or --persona-csv): each user message and reply two of its utterances joined (so nearly all distinct, as in real
+logs), over conversations of 4 to 16 turns, with a score, a
 prediction, a label, a role (one of 200 personas) and about 2% error rows. Each answer is checked against pandas on
 the same file first; then the viewer's calls are timed (the median of --repeats after one untimed call, except the
 opening, which is timed once from a fresh process state), beside pandas doing the default ranking the naive way
@@ -44,14 +45,16 @@ def build(n: int, csv: Path, path: Path, seed: int) -> dict:
     score = rng.beta(5, 2, n)
     status = np.where(rng.random(n) < 0.02, "error", "ok")
     ok = status == "ok"
+    # two utterances joined for each text: nearly every user message and reply distinct, as in real logs
     idx = rng.integers(0, len(texts) - 1, n)
+    pair = rng.integers(0, len(texts), (n, 2))
     t = pa.table(
         {
             "conversation_id": pa.array([f"conv-{c:07d}" for c in conv]),
             "turn_index": pa.array(turn),
             "role": pa.array([personas[c % len(personas)] for c in conv]),
-            "user": pa.array([texts[i] for i in idx]),
-            "assistant": pa.array([texts[i + 1] for i in idx]),
+            "user": pa.array([f"{texts[i]} {texts[j]}" for i, j in zip(idx, pair[:, 0])]),
+            "assistant": pa.array([f"{texts[i + 1]} {texts[j]}" for i, j in zip(idx, pair[:, 1])]),
             "label": pa.array(np.where(rng.random(n) < 0.2, "scope_violation", "adherent")),
             "method": pa.array(["llm_judge"] * n),
             "score": pa.array(np.where(ok, score, np.nan), mask=~ok),
