@@ -14,7 +14,6 @@ metadata and the rules about what may be replaced are those of every other job.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import time
 from pathlib import Path
@@ -27,11 +26,10 @@ import pyarrow.parquet as pq
 from .._atomic import atomic_path
 from .._errors import EngineError, OptionError
 from ..data import metadata_path, run_metadata
-from ..data._metadata import redact_secrets
-from ..engine._commit import meta_of
+from ..engine._commit import store_of
 from ..engine._engine import Engine, _say, _spill, _TableSink
 from ..engine._options import EngineOptions
-from ..engine._safety import output_columns, output_format
+from ..engine._safety import output_format, reserved_columns
 from ..role import RoleConfig, aggregate_sessions
 from ..stats._cascade import apply_cascade, verdict_confidence
 
@@ -112,7 +110,7 @@ class CascadeEngine(Engine):
                     "nothing was published; --resume scores them again"
                 )
             table = pq.read_table(out_k)
-            meta = _read_json(metadata_path(out_k)) or {}
+            meta = store_of(out_k).read_json(metadata_path(out_k)) or {}
             models.update({f"stage{k}:{m}": v for m, v in (meta.get("models") or {}).items()})
             if first is None:
                 first = table
@@ -159,7 +157,6 @@ class CascadeEngine(Engine):
                     "turns": int(reached.sum()),
                     "rows": s["turns"],
                     "decided": decided_now,
-                    "share_decided": decided_now / max(1, int(_scored_rows(first).sum())),
                     "elapsed_s": s["elapsed_s"],
                     "turns_scored": s.get("turns_scored"),
                     "turns_reused": s.get("turns_reused"),
@@ -196,13 +193,7 @@ class CascadeEngine(Engine):
         error = np.full(n, None, dtype=object)
         error[bad] = last_error[bad]
         status[context] = "skipped"
-        base = first.drop_columns(
-            [
-                c
-                for c in first.column_names
-                if c in _added(self.configs[0]) or c.startswith(f"{self.configs[0].method}_")
-            ]
-        )
+        base = _input_columns(first, self.configs[0])
         ok = status == "ok"
         cols = {
             "method": pa.array(["cascade"] * n, pa.string()),
@@ -246,20 +237,7 @@ class CascadeEngine(Engine):
                 models=models,
                 hash_inputs=False,
             )
-            meta["engine"] = {
-                "executor": self.options.executor,
-                **{k: v for k, v in self.executor_kwargs.items() if v is not None},
-                "shard_size": self.options.shard_size,
-                "work_dir": self._names["work"],
-            }
-            meta["summary"] = summary
-            if self.job:
-                meta["job"] = self.job
-            meta["outputs"] = {"turns": self._names["turns"], "sessions": self._names["sessions"], "rows": n}
-            meta = redact_secrets(meta)
-            for final in (self._commit.output, self._commit.sessions):
-                publisher.add_text(meta_of(final), json.dumps(meta, indent=2, ensure_ascii=False, default=repr) + "\n")
-            publisher.publish()
+            self._publish_metadata(publisher, meta, summary, n)
         finally:
             publisher.discard()
         return summary
@@ -336,13 +314,6 @@ class CascadeEngine(Engine):
         return summary
 
 
-def _read_json(path) -> Optional[dict]:
-    try:
-        return json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-
-
 def _keys(table: pa.Table) -> np.ndarray:
     cid = table.column("conversation_id").cast(pa.string()).to_pylist()
     ti = table.column("turn_index").to_pylist()
@@ -363,8 +334,9 @@ def _scored_rows(table: pa.Table) -> np.ndarray:
     return np.asarray(table.column("status").to_pylist(), dtype=object) != "skipped"
 
 
-def _added(config: RoleConfig) -> set:
-    return {c for c in output_columns(config.method, config) if not c.endswith("_*")}
+def _input_columns(scored: pa.Table, config: RoleConfig) -> pa.Table:
+    """A pass's output without what its scoring added: the turns as they were read."""
+    return scored.drop_columns(reserved_columns(config.method, scored.column_names, config))
 
 
 def _write_pass_input(first: pa.Table, pending: np.ndarray, path: Path, config: RoleConfig) -> None:
@@ -373,9 +345,7 @@ def _write_pass_input(first: pa.Table, pending: np.ndarray, path: Path, config: 
     cid = np.asarray(first.column("conversation_id").cast(pa.string()).to_pylist(), dtype=object)
     wanted = set(cid[pending])
     keep = np.array([c in wanted for c in cid], dtype=bool)
-    t = first.drop_columns(
-        [c for c in first.column_names if c in _added(config) or c.startswith(f"{config.method}_")]
-    ).filter(pa.array(keep))
+    t = _input_columns(first, config).filter(pa.array(keep))
     if "score_turn" in t.column_names:
         t = t.drop_columns(["score_turn"])
     t = t.append_column("score_turn", pa.array(pending[keep], pa.bool_()))

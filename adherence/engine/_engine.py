@@ -606,28 +606,32 @@ class Engine:
             if "ground_truth" in plan.fingerprint:
                 gt = plan.fingerprint["ground_truth"]
                 meta["inputs"].append({"path": gt["path"], "role": "ground_truth", "digest": gt["content"]})
-            meta["engine"] = {
-                "executor": self.options.executor,
-                **{k: v for k, v in self.executor_kwargs.items() if v is not None},
-                "shard_size": self.options.shard_size,
-                "shards": len(plan.shards),
-                "work_dir": self._names["work"],
-                "input_fingerprint": plan.fingerprint,
-            }
-            meta["summary"] = summary
-            if self.job:
-                meta["job"] = self.job
-            meta["outputs"] = {"turns": self._names["turns"], "sessions": self._names["sessions"], "rows": written}
-            meta = redact_secrets(meta)  # an API key given as a flag or option never reaches disk
-            for final in (out_final, sessions_final):
-                publisher.add_text(
-                    meta_of(final),
-                    json.dumps(meta, indent=2, ensure_ascii=False, default=repr) + "\n",
-                )
-            publisher.publish()
+            self._publish_metadata(
+                publisher, meta, summary, written, shards=len(plan.shards), input_fingerprint=plan.fingerprint
+            )
         finally:
             publisher.discard()
         return summary
+
+    def _publish_metadata(self, publisher, meta: dict, summary: dict, rows: int, **engine: Any) -> None:
+        """Complete the run metadata (how the job ran, its summary, the caller's options, the outputs), write it
+        beside both outputs with secrets redacted, and publish everything the publisher holds."""
+        meta["engine"] = {
+            "executor": self.options.executor,
+            **{k: v for k, v in self.executor_kwargs.items() if v is not None},
+            "shard_size": self.options.shard_size,
+            "work_dir": self._names["work"],
+            **engine,
+        }
+        meta["summary"] = summary
+        if self.job:
+            meta["job"] = self.job
+        meta["outputs"] = {"turns": self._names["turns"], "sessions": self._names["sessions"], "rows": rows}
+        meta = redact_secrets(meta)  # an API key given as a flag or option never reaches disk
+        text = json.dumps(meta, indent=2, ensure_ascii=False, default=repr) + "\n"
+        for final in (self._commit.output, self._commit.sessions):
+            publisher.add_text(meta_of(final), text)
+        publisher.publish()
 
 
 def _recorded_config(config: RoleConfig) -> dict:
