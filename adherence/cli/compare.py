@@ -54,9 +54,9 @@ def compare_outputs(old: str, new: str, *, n_bootstrap: int = 2000, seed: int = 
 
     a, b = _read(old), _read(new)
     both = a.join(b, list(_KEYS), join_type="inner", left_suffix="_old", right_suffix="_new")
-    keys_a = set(zip(a.column("conversation_id").to_pylist(), a.column("turn_index").to_pylist()))
-    keys_b = set(zip(b.column("conversation_id").to_pylist(), b.column("turn_index").to_pylist()))
-    only_old, only_new = sorted(keys_a - keys_b), sorted(keys_b - keys_a)  # counted and listed, never dropped
+    # counted and listed, never dropped
+    only_old = a.join(b.select(list(_KEYS)), list(_KEYS), join_type="left anti").select(list(_KEYS))
+    only_new = b.join(a.select(list(_KEYS)), list(_KEYS), join_type="left anti").select(list(_KEYS))
 
     def col(name: str) -> Optional[np.ndarray]:
         if name not in both.column_names:
@@ -70,8 +70,9 @@ def compare_outputs(old: str, new: str, *, n_bootstrap: int = 2000, seed: int = 
     kw: dict[str, Any] = {"n_bootstrap": n_bootstrap, "seed": seed, "level": level}
     result: dict = {"old": str(old), "new": str(new), "confidence": level, "n_bootstrap": n_bootstrap,
                     **compare_paired(cid, so, sn, po, pn, **kw)}  # fmt: skip
-    result["only_in_old"] = {"count": len(only_old), "first": [list(k) for k in only_old[:top]]}
-    result["only_in_new"] = {"count": len(only_new), "first": [list(k) for k in only_new[:top]]}
+    for side, only in (("only_in_old", only_old), ("only_in_new", only_new)):
+        first = only.sort_by([(k, "ascending") for k in _KEYS]).slice(0, top)
+        result[side] = {"count": only.num_rows, "first": [list(r.values()) for r in first.to_pylist()]}
     groups: dict = {}
     for name in by:
         values = None

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import warnings
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 from .._errors import DataError
 
-__all__ = ["DataError", "skipped_summary", "warn_skipped"]
+__all__ = ["DataError", "record_text", "skipped_summary", "warn_skipped"]
 
 
 def skipped_summary(skipped: Sequence[tuple[str, str]]) -> Optional[dict]:
@@ -32,3 +33,11 @@ def warn_skipped(
         f"{file}: skipped {len(skipped)} malformed {unit}(s) ({first}): {skipped[0][1]}; the rest is {rest} ({hint})",
         stacklevel=3,
     )
+
+
+def record_text(record: Any) -> Any:
+    """A record left out, as the text its quarantine line keeps (JSON where it can be, else its repr)."""
+    try:
+        return json.dumps(record, ensure_ascii=False, default=repr)
+    except (TypeError, ValueError):
+        return repr(record)

@@ -28,7 +28,7 @@ from typing import Any, Iterable, Iterator, Optional
 import numpy as np
 import pyarrow as pa
 
-from ._errors import DataError
+from ._errors import DataError, record_text
 from ._formats import records_to_table
 
 __all__ = ["TRACE_FORMATS", "detect_trace", "explode_traces", "trace_turns"]
@@ -495,7 +495,7 @@ def explode_traces(
         where_line = f"line {line_no}" if line_no is not None else f"record {record_no}"
         if detect_trace(record) != fmt:
             error = DataError(f"not a {fmt} trace record", file=file, row=record_no, line=line_no)
-            opts.reject(error, text=_short(record), flat=False, where=where_line)
+            opts.reject(error, text=record_text(record)[:2000], flat=False, where=where_line)
             continue
         for row, where, reason in trace_turns(record, fmt):
             if row is None:
@@ -523,11 +523,3 @@ def explode_traces(
     table = table.drop_columns(["_start"]).append_column("turn_index", pa.array(np.arange(len(cid)) - run, pa.int32()))
     for s in range(0, table.num_rows, batch_size):
         yield records_to_table(table.slice(s, batch_size).to_pylist(), TURNS, file=file)
-
-
-def _short(record: Any) -> str:
-    try:
-        text = json.dumps(record, ensure_ascii=False, default=repr)
-    except (TypeError, ValueError):
-        text = repr(record)
-    return text[:2000]

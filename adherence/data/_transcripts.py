@@ -22,7 +22,7 @@ from typing import Any, Iterable, Iterator, Optional
 
 import pyarrow as pa
 
-from ._errors import DataError
+from ._errors import DataError, record_text
 from ._formats import records_to_table
 
 __all__ = ["TranscriptOptions", "TRANSCRIPT_FORMATS", "detect_transcript", "transcript_turns", "explode_transcripts"]
@@ -245,13 +245,6 @@ def transcript_turns(record: dict, fmt: str, *, conversation_id: str, role: Opti
     return out
 
 
-def _json_text(record: Any) -> Any:
-    try:
-        return json.dumps(record, ensure_ascii=False, default=repr)
-    except (TypeError, ValueError):
-        return repr(record)
-
-
 def explode_transcripts(
     records: Iterable[tuple[int, Optional[int], Any]], fmt: str, opts: TranscriptOptions, *, file: str, batch_size: int
 ) -> Iterator[pa.Table]:
@@ -289,7 +282,7 @@ def explode_transcripts(
                 f" (line {line_no})" if line_no is not None and line_no != record_no else ""
             )
             error = DataError(f"malformed {fmt} transcript: {exc}", file=file, row=record_no, line=line_no)
-            opts.reject(error, text=_json_text(record), flat=False, where=where)
+            opts.reject(error, text=record_text(record), flat=False, where=where)
             continue
         while len(rows) >= batch_size:
             yield records_to_table(rows[:batch_size], TURNS, file=file)
