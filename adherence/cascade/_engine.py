@@ -102,7 +102,7 @@ class CascadeEngine(Engine):
                 opts = dataclasses.replace(opts, input_format="auto", role=None, bad_rows=None)
             what = "every turn" if k == 1 else f"the {int(pending.sum()):,} turns left"  # type: ignore[union-attr]
             _say(f"cascade stage {k}/{n_stages}: {stage_name(config)} on {what}")
-            result = Engine(config=config, options=opts).run(stage_input, out_k)
+            result = Engine(config=config, options=opts, intermediate=True).run(stage_input, out_k)
             s = result.summary
             if s.get("failed_shards"):
                 raise EngineError(

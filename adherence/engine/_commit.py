@@ -733,16 +733,18 @@ class WorkDir:
 class Commit:
     """What a job commits to, fixed when it takes its outputs: the final ``output`` and ``sessions`` targets,
     the identity of each target (and its metadata) at that moment, the locks held on them, and the local
-    staging directory of targets on object storage."""
+    staging directory of targets on object storage. ``final``: False for a pass of a larger job (a cascade's
+    stage), whose outputs are that job's work, not what the command publishes."""
 
     output: Any
     sessions: Any
     targets: dict
     locks: tuple = ()
     staging: Optional[Path] = None
+    final: bool = True
 
     def publisher(self) -> Publisher:
-        return Publisher(self.targets, locks=self.locks, staging=self.staging)
+        return Publisher(self.targets, locks=self.locks, staging=self.staging, final=self.final)
 
 
 class Publisher:
@@ -753,13 +755,18 @@ class Publisher:
             replaces a target only while it is still that.
         locks: the job's locks and leases; each is checked (``check``) before anything is committed.
         staging: a local directory for the temporaries of targets on object storage.
+        final: the command's own outputs (``published()`` lists them; a signal after they are committed finds the
+            job done); False for the intermediate outputs of a pass.
     """
 
-    def __init__(self, targets: Optional[dict] = None, *, locks: tuple = (), staging: Optional[Path] = None) -> None:
+    def __init__(
+        self, targets: Optional[dict] = None, *, locks: tuple = (), staging: Optional[Path] = None, final: bool = True
+    ) -> None:
         self.moves: list[tuple[Path, Target]] = []
         self.targets = targets or {}
         self.locks = locks
         self.staging = staging
+        self.final = final
 
     def temporary(self, final: Target) -> Path:
         """Where the temporary of ``final`` is written: beside it locally, in the staging dir for an object."""
@@ -809,7 +816,8 @@ class Publisher:
             self._commit_objects(remote)
         self.moves = []
         # From here a signal finds the job's outputs complete (local renames and the objects' commit records).
-        _PUBLISHED.extend(str(f) for _, f in local + remote)
+        if self.final:
+            _PUBLISHED.extend(str(f) for _, f in local + remote)
 
     def _commit_objects(self, moves: list) -> None:
         """Object storage, in the protocol's order: each output's metadata marked unpublished, the data (each

@@ -76,6 +76,8 @@ class Engine:
         config: the scoring options, instead of ``method`` and its keyword options.
         options: the engine's options, instead of their keyword arguments.
         job: the caller's resolved options (e.g. the command line's), kept in the run metadata.
+        intermediate: a pass of a larger job (a cascade's stage): a signal after its outputs are committed does
+            not find the command done.
 
     Example::
 
@@ -91,6 +93,7 @@ class Engine:
         config: Optional[RoleConfig] = None,
         options: Optional[EngineOptions] = None,
         job: Optional[dict] = None,
+        intermediate: bool = False,
         **kwargs: Any,
     ) -> None:
         engine_fields = {f.name for f in dataclasses.fields(EngineOptions)}
@@ -115,6 +118,8 @@ class Engine:
         self._executor: Optional[Executor] = None
         self._names: dict = {}
         self._remote_work: Optional[Remote] = None
+        # a pass of a larger job (a cascade's stage): its outputs are that job's work, not the command's outputs
+        self.intermediate = intermediate
 
     @property
     def executor_kwargs(self) -> dict:
@@ -209,6 +214,7 @@ class Engine:
                     {t: store_of(t).identity(t) for t in targets},
                     locks,
                     staging,
+                    final=not self.intermediate,
                 )
                 remote_work = (
                     stack.enter_context(WorkDir(remote["work"], resume=self.options.resume))

@@ -193,3 +193,60 @@ def test_a_stage_may_be_a_judge_endpoint(tmp_path, monkeypatch, tiny_yes_no_judg
     assert sent and all(got[k][1] == pytest.approx(full[k][0], abs=1e-6) for k in sent)
     for text in (out.with_name("c.parquet.meta.json").read_text(), cascade.read_text()):
         assert "sk-secret-flag" not in text and "sk-from-env" not in text
+
+
+def test_a_signal_during_a_later_pass_publishes_nothing_and_resume_goes_on(tmp_path, tiny_yes_no_judge):
+    """SIGTERM while the second stage (a judge endpoint held on its first call) runs: exit 143, no output, the one
+    line names the kept work dir (the first pass's committed output is the job's work, not its output); --resume
+    then reuses the first pass and publishes what an uninterrupted run does."""
+    import subprocess
+    import sys
+    import threading
+    import time
+
+    from tests.judges._server import ChatServer
+
+    held, release = threading.Event(), threading.Event()
+
+    def hold(n):
+        held.set()
+        release.wait(60)  # answered normally once the test lets it go
+        return None
+
+    with ChatServer(tiny_yes_no_judge, after_preflight=hold) as server:
+        kl = _score(tmp_path, "kl", "--method", "kl")
+        release.set()  # the stage's own scoring answers at once
+        judge = _score(tmp_path, "judge", "--backend", "openai", "--judge-model", "tiny", "--base-url", server.url)
+        cascade = tmp_path / "cascade.json"
+        assert (
+            main(["cascade", "fit", str(kl), str(judge), "--alpha", "0.3", "--delta", "0.3", "-o", str(cascade)]) == 0
+        )
+        doc = json.loads(cascade.read_text())
+        s = pq.read_table(kl).column("score").to_numpy()
+        doc["stages"][0]["threshold"] = float(np.median(np.abs(s - 0.5)))
+        doc["stages"][1]["threshold"] = 0.0
+        cascade.write_text(json.dumps(doc))
+        ref = tmp_path / "ref.parquet"
+        assert (
+            main(["score", str(example_path("role")), "-o", str(ref), "--cascade", str(cascade), "--no-progress"]) == 0
+        )
+        held.clear()
+        release.clear()
+        out = tmp_path / "c.parquet"
+        cmd = [sys.executable, "-m", "adherence", "score", str(example_path("role")), "-o", str(out), "--cascade",
+               str(cascade), "--no-progress"]  # fmt: skip
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert held.wait(120), "the second stage never called its judge"
+        time.sleep(0.3)
+        proc.terminate()
+        _, err = proc.communicate(timeout=120)
+        release.set()
+        assert proc.returncode == 143, err[-2000:]
+        assert err.strip().splitlines()[-1].startswith("adherence: terminated; nothing partial was published")
+        assert "c.parquet.work" in err and "--resume" in err and not out.exists()
+        assert (tmp_path / "c.parquet.work" / "cascade" / "stage1.parquet").exists()
+        res = subprocess.run([*cmd, "--resume"], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert pq.read_table(out).equals(pq.read_table(ref))
+    stages = json.loads((tmp_path / "c.parquet.meta.json").read_text())["summary"]["stages"]
+    assert stages[0]["turns_scored"] == 0 and stages[0]["turns_reused"] == 28
