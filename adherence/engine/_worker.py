@@ -347,13 +347,10 @@ class ShardWorker:
 
 
 class _quiet_loading:
-    """transformers' weight-loading bar, and any other tqdm bar (the GGUF de-quantizing one), off while models load
-    (restored after): the job prints its own line for the loading."""
+    """transformers' weight-loading bar off while models load (restored after)."""
 
     def __enter__(self):
         self._hf = None
-        self._tqdm = os.environ.get("TQDM_DISABLE")
-        os.environ["TQDM_DISABLE"] = "1"  # tqdm >= 4.66 reads its defaults from TQDM_* variables
         try:
             from transformers.utils import logging as hf_logging
         except ImportError:
@@ -364,9 +361,5 @@ class _quiet_loading:
         return self
 
     def __exit__(self, *_) -> None:
-        if self._tqdm is None:
-            os.environ.pop("TQDM_DISABLE", None)
-        else:
-            os.environ["TQDM_DISABLE"] = self._tqdm
         if self._hf is not None:
             self._hf.enable_progress_bar()

@@ -12,6 +12,8 @@ its prefixes. The LM head runs only on the rows that are read.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 from typing import Any, Optional, Sequence
 
 from ..models import DEFAULT_JUDGE, pick_device, pick_dtype, resolve_model
@@ -20,6 +22,30 @@ from ._planner import PromptPlanner
 from ._prompts import JudgeRequest
 
 __all__ = ["TransformersBackend"]
+
+
+@contextlib.contextmanager
+def _gguf_bar(show: bool):
+    """With ``show`` False, transformers' "de-quantizing GGUF tensors" bar stays off while a GGUF checkpoint loads:
+    that bar is a plain tqdm bar bound in its module (neither transformers' progress switch nor ``progress``
+    reaches it), so the module's ``tqdm`` is given ``disable=True`` for the load and put back after."""
+    if show:
+        yield
+        return
+    try:
+        from transformers import modeling_gguf_pytorch_utils as gguf_utils
+    except ImportError:
+        yield
+        return
+    bar = getattr(gguf_utils, "tqdm", None)
+    if bar is None:
+        yield
+        return
+    gguf_utils.tqdm = functools.partial(bar, disable=True)
+    try:
+        yield
+    finally:
+        gguf_utils.tqdm = bar
 
 
 class TransformersBackend(JudgeBackend):
@@ -77,10 +103,13 @@ class TransformersBackend(JudgeBackend):
             kwargs = {"gguf_file": self.resolved.gguf_file} if self.resolved.gguf_file else {}
             path = str(self.resolved.path)
             self.tokenizer = AutoTokenizer.from_pretrained(path, **kwargs)
-            try:
-                m = AutoModelForCausalLM.from_pretrained(path, dtype=self.dtype, attn_implementation="sdpa", **kwargs)
-            except (ValueError, ImportError):
-                m = AutoModelForCausalLM.from_pretrained(path, dtype=self.dtype, **kwargs)
+            with _gguf_bar(progress or not self.resolved.gguf_file):
+                try:
+                    m = AutoModelForCausalLM.from_pretrained(
+                        path, dtype=self.dtype, attn_implementation="sdpa", **kwargs
+                    )
+                except (ValueError, ImportError):
+                    m = AutoModelForCausalLM.from_pretrained(path, dtype=self.dtype, **kwargs)
         self.model = m.to(device=self.device, dtype=self.dtype).eval()
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token

@@ -188,13 +188,12 @@ def test_a_judge_job_in_a_log_shows_the_jobs_progress_and_no_other_bar(tmp_path,
 
 def test_the_bundled_judge_loads_without_a_bar_of_its_own(tmp_path):
     """The bundled GGUF judge's de-quantizing bar (a plain tqdm bar of transformers') is off while models load: the
-    job's `loading models` / `models ready` lines say it, and a log gets no carriage returns."""
+    job's `loading models` / `models ready` lines say it, and a log gets no carriage returns. tqdm is imported
+    before the job starts, as it is when an earlier pass (a cascade's first stage) loaded a model."""
     from adherence.data import example_path
 
-    res = subprocess.run(
-        [sys.executable, "-m", "adherence", "score", str(example_path("role")), "-o", str(tmp_path / "j.parquet"),
-         "--bootstrap", "0"],
-        capture_output=True, text=True, check=True,
-    )  # fmt: skip
+    argv = ["adherence", "score", str(example_path("role")), "-o", str(tmp_path / "j.parquet"), "--bootstrap", "0"]
+    code = f"import sys, tqdm.auto; sys.argv = {argv!r}; from adherence.cli.main import console_main; console_main()"
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert "\r" not in res.stderr and "de-quantizing" not in res.stderr, res.stderr[-2000:]
     assert re.search(r"models ready in [\d.]+ s", res.stderr)
