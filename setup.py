@@ -77,6 +77,8 @@ setup(
         "accelerate>=0.30",
         "pyyaml>=6.0",  # audit rubrics
         "scipy>=1.10",  # sparse TF-IDF / BM25 matrices
+        "onnxruntime>=1.20",  # --encoder-precision int8: the encoder's int8 CPU path
+        "onnx>=1.16",  # exporting and quantising the encoder for it
     ],
     extras_require=EXTRAS,
     entry_points={"console_scripts": ["adherence=adherence.cli.main:console_main"]},

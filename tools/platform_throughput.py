@@ -100,6 +100,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--turns", type=int, default=100_000)
     ap.add_argument("--method", default="cosine")
+    ap.add_argument("--encoder-precision", choices=("float32", "int8"), default="float32")
     ap.add_argument("--workers", type=int, default=2, help="Ray actors / Spark local cores")
     ap.add_argument("--texts", choices=("persona", "pool"), default="persona", help="the workload (see above)")
     ap.add_argument("--persona-csv", type=Path, default=DEFAULT_PERSONA_CSV)
@@ -119,6 +120,7 @@ def main() -> int:
         "workload": workload(src),
         "turns": args.turns,
         "method": args.method,
+        "encoder_precision": args.encoder_precision,
         "workers": args.workers,
         "device": "cpu",
         "cpus": os.cpu_count(),
@@ -127,7 +129,7 @@ def main() -> int:
     }
 
     t = time.perf_counter()
-    ref_table = adherence.score(src, method=args.method, n_bootstrap=0)
+    ref_table = adherence.score(src, method=args.method, n_bootstrap=0, encoder_precision=args.encoder_precision)
     engine_s = time.perf_counter() - t
     ref = _scores(ref_table)
     report["paths"]["engine"] = {"seconds": engine_s, "turns_per_s": args.turns / engine_s, "max_abs_diff": 0.0}
@@ -147,7 +149,14 @@ def main() -> int:
     )
     # The engine on the same Ray cluster: the yardstick for Ray Data.
     t = time.perf_counter()
-    ray_engine = adherence.score(src, method=args.method, n_bootstrap=0, executor="ray", num_workers=args.workers)
+    ray_engine = adherence.score(
+        src,
+        method=args.method,
+        n_bootstrap=0,
+        executor="ray",
+        num_workers=args.workers,
+        encoder_precision=args.encoder_precision,
+    )
     s = time.perf_counter() - t
     report["paths"]["engine_ray"] = {
         "seconds": s,
@@ -157,7 +166,12 @@ def main() -> int:
     print(json.dumps(report["paths"]["engine_ray"]), flush=True)
     t = time.perf_counter()
     # Actors hold their CPUs: one is left to the grouping shuffle.
-    ds = score_dataset(ray.data.read_parquet(str(src)), method=args.method, concurrency=max(1, args.workers - 1))
+    ds = score_dataset(
+        ray.data.read_parquet(str(src)),
+        method=args.method,
+        encoder_precision=args.encoder_precision,
+        concurrency=max(1, args.workers - 1),
+    )
     got = pa.concat_tables(ray.get(ds.to_arrow_refs()), promote_options="permissive")
     ray_s = time.perf_counter() - t
     report["paths"]["ray_data"] = {
@@ -180,7 +194,12 @@ def main() -> int:
         .getOrCreate()
     )
     t = time.perf_counter()
-    out = score_dataframe(spark.read.parquet(str(src)), method=args.method, num_partitions=args.workers)
+    out = score_dataframe(
+        spark.read.parquet(str(src)),
+        method=args.method,
+        num_partitions=args.workers,
+        encoder_precision=args.encoder_precision,
+    )
     out.write.mode("overwrite").parquet(str(tmp / "spark-out"))
     spark_s = time.perf_counter() - t
     got = pq.read_table(tmp / "spark-out")

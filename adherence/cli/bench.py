@@ -113,6 +113,25 @@ class BenchCommand(Command):
         )
         nb.add_argument("--repeats", type=int, default=3, help="timed repetitions (the median is reported)")
         _device_and_output(nb)
+        cb = sub.add_parser(
+            "cpu-encoder",
+            help="sentence encoder on the CPU (float32 and int8) against sentence-transformers' torch, ONNX O1-O4 and "
+            "OpenVINO backends and fastembed, same texts: texts/s, cosines, AUC changes (JSON)",
+        )
+        cb.add_argument("persona_csv", type=file_path, help="Synthetic-Persona-Chat CSV (the texts)")
+        cb.add_argument(
+            "--peers-python",
+            type=file_path,
+            help="the Python of the peers' environment (docs/encoders.md); without it only ours run, unchecked",
+        )
+        cb.add_argument("--texts", type=int, default=2000, help="distinct utterances (the short workload)")
+        cb.add_argument("--long", type=int, default=120, help="texts of 300-500 tokens (the long workload)")
+        cb.add_argument("--batches", default="16,32,64,128", help="batch sizes tried on the short workload")
+        cb.add_argument("--long-batches", default="8,32", help="batch sizes tried on the long workload")
+        cb.add_argument("--repeats", type=int, default=2, help="timed encodes per batch size (the median is kept)")
+        cb.add_argument("--no-accuracy", dest="accuracy", action="store_false", help="skip the AUC changes")
+        cb.add_argument("--encoder", type=model_name, help="encoder path (default: bundled all-MiniLM-L6-v2)")
+        _device_and_output(cb, device=False)
         pb = sub.add_parser(
             "persona",
             help="the EVAL4SIM protocol end to end on one corpus: wall time, where it "
@@ -308,6 +327,20 @@ class BenchCommand(Command):
 
             _positive(args, "texts", "repeats")
             return self._emit(_call(bench_encoder, args, model=args.encoder), args.output)
+        if args.bench == "cpu-encoder":
+            from ..bench import bench_cpu_encoder
+
+            _positive(args, "texts", "long", "repeats")
+            batches, long_batches = (
+                comma_ints(args.batches, "--batches"),
+                comma_ints(args.long_batches, "--long-batches"),
+            )
+            if min(batches + long_batches) < 1:
+                raise OptionError("--batches and --long-batches need sizes >= 1")
+            return self._emit(
+                _call(bench_cpu_encoder, args, model=args.encoder, batches=batches, long_batches=long_batches),
+                args.output,
+            )
         if args.bench == "persona":
             from ..bench import bench_persona
 

@@ -149,7 +149,11 @@ class ScoreCommand(Command):
             type=file_path,
             help="session scores file (default: OUTPUT with .sessions before the extension)",
         )
-        add_arguments(p, RoleConfig, ["encoder", "nli_model", "bertscore_layer", "bertscore_idf", "bertscore_baseline"])
+        add_arguments(
+            p,
+            RoleConfig,
+            ["encoder", "encoder_precision", "nli_model", "bertscore_layer", "bertscore_idf", "bertscore_baseline"],
+        )
         from ._common import add_judge_args
 
         j = add_judge_args(p, device=False)

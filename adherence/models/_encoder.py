@@ -49,13 +49,18 @@ class Encoder:
         model: local path, ``bundled:all-MiniLM-L6-v2`` (default) or a cached hub id.
         device: ``"cuda"``, ``"cpu"``...; default CUDA when available.
         dtype: ``"bf16"``, ``"fp16"``, ``"fp32"``; default bf16 on GPU, fp32 on CPU.
-        batch_size: most texts per forward pass (default 64 on CPU, 4096 on accelerators).
-        batch_tokens: most padded tokens per forward pass (texts x longest); default none on CPU,
-            65536 on accelerators.
+        batch_size: most texts per forward pass (default 64 on CPU, 16 with int8, 4096 on accelerators).
+        batch_tokens: most padded tokens per forward pass (texts x longest); default none on CPU (512
+            with int8), 65536 on accelerators.
         max_length: token limit (default: the checkpoint's ``max_seq_length``).
         progress: show a progress bar for long encodes.
         cache_bytes: memory of the text -> embedding cache (least recently used texts are
             dropped beyond it; 0 disables it). Default 256 MiB, about 120k texts at 384-d.
+        precision: ``"float32"`` (default: the checkpoint as trained; the run ``dtype`` on a GPU) or
+            ``"int8"``: sentence embeddings on the CPU through an int8 copy of the checkpoint run by ONNX
+            Runtime (``adherence.models._onnx``; exported into the user's cache on first use), several
+            times faster and a little less exact (docs/encoders.md states by how much). Token embeddings
+            (BERTScore) stay float32.
 
     Example::
 
@@ -74,6 +79,7 @@ class Encoder:
         max_length: Optional[int] = None,
         progress: bool = True,
         cache_bytes: int = 256 << 20,
+        precision: str = "float32",
     ) -> None:
         import torch
         from transformers import AutoModel, AutoTokenizer
@@ -82,8 +88,18 @@ class Encoder:
             raise OptionError(f"`batch_size` must be >= 1, got {batch_size}")
         if batch_tokens is not None and batch_tokens < 1:
             raise OptionError(f"`batch_tokens` must be >= 1, got {batch_tokens}")
+        from ._onnx import PRECISIONS
+
+        if precision not in PRECISIONS:
+            raise OptionError(f"`encoder_precision` must be one of {', '.join(PRECISIONS)}, got {precision!r}")
         self.resolved: ResolvedModel = resolve_model(model)
         self.device = pick_device(device)
+        if precision == "int8" and self.device.type != "cpu":
+            raise OptionError(
+                f"--encoder-precision int8 is the CPU path; on {self.device.type} the encoder runs in bf16 (drop the "
+                "option, or add --device cpu)"
+            )
+        self.precision = precision
         self.dtype = pick_dtype(self.device, dtype)
         path = self.resolved.path
         self.tokenizer = AutoTokenizer.from_pretrained(str(path))
@@ -96,8 +112,10 @@ class Encoder:
         self.pooling = _pooling_mode(path)
         self.max_length = int(max_length) if max_length else _max_length(path, self.tokenizer)
         accel = self.device.type != "cpu"
-        self.batch_size = int(batch_size or (4096 if accel else 64))
-        self.batch_tokens = int(batch_tokens) if batch_tokens else (65536 if accel else None)
+        # int8: small batches ran fastest: 16 short texts, 2 of 256 tokens (2 cores)
+        int8 = precision == "int8"
+        self.batch_size = int(batch_size or (4096 if accel else 16 if int8 else 64))
+        self.batch_tokens = int(batch_tokens) if batch_tokens else (65536 if accel else 512 if int8 else None)
         self.progress = progress
         self.dim = int(self.model.config.hidden_size)
         self.num_layers = int(getattr(self.model.config, "num_hidden_layers", 0))
@@ -107,6 +125,22 @@ class Encoder:
         self._cache: OrderedDict[str, torch.Tensor] = OrderedDict()
         self._cache_used = 0
         self._backends: dict = {}  # max_length -> a fast tokenizer's backend set to truncate there
+        self._int8 = None
+        if precision == "int8":
+            from ._onnx import OnnxSentenceModel, int8_encoder_file
+
+            self._int8 = OnnxSentenceModel(int8_encoder_file(self))
+
+    def describe(self) -> dict:
+        """The checkpoint (``ResolvedModel.describe``) and how sentences are encoded, for run metadata."""
+        out = dict(self.resolved.describe(), precision=self.precision)
+        if self._int8 is not None:
+            import onnxruntime
+
+            out.update(
+                runtime=f"onnxruntime {onnxruntime.__version__}", quantization="dynamic int8, per-channel weights"
+            )
+        return out
 
     @property
     def name(self) -> str:
@@ -219,8 +253,13 @@ class Encoder:
                 cached[t] = v
         table = torch.empty(len(todo), self.dim, device=self.device)
         if todo:
+            if self._int8 is not None:
+                batches = list(self._batches(todo, "encoding"))
+                embs = self._int8.run([(b["input_ids"].numpy(), b["attention_mask"].numpy()) for _, b in batches])
+                for (idx, _), emb in zip(batches, embs):
+                    table[torch.as_tensor(idx)] = torch.from_numpy(emb)
             with torch.inference_mode():
-                for idx, batch in self._batches(todo, "encoding"):
+                for idx, batch in self._batches(todo, "encoding") if self._int8 is None else ():
                     out = self.model(**batch)
                     pooled = self._pool(out.last_hidden_state, batch["attention_mask"]).float()
                     rows = torch.as_tensor(idx).to(self.device, non_blocking=True)

@@ -19,6 +19,7 @@ from typing import Optional, Sequence
 from .._errors import OptionError
 from .._options import comma_ints, comma_words, model_name, option
 from ..data._errors import skipped_summary
+from ..models._onnx import encoder_precision_option
 from ..stats import curve_similarity
 from ._adherence import RETRIEVERS, adherence_curves, default_pool_sizes, get_retriever
 from ._consistency import consistency, human_similarity
@@ -42,6 +43,8 @@ class PersonaConfig:
         repeats: random pools per query and pool size.
         max_queries: adherence on a seeded subset of queries per corpus (speed).
         encoder: token/sentence encoder for ``bi_encoder`` and ``late_interaction`` (default bundled MiniLM).
+        encoder_precision: ``"int8"`` runs the ``bi_encoder``'s sentence embeddings on the CPU's int8 path
+            (``Encoder(precision=...)``); token embeddings stay float32.
         nli_model: local NLI model path; without it naturalness is skipped with a note.
         limit: read only the first ``limit`` conversations of each corpus.
         strict_input: a malformed conversation is an error instead of being skipped with a
@@ -73,6 +76,7 @@ class PersonaConfig:
         type=model_name,
         help="token/sentence encoder: local path or ColBERT checkpoint (default: bundled all-MiniLM-L6-v2)",
     )
+    encoder_precision: str = encoder_precision_option()
     device: Optional[str] = option(None, help="cuda, cpu, ... (default: CUDA when available)", affects_scores=False)
     nli_model: Optional[str] = option(
         None, type=model_name, help="local NLI model for naturalness (skipped without one)"
@@ -263,7 +267,9 @@ def _retrievers(cfg: PersonaConfig) -> dict:
     if "late_interaction" in cfg.methods or "bi_encoder" in cfg.methods:
         from ..index import LateInteractionEncoder
 
-        li = LateInteractionEncoder(cfg.encoder, device=cfg.device, progress=cfg.progress)
+        li = LateInteractionEncoder(
+            cfg.encoder, device=cfg.device, progress=cfg.progress, precision=cfg.encoder_precision
+        )
         enc = li.encoder
     return {m: get_retriever(m, encoder=enc, li_encoder=li, device=cfg.device) for m in cfg.methods}
 

@@ -14,6 +14,7 @@ from .._errors import OptionError
 from .._fingerprint import COSMETIC
 from .._options import model_name, option
 from .._registry import unknown_name
+from ..models._onnx import encoder_precision_option
 
 if TYPE_CHECKING:
     from ..judges import RoleJudge
@@ -63,6 +64,7 @@ class RoleConfig:
             calibration's.
         calibration_any_judge: apply ``calibration`` to another judge's scores (by default a calibration
             fitted on one judge model, backend or prompt layout is refused for another).
+        encoder_precision: ``"float32"`` or ``"int8"`` (the CPU fast path, ``Encoder(precision=...)``).
         device: where models run (default: CUDA when available).
         batch_size: texts per encoder batch (default: the encoder's, by device).
         progress: show progress bars.
@@ -111,6 +113,7 @@ class RoleConfig:
         help="apply a --calibration fitted on another judge's or prompt layout's scores (refused by default)",
         affects_scores=False,
     )
+    encoder_precision: str = encoder_precision_option()
     device: Optional[str] = option(None, help="cuda, cpu, ... (default: cuda when available)", affects_scores=False)
     batch_size: Optional[int] = option(
         None,
@@ -293,7 +296,13 @@ class Resources:
             from ..models import Encoder
 
             c = self.config
-            self._encoder = Encoder(c.encoder, device=c.device, batch_size=c.batch_size, progress=c.progress)
+            self._encoder = Encoder(
+                c.encoder,
+                device=c.device,
+                batch_size=c.batch_size,
+                progress=c.progress,
+                precision=c.encoder_precision,
+            )
         return self._encoder
 
     @property
@@ -314,7 +323,7 @@ class Resources:
         return dict(self._judge.stats) if self._judge is not None else {}
 
     def describe(self) -> dict:
-        out = {"encoder": self._encoder.resolved.describe()} if self._encoder is not None else {}
+        out = {"encoder": self._encoder.describe()} if self._encoder is not None else {}
         if self._judge is not None:
             out["judge"] = self._judge.backend.describe()
         return out

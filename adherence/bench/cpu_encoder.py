@@ -1,0 +1,288 @@
+"""The sentence encoder on a CPU against every CPU peer, on the same texts and checkpoint, in one run.
+
+Peers: sentence-transformers' torch, ONNX (unoptimised and optimisation levels O1-O4, and its dynamic int8
+export) and OpenVINO backends, and fastembed (ONNX Runtime, float32 and int8). They pin an older
+transformers than adherence's tests, so they run in their own environment (``peers_python``, see
+docs/encoders.md) through ``_encoder_peers.py`` with the texts written to a file; each peer is timed
+alone (its encode call only, after a warm-up) at each batch size of ``batches``, best batch kept.
+
+Correctness first: our float32 embeddings against sentence-transformers' torch float32 (``1 - min
+cosine <= 1e-4``, or the bench stops); every peer's lowest and mean cosine to that reference is
+recorded, and a peer counts as *exact* when its lowest cosine is >= 0.9999 (the issue's float32
+accuracy). ``speedup`` is ours (float32) over the fastest exact peer; ``fast_path.speedup`` is our int8
+path over sentence-transformers' torch default (batch 32) and ``fast_path.speedup_over_fastest`` over
+the fastest peer of any accuracy (a peer whose mean cosine is under 0.9 computes another embedding,
+e.g. truncating elsewhere, and is marked, not compared). The int8 path's cost: lowest/mean cosine to float32 on each workload
+and the AUC changes of the role methods on labelled data (``auc_changes``).
+
+Workloads: ``short``, the distinct Synthetic-Persona-Chat utterances (Jandaghi et al. 2023, CC BY 4.0);
+``long``, consecutive utterances of one conversation joined to 300-500 tokens (every encoder truncates
+at the checkpoint's ``max_seq_length``, 256 for all-MiniLM-L6-v2, the same for all).
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import statistics
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+
+from ._hardware import cpu_info, device_name
+
+__all__ = ["bench_cpu_encoder", "long_texts"]
+
+EXACT_MIN_COSINE = 0.9999
+
+
+def long_texts(csv_path, tokenizer, n: int, lo: int = 300, hi: int = 500) -> list:
+    """``n`` texts of ``lo``-``hi`` tokens: consecutive utterances of one conversation joined by spaces."""
+    from .encoder import persona_chat_utterances
+
+    out: list = []
+    cur: list = []
+    count = 0
+    for u in persona_chat_utterances(csv_path):
+        k = len(tokenizer(u, add_special_tokens=False)["input_ids"])
+        if count + k > hi:
+            cur, count = [], 0
+        cur.append(u)
+        count += k
+        if count >= lo:
+            out.append(" ".join(cur))
+            cur, count = [], 0
+            if len(out) == n:
+                break
+    return out
+
+
+def _best(fn, batches, repeats: int, n: int) -> tuple:
+    per = {}
+    for bs in batches:
+        fn(bs)  # warm-up
+        times = []
+        for _ in range(repeats):
+            t = time.perf_counter()
+            fn(bs)
+            times.append(time.perf_counter() - t)
+        per[bs] = n / statistics.median(times)
+    best = max(per, key=per.__getitem__)
+    return best, per[best], per
+
+
+def _cos(a: np.ndarray, ref: np.ndarray) -> tuple:
+    a = a / np.linalg.norm(a, axis=1, keepdims=True)
+    c = (a * ref).sum(1)
+    return float(c.min()), float(c.mean())
+
+
+def _auc_changes(csv_path, work: Path) -> dict:
+    """AUC of cosine and knn on the bundled role example, and the persona protocol's bi-encoder nAUC,
+    with the float32 and the int8 encoder."""
+    from importlib.resources import files
+
+    from sklearn.metrics import roc_auc_score
+
+    from .. import score as score_api
+    from ..persona import PersonaConfig, evaluate_persona
+
+    example = str(files("adherence") / "examples" / "role_turns.jsonl")
+    out: dict = {}
+    for method in ("cosine", "knn"):
+        aucs = {}
+        for precision in ("float32", "int8"):
+            t = score_api(example, None, method=method, encoder_precision=precision).to_pandas()
+            aucs[precision] = float(roc_auc_score(t["label"] == "adherent", t["score"]))
+        out[f"role example / {method}"] = {**aucs, "change": aucs["int8"] - aucs["float32"]}
+    naucs = {}
+    for precision in ("float32", "int8"):
+        cfg = PersonaConfig(
+            methods=("bi_encoder",),
+            primary="bi_encoder",
+            dimensions=("adherence",),
+            device="cpu",
+            progress=False,
+            encoder_precision=precision,
+        )
+        ((_, res),) = evaluate_persona(str(csv_path), config=cfg).items()
+        naucs[precision] = float(res["adherence"]["curves"]["bi_encoder"]["nauc"])
+    out["persona protocol / bi_encoder nAUC"] = {**naucs, "change": naucs["int8"] - naucs["float32"]}
+    return out
+
+
+def _variants(exact, fast, corpus: list) -> dict:
+    """Two other int8 graphs of the same checkpoint on ``corpus``, with ours: 7-bit weights (what CPUs
+    without VNNI run) and ONNX Runtime's dynamic quantiser (one activation scale per batch, per-channel
+    weights, as sentence-transformers' and fastembed's int8 exports): lowest and mean cosine to float32,
+    texts/s, and how far a text's embedding moves between batch size 1 and the default (``batch_shift``:
+    largest component change; ``pair_cosine_shift``: largest change of the cosine between consecutive
+    texts, what a cosine score would see)."""
+    import logging
+
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    from ..models._onnx import OnnxSentenceModel, _export_float, _rowwise_int8
+
+    ref = exact.encode(corpus).numpy()
+    out = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        fp32, q7, dyn = Path(tmp) / "f.onnx", Path(tmp) / "q7.onnx", Path(tmp) / "dyn.onnx"
+        _export_float(exact, fp32)
+        _rowwise_int8(fp32, q7, 63)
+        logging.disable(logging.WARNING)  # the quantiser's advice to pre-process
+        try:
+            quantize_dynamic(str(fp32), str(dyn), weight_type=QuantType.QInt8, per_channel=True,
+                             extra_options={"DefaultTensorType": 1})  # fmt: skip
+        finally:
+            logging.disable(logging.NOTSET)
+        saved = fast._int8, fast.batch_size
+        for name, path in (("ours", saved[0].path), ("ours, 7-bit weights", q7), ("onnxruntime dynamic", dyn)):
+            fast._int8 = OnnxSentenceModel(path)
+            try:
+                fast.encode(corpus[:64])
+                t = time.perf_counter()
+                got = fast.encode(corpus).numpy()
+                tps = len(corpus) / (time.perf_counter() - t)
+                fast.batch_size = 1
+                alone = fast.encode(corpus[:400]).numpy()
+            finally:
+                fast._int8, fast.batch_size = saved
+            lo, mean = _cos(got, ref)
+            pair = lambda e: (e[:-1] * e[1:]).sum(1)  # noqa: E731
+            out[name] = {"min_cosine": lo, "mean_cosine": mean, "texts_per_s": tps,
+                         "batch_shift": float(np.abs(alone - got[:400]).max()),
+                         "pair_cosine_shift": float(np.abs(pair(alone) - pair(got[:400])).max())}  # fmt: skip
+    return out
+
+
+def bench_cpu_encoder(
+    *,
+    persona_csv: str,
+    peers_python: Optional[str] = None,
+    texts: int = 2000,
+    long: int = 120,
+    batches=(16, 32, 64, 128),
+    long_batches=(8, 32),
+    repeats: int = 2,
+    accuracy: bool = True,
+    model: Optional[str] = None,
+) -> dict:
+    """Benchmark dict (``bench="cpu-encoder"``): ours (float32, int8) and each peer, texts/s per workload."""
+    import torch
+
+    from ..models import Encoder, resolve_model
+    from .encoder import persona_chat_utterances
+
+    path = resolve_model(model).path
+    exact = Encoder(str(path), device="cpu", progress=False, cache_bytes=0)
+    fast = Encoder(str(path), device="cpu", progress=False, cache_bytes=0, precision="int8")
+    workloads = {
+        "short": persona_chat_utterances(persona_csv, texts),
+        "long": long_texts(persona_csv, exact.tokenizer, long),
+    }
+    result: dict = {
+        "bench": "cpu-encoder",
+        "device": device_name("cpu"),
+        "cpu": cpu_info(),
+        "args": {"model": exact.name, "texts": texts, "long": long, "repeats": repeats, "batches": list(batches),
+                 "long_batches": list(long_batches), "source": Path(persona_csv).name},
+        "versions": {"torch": torch.__version__, "python": platform.python_version(),
+                     "onnxruntime": __import__("onnxruntime").__version__},
+        "criterion": f"exact: lowest cosine to sentence-transformers torch float32 >= {EXACT_MIN_COSINE}",
+        "workloads": {},
+    }  # fmt: skip
+    for wname, corpus in workloads.items():
+        bsz = batches if wname == "short" else long_batches
+        lens = [len(i) for i in exact.tokenizer(corpus, truncation=True, max_length=exact.max_length)["input_ids"]]
+        w: dict = {"texts": len(corpus), "unique_share": len(set(corpus)) / len(corpus),
+                   "tokens_mean": float(np.mean(lens)), "tokens_max": int(max(lens))}  # fmt: skip
+        ref = exact.encode(corpus).numpy()
+        ours = {}
+        for label, enc in (("adherence float32", exact), ("adherence int8", fast)):
+
+            def run(bs, enc=enc):
+                enc.batch_size = bs
+                return enc.encode(corpus)
+
+            bs, tps, per = _best(run, bsz, repeats, len(corpus))
+            lo, mean = _cos(run(bs).numpy(), ref)
+            ours[label] = {"name": label, "backend": "torch" if enc is exact else "onnxruntime int8", "batch": bs,
+                           "texts_per_s": tps, "per_batch": per, "min_cosine": lo, "mean_cosine": mean}  # fmt: skip
+        w["ours"] = list(ours.values())
+        w["baselines"] = _peers(peers_python, corpus, path, bsz, repeats, ref) if peers_python else []
+        st = next((b for b in w["baselines"] if b["name"] == "sentence-transformers torch" and "error" not in b), None)
+        if st is not None:
+            if 1 - st["min_cosine"] > 1e-4:
+                raise RuntimeError(
+                    f"our float32 embeddings differ from sentence-transformers: lowest cosine {st['min_cosine']}"
+                )
+            w["st_torch_default_texts_per_s"] = st["per_batch"].get("32")
+        ok = [b for b in w["baselines"] if "error" not in b]
+        exact_peers = [b for b in ok if b["min_cosine"] >= EXACT_MIN_COSINE]
+        if exact_peers:
+            top = max(exact_peers, key=lambda b: b["texts_per_s"])
+            w["fastest_exact_peer"] = top["name"]
+            w["speedup"] = ours["adherence float32"]["texts_per_s"] / top["texts_per_s"]
+        fast_row = ours["adherence int8"]
+        w["fast_path"] = {"texts_per_s": fast_row["texts_per_s"], "min_cosine": fast_row["min_cosine"],
+                          "mean_cosine": fast_row["mean_cosine"]}  # fmt: skip
+        if w.get("st_torch_default_texts_per_s"):
+            w["fast_path"]["speedup"] = fast_row["texts_per_s"] / w["st_torch_default_texts_per_s"]
+        for b in ok:
+            if b["mean_cosine"] < 0.9:  # not the same embedding: e.g. another truncation length
+                b["note"] = "embeddings differ from the checkpoint's (mean cosine < 0.9): not compared"
+        comparable = [b for b in ok if "note" not in b]
+        if comparable:
+            top_any = max(comparable, key=lambda b: b["texts_per_s"])
+            w["fast_path"]["fastest_peer"] = top_any["name"]
+            w["fast_path"]["speedup_over_fastest"] = fast_row["texts_per_s"] / top_any["texts_per_s"]
+        result["workloads"][wname] = w
+    result["int8_variants"] = _variants(exact, fast, workloads["short"])
+    if accuracy:
+        with tempfile.TemporaryDirectory() as tmp:
+            result["auc_changes"] = _auc_changes(persona_csv, Path(tmp))
+    result["baselines"] = result["workloads"]["short"]["baselines"]
+    result["speedup"] = result["workloads"]["short"].get("speedup")
+    result["correct"] = bool(peers_python) and all(
+        any(b["name"] == "sentence-transformers torch" and "error" not in b for b in w["baselines"])
+        for w in result["workloads"].values()
+    )
+    if not peers_python:
+        result["correct_note"] = "no peers ran: our float32 path was not checked against sentence-transformers"
+    return result
+
+
+def _peers(python: str, corpus: list, model_dir: Path, batches, repeats: int, ref: np.ndarray) -> list:
+    """Run ``_encoder_peers.py`` under ``python`` on ``corpus``; each peer row gains its cosines to ``ref``."""
+    script = Path(__file__).with_name("_encoder_peers.py")
+    with tempfile.TemporaryDirectory() as tmp:
+        t = Path(tmp)
+        (t / "texts.json").write_text(json.dumps(corpus))
+        flags = set(cpu_info()["simd"])
+        isa = "avx512_vnni" if "avx512_vnni" in flags else "avx512" if "avx512f" in flags else "avx2"
+        cmd = [python, str(script), "--model", str(model_dir), "--texts", str(t / "texts.json"),
+               "--out", str(t / "peers.json"), "--emb-dir", str(t / "emb"), "--repeats", str(repeats),
+               "--batches", ",".join(map(str, batches)), "--isa", isa]  # fmt: skip
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=_offline_env())
+        if proc.returncode != 0:
+            raise RuntimeError(f"the peers' run failed ({python}): {proc.stderr.strip().splitlines()[-1:]}")
+        data = json.loads((t / "peers.json").read_text())
+        rows = []
+        for row in data["peers"]:
+            row = {k: v for k, v in row.items() if k != "traceback_tail"}
+            if "embeddings" in row:
+                row["min_cosine"], row["mean_cosine"] = _cos(np.load(t / "emb" / row.pop("embeddings")), ref)
+                row["per_batch"] = {str(k): v for k, v in row["per_batch"].items()}
+            rows.append(row)
+        return rows
+
+
+def _offline_env() -> dict:
+    import os
+
+    return {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "true"}

@@ -1,0 +1,62 @@
+"""``adherence bench cpu-encoder``: ours against the peers that run in the given environment, checked first."""
+
+import json
+import sys
+
+import pytest
+
+from adherence.bench.cpu_encoder import EXACT_MIN_COSINE, long_texts
+from adherence.cli.main import main
+from adherence.models import Encoder
+from tests.conftest import SHARED
+
+SPC = SHARED / "data" / "persona" / "Synthetic-Persona-Chat_valid.csv"
+pytestmark = pytest.mark.skipif(
+    not SPC.exists(), reason="the shared Synthetic-Persona-Chat file is not beside the checkout"
+)
+
+
+def test_long_texts_are_300_to_500_tokens():
+    tok = Encoder(device="cpu", progress=False).tokenizer
+    texts = long_texts(SPC, tok, 5)
+    assert len(texts) == 5 == len(set(texts))
+    assert all(300 <= len(tok(t, add_special_tokens=False)["input_ids"]) <= 500 for t in texts)
+
+
+def test_bench_times_ours_and_each_peer_that_runs_and_names_those_that_do_not(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("ADHERENCE_CACHE_DIR", str(tmp_path / "cache"))
+    out = tmp_path / "enc.json"
+    argv = ["bench", "cpu-encoder", str(SPC), "--peers-python", sys.executable, "--texts", "40", "--long", "3",
+            "--batches", "16,32", "--long-batches", "4", "--repeats", "1", "--no-accuracy", "-o", str(out)]  # fmt: skip
+    assert main(argv) == 0
+    res = json.loads(out.read_text())
+    assert res == json.loads(capsys.readouterr().out)
+    assert res["bench"] == "cpu-encoder" and res["correct"] is True
+    short = res["workloads"]["short"]
+    assert short["texts"] == 40 and short["unique_share"] == 1.0
+    ours = {r["name"]: r for r in short["ours"]}
+    assert ours["adherence float32"]["min_cosine"] > 1 - 1e-6  # the reference is ours: float32 against itself
+    assert 0.9 < ours["adherence int8"]["min_cosine"] < 0.99999
+    peers = {r["name"]: r for r in res["baselines"]}
+    st = peers["sentence-transformers torch"]  # runs in this environment too
+    assert st["min_cosine"] >= EXACT_MIN_COSINE and st["batch"] in (16, 32) and st["texts_per_s"] > 0
+    assert {"name", "version", "backend", "batch", "texts_per_s"} <= set(st)
+    assert "fastembed" in peers  # listed even where it cannot run, with the reason
+    exact = [r for r in res["baselines"] if "error" not in r and r["min_cosine"] >= EXACT_MIN_COSINE]
+    top = max(exact, key=lambda r: r["texts_per_s"])
+    assert short["fastest_exact_peer"] == top["name"]
+    assert res["speedup"] == pytest.approx(ours["adherence float32"]["texts_per_s"] / top["texts_per_s"])
+    default = st["per_batch"]["32"]  # sentence-transformers' default batch size
+    assert short["st_torch_default_texts_per_s"] == default
+    assert short["fast_path"]["speedup"] == pytest.approx(ours["adherence int8"]["texts_per_s"] / default)
+    assert res["workloads"]["long"]["tokens_mean"] > 200
+
+
+def test_without_peers_the_result_says_it_was_not_checked(tmp_path, monkeypatch):
+    monkeypatch.setenv("ADHERENCE_CACHE_DIR", str(tmp_path / "cache"))
+    from adherence.bench import bench_cpu_encoder
+
+    res = bench_cpu_encoder(
+        persona_csv=str(SPC), texts=20, long=2, batches=(8,), long_batches=(2,), repeats=1, accuracy=False
+    )
+    assert res["correct"] is False and "not checked" in res["correct_note"] and res["baselines"] == []

@@ -1,0 +1,186 @@
+"""A one-million-turn cosine job on mostly unique texts, on this machine's CPUs, as a user runs it.
+
+    python tools/cpu_million.py --turns 1000000 --out benchmarks/results/2026-11-26-cpu-avx512-million.json
+
+The turns: each reply and each reference reply is two Synthetic-Persona-Chat utterances (Jandaghi et al.
+2023, CC BY 4.0) joined, so nearly every text is distinct (the share is in the JSON) and the encoder's
+cache cannot help, as with real logs; a persona as the role, 4-16 turns per conversation.
+
+1. Correctness first, on the first 2,000 turns: the job's int8 scores equal the int8 encoder's
+   embeddings' cosine computed here, and their difference from the float32 job's is reported.
+2. ``adherence score IN -o OUT --method cosine --encoder-precision int8`` on every turn, in a fresh
+   process, wall time with model loading; every row is checked to be in the output with ``status=ok``.
+3. The float32 path on ``--exact-turns`` of them (the same command without the flag): turns/s and the
+   hours the whole file would take at that rate (a projection, named so in the JSON).
+4. Where the int8 job's time goes: the job on ``--profile-turns`` under cProfile, the share of its
+   time inside the encoder's runtime (ONNX Runtime sessions) against everything else (tokenising, Arrow,
+   the scoring kernel, writing), with the profile's top entries written beside the JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import json
+import pstats
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from platform_throughput import DEFAULT_PERSONA_CSV  # noqa: E402
+
+
+def build(n: int, csv: Path, path: Path, seed: int = 0) -> dict:
+    from adherence.data import read_synthetic_persona_chat
+
+    corpus = read_synthetic_persona_chat(csv)
+    texts = [u["text"] for u in corpus.conversations.to_pylist()]
+    personas = [" ".join(p["persona"] or []) for p in corpus.personas.to_pylist()]
+    rng = np.random.default_rng(seed)
+    writer = None
+    done, conv = 0, 0
+    while done < n:
+        k = min(200_000, n - done)
+        lengths = rng.integers(4, 17, size=k // 4 + 1)
+        cid = np.repeat(np.arange(len(lengths)), lengths)[:k]
+        starts = np.r_[0, np.cumsum(lengths)[:-1]]
+        turn = (np.arange(k) - starts[cid]).astype(np.int32)
+        a = rng.integers(0, len(texts), (k, 4))
+        table = pa.table(
+            {
+                "conversation_id": pa.array([f"conv-{conv + c:08d}" for c in cid]),
+                "turn_index": pa.array(turn),
+                "role": pa.array(["You are this person: " + personas[(conv + c) % len(personas)] for c in cid]),
+                "user": pa.array([texts[i] for i in a[:, 0]]),
+                "assistant": pa.array([f"{texts[i]} {texts[j]}" for i, j in a[:, 1:3]]),
+                "ground_truth_assistant": pa.array([f"{texts[i]} {texts[j]}" for i, j in zip(a[:, 3], a[:, 1])]),
+            }
+        )
+        if writer is None:
+            writer = pq.ParquetWriter(path, table.schema)
+        writer.write_table(table, row_group_size=100_000)
+        done += k
+        conv += int(cid.max()) + 1
+    writer.close()
+    col = pq.read_table(path, columns=["assistant", "ground_truth_assistant"])
+    replies = col["assistant"].to_pylist() + col["ground_truth_assistant"].to_pylist()
+    lens = [len(t) for t in replies[:200_000]]
+    return {"turns": n, "unique_text_share": len(set(replies)) / len(replies), "texts_encoded": len(replies),
+            "mean_chars": float(np.mean(lens)), "max_chars": int(max(lens))}  # fmt: skip
+
+
+def head(src: Path, n: int, dest: Path) -> Path:
+    pq.write_table(pq.read_table(src).slice(0, n), dest)
+    return dest
+
+
+def run_job(src: Path, out: Path, precision: str) -> float:
+    cmd = ["adherence", "score", str(src), "-o", str(out), "--method", "cosine", "--encoder-precision", precision]
+    t = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    wall = time.perf_counter() - t
+    if proc.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} exited {proc.returncode}: {proc.stderr.strip().splitlines()[-1:]}")
+    return wall
+
+
+def check_output(out: Path, n: int) -> dict:
+    t = pq.read_table(out, columns=["status", "score"])
+    status = t["status"].to_pylist()
+    ok = sum(s == "ok" for s in status)
+    if t.num_rows != n or ok != n:
+        raise SystemExit(f"{out}: {t.num_rows} rows, {ok} ok, expected {n}")
+    return {"rows": t.num_rows, "ok": ok}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--turns", type=int, default=1_000_000)
+    ap.add_argument("--exact-turns", type=int, default=100_000)
+    ap.add_argument("--profile-turns", type=int, default=20_000)
+    ap.add_argument("--persona-csv", type=Path, default=DEFAULT_PERSONA_CSV)
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args(argv)
+    import adherence
+    from adherence.bench._hardware import cpu_info
+    from adherence.models import Encoder
+
+    report: dict = {"bench": "cpu-million", "method": "cosine", "cpu": cpu_info(), "versions": {}}
+    for pkg in ("adherence", "torch", "onnxruntime", "pyarrow"):
+        report["versions"][pkg] = __import__(pkg).__version__
+    with tempfile.TemporaryDirectory() as tmp:
+        t = Path(tmp)
+        src = t / "turns.parquet"
+        report["workload"] = build(args.turns, args.persona_csv, src)
+        print(json.dumps(report["workload"]), flush=True)
+
+        # 1. correctness on the first 2,000 turns
+        small = head(src, 2000, t / "small.parquet")
+        s8 = adherence.score(str(small), method="cosine", encoder_precision="int8")
+        s32 = adherence.score(str(small), method="cosine")
+        rows = pq.read_table(small)
+        enc = Encoder(device="cpu", precision="int8", progress=False, cache_bytes=0)
+        a = enc.encode(rows["assistant"].to_pylist()).numpy()
+        g = enc.encode(rows["ground_truth_assistant"].to_pylist()).numpy()
+        mine = np.clip((a * g).sum(1), 0, 1)
+        d_job = float(np.abs(mine - s8["score"].to_numpy()).max())
+        diff = np.abs(s8["score"].to_numpy() - s32["score"].to_numpy())
+        report["correctness"] = {
+            "turns": 2000,
+            "int8_job_vs_int8_embeddings_max_abs_diff": d_job,
+            "int8_vs_float32_score_max_abs_diff": float(diff.max()),
+            "int8_vs_float32_score_mean_abs_diff": float(diff.mean()),
+        }
+        report["correct"] = d_job < 1e-4
+        print(json.dumps(report["correctness"]), flush=True)
+        if not report["correct"]:
+            raise SystemExit("the job's int8 scores differ from the int8 embeddings' cosine")
+
+        # 2. the whole file on the int8 path
+        wall = run_job(src, t / "out8.parquet", "int8")
+        report["int8"] = {"turns": args.turns, "wall_s": wall, "turns_per_s": args.turns / wall,
+                          "hours": wall / 3600, **check_output(t / "out8.parquet", args.turns)}  # fmt: skip
+        print(json.dumps(report["int8"]), flush=True)
+
+        # 3. the float32 path on a slice, projected
+        ex = head(src, args.exact_turns, t / "exact.parquet")
+        wall = run_job(ex, t / "out32.parquet", "float32")
+        check_output(t / "out32.parquet", args.exact_turns)
+        report["float32"] = {"turns": args.exact_turns, "wall_s": wall, "turns_per_s": args.exact_turns / wall,
+                             "projected_hours_for_all_turns": args.turns / (args.exact_turns / wall) / 3600}  # fmt: skip
+        print(json.dumps(report["float32"]), flush=True)
+
+        # 4. profile of the int8 job
+        prof_src = head(src, args.profile_turns, t / "prof.parquet")
+        enc_warm = adherence.score(str(small), method="cosine", encoder_precision="int8")  # imports and export done
+        del enc_warm
+        prof = cProfile.Profile()
+        t0 = time.perf_counter()
+        prof.enable()
+        adherence.score(str(prof_src), str(t / "prof-out.parquet"), method="cosine", encoder_precision="int8")
+        prof.disable()
+        total = time.perf_counter() - t0
+        stats = pstats.Stats(prof)
+        # OnnxSentenceModel.run: the sessions' forward passes (in its threads; the call waits for them)
+        runtime = sum(v[3] for k, v in stats.stats.items() if k[2] == "run" and k[0].endswith("_onnx.py"))  # type: ignore[attr-defined]
+        buf = io.StringIO()
+        pstats.Stats(prof, stream=buf).sort_stats("cumulative").print_stats(30)
+        profile_path = Path(args.out).with_suffix(".profile.txt")
+        profile_path.write_text(buf.getvalue().replace(tmp, "$TMP"))
+        report["profile"] = {"turns": args.profile_turns, "wall_s": total, "encoder_runtime_s": runtime,
+                             "not_encoder_share": 1 - runtime / total, "file": profile_path.name}  # fmt: skip
+        print(json.dumps(report["profile"]), flush=True)
+    Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
