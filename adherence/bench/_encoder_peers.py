@@ -1,7 +1,7 @@
 """Time the CPU sentence-encoder peers on given texts (run in the peers' own environment).
 
 sentence-transformers' ONNX and OpenVINO backends pin an older transformers than adherence's tests, so
-the peers live in their own virtual environment (benchmarks/requirements-cpu-peers.txt) and
+the peers live in their own virtual environment (``pip install ".[cpu-peers]"`` there) and
 ``adherence bench cpu-encoder --peers-python`` runs this file there with the same texts and checkpoint.
 Nothing here imports adherence.
 
