@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import sys
 import tempfile
 import warnings
 from pathlib import Path
@@ -91,8 +92,8 @@ def _export_float(encoder, dest: Path) -> None:
     class Sentence(torch.nn.Module):
         def __init__(self, enc) -> None:
             super().__init__()
-            # Eager attention: its graph quantises and runs faster under ONNX Runtime than SDPA's (1.9x
-            # on 256-token texts) and gives the same embeddings.
+            # Eager attention: its graph runs faster under ONNX Runtime than SDPA's on long texts and
+            # gives the same embeddings.
             self.model = AutoModel.from_pretrained(str(enc.resolved.path), attn_implementation="eager").eval()
             self.enc = enc
 
@@ -139,8 +140,8 @@ def _rowwise_int8(src: Path, dest: Path, levels: int) -> int:
     ``x @ W`` becomes ``MatMulInteger(q(x), Wq) * s_x * s_W`` with ``s_x = max|x_row| / 127`` per row
     and ``q(x) = round(x / s_x) + 128`` as uint8 (zero point 128), ``s_W = max|W_col| / levels``. A
     per-row scale makes each text's embedding independent of the texts batched with it (ONNX Runtime's
-    dynamic quantiser scales a whole batch by its largest value: the same text moved by up to 0.07 in
-    cosine score with other neighbours) and kept closer to float32 (mean cosine 0.994 against 0.990).
+    dynamic quantiser scales a whole batch by its largest value, so a text's embedding moves with its
+    neighbours; ``adherence bench cpu-encoder`` measures both) and keeps it closer to float32.
     """
     import numpy as np
     import onnx
@@ -213,6 +214,10 @@ def int8_encoder_file(encoder) -> Path:
     if dest.exists():
         return dest
     folder.mkdir(parents=True, exist_ok=True)
+    if getattr(encoder, "progress", False):
+        print(
+            f"exporting {encoder.name} to int8 for ONNX Runtime into {folder} (once per machine) ...", file=sys.stderr
+        )
     with tempfile.TemporaryDirectory(dir=folder, prefix=".export-") as tmp:
         fp32 = Path(tmp) / "model-float32.onnx"
         _export_float(encoder, fp32)
@@ -226,8 +231,8 @@ def int8_encoder_file(encoder) -> Path:
 class OnnxSentenceModel:
     """ONNX Runtime sessions over an exported sentence encoder: one single-threaded session per thread of
     the job (torch's thread count, which the job sets), each running every n-th batch of a call. On small
-    batches two one-thread sessions side by side outran one two-thread session (2,270 against 1,920
-    texts/s on persona utterances, 2 cores): a short text's matrices are too small to split well."""
+    batches one-thread sessions side by side outran one session with every thread: a short text's
+    matrices are too small to split well."""
 
     def __init__(self, path: Path, threads: Optional[int] = None) -> None:
         import onnxruntime as ort
