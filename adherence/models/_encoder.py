@@ -137,8 +137,12 @@ class Encoder:
         if self._int8 is not None:
             import onnxruntime
 
+            from ._onnx import weight_levels
+
             out.update(
-                runtime=f"onnxruntime {onnxruntime.__version__}", quantization="dynamic int8, per-channel weights"
+                runtime=f"onnxruntime {onnxruntime.__version__}",
+                quantization=f"int8 weights per output column (+-{weight_levels()}), 8-bit inputs per token",
+                file=self._int8.path.name,
             )
         return out
 
@@ -258,12 +262,13 @@ class Encoder:
                 embs = self._int8.run([(b["input_ids"].numpy(), b["attention_mask"].numpy()) for _, b in batches])
                 for (idx, _), emb in zip(batches, embs):
                     table[torch.as_tensor(idx)] = torch.from_numpy(emb)
-            with torch.inference_mode():
-                for idx, batch in self._batches(todo, "encoding") if self._int8 is None else ():
-                    out = self.model(**batch)
-                    pooled = self._pool(out.last_hidden_state, batch["attention_mask"]).float()
-                    rows = torch.as_tensor(idx).to(self.device, non_blocking=True)
-                    table[rows] = torch.nn.functional.normalize(pooled, dim=-1)
+            else:
+                with torch.inference_mode():
+                    for idx, batch in self._batches(todo, "encoding"):
+                        out = self.model(**batch)
+                        pooled = self._pool(out.last_hidden_state, batch["attention_mask"]).float()
+                        rows = torch.as_tensor(idx).to(self.device, non_blocking=True)
+                        table[rows] = torch.nn.functional.normalize(pooled, dim=-1)
             self._remember_all(todo, table)
         pos = {t: i for i, t in enumerate(todo)}
         if cached:

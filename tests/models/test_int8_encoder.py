@@ -113,6 +113,7 @@ def test_precision_is_checked_and_described(encoders):
     assert exact.describe()["precision"] == "float32" and "runtime" not in exact.describe()
     d = fast.describe()
     assert d["precision"] == "int8" and d["runtime"].startswith("onnxruntime ") and d["name"] == exact.name
+    assert "per token" in d["quantization"] and d["file"] == fast._int8.path.name
     with pytest.raises(OptionError, match="encoder_precision"):
         Encoder(device="cpu", precision="int4")
 
