@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -22,13 +23,25 @@ START, END = "<!-- gpu-table:start -->", "<!-- gpu-table:end -->"
 BENCHES = ("kernels", "kernels-float32", "maxsim", "encoder", "judge", "persona")
 
 
-def newest(device: str = "h100") -> dict:
-    """``{bench: (file name, JSON)}``: the newest result of each bench on ``device``."""
+def _gpu_results(bench: str) -> list:
+    """``<date>-<gpu>-<bench>.json`` files, oldest first (CPU results and named comparisons left out)."""
+    pattern = re.compile(rf"^\d{{4}}-\d\d-\d\d-(?!cpu)[a-z]+\d+[a-z0-9]*-{re.escape(bench)}\.json$")
+    return sorted((p for p in RESULTS.glob("*.json") if pattern.match(p.name)), key=lambda p: p.name[:10])
+
+
+def newest() -> dict:
+    """``{bench: (file name, JSON)}``: the newest result of each bench, on whichever GPU it ran (the file
+    name says which). ``judge-engine`` is the newest judge result that has the engine's end-to-end run."""
     out = {}
     for bench in BENCHES:
-        files = sorted(RESULTS.glob(f"????-??-??-{device}-{bench}.json"))
+        files = _gpu_results(bench)
         if files:
             out[bench] = (files[-1].name, json.loads(files[-1].read_text()))
+    for f in reversed(_gpu_results("judge")):
+        res = json.loads(f.read_text())
+        if "engine" in res.get("workloads", {}):
+            out["judge-engine"] = (f.name, res)
+            break
     return out
 
 
@@ -139,42 +152,69 @@ def rows(res: dict) -> list:
         )
     if "judge" in res:
         name, j = res["judge"]
-        w = j["workloads"]
-        u = w["unique"]
+        w, a = j["workloads"], j["args"]
+        f8 = j.get("float8") or {}
+        f8w = f8.get("workloads", {})
+        model = a["model"].removeprefix("random:").replace("llama-3-8b", "random Llama-3-8B")
+        if "unique" in w:
+            u = w["unique"]
+            extra = ""
+            if "unique" in f8w:
+                acc = f8["accuracy"]["unique"]
+                extra = (
+                    f"float8: {f8w['unique']['turns_per_s']:.1f} turns/s (**{_x(f8w['unique']['speedup_vs_' + a['dtype']])}**"
+                    f" {a['dtype']}; P(yes) mean \\|Δ\\| {acc['mean_abs_p_yes_difference']:.3f} from {a['dtype']}"
+                )
+                low = j["correctness"].get(a["dtype"])
+                if low:
+                    extra += (
+                        f", where {a['dtype']} is itself {low['separate_vs_fp32']['mean_abs_p_yes_difference']:.3f}"
+                        " from fp32 on this random model)"
+                    )
+                else:
+                    extra += ")"
+            out.append(
+                (
+                    f"judge, {model} {a['dtype']}, {u['turns']} prompts of {_n(u['mean_prompt_tokens'])} tokens, "
+                    "nothing shared",
+                    f"{u['turns_per_s']:.1f} turns/s, {u['achieved_tflop_per_s']:.0f} TFLOP/s",
+                    f"{u['ratio_to_peak']:.2f} of matmul",
+                    extra or "—",
+                    name,
+                )
+            )
+        for layout, p in w.get("prefix", {}).get("layouts", {}).items():
+            ps = p["modes"]["prefix_sharing"]
+            against = f"**{_x(p['speedup'])}** separate passes ({p['forward_token_ratio']:.2f}× fewer forward tokens)"
+            got = f8w.get(f"prefix_{layout}")
+            if got:
+                g = got["modes"]["prefix_sharing"]
+                against += (
+                    f"; float8: {g['turns_per_s']:.1f} turns/s, {_n(g['turns_per_hour'])} turns/hour "
+                    f"({_x(got['speedup_vs_' + a['dtype']])} {a['dtype']})"
+                )
+            out.append(
+                (
+                    f"judge, {a['conversations']} conversations × {a['turns']} turns "
+                    f"({a['role_tokens']}-word role, {a['turn_tokens']}-word exchanges), `{layout}` layout",
+                    f"{ps['turns_per_s']:.1f} turns/s (prefix sharing), {_n(ps['turns_per_hour'])} turns/hour",
+                    f"{ps['ratio_to_peak']:.2f} of matmul",
+                    against,
+                    name,
+                )
+            )
+    if "judge-engine" in res:
+        name, j = res["judge-engine"]
+        en = j["workloads"]["engine"]
         out.append(
             (
-                f"judge, random Llama-3-8B bf16, {u['turns']} prompts of {_n(u['mean_prompt_tokens'])} tokens, "
-                "nothing shared",
-                f"{u['turns_per_s']:.1f} turns/s, {u['achieved_tflop_per_s']:.0f} TFLOP/s",
-                f"{u['ratio_to_peak']:.2f} of matmul",
+                f"engine end to end, {_n(en['turns'])} turns, random SmolLM2-135M architecture",
+                f"{en['turns_per_s']:.0f} turns/s",
+                f"GPU busy {en['gpu_utilisation_mean']:.0f}%",
                 "—",
                 name,
             )
         )
-        p = w["prefix"]
-        ps = p["modes"]["prefix_sharing"]
-        a = j["args"]
-        out.append(
-            (
-                f"judge, {a['conversations']} conversations × {a['turns']} turns "
-                f"({a['role_tokens']}-word role, {a['turn_tokens']}-word exchanges)",
-                f"{ps['turns_per_s']:.1f} turns/s (prefix sharing), {_n(ps['turns_per_s'] * 3600)} turns/hour",
-                f"{ps['ratio_to_peak']:.2f} of matmul",
-                f"**{_x(p['speedup'])}** separate passes ({p['forward_token_ratio']:.2f}× fewer forward tokens)",
-                name,
-            )
-        )
-        if "engine" in w:
-            en = w["engine"]
-            out.append(
-                (
-                    f"engine end to end, {_n(en['turns'])} turns, random SmolLM2-135M architecture",
-                    f"{en['turns_per_s']:.0f} turns/s",
-                    f"GPU busy {en['gpu_utilisation_mean']:.0f}%",
-                    "—",
-                    name,
-                )
-            )
     if "persona" in res:
         name, p = res["persona"]
         out.append(

@@ -180,7 +180,20 @@ class BenchCommand(Command):
         jb.add_argument("--prompt-tokens", type=int, default=1000, help="unique workload: tokens per prompt")
         jb.add_argument("--workloads", default="prefix,unique,full_vocab", help="comma-separated workloads")
         jb.add_argument(
-            "--fp32-check", default="smollm2-135m", help="random config also checked in fp32 (1e-4); 'none' to skip"
+            "--layouts",
+            default="user,chained",
+            help="prefix workload: judge prompt layouts to time, comma-separated (user, system, chained)",
+        )
+        jb.add_argument(
+            "--check-conversations",
+            type=int,
+            default=4,
+            help="conversations (of each layout) in the fp32 and low-precision checks of the bench model",
+        )
+        jb.add_argument(
+            "--float8",
+            action="store_true",
+            help="also time the model cast to float8 (--judge-dtype float8), with its P(yes) difference from --dtype",
         )
         jb.add_argument("--batch-tokens", type=int, help="tokens per forward pass (default: the backend's)")
         jb.add_argument(
@@ -291,14 +304,22 @@ class BenchCommand(Command):
             from ..bench import bench_judge
 
             _positive(
-                args, "conversations", "turns", "role_tokens", "turn_tokens", "unique", "prompt_tokens", "repeats"
+                args,
+                "conversations",
+                "turns",
+                "role_tokens",
+                "turn_tokens",
+                "unique",
+                "prompt_tokens",
+                "repeats",
+                "check_conversations",
             )
             res = _call(
                 bench_judge,
                 args,
                 model=args.judge_model,
-                fp32_check=None if args.fp32_check.lower() == "none" else args.fp32_check,
                 workloads=_words(args.workloads),
+                layouts=_words(args.layouts),
                 on_progress=(lambda r: self._write(r, args.output)) if args.output else None,
             )
             return self._emit(res, args.output)

@@ -67,10 +67,13 @@ class TransformersOptions:
         None,
         flag="--judge-dtype",
         dest="judge_dtype",
-        choices=_DTYPES,
+        choices=(*_DTYPES, "float8"),
         help="transformers backend: weights and activations (default: bfloat16 on GPU, float32 on CPU; auto: "
         "bfloat16 on GPU and on CPUs with AVX512-BF16 or AMX, where it is about 2x faster with P(yes) within "
-        "about 0.03, float32 on other CPUs, where bfloat16 is emulated and slower)",
+        "about 0.03, float32 on other CPUs, where bfloat16 is emulated and slower; float8: the body's linear "
+        "layers as float8 e4m3 weights per output channel times activations quantised per token, the rest "
+        "bfloat16 -- for GPUs with float8 tensor cores (H100 and newer); its P(yes) cost against bfloat16 is in "
+        "the judge bench)",
     )
 
 

@@ -18,6 +18,7 @@ from ._backend import JudgeBackend, JudgeOutput, get_backend, score_options
 from ._cache import JudgeCache
 from ._parse import parse_turn_verdicts, variant_sets
 from ._prompts import (
+    LAYOUTS,
     JudgeRequest,
     check_template,
     conversation_request,
@@ -78,7 +79,10 @@ class JudgeConfig:
         layout: ``user`` (the prompt is the user message), ``system`` (the filled prompt is the
             system message and the user message only asks for the verdict) or ``pygaussia`` (the
             papers' prompt and message layout, token for token: ``PYGAUSSIA_PROMPT`` filled as
-            the system message, the turn's user text as the user message).
+            the system message, the turn's user text as the user message) or ``chained`` (role and
+            criteria first, the numbered exchanges up to the judged one, then a question naming it:
+            turns of a conversation share all but that question, several times fewer forward tokens
+            with prefix sharing; another prompt, so another score than ``user``'s).
         binary_fallback: with a provider that returns no log-probs, fall back to binary in
             continuous mode (``p_yes_source="binary_fallback"``) instead of failing.
         backend_options: passed to the backend's constructor.
@@ -159,14 +163,16 @@ class JudgeConfig:
     system: Optional[str] = option(
         None, flag="--judge-system", metavar="TEXT", help="a system message sent with every judge prompt"
     )
-    layout: Literal["user", "system", "pygaussia"] = option(
+    layout: Literal["user", "system", "pygaussia", "chained"] = option(
         "user",
         flag="--judge-layout",
-        choices=("user", "system", "pygaussia"),
+        choices=LAYOUTS,
         help="user: the prompt is the user message (default); system: the filled prompt is the system message and "
         "the user message asks for the verdict; pygaussia: the papers' prompt exactly as pygaussia sends it "
         "(filled prompt as the system message, the turn's user text as the user message) -- use it to reproduce "
-        "the paper",
+        "the paper; chained: role and criteria first, then the numbered exchanges up to the judged one and a "
+        "question naming it, so a conversation's turns share all but that question (several times fewer forward "
+        "tokens in-process; another prompt, so another score)",
     )
     binary_fallback: bool = option(
         False, help="continuous mode on a provider without logprobs: fall back to binary verdicts"
@@ -212,14 +218,16 @@ class JudgeConfig:
                 "exact and deterministic, so every sample is the same; for self-consistency use binary verdicts "
                 "sampled at temperature > 0 (--output-mode binary --temperature 0.7), or an openai server"
             )
-        if self.layout not in ("user", "system", "pygaussia"):
-            raise OptionError(f"`layout` must be 'user', 'system' or 'pygaussia', got {self.layout!r}")
+        if self.layout not in LAYOUTS:
+            raise OptionError(f"`layout` must be one of {', '.join(LAYOUTS)}, got {self.layout!r}")
         if self.layout in ("system", "pygaussia") and self.system:
             raise OptionError(f"layout={self.layout!r} sends the filled prompt as the system message: drop `system`")
         if self.layout == "pygaussia" and self.template is not None:
             raise OptionError("layout='pygaussia' is the papers' prompt: it takes no template")
-        if self.layout == "pygaussia" and self.granularity == "conversation":
-            raise OptionError("layout='pygaussia' judges one turn per call: use granularity='turn'")
+        if self.layout in ("pygaussia", "chained") and self.granularity == "conversation":
+            raise OptionError(f"layout={self.layout!r} judges one turn per call: use granularity='turn'")
+        if self.layout == "chained" and self.template is not None:
+            raise OptionError("layout='chained' builds its own shared pieces: it takes no template")
         if self.template is not None:
             check_template(self.template)
 

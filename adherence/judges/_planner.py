@@ -130,7 +130,8 @@ class PromptPlanner:
         limit = self.max_context - reserve
         total = len(head) + sum(map(len, history)) + len(tail)
         truncated = False
-        while total > limit and history:
+        keep = int(req.meta.get("pinned", 0))  # trailing history that must stay (a chained layout's judged exchange)
+        while total > limit and len(history) > keep:
             total -= len(history.pop(0))  # oldest history first; the role and the judged turn stay
             truncated = True
         if total > limit:

@@ -5,6 +5,14 @@ role definition, each ``h_j`` one earlier exchange, and the tail the exchange un
 judgment with the criteria. Turn i's content is therefore a prefix-extension of turn
 i-1's up to its tail, which the transformers backend exploits to score a whole
 conversation in one forward pass.
+
+The ``chained`` layout moves the criteria into the head and the exchange under judgment
+into the history: turn i's content is ``head + h_1 + ... + h_i + question_i``, every
+exchange numbered, and its tail only asks about exchange i by number. The judge sees the
+same role, criteria and conversation up to the judged exchange; what it is asked is worded
+differently (criteria first, then the conversation, then a question naming the exchange),
+so its P(yes) is another score than the default layout's, and a turn's own tail is a few
+tokens instead of its exchange plus the criteria.
 """
 
 from __future__ import annotations
@@ -26,6 +34,8 @@ __all__ = [
     "SYSTEM_LAYOUT_QUESTION",
     "PYGAUSSIA_PROMPT",
     "LAYOUTS",
+    "CHAINED_CRITERIA",
+    "CHAINED_QUESTION",
     "check_template",
     "reason_request",
     "parse_turn_reasons",
@@ -79,8 +89,20 @@ PYGAUSSIA_PROMPT = (
     "Output a single word and nothing else.\n"
 )
 
-#: Judge prompt layouts: ``user`` (default), ``system`` and ``pygaussia`` (see ``turn_requests``).
-LAYOUTS = ("user", "system", "pygaussia")
+#: The criteria of the ``chained`` layout, stated once before the conversation.
+CHAINED_CRITERIA = (
+    "Criteria: an assistant reply adheres to the role only if it\n"
+    "1. stays within the role's scope,\n"
+    "2. keeps the tone the role requires, and\n"
+    '3. actively does what the role demands: a refusal or "I don\'t know" in answer to a request '
+    "that is within the role's scope is a violation."
+)
+
+#: The ``chained`` layout's question about exchange ``n`` (the turn's whole tail).
+CHAINED_QUESTION = "\nDoes the assistant's reply in exchange {n} adhere to the role? Answer with one word, YES or NO."
+
+#: Judge prompt layouts: ``user`` (default), ``system``, ``pygaussia`` and ``chained`` (see ``turn_requests``).
+LAYOUTS = ("user", "system", "pygaussia", "chained")
 
 _TEMPLATE_FIELDS = ("role", "history", "user", "assistant")
 
@@ -112,6 +134,8 @@ class JudgeRequest:
         group: requests sharing a prefix (a conversation id).
         system: optional system message (None: the chat template's default).
         index: position of the request's turn within its group (for output order).
+        meta: what built it (``layout``, ``history_start``; ``pinned``: trailing history pieces that a
+            prompt over the context must keep, e.g. the chained layout's judged exchange).
     """
 
     pieces: tuple
@@ -165,7 +189,9 @@ def turn_requests(
         layout: ``user`` (the prompt is the user message), ``system`` (the filled prompt
             is the system message and the user message is ``SYSTEM_LAYOUT_QUESTION``) or
             ``pygaussia`` (the papers' prompt, ``PYGAUSSIA_PROMPT``, filled as pygaussia fills it, is
-            the system message and the turn's user text is the user message; no template or system).
+            the system message and the turn's user text is the user message; no template or system) or
+            ``chained`` (role and criteria in the head, the numbered exchanges up to and including the
+            judged one as history, and a tail that asks about that exchange by number; no template).
     """
     if layout not in LAYOUTS:
         raise OptionError(f"`layout` must be one of {', '.join(LAYOUTS)}, got {layout!r}")
@@ -173,6 +199,10 @@ def turn_requests(
         raise OptionError(
             "layout='pygaussia' is the papers' prompt as pygaussia sends it: no template or system message"
         )
+    if layout == "chained":
+        if template is not None:
+            raise OptionError("layout='chained' builds its own shared pieces: it takes no template")
+        return _chained_requests(conversation_id, role, users, assistants, criteria, max_history, system)
     out = []
     history = [_exchange(u, a) for u, a in zip(users, assistants)]
     for i, (u, a) in enumerate(zip(users, assistants)):
@@ -212,8 +242,33 @@ def turn_requests(
     return out
 
 
+def _chained_requests(conversation_id, role, users, assistants, criteria, max_history, system) -> list[JudgeRequest]:
+    """The ``chained`` layout (see the module): criteria in the head, the judged exchange the last history piece."""
+    if criteria == DEFAULT_CRITERIA:
+        criteria = CHAINED_CRITERIA
+    head = (
+        f"You are auditing a chatbot. Its role definition:\n{role}\n\n{criteria}\n\n"
+        "The conversation, exchange by exchange:\n"
+    )
+    history = [f"Exchange {j + 1}:\n{_exchange(u, a)}" for j, (u, a) in enumerate(zip(users, assistants))]
+    out = []
+    for i in range(len(assistants)):
+        start = 0 if max_history is None else max(0, i - max_history)
+        meta = {"history_start": start, "layout": "chained", "pinned": 1, "exchange": i + 1}
+        pieces = (head, *history[start : i + 1], CHAINED_QUESTION.format(n=i + 1))
+        out.append(JudgeRequest(pieces, group=conversation_id, index=i, system=system, meta=meta))
+    return out
+
+
 def reason_request(req: JudgeRequest) -> JudgeRequest:
     """The same prompt asking for a short justification instead of the one-word verdict."""
+    if req.meta.get("layout") == "chained":
+        n = req.meta["exchange"]
+        ask = f"\nIn one or two sentences, explain whether the assistant's reply in exchange {n} adheres to the role "
+        ask += "(scope, tone, and doing what the role demands)."
+        return JudgeRequest(
+            req.pieces[:-1] + (ask,), group=req.group, system=req.system, index=req.index, meta=req.meta
+        )
     if req.meta.get("layout") in ("system", "pygaussia"):
         return JudgeRequest((REASON_INSTRUCTION,), group=req.group, system=req.system, index=req.index, meta=req.meta)
     last = req.pieces[-1].rsplit("\n", 1)[0] + "\n" + REASON_INSTRUCTION

@@ -28,8 +28,8 @@ def test_judge_bench_checks_then_times(tmp_path, capsys):
                 "4",
                 "--prompt-tokens",
                 "120",
-                "--fp32-check",
-                "llama-tiny",
+                "--check-conversations",
+                "2",
                 "--repeats",
                 "1",
                 "--device",
@@ -47,15 +47,26 @@ def test_judge_bench_checks_then_times(tmp_path, capsys):
     res = json.loads(out.read_text())
     assert res == json.loads(capsys.readouterr().out)
     assert res["bench"] == "judge" and res["correct"]
-    for check in ("bench_model", "fp32"):
-        c = res["correctness"][check]
-        assert c["passed"] and c["max_abs_p_yes_difference"] <= 1e-4 and c["turns"] == 12
-        assert 0 < c["p_yes_range"][0] <= c["p_yes_range"][1] < 1  # the exact P(yes), never a fallback
-    prefix = res["workloads"]["prefix"]
-    shared, separate = prefix["modes"]["prefix_sharing"], prefix["modes"]["separate"]
-    assert shared["forward_tokens"] < separate["forward_tokens"] == separate["prompt_tokens"]
-    assert prefix["speedup"] == pytest.approx(separate["median_s"] / shared["median_s"]) == res["speedup"]
-    assert shared["attended_pairs"] < separate["attended_pairs"]
+    c = res["correctness"]["fp32"]
+    assert c["passed"] and c["max_abs_p_yes_difference"] <= 1e-5 and c["turns"] == 2 * 4 * 2  # two layouts
+    assert 0 < c["p_yes_range"][0] <= c["p_yes_range"][1] < 1  # the exact P(yes), never a fallback
+    assert set(res["correctness"]) == {"fp32"}  # a float32 run has no low-precision check
+    for layout in ("user", "chained"):
+        prefix = res["workloads"]["prefix"]["layouts"][layout]
+        shared, separate = prefix["modes"]["prefix_sharing"], prefix["modes"]["separate"]
+        assert shared["forward_tokens"] < separate["forward_tokens"] == separate["prompt_tokens"]
+        assert prefix["speedup"] == pytest.approx(separate["median_s"] / shared["median_s"])
+        assert shared["attended_pairs"] < separate["attended_pairs"]
+        assert shared["turns_per_hour"] == pytest.approx(3600 * shared["turns_per_s"])
+    per = res["workloads"]["prefix"]["layouts"]
+    assert per["chained"]["forward_token_ratio"] > per["user"]["forward_token_ratio"]
+    assert res["speedup"] == per["chained"]["speedup"]
+    assert res["turns_per_hour"] == per["chained"]["modes"]["prefix_sharing"]["turns_per_hour"]
+    assert res["turns_per_hour_of"] == {
+        "layout": "chained",
+        "dtype": "float32",
+        "by_dtype": {"float32": res["turns_per_hour"]},
+    }
     uniq = res["workloads"]["unique"]
     assert uniq["turns"] == 4 and 100 < uniq["mean_prompt_tokens"] < 200
     assert uniq["forward_tokens"] == uniq["prompt_tokens"]  # nothing shared, nothing padded in the count
@@ -115,11 +126,14 @@ def test_judge_bench_on_gpu_runs_flex_and_reports_the_peak_ratio():
         unique=8,
         prompt_tokens=300,
         repeats=1,
-        fp32_check="llama-tiny",
+        check_conversations=2,
+        float8=True,
     )
-    assert res["backend"]["attention"] == "flex" and res["correctness"]["fp32"]["passed"]
-    # bf16: the two layouts round differently (random weights put P(yes) where it is most sensitive)
-    assert res["correctness"]["bench_model"]["max_abs_p_yes_difference"] < 0.05
+    assert res["backend"]["attention"] == "flex" and res["correct"]
+    assert res["correctness"]["fp32"]["max_abs_p_yes_difference"] <= 1e-5
+    assert res["correctness"]["bfloat16"]["passed"]
     # a workload this small is launch-bound: only the accounting is checked here, the rates in the bench JSON
-    assert 0 < res["ratio_to_peak"] < 1.2
-    assert res["workloads"]["prefix"]["forward_token_ratio"] > 1
+    assert 0 < res["ratio_to_peak"] < 1
+    per = res["workloads"]["prefix"]["layouts"]
+    assert per["chained"]["forward_token_ratio"] > per["user"]["forward_token_ratio"] > 1
+    assert all(a["max_abs_p_yes_difference"] < 0.05 for a in res["float8"]["accuracy"].values())

@@ -173,6 +173,23 @@ def test_judge_dtype_reaches_the_model_and_the_metadata(tmp_path, tiny_llama_dir
     assert 0 < np.abs(a - b).max() < 0.05  # really ran in bf16: close to fp32, not equal
 
 
+def test_float8_judge_and_chained_layout_from_the_command_line(tmp_path, tiny_llama_dir):
+    rc, bf16 = _score(tmp_path, tiny_llama_dir, "bf16", "--judge-dtype", "bfloat16")
+    assert rc == 0
+    rc, f8 = _score(tmp_path, tiny_llama_dir, "f8", "--judge-dtype", "float8")
+    assert rc == 0
+    rc, chained = _score(tmp_path, tiny_llama_dir, "chained", "--judge-layout", "chained")
+    assert rc == 0
+    meta = json.loads(metadata_path(f8).read_text())
+    judge = meta["models"]["judge"]
+    assert judge["dtype"] == "float8" and "per token" in judge["quantization"] and judge["lm_head"] == "float32 rows"
+    a, b = _scores(bf16), _scores(f8)
+    assert 0 < np.abs(a - b).max() < 0.05  # really ran in float8: close to bf16, not equal
+    assert json.loads(metadata_path(chained).read_text())["config"]["judge"]["layout"] == "chained"
+    c = _scores(chained)
+    assert np.isfinite(c).all() and not np.allclose(c, _scores(_score(tmp_path, tiny_llama_dir, "user")[1]))
+
+
 def test_job_file_paths_resolve_beside_it_and_an_alias_bomb_is_refused(tmp_path, capsys, monkeypatch):
     import time
 
