@@ -267,10 +267,14 @@ def cached_calls(
     if not requests:
         return []
     key_params = {"kind": kind, **params}
-    keys = [r.cache_key(backend.cache_id, key_params, repeat) for r in requests]
-    found = cache.get_many(keys) if cache is not None else {}
-    outputs: list[Optional[JudgeOutput]] = [JudgeOutput.from_json(found[k]) if k in found else None for k in keys]
-    todo = [i for i, k in enumerate(keys) if k not in found]
+    keys: list = []
+    outputs: list[Optional[JudgeOutput]] = [None] * len(requests)
+    todo = list(range(len(requests)))
+    if cache is not None:  # without a cache no prompt is hashed
+        keys = [r.cache_key(backend.cache_id, key_params, repeat) for r in requests]
+        found = cache.get_many(keys)
+        outputs = [JudgeOutput.from_json(found[k]) if k in found else None for k in keys]
+        todo = [i for i, k in enumerate(keys) if k not in found]
     if stats is not None:
         stats["cache_hits"] = stats.get("cache_hits", 0) + len(requests) - len(todo)
         stats["calls"] = stats.get("calls", 0) + len(todo)

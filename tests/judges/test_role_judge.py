@@ -128,3 +128,15 @@ def test_a_backend_that_drops_outputs_is_an_error_naming_it(tiny_judge, turns):
 
     with pytest.raises(RuntimeError, match=r"the lossy backend returned \d+ outputs for \d+ requests"):
         _judge(Lossy()).score(turns)
+
+
+def test_without_a_cache_no_prompt_is_hashed(tiny_judge, turns, monkeypatch):
+    from adherence.judges import JudgeRequest
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a cache key was computed with no cache")
+
+    first = RoleJudge(JudgeConfig(model="tiny"), backend=tiny_judge).score(turns)["score"]
+    monkeypatch.setattr(JudgeRequest, "cache_key", refuse)
+    without = RoleJudge(JudgeConfig(model="tiny"), backend=tiny_judge).score(turns)["score"]
+    assert without == first and all(s is not None for s in without)
