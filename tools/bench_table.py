@@ -16,6 +16,9 @@ import re
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _pages import between, table_command  # noqa: E402
+
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 PAGE = ROOT / "docs" / "benchmarks.md"
@@ -242,8 +245,7 @@ def render(res: dict | None = None) -> str:
 
 
 def page_table(text: str) -> str:
-    a, b = text.index(START) + len(START), text.index(END)
-    return text[a:b].strip("\n")
+    return between(text, START, END)
 
 
 def main(argv=None) -> int:
@@ -251,19 +253,7 @@ def main(argv=None) -> int:
     ap.add_argument("--write", action="store_true", help="rewrite the table in docs/benchmarks.md")
     ap.add_argument("--check", action="store_true", help="exit 1 when docs/benchmarks.md differs from the JSON")
     args = ap.parse_args(argv)
-    table = render()
-    text = PAGE.read_text(encoding="utf-8")
-    if args.write:
-        a, b = text.index(START) + len(START), text.index(END)
-        PAGE.write_text(text[:a] + "\n" + table + "\n" + text[b:], encoding="utf-8")
-        return 0
-    if args.check:
-        if page_table(text) != table:
-            print("docs/benchmarks.md's GPU table differs from benchmarks/results: run tools/bench_table.py --write")
-            return 1
-        return 0
-    print(table)
-    return 0
+    return table_command(PAGE, START, END, render(), write=args.write, check=args.check, tool="tools/bench_table.py")
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
     python tools/judge_variants.py --out benchmarks/results/2026-11-26-cpu-judge-variants.json
     python tools/judge_variants.py --table     # print docs/judge.md's table from the newest JSON
     python tools/judge_variants.py --write     # replace the table between the markers in docs/judge.md
+    python tools/judge_variants.py --check     # exit 1 when the page differs from the JSON
 
 Each variant is one ``adherence score adherence/examples/role_calibration.jsonl`` run, as a user runs it, with
 ``--judge-layout`` (``user``, the default, or ``chained``) and ``--judge-dtype`` (``float32``, ``bfloat16``,
@@ -27,6 +28,9 @@ import time
 from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _pages import between, table_command  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
@@ -164,8 +168,7 @@ def render(res: tuple | None = None) -> str:
 
 
 def page_table(text: str) -> str:
-    a, b = text.index(START) + len(START), text.index(END)
-    return text[a:b].strip("\n")
+    return between(text, START, END)
 
 
 def main(argv=None) -> int:
@@ -173,6 +176,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, help="measure and write the JSON here")
     ap.add_argument("--table", action="store_true", help="print the docs table from the newest JSON")
     ap.add_argument("--write", action="store_true", help="rewrite the table in docs/judge.md")
+    ap.add_argument("--check", action="store_true", help="exit 1 when docs/judge.md differs from the JSON")
     args = ap.parse_args(argv)
     if args.out:
         res = measure()
@@ -181,14 +185,7 @@ def main(argv=None) -> int:
         os.replace(tmp, args.out)
         print(render((args.out.name, res)))
         return 0
-    table = render()
-    if args.write:
-        text = PAGE.read_text(encoding="utf-8")
-        a, b = text.index(START) + len(START), text.index(END)
-        PAGE.write_text(text[:a] + "\n" + table + "\n" + text[b:], encoding="utf-8")
-        return 0
-    print(table)
-    return 0
+    return table_command(PAGE, START, END, render(), write=args.write, check=args.check, tool="tools/judge_variants.py")
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ def newest():
 def test_the_docs_table_is_rendered_from_the_newest_json(newest):
     page = judge_variants.PAGE.read_text(encoding="utf-8")
     assert judge_variants.page_table(page) == judge_variants.render(newest)
+    assert judge_variants.main(["--check"]) == 0
 
 
 def test_every_variant_scored_every_turn_and_its_statistics_hold(newest):
