@@ -10,7 +10,9 @@ Two workloads (the JSON records which, with its share of unique texts and its te
 ``persona`` (the realistic one): real, mostly unique utterances of Synthetic-Persona-Chat (Jandaghi et al.
 2023, CC BY 4.0; ../shared/data/persona or --persona-csv) -- a user message, the reply scored and the next
 reply as its reference, the replying persona as the role; ``pool``: texts drawn from a pool of 400 (see
-tools/soak.py), as heavily repeated logs are, where the encoder's cache does almost all the work.
+tools/soak.py), as heavily repeated logs are, where the encoder's cache does almost all the work;
+``million``: the turns of tools/cpu_million.py's one-million-turn job (utterances joined in pairs, so nearly
+every text is distinct at any size), for as many turns as asked.
 """
 
 from __future__ import annotations
@@ -102,7 +104,21 @@ def main() -> int:
     ap.add_argument("--method", default="cosine")
     ap.add_argument("--encoder-precision", choices=("float32", "int8"), default="float32")
     ap.add_argument("--workers", type=int, default=2, help="Ray actors / Spark local cores")
-    ap.add_argument("--texts", choices=("persona", "pool"), default="persona", help="the workload (see above)")
+    ap.add_argument(
+        "--texts", choices=("persona", "pool", "million"), default="persona", help="the workload (see above)"
+    )
+    ap.add_argument(
+        "--ray-data-actors",
+        type=int,
+        help="Ray Data scoring actors (default: --workers - 1, each holding a whole CPU, one CPU left to the "
+        "grouping shuffle)",
+    )
+    ap.add_argument(
+        "--ray-data-actor-cpus",
+        type=float,
+        help="CPUs each Ray Data actor holds (default 1); e.g. 0.5 with --ray-data-actors 2 on 2 CPUs: both actors "
+        "score on their own core (Ray gives a fractional actor one thread) and the shuffle still gets a CPU",
+    )
     ap.add_argument("--persona-csv", type=Path, default=DEFAULT_PERSONA_CSV)
     ap.add_argument("--out", default="benchmarks/results/platforms-cpu.json")
     args = ap.parse_args()
@@ -112,6 +128,10 @@ def main() -> int:
     src = tmp / "turns.parquet"
     if args.texts == "persona":
         make_persona_turns(args.turns, src, args.persona_csv)
+    elif args.texts == "million":
+        from cpu_million import build
+
+        build(args.turns, args.persona_csv, src)
     else:
         make_turns(args.turns, src)
     report = {
@@ -165,12 +185,14 @@ def main() -> int:
     }
     print(json.dumps(report["paths"]["engine_ray"]), flush=True)
     t = time.perf_counter()
-    # Actors hold their CPUs: one is left to the grouping shuffle.
+    # Actors hold their CPUs: by default one is left to the grouping shuffle.
+    actors = args.ray_data_actors or max(1, args.workers - 1)
     ds = score_dataset(
         ray.data.read_parquet(str(src)),
         method=args.method,
         encoder_precision=args.encoder_precision,
-        concurrency=max(1, args.workers - 1),
+        concurrency=actors,
+        num_cpus=args.ray_data_actor_cpus,
     )
     got = pa.concat_tables(ray.get(ds.to_arrow_refs()), promote_options="permissive")
     ray_s = time.perf_counter() - t
@@ -178,6 +200,8 @@ def main() -> int:
         "seconds": ray_s,
         "turns_per_s": args.turns / ray_s,
         "max_abs_diff": _max_diff(got, ref),
+        "actors": actors,
+        "actor_cpus": args.ray_data_actor_cpus or 1.0,
     }
     print(json.dumps(report["paths"]["ray_data"]), flush=True)
     ray.shutdown()
