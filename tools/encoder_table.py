@@ -22,7 +22,7 @@ M_START, M_END = "<!-- cpu-million:start -->", "<!-- cpu-million:end -->"
 def newest() -> tuple:
     """``(file name, JSON)`` of the newest ``<date>-cpu-<simd>-encoder.json`` written by ``bench cpu-encoder``."""
     found = []
-    for f in sorted(RESULTS.glob("????-??-??-cpu-*-encoder.json")):
+    for f in sorted(f for f in RESULTS.glob("????-??-??-cpu-*-encoder.json") if f.name.count("-") == 5):
         data = json.loads(f.read_text())
         if data.get("bench") == "cpu-encoder":
             found.append((f.name, data))
@@ -93,7 +93,10 @@ def render() -> str:
 
 def newest_million() -> tuple:
     """``(file name, JSON)`` of the newest ``<date>-cpu-<simd>-million.json`` (tools/cpu_million.py)."""
-    files = sorted(RESULTS.glob("????-??-??-cpu-*-million.json"), key=lambda f: f.name[:10])
+    files = sorted(
+        (f for f in RESULTS.glob("????-??-??-cpu-*-million.json") if f.name.count("-") == 5),  # <date>-cpu-<simd>-
+        key=lambda f: f.name[:10],
+    )
     if not files:
         raise SystemExit("no cpu-million JSON in benchmarks/results")
     return files[-1].name, json.loads(files[-1].read_text())
