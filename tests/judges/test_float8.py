@@ -73,27 +73,13 @@ def test_sibling_projections_quantise_their_shared_input_once(monkeypatch):
 def test_quantize_linears_keeps_the_head_and_refuses_odd_sizes():
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    cfg = LlamaConfig(
-        vocab_size=100,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-    )
-    model = LlamaForCausalLM(cfg).to(torch.bfloat16)
+    from adherence.bench.judge import RANDOM_CONFIGS
+
+    tiny = dict(RANDOM_CONFIGS["llama-tiny"], vocab_size=100)
+    model = LlamaForCausalLM(LlamaConfig(**tiny)).to(torch.bfloat16)
     assert quantize_linears(model) == 2 * 7  # q, k, v, o, gate, up, down per layer
     assert isinstance(model.lm_head, torch.nn.Linear)
-    odd = LlamaForCausalLM(
-        LlamaConfig(
-            vocab_size=100,
-            hidden_size=64,
-            intermediate_size=120,
-            num_hidden_layers=1,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-        )
-    )
+    odd = LlamaForCausalLM(LlamaConfig(**dict(tiny, intermediate_size=120, num_hidden_layers=1)))
     with pytest.raises(ValueError, match="multiples of 16"):
         quantize_linears(odd)
 
