@@ -16,66 +16,63 @@ the judge bench reports beside the speed: P(yes) max and mean |difference| again
 from __future__ import annotations
 
 import threading
+from typing import Optional
 
-__all__ = ["E4M3_MAX", "DESCRIPTION", "float8_linear", "quantize_linears", "quantize_rows"]
+import torch
+
+from .._errors import OptionError
+
+__all__ = ["E4M3_MAX", "DESCRIPTION", "Float8Linear", "quantize_linears", "quantize_rows"]
 
 E4M3_MAX = 448.0
 DESCRIPTION = "float8 e4m3 weights (per output channel) x float8 e4m3 activations (per token), bf16 out"
 
 
-def _torch():
-    import torch
+class Float8Linear(torch.nn.Module):
+    """A ``nn.Linear`` as float8 weights with per-output-channel scales; inputs quantised per token."""
 
-    return torch
+    weight_t: torch.Tensor
+    weight_scale: torch.Tensor
+    bias: Optional[torch.Tensor]
 
+    def __init__(self, linear) -> None:
+        super().__init__()
+        w = linear.weight.detach().float()
+        scale = (w.abs().amax(dim=1).clamp(min=1e-12) / E4M3_MAX).float()
+        q = (w / scale[:, None]).clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn)
+        # _scaled_mm wants its second operand column-major: the transpose of a row-major (out, in) matrix
+        self.register_buffer("weight_t", q.t(), persistent=False)
+        self.register_buffer("weight_scale", scale[None, :].contiguous(), persistent=False)
+        bias = linear.bias  # added after the product (the float8 GEMM's own bias is not on every path)
+        self.register_buffer("bias", None if bias is None else bias.detach().to(torch.bfloat16), persistent=False)
+        self.in_features, self.out_features = linear.in_features, linear.out_features
 
-def _make_class():
-    torch = _torch()
-
-    class _Float8Linear(torch.nn.Module):  # type: ignore[name-defined]
-        """A ``nn.Linear`` as float8 weights with per-output-channel scales; inputs quantised per token."""
-
-        def __init__(self, linear) -> None:
-            super().__init__()
-            w = linear.weight.detach().float()
-            scale = (w.abs().amax(dim=1).clamp(min=1e-12) / E4M3_MAX).float()
-            q = (w / scale[:, None]).clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn)
-            # _scaled_mm wants its second operand column-major: the transpose of a row-major (out, in) matrix
-            self.register_buffer("weight_t", q.t(), persistent=False)
-            self.register_buffer("weight_scale", scale[None, :].contiguous(), persistent=False)
-            bias = linear.bias  # added after the product (the float8 GEMM's own bias is not on every path)
-            self.register_buffer("bias", None if bias is None else bias.detach().to(torch.bfloat16), persistent=False)
-            self.in_features, self.out_features = linear.in_features, linear.out_features
-
-        def forward(self, x):
-            shape = x.shape
+    def forward(self, x):
+        shape = x.shape
+        m = x.numel() // shape[-1]
+        pad = (-m) % 16  # the fp8 GEMM wants every dimension a multiple of 16
+        last = getattr(_LAST, "value", None)
+        if last is not None and last[0] is x:  # q, k, v (and gate, up) read the same input: quantised once
+            xq, xs = last[1]
+        else:
             x2 = x.reshape(-1, shape[-1])
-            m = x2.shape[0]
-            pad = (-m) % 16  # the fp8 GEMM wants every dimension a multiple of 16
             if pad:
                 x2 = torch.nn.functional.pad(x2, (0, 0, 0, pad))
-            last = getattr(_LAST, "value", None)
-            if last is not None and last[0] is x:  # q, k, v (and gate, up) read the same input: quantised once
-                xq, xs = last[1]
-            else:
-                xq, xs = _quantizer(x2.device.type)(x2)
-                _LAST.value = (x, (xq, xs))
-            out = torch._scaled_mm(xq, self.weight_t, scale_a=xs, scale_b=self.weight_scale, out_dtype=torch.bfloat16)
-            if self.bias is not None:
-                out = out + self.bias
-            if pad:
-                out = out[:m]
-            return out.reshape(*shape[:-1], self.out_features).to(x.dtype)
+            xq, xs = _quantizer(x2.device.type)(x2)
+            _LAST.value = (x, (xq, xs))
+        out = torch._scaled_mm(xq, self.weight_t, scale_a=xs, scale_b=self.weight_scale, out_dtype=torch.bfloat16)
+        if self.bias is not None:
+            out = out + self.bias
+        if pad:
+            out = out[:m]
+        return out.reshape(*shape[:-1], self.out_features).to(x.dtype)
 
-        def extra_repr(self) -> str:
-            return f"in_features={self.in_features}, out_features={self.out_features}, float8 e4m3"
-
-    return _Float8Linear
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, float8 e4m3"
 
 
 def quantize_rows(x):
     """``(x / scale as float8 e4m3, scale)`` with one fp32 scale per row: the row's largest magnitude / 448."""
-    torch = _torch()
     xf = x.float()
     xs = xf.abs().amax(dim=1, keepdim=True).clamp(min=1e-12) / E4M3_MAX
     return (xf / xs).clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn), xs
@@ -94,28 +91,14 @@ def _quantizer(device_type: str):
     if fn is None:
         fn = quantize_rows
         if device_type == "cuda":
-            fn = _torch().compile(quantize_rows, dynamic=True)
+            fn = torch.compile(quantize_rows, dynamic=True)
         _QUANTIZERS[device_type] = fn
     return fn
-
-
-_CLASS = None
-
-
-def float8_linear(linear):
-    """The float8 version of one ``nn.Linear``."""
-    global _CLASS
-    if _CLASS is None:
-        _CLASS = _make_class()
-    return _CLASS(linear)
 
 
 def quantize_linears(model) -> int:
     """Replace every ``nn.Linear`` of ``model``'s body (``model.base_model``; the LM head stays) with its
     float8 version, in place; returns how many were replaced. Needs torch's float8 dtype and ``_scaled_mm``."""
-    torch = _torch()
-    from .._errors import OptionError
-
     if not hasattr(torch, "float8_e4m3fn") or not hasattr(torch, "_scaled_mm"):
         raise OptionError(f"--judge-dtype float8 needs torch's float8 matrix product (torch {torch.__version__})")
     body = model.base_model
@@ -128,5 +111,5 @@ def quantize_linears(model) -> int:
             )
     for name, mod in todo:
         parent = body.get_submodule(name.rsplit(".", 1)[0]) if "." in name else body
-        setattr(parent, name.rsplit(".", 1)[-1], float8_linear(mod))
+        setattr(parent, name.rsplit(".", 1)[-1], Float8Linear(mod))
     return len(todo)

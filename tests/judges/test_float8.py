@@ -5,7 +5,7 @@ not depend on its batch neighbours)."""
 import pytest
 import torch
 
-from adherence.judges._float8 import E4M3_MAX, float8_linear, quantize_linears
+from adherence.judges._float8 import E4M3_MAX, Float8Linear, quantize_linears
 
 
 def _reference(x, linear):
@@ -30,7 +30,7 @@ def test_float8_linear_equals_the_float64_reference(bias):
     lin = torch.nn.Linear(64, 48, bias=bias).to(torch.bfloat16)
     x = torch.randn(37, 64, dtype=torch.bfloat16) * torch.linspace(0.01, 10, 37, dtype=torch.bfloat16)[:, None]
     with torch.inference_mode():
-        got = float8_linear(lin)(x).double()
+        got = Float8Linear(lin)(x).double()
         exact = lin(x).double()
     ref = _reference(x, lin)
     scale = ref.abs().amax(dim=1, keepdim=True)
@@ -42,7 +42,7 @@ def test_float8_linear_equals_the_float64_reference(bias):
 def test_float8_linear_is_per_token():
     torch.manual_seed(1)
     lin = torch.nn.Linear(32, 16, bias=False).to(torch.bfloat16)
-    f8 = float8_linear(lin)
+    f8 = Float8Linear(lin)
     x = torch.randn(5, 32, dtype=torch.bfloat16)
     loud = torch.cat([x, 1000 * torch.randn(3, 32, dtype=torch.bfloat16)])
     with torch.inference_mode():
@@ -60,8 +60,8 @@ def test_sibling_projections_quantise_their_shared_input_once(monkeypatch):
         return _float8.quantize_rows(x)
 
     monkeypatch.setitem(_float8._QUANTIZERS, "cpu", counting)
-    q = float8_linear(torch.nn.Linear(32, 16, bias=False).to(torch.bfloat16))
-    k = float8_linear(torch.nn.Linear(32, 48, bias=False).to(torch.bfloat16))
+    q = Float8Linear(torch.nn.Linear(32, 16, bias=False).to(torch.bfloat16))
+    k = Float8Linear(torch.nn.Linear(32, 48, bias=False).to(torch.bfloat16))
     x = torch.randn(4, 32, dtype=torch.bfloat16)
     with torch.inference_mode():
         yq, yk = q(x), k(x)
@@ -91,7 +91,7 @@ def test_float8_linear_on_cuda_equals_the_reference():
     lin = torch.nn.Linear(256, 512).to("cuda", torch.bfloat16)
     x = torch.randn(100, 256, dtype=torch.bfloat16, device="cuda")
     with torch.inference_mode():
-        got = float8_linear(lin)(x).double().cpu()
+        got = Float8Linear(lin)(x).double().cpu()
     ref = _reference(x.cpu(), lin.cpu())
     # the compiled quantiser may round a quotient at an e4m3 boundary the other way: 1e-2 on CPU, 2e-2 here
     assert ((got - ref).abs() / ref.abs().amax(dim=1, keepdim=True)).max() < 2e-2
