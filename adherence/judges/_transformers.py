@@ -72,6 +72,7 @@ class TransformersBackend(JudgeBackend):
 
     name = "transformers"
     full_vocab = True
+    _head_weights: Optional[tuple] = None  # the LM head in fp32 (``_head_fp32``)
 
     def __init__(
         self,
@@ -91,8 +92,7 @@ class TransformersBackend(JudgeBackend):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         self.device = pick_device(device)
-        self.float8 = dtype == "float8"
-        self.dtype = pick_dtype(self.device, "bfloat16" if self.float8 else dtype)
+        self._set_precision(dtype)
         if loaded is not None:  # (model, tokenizer, name): e.g. a random-weight model built from a config
             m, self.tokenizer, name = loaded
             from pathlib import Path
@@ -113,11 +113,7 @@ class TransformersBackend(JudgeBackend):
                 except (ValueError, ImportError):
                     m = AutoModelForCausalLM.from_pretrained(path, dtype=self.dtype, **kwargs)
         self.model = m.to(device=self.device, dtype=self.dtype).eval()
-        if self.float8:
-            from ._float8 import quantize_linears
-
-            quantize_linears(self.model)
-        self._head_weights: Optional[tuple] = None
+        self._convert()
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         limit = getattr(self.model.config, "max_position_embeddings", None) or 4096
@@ -309,8 +305,17 @@ class TransformersBackend(JudgeBackend):
         a lower precision, without loading it twice."""
         if self.float8:
             raise ValueError("the model is already in float8")
+        self._set_precision(dtype)
+        self._convert()
+
+    def _set_precision(self, dtype: Optional[str]) -> None:
+        """``float8`` and the torch ``dtype`` the model computes in (bf16 around float8 linear layers)."""
         self.float8 = dtype == "float8"
         self.dtype = pick_dtype(self.device, "bfloat16" if self.float8 else dtype)
+
+    def _convert(self) -> None:
+        """The loaded model to ``dtype`` (a no-op when it is already), its body's linear layers to float8 when
+        asked; the fp32 copy of the LM head is made again on the next read."""
         self.model.to(dtype=self.dtype)
         if self.float8:
             from ._float8 import quantize_linears
