@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 import logging
 from typing import Any, Optional
 
@@ -188,24 +189,20 @@ class FlexLayout:
         )
 
 
-_GQA: list = []
-
-
+@functools.cache
 def _sdpa_gqa() -> bool:
     """Whether this torch's SDPA takes grouped keys and values itself (``enable_gqa``, torch >= 2.5): then the
     per-tail calls skip copying each key/value head ``n_rep`` times (same output; on the random SmolLM2-135M
     architecture on 2 CPU cores the packed pass was 2% faster)."""
-    if not _GQA:
-        import torch
-        import torch.nn.functional as F
+    import torch
+    import torch.nn.functional as F
 
-        x = torch.zeros(1, 2, 1, 4)
-        try:
-            F.scaled_dot_product_attention(x, x[:, :1], x[:, :1], enable_gqa=True)
-            _GQA.append(True)
-        except (TypeError, RuntimeError):
-            _GQA.append(False)
-    return _GQA[0]
+    x = torch.zeros(1, 2, 1, 4)
+    try:
+        F.scaled_dot_product_attention(x, x[:, :1], x[:, :1], enable_gqa=True)
+    except (TypeError, RuntimeError):
+        return False
+    return True
 
 
 def _repeat(x, n_rep: int):
