@@ -12,6 +12,9 @@ import json
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _pages import between, write_between  # noqa: E402
+
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 PAGE = ROOT / "docs" / "encoders.md"
@@ -19,10 +22,17 @@ START, END = "<!-- cpu-encoder-table:start -->", "<!-- cpu-encoder-table:end -->
 M_START, M_END = "<!-- cpu-million:start -->", "<!-- cpu-million:end -->"
 
 
+def _cpu_results(bench: str) -> list:
+    """``<date>-cpu-<simd>-<bench>.json`` files, oldest first (longer names, e.g. ``-platforms-int8-large``, are
+    other measurements)."""
+    files = (f for f in RESULTS.glob(f"????-??-??-cpu-*-{bench}.json") if f.name.count("-") == 5)
+    return sorted(files, key=lambda f: f.name[:10])
+
+
 def newest() -> tuple:
     """``(file name, JSON)`` of the newest ``<date>-cpu-<simd>-encoder.json`` written by ``bench cpu-encoder``."""
     found = []
-    for f in sorted(f for f in RESULTS.glob("????-??-??-cpu-*-encoder.json") if f.name.count("-") == 5):
+    for f in _cpu_results("encoder"):
         data = json.loads(f.read_text())
         if data.get("bench") == "cpu-encoder":
             found.append((f.name, data))
@@ -88,15 +98,12 @@ def render() -> str:
         lines += ["| AUC with int8 embeddings | float32 | int8 | change |", "|---|---:|---:|---:|"]
         for k, v in res["auc_changes"].items():
             lines.append(f"| {k} | {v['float32']:.4f} | {v['int8']:.4f} | {v['change']:+.4f} |")
-    return "\n".join(lines).rstrip() + "\n"
+    return "\n".join(lines).rstrip()
 
 
 def newest_million() -> tuple:
     """``(file name, JSON)`` of the newest ``<date>-cpu-<simd>-million.json`` (tools/cpu_million.py)."""
-    files = sorted(
-        (f for f in RESULTS.glob("????-??-??-cpu-*-million.json") if f.name.count("-") == 5),  # <date>-cpu-<simd>-
-        key=lambda f: f.name[:10],
-    )
+    files = _cpu_results("million")
     if not files:
         raise SystemExit("no cpu-million JSON in benchmarks/results")
     return files[-1].name, json.loads(files[-1].read_text())
@@ -105,40 +112,32 @@ def newest_million() -> tuple:
 def render_million() -> str:
     name, res = newest_million()
     w, i8, f32, prof, c = res["workload"], res["int8"], res["float32"], res["profile"], res["correctness"]
-    return (
-        "\n".join(
-            [
-                f"From `{name}` ({res['cpu']['model']}, {res['cpu']['logical_cpus']} logical CPUs): {w['turns']:,} turns, "
-                f"{w['texts_encoded']:,} texts encoded (each reply and its reference), {w['unique_text_share']:.1%} of "
-                f"them distinct, {w['mean_chars']:.0f} characters on average.",
-                "",
-                "| path | turns | wall | turns/s | a million turns |",
-                "|---|---:|---:|---:|---:|",
-                f"| `--encoder-precision int8` | {i8['turns']:,} | {i8['wall_s'] / 60:.1f} min | {i8['turns_per_s']:.0f} | "
-                f"**{i8['hours']:.2f} h** (measured) |",
-                f"| float32 (default) | {f32['turns']:,} | {f32['wall_s'] / 60:.1f} min | {f32['turns_per_s']:.0f} | "
-                f"{f32['projected_hours_for_all_turns']:.2f} h (projected at that rate) |",
-                "",
-                f"Every row came back `status=ok`. Checked first on {c['turns']:,} turns: the job's int8 scores equal the "
-                f"cosine of the int8 embeddings to {c['int8_job_vs_int8_embeddings_max_abs_diff']:.1e}; int8 scores differ "
-                f"from float32 ones by {c['int8_vs_float32_score_mean_abs_diff']:.4f} on average, "
-                f"{c['int8_vs_float32_score_max_abs_diff']:.3f} at most. Profile of the int8 job on "
-                f"{prof['turns']:,} turns (`{prof['file']}`): the encoder's sessions took {prof['encoder_runtime_s']:.1f} s "
-                f"of {prof['wall_s']:.1f} s; everything else (reading, tokenising, batching, the scoring kernel, writing, "
-                f"loading) **{prof['not_encoder_share']:.1%}**.",
-            ]
-        )
-        + "\n"
+    return "\n".join(
+        [
+            f"From `{name}` ({res['cpu']['model']}, {res['cpu']['logical_cpus']} logical CPUs): {w['turns']:,} turns, "
+            f"{w['texts_encoded']:,} texts encoded (each reply and its reference), {w['unique_text_share']:.1%} of "
+            f"them distinct, {w['mean_chars']:.0f} characters on average.",
+            "",
+            "| path | turns | wall | turns/s | a million turns |",
+            "|---|---:|---:|---:|---:|",
+            f"| `--encoder-precision int8` | {i8['turns']:,} | {i8['wall_s'] / 60:.1f} min | {i8['turns_per_s']:.0f} | "
+            f"**{i8['hours']:.2f} h** (measured) |",
+            f"| float32 (default) | {f32['turns']:,} | {f32['wall_s'] / 60:.1f} min | {f32['turns_per_s']:.0f} | "
+            f"{f32['projected_hours_for_all_turns']:.2f} h (projected at that rate) |",
+            "",
+            f"Every row came back `status=ok`. Checked first on {c['turns']:,} turns: the job's int8 scores equal the "
+            f"cosine of the int8 embeddings to {c['int8_job_vs_int8_embeddings_max_abs_diff']:.1e}; int8 scores differ "
+            f"from float32 ones by {c['int8_vs_float32_score_mean_abs_diff']:.4f} on average, "
+            f"{c['int8_vs_float32_score_max_abs_diff']:.3f} at most. Profile of the int8 job on "
+            f"{prof['turns']:,} turns (`{prof['file']}`): the encoder's sessions took {prof['encoder_runtime_s']:.1f} s "
+            f"of {prof['wall_s']:.1f} s; everything else (reading, tokenising, batching, the scoring kernel, writing, "
+            f"loading) **{prof['not_encoder_share']:.1%}**.",
+        ]
     )
 
 
 def page_table(page: str, start: str = START, end: str = END) -> str:
-    return page.split(start, 1)[1].split(end, 1)[0].strip("\n") + "\n"
-
-
-def _replace(page: str, start: str, end: str, body: str) -> str:
-    before, rest = page.split(start, 1)
-    return f"{before}{start}\n{body}{end}{rest.split(end, 1)[1]}"
+    return between(page, start, end)
 
 
 def main(argv=None) -> int:
@@ -147,13 +146,14 @@ def main(argv=None) -> int:
     ap.add_argument("--check", action="store_true")
     args = ap.parse_args(argv)
     table, million = render(), render_million()
-    page = PAGE.read_text(encoding="utf-8")
     if args.write:
-        PAGE.write_text(_replace(_replace(page, START, END, table), M_START, M_END, million), encoding="utf-8")
+        write_between(PAGE, START, END, table)
+        write_between(PAGE, M_START, M_END, million)
         return 0
     if args.check:
+        page = PAGE.read_text(encoding="utf-8")
         return 0 if page_table(page) == table and page_table(page, M_START, M_END) == million else 1
-    sys.stdout.write(table + "\n" + million)
+    print(f"{table}\n\n{million}")
     return 0
 
 
