@@ -8,7 +8,8 @@
 Each variant is one ``adherence score adherence/examples/role_calibration.jsonl`` run, as a user runs it, with
 ``--judge-layout`` (``user``, the default, or ``chained``) and ``--judge-dtype`` (``float32``, ``bfloat16``,
 ``float8``) on the CPU. Reported per variant: every turn's P(yes), the AUC of P(yes) for ``adherent`` against the
-other labels, the judge's forward tokens after prefix sharing, the wall time, and the mean / max |difference| of
+other labels (beside the trivial baselines' AUCs on the same rows: reply length, the reply's word overlap with
+the role and with the user message), the judge's forward tokens after prefix sharing, the wall time, and the mean / max |difference| of
 P(yes) from the float32 run of the same layout (what a lower precision costs on a trained judge) and, between the
 two layouts in float32, how far the scores move and how well they agree in rank (Spearman). The bundled judge is
 SmolLM2-135M-Instruct, a smoke-test judge: its AUCs say little about judging, its differences say what a layout or
@@ -64,6 +65,7 @@ def _run(layout: str, dtype: str, out_dir: Path) -> dict:
         "judge": meta["models"]["judge"],
         "turns": [(r["conversation_id"], r["turn_index"]) for r in table],
         "labels": [r["label"] for r in table],
+        "texts": {k: [r[k] for r in table] for k in ("assistant", "role", "user")},
         "p_yes": [r["score"] for r in table],
     }
 
@@ -104,6 +106,7 @@ def measure() -> dict:
 
     from adherence.bench._hardware import cpu_info
     from adherence.stats import roc_auc_score
+    from adherence.stats._baselines import text_baselines
 
     with tempfile.TemporaryDirectory() as tmp:
         runs = {f"{layout}/{dtype}": _run(layout, dtype, Path(tmp)) for layout in LAYOUTS for dtype in DTYPES}
@@ -116,6 +119,10 @@ def measure() -> dict:
         r["auc"] = float(roc_auc_score(y, p))
         base = np.array(runs[f"{r['layout']}/float32"]["p_yes"])
         r["vs_float32"] = {"mean_abs": float(np.mean(np.abs(p - base))), "max_abs": float(np.max(np.abs(p - base)))}
+    texts = first["texts"]
+    for r in runs.values():
+        del r["texts"]
+    baselines = {k: float(roc_auc_score(y, v)) for k, v in text_baselines(texts).items()}
     a, b = np.array(runs["user/float32"]["p_yes"]), np.array(runs["chained/float32"]["p_yes"])
     return {
         "bench": "judge-variants",
@@ -126,6 +133,7 @@ def measure() -> dict:
         "cpu": cpu_info(),
         "versions": {"python": platform.python_version(), "torch": __import__("torch").__version__},
         "variants": runs,
+        "trivial_baselines_auc": baselines,
         "layouts_float32": {
             "mean_abs": float(np.mean(np.abs(a - b))),
             "max_abs": float(np.max(np.abs(a - b))),
@@ -143,21 +151,20 @@ def newest() -> tuple:
 def render(res: tuple | None = None) -> str:
     name, r = res or newest()
     lines = [
-        "| layout | dtype | AUC (adherent vs violation) | P(yes) mean / max \\|Δ\\| from float32 | forward tokens | "
-        "wall (whole command) |",
-        "|---|---|---|---|---|---|",
+        "| layout | dtype | AUC (adherent vs violation) | P(yes) mean / max \\|Δ\\| from float32 | forward tokens |",
+        "|---|---|---|---|---|",
     ]
     for v in r["variants"].values():
         d = v["vs_float32"]
         diff = "—" if v["dtype"] == "float32" else f"{d['mean_abs']:.4f} / {d['max_abs']:.4f}"
-        lines.append(
-            f"| `{v['layout']}` | {v['dtype']} | {v['auc']:.3f} | {diff} | {v['forward_tokens']:,} | {v['wall_s']:.1f} s |"
-        )
+        lines.append(f"| `{v['layout']}` | {v['dtype']} | {v['auc']:.3f} | {diff} | {v['forward_tokens']:,} |")
     lf, mt = r["layouts_float32"], r["multi_turn"]
     lines.append("")
     lines.append(
         f"Between the layouts in float32: P(yes) mean \\|Δ\\| {lf['mean_abs']:.3f} (max {lf['max_abs']:.3f}), "
-        f"Spearman {lf['spearman']:.3f}. {r['turns']} labelled turns ({r['adherent']} adherent; conversations of one "
+        f"Spearman {lf['spearman']:.3f}. Trivial baselines on the same rows (AUC): "
+        + ", ".join(f"{k.replace('_', ' ')} {v:.3f}" for k, v in r["trivial_baselines_auc"].items())
+        + f". {r['turns']} labelled turns ({r['adherent']} adherent; conversations of one "
         f"or two turns, so either layout shares little there), bundled SmolLM2-135M-Instruct on the CPU. On the "
         f"multi-turn example ({mt['turns']} turns) the chained layout runs {mt['chained']['forward_tokens']:,} forward "
         f"tokens with prefix sharing against the default layout's {mt['user']['forward_tokens']:,} "

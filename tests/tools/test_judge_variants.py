@@ -49,3 +49,22 @@ def test_layout_agreement_and_token_counts(newest):
     assert res["layouts_float32"]["spearman"] == pytest.approx(np.corrcoef(ra, rb)[0, 1], abs=1e-9)
     assert res["multi_turn"] == judge_variants.multi_turn_tokens()
     assert res["multi_turn"]["forward_token_ratio"] > 1.3
+
+
+def test_trivial_baselines_are_on_the_same_rows(newest):
+    """Every judge AUC on the page stands beside reply length and word overlaps on the same labelled rows."""
+    import json
+
+    from sklearn.metrics import roc_auc_score
+
+    from adherence.stats._baselines import text_baselines
+
+    _, res = newest
+    rows = [json.loads(line) for line in judge_variants.EXAMPLE.read_text().splitlines() if line.strip()]
+    order = {(r["conversation_id"], r["turn_index"]): r for r in rows}
+    turns = [order[tuple(t)] for t in next(iter(res["variants"].values()))["turns"]]
+    y = np.array([r["label"] == "adherent" for r in turns], dtype=int)
+    cols = {k: [r[k] for r in turns] for k in ("assistant", "role", "user")}
+    want = {k: roc_auc_score(y, v) for k, v in text_baselines(cols).items()}
+    assert res["trivial_baselines_auc"] == pytest.approx(want, abs=1e-12)
+    assert set(want) == {"reply_length", "role_overlap", "user_overlap"}
