@@ -82,6 +82,7 @@ setup(
         "scipy>=1.10",  # sparse TF-IDF / BM25 matrices
         "onnxruntime>=1.20",  # --encoder-precision int8: the encoder's int8 CPU path
         "onnx>=1.16",  # exporting and quantising the encoder for it
+        "openvino>=2025.0",  # --encoder-precision bf16: the encoder's bf16 CPU path (AMX / AVX512-BF16)
     ],
     extras_require=EXTRAS,
     entry_points={"console_scripts": ["adherence=adherence.cli.main:console_main"]},

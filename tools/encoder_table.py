@@ -46,7 +46,9 @@ def render() -> str:
     cpu = res["cpu"]
     lines = [
         f"From `{name}`: {cpu['model']}, {cpu['logical_cpus']} logical CPUs ({', '.join(cpu['simd'][-4:])}), "
-        f"onnxruntime {res['versions']['onnxruntime']}, torch {res['versions']['torch']}. "
+        f"onnxruntime {res['versions']['onnxruntime']}, "
+        + (f"openvino {res['versions']['openvino']}, " if "openvino" in res["versions"] else "")
+        + f"torch {res['versions']['torch']}. "
         f"Exact: {res['criterion'].split(': ', 1)[1]}.",
         "",
     ]
@@ -75,29 +77,46 @@ def render() -> str:
         fp = w["fast_path"]
         summary = []
         if "speedup" in w:
-            summary.append(f"float32: **{w['speedup']:.2f}×** the fastest exact peer ({w['fastest_exact_peer']})")
+            path = w.get("exact_path", "adherence float32")
+            summary.append(
+                f"exact path ({path}): **{w['speedup']:.2f}×** the fastest exact peer ({w['fastest_exact_peer']})"
+            )
+            if "float32_speedup" in w and path != "adherence float32":
+                summary.append(f"float32: {w['float32_speedup']:.2f}× it")
+        fast = fp.get("name", "adherence int8")
         if "speedup" in fp:
-            summary.append(f"int8: **{fp['speedup']:.2f}×** sentence-transformers' torch default (batch 32)")
+            summary.append(
+                f"fastest ({fast}): **{fp['speedup']:.2f}×** sentence-transformers' torch default (batch 32)"
+            )
         if "speedup_over_fastest" in fp:
             summary.append(f"{fp['speedup_over_fastest']:.2f}× the fastest peer of any accuracy ({fp['fastest_peer']})")
-        summary.append(f"int8 cosine to float32: lowest {fp['min_cosine']:.4f}, mean {fp['mean_cosine']:.4f}")
+        for r in w["ours"]:
+            if r["name"] not in (path if "speedup" in w else "", fast) and "vs_st_torch_default" in r:
+                summary.append(f"{r['name']}: {r['vs_st_torch_default']:.2f}× the torch default")
         lines += ["", "; ".join(summary) + ".", ""]
-    if "int8_variants" in res:
+    variants = res.get("variants", res.get("int8_variants"))
+    if variants:
         lines += [
-            "| int8 graph (short texts, default batch) | texts/s | lowest cosine | mean cosine | "
+            "| CPU path (short texts, default batch) | texts/s | lowest cosine | mean cosine | "
             "embedding shift, batch 1 vs default | cosine-score shift |",
             "|---|---:|---:|---:|---:|---:|",
         ]
-        for k, v in res["int8_variants"].items():
+        for k, v in variants.items():
             lines.append(
                 f"| {k} | {v['texts_per_s']:,.0f} | {v['min_cosine']:.4f} | {v['mean_cosine']:.4f} | "
                 f"{v['batch_shift']:.1e} | {v['pair_cosine_shift']:.1e} |"
             )
         lines.append("")
     if "auc_changes" in res:
-        lines += ["| AUC with int8 embeddings | float32 | int8 | change |", "|---|---:|---:|---:|"]
+        first = next(iter(res["auc_changes"].values()))
+        others = [k for k in first if k != "float32" and not k.startswith("change")]
+        lines += [
+            "| AUC | float32 | " + " | ".join(f"{k} | change" for k in others) + " |",
+            "|---|---:|" + "---:|---:|" * len(others),
+        ]
         for k, v in res["auc_changes"].items():
-            lines.append(f"| {k} | {v['float32']:.4f} | {v['int8']:.4f} | {v['change']:+.4f} |")
+            cells = " | ".join(f"{v[o]:.4f} | {v.get(f'change_{o}', v.get('change', 0.0)):+.4f}" for o in others)
+            lines.append(f"| {k} | {v['float32']:.4f} | {cells} |")
     return "\n".join(lines).rstrip()
 
 
@@ -111,29 +130,43 @@ def newest_million() -> tuple:
 
 def render_million() -> str:
     name, res = newest_million()
-    w, i8, f32, prof, c = res["workload"], res["int8"], res["float32"], res["profile"], res["correctness"]
-    return "\n".join(
-        [
-            f"From `{name}` ({res['cpu']['model']}, {res['cpu']['logical_cpus']} logical CPUs): {w['turns']:,} turns, "
-            f"{w['texts_encoded']:,} texts encoded (each reply and its reference), {w['unique_text_share']:.1%} of "
-            f"them distinct, {w['mean_chars']:.0f} characters on average.",
-            "",
-            "| path | turns | wall | turns/s | a million turns |",
-            "|---|---:|---:|---:|---:|",
-            f"| `--encoder-precision int8` | {i8['turns']:,} | {i8['wall_s'] / 60:.1f} min | {i8['turns_per_s']:.0f} | "
-            f"**{i8['hours']:.2f} h** (measured) |",
-            f"| float32 (default) | {f32['turns']:,} | {f32['wall_s'] / 60:.1f} min | {f32['turns_per_s']:.0f} | "
-            f"{f32['projected_hours_for_all_turns']:.2f} h (projected at that rate) |",
-            "",
-            f"Every row came back `status=ok`. Checked first on {c['turns']:,} turns: the job's int8 scores equal the "
-            f"cosine of the int8 embeddings to {c['int8_job_vs_int8_embeddings_max_abs_diff']:.1e}; int8 scores differ "
-            f"from float32 ones by {c['int8_vs_float32_score_mean_abs_diff']:.4f} on average, "
-            f"{c['int8_vs_float32_score_max_abs_diff']:.3f} at most. Profile of the int8 job on "
-            f"{prof['turns']:,} turns (`{prof['file']}`): the encoder's sessions took {prof['encoder_runtime_s']:.1f} s "
-            f"of {prof['wall_s']:.1f} s; everything else (reading, tokenising, batching, the scoring kernel, writing, "
-            f"loading) **{prof['not_encoder_share']:.1%}**.",
-        ]
+    w, f32, prof = res["workload"], res["float32"], res["profile"]
+    lines = [
+        f"From `{name}` ({res['cpu']['model']}, {res['cpu']['logical_cpus']} logical CPUs): {w['turns']:,} turns, "
+        f"{w['texts_encoded']:,} texts encoded (each reply and its reference), {w['unique_text_share']:.1%} of "
+        f"them distinct, {w['mean_chars']:.0f} characters on average.",
+        "",
+        "| path | turns | wall | turns/s | a million turns |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for p in ("bf16", "int8"):
+        if p in res:
+            r = res[p]
+            note = f"measured, `{r['reused_from']}`" if "reused_from" in r else "measured"
+            lines.append(
+                f"| `--encoder-precision {p}` | {r['turns']:,} | {r['wall_s'] / 60:.1f} min | {r['turns_per_s']:.0f} | "
+                f"**{r['hours']:.2f} h** ({note}) |"
+            )
+    lines += [
+        f"| float32 (default) | {f32['turns']:,} | {f32['wall_s'] / 60:.1f} min | {f32['turns_per_s']:.0f} | "
+        f"{f32['projected_hours_for_all_turns']:.2f} h (projected at that rate) |",
+        "",
+    ]
+    checks = []
+    for p, c in res["correctness"].items():
+        checks.append(
+            f"{p}: the job's scores equal the cosine of the {p} embeddings to {c['job_vs_embeddings_max_abs_diff']:.1e} "
+            f"and differ from float32 scores by {c['vs_float32_score_mean_abs_diff']:.4f} on average, "
+            f"{c['vs_float32_score_max_abs_diff']:.3f} at most"
+        )
+    lines.append(
+        f"Every row came back `status=ok`. Checked first on {next(iter(res['correctness'].values()))['turns']:,} "
+        f"turns: {'; '.join(checks)}. Profile of the "
+        f"{prof.get('precision', 'int8')} job on {prof['turns']:,} turns (`{prof['file']}`): the encoder's runtime took "
+        f"{prof['encoder_runtime_s']:.1f} s of {prof['wall_s']:.1f} s; everything else (reading, tokenising, batching, "
+        f"the scoring kernel, writing, loading) **{prof['not_encoder_share']:.1%}**."
     )
+    return "\n".join(lines)
 
 
 def page_table(page: str, start: str = START, end: str = END) -> str:

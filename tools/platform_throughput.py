@@ -29,6 +29,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from adherence.models._onnx import PRECISIONS
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from soak import make_turns  # noqa: E402
 
@@ -102,7 +104,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--turns", type=int, default=100_000)
     ap.add_argument("--method", default="cosine")
-    ap.add_argument("--encoder-precision", choices=("float32", "int8"), default="float32")
+    ap.add_argument("--encoder-precision", choices=PRECISIONS, default="float32")
     ap.add_argument("--workers", type=int, default=2, help="Ray actors / Spark local cores")
     ap.add_argument(
         "--texts", choices=("persona", "pool", "million"), default="persona", help="the workload (see above)"
@@ -240,7 +242,10 @@ def main() -> int:
     report["paths"]["ray_data"]["ratio_to_engine_on_ray"] = (
         report["paths"]["ray_data"]["turns_per_s"] / report["paths"]["engine_ray"]["turns_per_s"]
     )
-    report["correct"] = all(p["max_abs_diff"] <= 1e-6 for p in report["paths"].values())
+    # bf16: a text's embedding moves by up to ~1e-3 with the texts batched beside it (docs/encoders.md), and the
+    # platforms batch other texts together; float32 and int8 do not move
+    report["tolerance"] = 5e-3 if args.encoder_precision == "bf16" else 1e-6
+    report["correct"] = all(p["max_abs_diff"] <= report["tolerance"] for p in report["paths"].values())
     return write_report(args.out, report)
 
 

@@ -115,7 +115,7 @@ class BenchCommand(Command):
         _device_and_output(nb)
         cb = sub.add_parser(
             "cpu-encoder",
-            help="sentence encoder on the CPU (float32 and int8) against sentence-transformers' torch, ONNX O1-O4 and "
+            help="sentence encoder on the CPU (float32, bf16, int8) against sentence-transformers' torch, ONNX O1-O4 and "
             "OpenVINO backends and fastembed, same texts: texts/s, cosines, AUC changes (JSON)",
         )
         cb.add_argument("persona_csv", type=file_path, help="Synthetic-Persona-Chat CSV (the texts)")

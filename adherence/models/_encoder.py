@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from collections import OrderedDict
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 from .._errors import OptionError
 from ._device import pick_device, pick_dtype
@@ -51,16 +51,18 @@ class Encoder:
         dtype: ``"bf16"``, ``"fp16"``, ``"fp32"``; default bf16 on GPU, fp32 on CPU.
         batch_size: most texts per forward pass (default 64 on CPU, 16 with int8, 4096 on accelerators).
         batch_tokens: most padded tokens per forward pass (texts x longest); default none on CPU (512
-            with int8), 65536 on accelerators.
+            with int8, 2048 with bf16), 65536 on accelerators.
         max_length: token limit (default: the checkpoint's ``max_seq_length``).
         progress: show a progress bar for long encodes.
         cache_bytes: memory of the text -> embedding cache (least recently used texts are
             dropped beyond it; 0 disables it). Default 256 MiB, about 120k texts at 384-d.
-        precision: ``"float32"`` (default: the checkpoint as trained; the run ``dtype`` on a GPU) or
-            ``"int8"``: sentence embeddings on the CPU through an int8 copy of the checkpoint run by ONNX
-            Runtime (``adherence.models._onnx``; exported into the user's cache on first use), several
-            times faster and a little less exact (docs/encoders.md states by how much). Token embeddings
-            (BERTScore) stay float32.
+        precision: ``"float32"`` (default: the checkpoint as trained; the run ``dtype`` on a GPU),
+            ``"bf16"``: sentence embeddings on the CPU through OpenVINO with bf16 products (a CPU with AMX
+            or AVX512-BF16; lowest cosine to float32 >= 0.9999 on the benchmark texts), or ``"int8"``:
+            through an int8 copy of the checkpoint run by ONNX Runtime (any CPU; less exact). Both run an
+            ONNX export kept in the user's cache (``adherence.models._onnx``; made on first use);
+            docs/encoders.md states their speed and distance from float32. Token embeddings (BERTScore)
+            stay float32.
 
     Example::
 
@@ -94,9 +96,9 @@ class Encoder:
             raise OptionError(f"`encoder_precision` must be one of {', '.join(PRECISIONS)}, got {precision!r}")
         self.resolved: ResolvedModel = resolve_model(model)
         self.device = pick_device(device)
-        if precision == "int8" and self.device.type != "cpu":
+        if precision != "float32" and self.device.type != "cpu":
             raise OptionError(
-                f"--encoder-precision int8 is the CPU path; on {self.device.type} the encoder runs in bf16 (drop the "
+                f"--encoder-precision {precision} is a CPU path; on {self.device.type} the encoder runs in bf16 (drop the "
                 "option, or add --device cpu)"
             )
         self.precision = precision
@@ -112,10 +114,12 @@ class Encoder:
         self.pooling = _pooling_mode(path)
         self.max_length = int(max_length) if max_length else _max_length(path, self.tokenizer)
         accel = self.device.type != "cpu"
-        # int8: small batches ran fastest: 16 short texts, 2 of 256 tokens (2 cores)
+        # int8: small batches ran fastest: 16 short texts, 2 of 256 tokens; bf16: 64 short texts, 8 of 256
+        # tokens (2 cores)
         int8 = precision == "int8"
+        cpu_tokens = {"int8": 512, "bf16": 2048}.get(precision)
         self.batch_size = int(batch_size or (4096 if accel else 16 if int8 else 64))
-        self.batch_tokens = int(batch_tokens) if batch_tokens else (65536 if accel else 512 if int8 else None)
+        self.batch_tokens = int(batch_tokens) if batch_tokens else (65536 if accel else cpu_tokens)
         self.progress = progress
         self.dim = int(self.model.config.hidden_size)
         self.num_layers = int(getattr(self.model.config, "num_hidden_layers", 0))
@@ -125,16 +129,22 @@ class Encoder:
         self._cache: OrderedDict[str, torch.Tensor] = OrderedDict()
         self._cache_used = 0
         self._backends: dict = {}  # max_length -> a fast tokenizer's backend set to truncate there
-        self._int8 = None
+        self._runtime: Optional[Any] = None  # the bf16 / int8 CPU runtime (adherence.models._onnx)
         if precision == "int8":
-            from ._onnx import OnnxSentenceModel, int8_encoder_file
+            from ._onnx import OnnxSentenceModel, encoder_file
 
-            self._int8 = OnnxSentenceModel(int8_encoder_file(self))
+            self._runtime = OnnxSentenceModel(encoder_file(self, "int8"))
+        elif precision == "bf16":
+            from ._onnx import OpenVinoSentenceModel, encoder_file
+
+            self._runtime = OpenVinoSentenceModel(encoder_file(self, "bf16"))
 
     def describe(self) -> dict:
         """The checkpoint (``ResolvedModel.describe``) and how sentences are encoded, for run metadata."""
         out = dict(self.resolved.describe(), precision=self.precision)
-        if self._int8 is not None:
+        if self._runtime is None:
+            return out
+        if self.precision == "int8":
             import onnxruntime
 
             from ._onnx import weight_levels
@@ -142,7 +152,15 @@ class Encoder:
             out.update(
                 runtime=f"onnxruntime {onnxruntime.__version__}",
                 quantization=f"int8 weights per output column (+-{weight_levels()}), 8-bit inputs per token",
-                file=self._int8.path.name,
+                file=self._runtime.path.name,
+            )
+        else:
+            import openvino
+
+            out.update(
+                runtime=f"openvino {openvino.__version__.split('-')[0]}",
+                inference_precision=self._runtime.inference_precision,
+                file=self._runtime.path.name,
             )
         return out
 
@@ -257,9 +275,9 @@ class Encoder:
                 cached[t] = v
         table = torch.empty(len(todo), self.dim, device=self.device)
         if todo:
-            if self._int8 is not None:
+            if self._runtime is not None:
                 batches = list(self._batches(todo, "encoding"))
-                embs = self._int8.run([(b["input_ids"].numpy(), b["attention_mask"].numpy()) for _, b in batches])
+                embs = self._runtime.run([(b["input_ids"].numpy(), b["attention_mask"].numpy()) for _, b in batches])
                 for (idx, _), emb in zip(batches, embs):
                     table[torch.as_tensor(idx)] = torch.from_numpy(emb)
             else:

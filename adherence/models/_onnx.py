@@ -1,4 +1,11 @@
-"""The encoder's int8 CPU path: the checkpoint exported to ONNX once, quantised, and run by ONNX Runtime.
+"""The encoder's CPU runtimes: the checkpoint exported to ONNX once, then run by OpenVINO (bf16) or, quantised
+to int8, by ONNX Runtime.
+
+``Encoder(precision="bf16")`` (``--encoder-precision bf16``) runs the float32 export through OpenVINO with
+its bf16 inference precision (``INFERENCE_PRECISION_HINT``: OpenVINO picks which operations run in bf16 on
+AMX or AVX512-BF16; refused on a CPU without them, where OpenVINO would run float32 under the same name),
+the OpenVINO streams of the CPU's cores each taking every n-th batch. Its embeddings stayed within
+float32's bar on the benchmark texts (lowest cosine >= 0.9999; docs/encoders.md states by how much).
 
 ``Encoder(precision="int8")`` (``--encoder-precision int8``) encodes sentences through an int8 copy of the
 checkpoint: each linear layer's weights as int8 with one scale per output column, its input quantised
@@ -9,7 +16,7 @@ VNNI, AMX); nothing is built for one CPU, and on a CPU without VNNI the weights 
 (``weight_levels``).
 
 The export needs no network: torch's ONNX exporter traces the checkpoint, ``_rowwise_int8`` rewrites
-the graph, and the file is kept in the user's cache (``$ADHERENCE_CACHE_DIR``, else
+the graph for int8, and the file is kept in the user's cache (``$ADHERENCE_CACHE_DIR``, else
 ``$XDG_CACHE_HOME/adherence``, else ``~/.cache/adherence``) under a key of the checkpoint's files and the
 exporter's versions, so each checkpoint is exported once per machine (seconds) and a second process
 reuses it. The file is written under a temporary name and renamed when complete: two processes
@@ -26,6 +33,7 @@ import os
 import re
 import sys
 import tempfile
+import threading
 import warnings
 from pathlib import Path
 from typing import Any, Optional
@@ -35,15 +43,16 @@ from .._errors import OptionError
 __all__ = [
     "PRECISIONS",
     "cache_dir",
+    "encoder_file",
     "encoder_precision_option",
-    "int8_encoder_file",
     "OnnxSentenceModel",
+    "OpenVinoSentenceModel",
     "weight_levels",
 ]
 
-#: Sentence-encoder precisions: ``float32`` (the checkpoint as trained, or the run dtype on a GPU) and
-#: ``int8`` (the CPU fast path of this module).
-PRECISIONS = ("float32", "int8")
+#: Sentence-encoder precisions: ``float32`` (the checkpoint as trained, or the run dtype on a GPU), and the
+#: CPU paths of this module: ``bf16`` (OpenVINO, on CPUs with bf16 products) and ``int8`` (ONNX Runtime).
+PRECISIONS = ("float32", "bf16", "int8")
 _FORMAT = 3  # bump when the exported graph or the quantisation changes
 
 
@@ -54,8 +63,9 @@ def encoder_precision_option():
     return option(
         "float32",
         choices=PRECISIONS,
-        help="sentence encoder on the CPU: float32 (the checkpoint as trained) or int8 (ONNX Runtime, several times "
-        "faster; its cosine to float32 and AUC changes are in docs/encoders.md); recorded in the run metadata",
+        help="sentence encoder on the CPU: float32 (the checkpoint as trained), bf16 (OpenVINO on a CPU with bf16 "
+        "products, AMX or AVX512-BF16: several times faster, cosine to float32 >= 0.9999) or int8 (ONNX Runtime, "
+        "any CPU); their cosine to float32 and AUC changes are in docs/encoders.md; recorded in the run metadata",
     )
 
 
@@ -199,28 +209,44 @@ def _rowwise_int8(src: Path, dest: Path, levels: int) -> int:
     return n
 
 
-def int8_encoder_file(encoder) -> Path:
-    """The int8 ONNX file of ``encoder``'s checkpoint, exported and quantised into the cache on first use."""
-    try:
-        import onnx  # noqa: F401
-        import onnxruntime  # noqa: F401
-    except ImportError as exc:  # pragma: no cover - both are dependencies
-        raise OptionError(f"--encoder-precision int8 needs onnxruntime and onnx ({exc})") from None
+def _runtime_version(precision: str) -> str:
+    if precision == "bf16":
+        import openvino
+
+        return f"openvino {openvino.__version__}"
+    import onnxruntime
+
+    return f"onnxruntime {onnxruntime.__version__}"
+
+
+def encoder_file(encoder, precision: str) -> Path:
+    """The ONNX file ``precision`` runs for ``encoder``'s checkpoint (``bf16``: the float32 export, which
+    OpenVINO runs with bf16 products; ``int8``: the quantised graph), exported into the cache on first use."""
+    need = ("openvino", "onnx") if precision == "bf16" else ("onnxruntime", "onnx")
+    for module in need:
+        try:
+            __import__(module)
+        except ImportError as exc:  # pragma: no cover - dependencies
+            raise OptionError(f"--encoder-precision {precision} needs {' and '.join(need)} ({exc})") from None
     levels = weight_levels()
     key = _checkpoint_key(encoder.resolved.path, encoder.pooling, encoder.max_length)
     safe = re.sub(r"[^\w.-]+", "_", Path(encoder.name).name)  # bundled:name -> bundled_name
     folder = cache_dir() / "encoders" / f"{safe}-{key}"
-    dest = folder / f"model-int8-w{levels}.onnx"
+    dest = folder / ("model-float32.onnx" if precision == "bf16" else f"model-int8-w{levels}.onnx")
     if dest.exists():
         return dest
     folder.mkdir(parents=True, exist_ok=True)
     if getattr(encoder, "progress", False):
         print(
-            f"exporting {encoder.name} to int8 for ONNX Runtime into {folder} (once per machine) ...", file=sys.stderr
+            f"exporting {encoder.name} for {_runtime_version(precision).split()[0]} into {folder} (once per machine) ...",
+            file=sys.stderr,
         )
     with tempfile.TemporaryDirectory(dir=folder, prefix=".export-") as tmp:
         fp32 = Path(tmp) / "model-float32.onnx"
         _export_float(encoder, fp32)
+        if precision == "bf16":
+            _publish(fp32, dest)
+            return dest
         q = Path(tmp) / dest.name
         if not _rowwise_int8(fp32, q, levels):
             raise OptionError(f"{encoder.name}: no linear layer to quantise in its exported graph")
@@ -269,4 +295,62 @@ class OnnxSentenceModel:
         out: list = [None] * len(batches)
         for k, rows in enumerate(parts):
             out[k::n] = rows
+        return out
+
+
+def _usable_cpus() -> int:
+    """CPUs this process may run on (its affinity where the OS reports one)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # pragma: no cover - macOS, Windows
+        return os.cpu_count() or 1
+
+
+class OpenVinoSentenceModel:
+    """An OpenVINO compiled model over the float32 export with bf16 products (``INFERENCE_PRECISION_HINT``),
+    in throughput mode: the CPU's threads split into streams, each running every n-th batch of a call
+    (short texts' matrices are too small to split well over threads, as with ONNX Runtime).
+
+    Raises ``OptionError`` on a CPU without bf16 products (OpenVINO would quietly run float32 there)."""
+
+    def __init__(self, path: Path, threads: Optional[int] = None) -> None:
+        import openvino as ov
+        import torch
+
+        core = ov.Core()
+        if "BF16" not in core.get_property("CPU", "OPTIMIZATION_CAPABILITIES"):
+            raise OptionError(
+                "--encoder-precision bf16 needs a CPU with bf16 products (AMX or AVX512-BF16); this one has none: "
+                "use float32, or int8 for the fast path"
+            )
+        n = max(1, int(threads or torch.get_num_threads()))
+        self.path = path
+        config = {"INFERENCE_PRECISION_HINT": "bf16", "PERFORMANCE_HINT": "THROUGHPUT", "INFERENCE_NUM_THREADS": n}
+        # OpenVINO pins its threads to the first cores; processes sharing a machine (Spark workers, Ray actors of
+        # a CPU or less) would all pin to the same ones and leave the rest idle (two one-thread processes ran at
+        # half speed), so threads are pinned only when this process's threads cover every CPU it may use
+        config["ENABLE_CPU_PINNING"] = n >= _usable_cpus()
+        self.pinned = config["ENABLE_CPU_PINNING"]
+        self.model = core.compile_model(str(path), "CPU", config)
+        hint = self.model.get_property("INFERENCE_PRECISION_HINT")
+        self.inference_precision = hint.to_string() if hasattr(hint, "to_string") else str(hint)  # "bf16"
+        self.streams = int(self.model.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS"))
+        self._queue = ov.AsyncInferQueue(self.model, self.streams)
+        self._queue.set_callback(self._done)
+        self._out: list = []
+        self._lock = threading.Lock()  # one call at a time owns the queue and its outputs
+
+    def _done(self, request, k: int) -> None:
+        self._out[k] = request.get_output_tensor(0).data.copy()
+
+    def run(self, batches: list) -> list:
+        """``[texts, dim]`` float32 unit-norm embeddings of each padded batch ``(input_ids, attention_mask)``."""
+        with self._lock:
+            self._out = [None] * len(batches)
+            for k, (ids, mask) in enumerate(batches):
+                self._queue.start_async({"input_ids": ids, "attention_mask": mask}, k)
+            self._queue.wait_all()
+            out, self._out = self._out, []
+        if any(o is None for o in out):  # pragma: no cover - a request that ended without its output
+            raise RuntimeError(f"OpenVINO returned no embedding for {sum(o is None for o in out)} batch(es)")
         return out

@@ -43,8 +43,8 @@ class PersonaConfig:
         repeats: random pools per query and pool size.
         max_queries: adherence on a seeded subset of queries per corpus (speed).
         encoder: token/sentence encoder for ``bi_encoder`` and ``late_interaction`` (default bundled MiniLM).
-        encoder_precision: ``"int8"`` runs the ``bi_encoder``'s sentence embeddings on the CPU's int8 path
-            (``Encoder(precision=...)``); token embeddings stay float32.
+        encoder_precision: ``"bf16"`` or ``"int8"`` runs the ``bi_encoder``'s sentence embeddings on that CPU
+            path (``Encoder(precision=...)``); token embeddings stay float32.
         nli_model: local NLI model path; without it naturalness is skipped with a note.
         limit: read only the first ``limit`` conversations of each corpus.
         strict_input: a malformed conversation is an error instead of being skipped with a

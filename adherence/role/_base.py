@@ -64,7 +64,7 @@ class RoleConfig:
             calibration's.
         calibration_any_judge: apply ``calibration`` to another judge's scores (by default a calibration
             fitted on one judge model, backend or prompt layout is refused for another).
-        encoder_precision: ``"float32"`` or ``"int8"`` (the CPU fast path, ``Encoder(precision=...)``).
+        encoder_precision: ``"float32"``, ``"bf16"`` or ``"int8"`` (the CPU paths, ``Encoder(precision=...)``).
         device: where models run (default: CUDA when available).
         batch_size: texts per encoder batch (default: the encoder's, by device).
         progress: show progress bars.

@@ -1,7 +1,6 @@
 """The encoder's int8 CPU path (ONNX Runtime): close to float32, exported once per machine, recorded."""
 
 import json
-import os
 from importlib.resources import files
 
 import numpy as np
@@ -12,23 +11,12 @@ from adherence._errors import OptionError
 from adherence.cli.main import main
 from adherence.models import Encoder
 from adherence.models._onnx import OnnxSentenceModel, _rowwise_int8, cache_dir, weight_levels
+from tests.models.conftest import cosines_to_float32
 
 
 def _texts():
     rows = [json.loads(line) for line in (files("adherence") / "examples" / "role_turns.jsonl").open()]
     return [r[k] for r in rows for k in ("user", "assistant", "ground_truth_assistant")]
-
-
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    path = tmp_path_factory.mktemp("adherence-cache")
-    old = os.environ.get("ADHERENCE_CACHE_DIR")
-    os.environ["ADHERENCE_CACHE_DIR"] = str(path)
-    yield path
-    if old is None:
-        os.environ.pop("ADHERENCE_CACHE_DIR")
-    else:
-        os.environ["ADHERENCE_CACHE_DIR"] = old
 
 
 @pytest.fixture(scope="module")
@@ -41,11 +29,7 @@ def encoders(cache):
 def test_int8_embeddings_are_unit_norm_and_close_to_float32(encoders):
     exact, fast = encoders
     texts = _texts()
-    a = exact.encode(texts).numpy()
-    b = fast.encode(texts).numpy()
-    assert b.shape == a.shape and b.dtype == np.float32
-    np.testing.assert_allclose(np.linalg.norm(b, axis=1), 1.0, atol=1e-5)
-    cos = (a * b).sum(1)
+    cos, a, b = cosines_to_float32(exact, fast, texts)
     assert cos.mean() > 0.98 and cos.min() > 0.9
     assert cos.min() < 0.99999  # it is the quantised model, not float32 under another name
     # ranking is what scores use: each reply is nearer its own reference than a random other one
@@ -60,10 +44,10 @@ def test_int8_model_is_exported_once_into_the_cache_and_reused(encoders, cache):
     found = list(cache.rglob("*.onnx"))
     assert [p.name for p in found] == [f"model-int8-w{weight_levels()}.onnx"]  # the float32 export was a temporary
     assert not [p for p in cache.rglob("*") if p.name.startswith(".export-")]
-    assert cache_dir() == cache and fast._int8.path == found[0]
+    assert cache_dir() == cache and fast._runtime.path == found[0]
     mtime = found[0].stat().st_mtime_ns
     again = Encoder(device="cpu", progress=False, precision="int8")
-    assert again._int8.path == found[0] and found[0].stat().st_mtime_ns == mtime
+    assert again._runtime.path == found[0] and found[0].stat().st_mtime_ns == mtime
 
 
 def test_a_texts_embedding_does_not_depend_on_its_batch(encoders):
@@ -100,8 +84,8 @@ def test_every_linear_layer_is_rewritten_and_7_bit_weights_stay_close(encoders, 
 def test_sessions_side_by_side_give_the_same_embeddings_in_order(encoders):
     _, fast = encoders
     texts = _texts()
-    one = OnnxSentenceModel(fast._int8.path, threads=1)
-    two = OnnxSentenceModel(fast._int8.path, threads=3)
+    one = OnnxSentenceModel(fast._runtime.path, threads=1)
+    two = OnnxSentenceModel(fast._runtime.path, threads=3)
     batches = [(b["input_ids"].numpy(), b["attention_mask"].numpy()) for _, b in fast._batches(texts, "t")]
     assert len(batches) > 3
     for x, y in zip(one.run(batches), two.run(batches)):
@@ -113,7 +97,7 @@ def test_precision_is_checked_and_described(encoders):
     assert exact.describe()["precision"] == "float32" and "runtime" not in exact.describe()
     d = fast.describe()
     assert d["precision"] == "int8" and d["runtime"].startswith("onnxruntime ") and d["name"] == exact.name
-    assert "per token" in d["quantization"] and d["file"] == fast._int8.path.name
+    assert "per token" in d["quantization"] and d["file"] == fast._runtime.path.name
     with pytest.raises(OptionError, match="encoder_precision"):
         Encoder(device="cpu", precision="int4")
 

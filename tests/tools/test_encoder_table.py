@@ -29,14 +29,31 @@ def test_the_json_it_reads_was_checked_against_the_peers():
     ours = {r["name"]: r for r in short["ours"]}
     st = next(b for b in res["baselines"] if b["name"] == "sentence-transformers torch")
     assert ours["adherence float32"]["min_cosine"] >= 0.9999 and st["min_cosine"] >= 0.9999
-    assert short["fast_path"]["speedup"] == ours["adherence int8"]["texts_per_s"] / st["per_batch"]["32"]
+    fastest = max(ours.values(), key=lambda r: r["texts_per_s"])
+    assert short["fast_path"]["name"] == fastest["name"]
+    assert short["fast_path"]["speedup"] == fastest["texts_per_s"] / st["per_batch"]["32"]
+    exact = [r for r in ours.values() if r["min_cosine"] >= 0.9999]
+    assert short["exact_path"] == max(exact, key=lambda r: r["texts_per_s"])["name"]
     assert json.loads(json.dumps(res)) == res  # plain JSON, nothing a reader would trip on
 
 
 def test_the_million_turn_run_was_checked_and_every_row_came_back():
     name, res = encoder_table.newest_million()
-    assert res["correct"] is True and res["correctness"]["int8_job_vs_int8_embeddings_max_abs_diff"] < 1e-4
-    assert res["int8"]["rows"] == res["int8"]["ok"] == res["int8"]["turns"] == res["workload"]["turns"]
+    assert res["correct"] is True
+    bound = {"int8": 1e-4, "bf16": 5e-3}  # bf16: a text moves ~1e-3 with its batch
+    assert set(res["correctness"]) <= set(bound) and res["correctness"]
+    for p, c in res["correctness"].items():
+        assert c["job_vs_embeddings_max_abs_diff"] < bound[p]
+        assert res[p]["rows"] == res[p]["ok"] == res[p]["turns"] == res["workload"]["turns"]
     assert res["workload"]["unique_text_share"] > 0.9  # mostly unique texts: the encoder's cache cannot help
     assert 0 <= res["profile"]["not_encoder_share"] < 1
     assert (encoder_table.RESULTS / res["profile"]["file"]).exists()
+
+
+def test_the_readmes_million_turn_figures_are_the_jsons():
+    _, res = encoder_table.newest_million()
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    said = (
+        f"a million mostly unique turns in {res['bf16']['hours']:.2f} h on 2 cores (int8: {res['int8']['hours']:.2f} h)"
+    )
+    assert said in readme
