@@ -46,9 +46,8 @@ def render() -> str:
     cpu = res["cpu"]
     lines = [
         f"From `{name}`: {cpu['model']}, {cpu['logical_cpus']} logical CPUs ({', '.join(cpu['simd'][-4:])}), "
-        f"onnxruntime {res['versions']['onnxruntime']}, "
-        + (f"openvino {res['versions']['openvino']}, " if "openvino" in res["versions"] else "")
-        + f"torch {res['versions']['torch']}. "
+        f"onnxruntime {res['versions']['onnxruntime']}, openvino {res['versions']['openvino']}, "
+        f"torch {res['versions']['torch']}. "
         f"Exact: {res['criterion'].split(': ', 1)[1]}.",
         "",
     ]
@@ -74,16 +73,15 @@ def render() -> str:
                 f"| {label} | {r['backend']} | {r['version']} | {r['batch']} | {r['texts_per_s']:,.0f} | "
                 f"{r['min_cosine']:.5f} | {exact} | {r['texts_per_s'] / ours32:.2f} |"
             )
-        fp = w["fast_path"]
-        summary = []
+        fp, path, fast = w["fast_path"], w["exact_path"], w["fast_path"]["name"]
+        summary, named = [], {fast}
         if "speedup" in w:
-            path = w.get("exact_path", "adherence float32")
+            named.add(path)
             summary.append(
                 f"exact path ({path}): **{w['speedup']:.2f}×** the fastest exact peer ({w['fastest_exact_peer']})"
             )
-            if "float32_speedup" in w and path != "adherence float32":
+            if path != "adherence float32":
                 summary.append(f"float32: {w['float32_speedup']:.2f}× it")
-        fast = fp.get("name", "adherence int8")
         if "speedup" in fp:
             summary.append(
                 f"fastest ({fast}): **{fp['speedup']:.2f}×** sentence-transformers' torch default (batch 32)"
@@ -91,17 +89,16 @@ def render() -> str:
         if "speedup_over_fastest" in fp:
             summary.append(f"{fp['speedup_over_fastest']:.2f}× the fastest peer of any accuracy ({fp['fastest_peer']})")
         for r in w["ours"]:
-            if r["name"] not in (path if "speedup" in w else "", fast) and "vs_st_torch_default" in r:
+            if r["name"] not in named and "vs_st_torch_default" in r:
                 summary.append(f"{r['name']}: {r['vs_st_torch_default']:.2f}× the torch default")
         lines += ["", "; ".join(summary) + ".", ""]
-    variants = res.get("variants", res.get("int8_variants"))
-    if variants:
+    if "variants" in res:
         lines += [
             "| CPU path (short texts, default batch) | texts/s | lowest cosine | mean cosine | "
             "embedding shift, batch 1 vs default | cosine-score shift |",
             "|---|---:|---:|---:|---:|---:|",
         ]
-        for k, v in variants.items():
+        for k, v in res["variants"].items():
             lines.append(
                 f"| {k} | {v['texts_per_s']:,.0f} | {v['min_cosine']:.4f} | {v['mean_cosine']:.4f} | "
                 f"{v['batch_shift']:.1e} | {v['pair_cosine_shift']:.1e} |"
@@ -115,7 +112,7 @@ def render() -> str:
             "|---|---:|" + "---:|---:|" * len(others),
         ]
         for k, v in res["auc_changes"].items():
-            cells = " | ".join(f"{v[o]:.4f} | {v.get(f'change_{o}', v.get('change', 0.0)):+.4f}" for o in others)
+            cells = " | ".join(f"{v[o]:.4f} | {v[f'change_{o}']:+.4f}" for o in others)
             lines.append(f"| {k} | {v['float32']:.4f} | {cells} |")
     return "\n".join(lines).rstrip()
 
@@ -162,7 +159,7 @@ def render_million() -> str:
     lines.append(
         f"Every row came back `status=ok`. Checked first on {next(iter(res['correctness'].values()))['turns']:,} "
         f"turns: {'; '.join(checks)}. Profile of the "
-        f"{prof.get('precision', 'int8')} job on {prof['turns']:,} turns (`{prof['file']}`): the encoder's runtime took "
+        f"{prof['precision']} job on {prof['turns']:,} turns (`{prof['file']}`): the encoder's runtime took "
         f"{prof['encoder_runtime_s']:.1f} s of {prof['wall_s']:.1f} s; everything else (reading, tokenising, batching, "
         f"the scoring kernel, writing, loading) **{prof['not_encoder_share']:.1%}**."
     )

@@ -41,10 +41,12 @@ from typing import Any, Optional
 from .._errors import OptionError
 
 __all__ = [
+    "BF16_BATCH_TOLERANCE",
     "PRECISIONS",
     "cache_dir",
     "encoder_file",
     "encoder_precision_option",
+    "runtime_version",
     "OnnxSentenceModel",
     "OpenVinoSentenceModel",
     "weight_levels",
@@ -53,6 +55,9 @@ __all__ = [
 #: Sentence-encoder precisions: ``float32`` (the checkpoint as trained, or the run dtype on a GPU), and the
 #: CPU paths of this module: ``bf16`` (OpenVINO, on CPUs with bf16 products) and ``int8`` (ONNX Runtime).
 PRECISIONS = ("float32", "bf16", "int8")
+#: How far two bf16 cosine scores of the same texts, batched differently, may differ: a bf16 embedding moves
+#: by ~1e-3 with the texts batched beside it (docs/encoders.md); checks comparing such scores allow this.
+BF16_BATCH_TOLERANCE = 5e-3
 _FORMAT = 3  # bump when the exported graph or the quantisation changes
 
 
@@ -209,20 +214,20 @@ def _rowwise_int8(src: Path, dest: Path, levels: int) -> int:
     return n
 
 
-def _runtime_version(precision: str) -> str:
-    if precision == "bf16":
-        import openvino
+#: The module that runs each CPU precision.
+_RUNTIMES = {"bf16": "openvino", "int8": "onnxruntime"}
 
-        return f"openvino {openvino.__version__}"
-    import onnxruntime
 
-    return f"onnxruntime {onnxruntime.__version__}"
+def runtime_version(precision: str) -> str:
+    """``"<runtime> <version>"`` of the library that runs ``precision`` (``"openvino 2026.4.1"``), for metadata."""
+    module = _RUNTIMES[precision]
+    return f"{module} {__import__(module).__version__.split('-')[0]}"
 
 
 def encoder_file(encoder, precision: str) -> Path:
     """The ONNX file ``precision`` runs for ``encoder``'s checkpoint (``bf16``: the float32 export, which
     OpenVINO runs with bf16 products; ``int8``: the quantised graph), exported into the cache on first use."""
-    need = ("openvino", "onnx") if precision == "bf16" else ("onnxruntime", "onnx")
+    need = (_RUNTIMES[precision], "onnx")
     for module in need:
         try:
             __import__(module)
@@ -238,7 +243,7 @@ def encoder_file(encoder, precision: str) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     if getattr(encoder, "progress", False):
         print(
-            f"exporting {encoder.name} for {_runtime_version(precision).split()[0]} into {folder} (once per machine) ...",
+            f"exporting {encoder.name} for {_RUNTIMES[precision]} into {folder} (once per machine) ...",
             file=sys.stderr,
         )
     with tempfile.TemporaryDirectory(dir=folder, prefix=".export-") as tmp:
@@ -330,7 +335,6 @@ class OpenVinoSentenceModel:
         # a CPU or less) would all pin to the same ones and leave the rest idle (two one-thread processes ran at
         # half speed), so threads are pinned only when this process's threads cover every CPU it may use
         config["ENABLE_CPU_PINNING"] = n >= _usable_cpus()
-        self.pinned = config["ENABLE_CPU_PINNING"]
         self.model = core.compile_model(str(path), "CPU", config)
         hint = self.model.get_property("INFERENCE_PRECISION_HINT")
         self.inference_precision = hint.to_string() if hasattr(hint, "to_string") else str(hint)  # "bf16"
@@ -339,6 +343,11 @@ class OpenVinoSentenceModel:
         self._queue.set_callback(self._done)
         self._out: list = []
         self._lock = threading.Lock()  # one call at a time owns the queue and its outputs
+
+    @property
+    def pinned(self) -> bool:
+        """Whether OpenVINO pins this model's threads to cores (see ``__init__``)."""
+        return bool(self.model.get_property("ENABLE_CPU_PINNING"))
 
     def _done(self, request, k: int) -> None:
         self._out[k] = request.get_output_tensor(0).data.copy()
