@@ -3,6 +3,7 @@
 import os
 import shutil
 import sys
+from collections import Counter
 
 import pyarrow as pa
 import pytest
@@ -66,6 +67,43 @@ def test_ray_data_equals_the_engine(ray_local, turns, tiny_llama_dir):
     ref = adherence.score(turns, config=RoleConfig(method="llm_judge", judge=judge), n_bootstrap=0)
     got = _collect(ray_local, score_dataset(ray.data.from_arrow(turns), method="llm_judge", judge=judge))
     _assert_same_scores(got, ref)
+
+
+@pytest.mark.ray
+@pytest.mark.parametrize("strategy", ["default", "sort_shuffle_pull_based"])
+def test_ray_data_calls_hold_whole_conversations_in_even_partitions(ray_local, strategy):
+    """Conversations spread over many input blocks come back each inside one block (one scoring call), under
+    Ray Data's default shuffle and its sort shuffle, and the partitions are even: a few crc32 buckets hashed
+    onto as many partitions once put half the rows in one partition while the other actor idled."""
+    import uuid
+
+    import ray.data
+
+    from adherence.ray_data import _whole_conversation_blocks
+
+    n_conv, turns_each, n_blocks = 2000, 5, 20
+    rows = [{"conversation_id": f"c{c}", "turn_index": t} for t in range(turns_each) for c in range(n_conv)]
+    blocks = [pa.Table.from_pylist(rows[i::n_blocks]) for i in range(n_blocks)]  # every block holds many ids
+    ctx = ray.data.DataContext.get_current()
+    before = ctx.shuffle_strategy
+    try:
+        if strategy != "default":
+            ctx.shuffle_strategy = strategy
+        ds = _whole_conversation_blocks(ray.data.from_arrow(blocks), 8)
+
+        def call(batch: pa.Table) -> pa.Table:
+            return batch.select(["conversation_id"]).append_column("call", pa.array([uuid.uuid4().hex] * len(batch)))
+
+        got = _collect(ray_local, ds.map_batches(call, batch_size=None, batch_format="pyarrow")).to_pylist()
+    finally:
+        ctx.shuffle_strategy = before
+    assert len(got) == n_conv * turns_each
+    calls_of: dict = {}
+    for r in got:
+        calls_of.setdefault(r["conversation_id"], set()).add(r["call"])
+    assert len(calls_of) == n_conv and all(len(c) == 1 for c in calls_of.values())
+    sizes = Counter(r["call"] for r in got).values()
+    assert len(sizes) >= 6 and max(sizes) <= 1.3 * len(got) / len(sizes), sorted(sizes)
 
 
 @pytest.mark.ray

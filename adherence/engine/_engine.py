@@ -279,10 +279,12 @@ class Engine:
             opts = dict(config.judge.backend_options or {}, progress=False)
             config = dataclasses.replace(config, judge=dataclasses.replace(config.judge, backend_options=opts))
         needs_references = method.uses_dataset_references(self.config)
+        workers = 1
         if self.options.executor == "ray":
             executor = self._executor = get_executor(self.options)
             if isinstance(executor, RayExecutor):
                 check_reachable(executor.ray, str(self._remote_work) if self._remote_work else work)
+                workers = executor.num_workers
             if not needs_references and not method.needs_reference_texts:
                 # Workers start (and load their models) while the input is being planned (a method that needs
                 # reference texts waits for the plan to show there are some).
@@ -294,6 +296,7 @@ class Engine:
             source,
             work,
             shard_size=self.options.shard_size,
+            min_shards=workers,
             batch_size=self.options.read_batch_rows,
             collect_references=needs_references,
             check_columns=self._check_columns(source),

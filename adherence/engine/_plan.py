@@ -1,7 +1,7 @@
 """Plan a job: shard the input by conversation, streaming, and spill each shard to disk once.
 
-The number of shards is ceil(rows / shard_size) (Parquet metadata gives the
-row count; other formats are counted in a fast raw pass). One validating pass
+The number of shards is ceil(rows / shard_size), at least one per worker (Parquet metadata gives
+the row count; other formats are counted in a fast raw pass). One validating pass
 then streams the input in record batches and appends each row to the Arrow IPC
 file of shard crc32(conversation_id) mod n_shards, with ``_row``, its position
 in the input: a conversation never splits, memory stays flat whatever the
@@ -193,6 +193,7 @@ def plan_job(
     work_dir: Path,
     *,
     shard_size: int,
+    min_shards: int = 1,
     batch_size: int = 65_536,
     collect_references: bool = False,
     check_columns: Optional[Callable[[list], None]] = None,
@@ -204,7 +205,9 @@ def plan_job(
     ``check_columns`` sees the input's column names with the first batch (before anything is
     written) and raises to refuse them. ``ground_truth`` is a file of reference replies keyed by
     ``(conversation_id, turn_index)`` (``adherence.data.read_ground_truth``); it fills each turn
-    whose own ``ground_truth_assistant`` / ``references`` is empty.
+    whose own ``ground_truth_assistant`` / ``references`` is empty. ``min_shards``: at least this many
+    shards where the rows allow (one per worker, so a job under ``shard_size`` rows still keeps every worker
+    busy); a resumed job keeps its plan's shards whatever it is now.
     """
     if shard_size < 1:
         raise OptionError(f"`shard_size` must be >= 1, got {shard_size}")
@@ -228,7 +231,7 @@ def plan_job(
         if old is not None:
             return dataclasses.replace(old, fingerprint=fingerprint)  # the same content, named where it lies now
     n_rows = _count_rows(source, batch_size, transcripts)
-    n_shards = max(1, -(-n_rows // shard_size))
+    n_shards = max(1, -(-n_rows // shard_size), min(min_shards, n_rows))
     shard_dir = work_dir / "shards"
     shard_dir.mkdir(exist_ok=True)
     paths = [shard_dir / f"input-{i:05d}.arrow" for i in range(n_shards)]

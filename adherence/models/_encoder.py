@@ -84,7 +84,7 @@ class Encoder:
         precision: str = "float32",
     ) -> None:
         import torch
-        from transformers import AutoModel, AutoTokenizer
+        from transformers import AutoConfig, AutoTokenizer
 
         if batch_size is not None and batch_size < 1:
             raise OptionError(f"`batch_size` must be >= 1, got {batch_size}")
@@ -105,12 +105,10 @@ class Encoder:
         self.dtype = pick_dtype(self.device, dtype)
         path = self.resolved.path
         self.tokenizer = AutoTokenizer.from_pretrained(str(path))
-        kwargs = {"dtype": self.dtype}
-        try:
-            self.model = AutoModel.from_pretrained(str(path), attn_implementation="sdpa", **kwargs)
-        except (ValueError, ImportError):  # architectures without SDPA support
-            self.model = AutoModel.from_pretrained(str(path), **kwargs)
-        self.model.eval().to(self.device)
+        self.config = AutoConfig.from_pretrained(str(path))
+        self._model: Optional[Any] = None
+        if precision == "float32":
+            self._model = self._load_model()
         self.pooling = _pooling_mode(path)
         self.max_length = int(max_length) if max_length else _max_length(path, self.tokenizer)
         accel = self.device.type != "cpu"
@@ -120,8 +118,8 @@ class Encoder:
         self.batch_size = int(batch_size or (4096 if accel else cpu_texts))
         self.batch_tokens = int(batch_tokens) if batch_tokens else (65536 if accel else cpu_tokens)
         self.progress = progress
-        self.dim = int(self.model.config.hidden_size)
-        self.num_layers = int(getattr(self.model.config, "num_hidden_layers", 0))
+        self.dim = int(self.config.hidden_size)
+        self.num_layers = int(getattr(self.config, "num_hidden_layers", 0))
         # Text -> embedding, least recently used first; bounded by bytes so a job over millions of
         # unique turns keeps flat memory (a text shared by many turns is still encoded once).
         self.cache_bytes = int(cache_bytes)
@@ -137,6 +135,25 @@ class Encoder:
             from ._onnx import OpenVinoSentenceModel, encoder_file
 
             self._runtime = OpenVinoSentenceModel(encoder_file(self, "bf16"))
+
+    def _load_model(self):
+        from transformers import AutoModel
+
+        path, kwargs = str(self.resolved.path), {"dtype": self.dtype}
+        try:
+            model = AutoModel.from_pretrained(path, attn_implementation="sdpa", **kwargs)
+        except (ValueError, ImportError):  # architectures without SDPA support
+            model = AutoModel.from_pretrained(path, **kwargs)
+        return model.eval().to(self.device)
+
+    @property
+    def model(self):
+        """The torch checkpoint: loaded with the encoder on the float32 path; on the bf16 / int8 paths, whose
+        sentence embeddings come from their runtime, only when token embeddings (BERTScore) first need it --
+        importing the architecture and loading it was most of a worker's 4 s start-up."""
+        if self._model is None:
+            self._model = self._load_model()
+        return self._model
 
     def describe(self) -> dict:
         """The checkpoint (``ResolvedModel.describe``) and how sentences are encoded, for run metadata."""
@@ -164,7 +181,7 @@ class Encoder:
         with, 256 for all-MiniLM-L6-v2); token-level methods such as BERTScore use this longer
         limit, as the ``bert-score`` package does.
         """
-        limit = int(getattr(self.model.config, "max_position_embeddings", 0) or 512)
+        limit = int(getattr(self.config, "max_position_embeddings", 0) or 512)
         tok = getattr(self.tokenizer, "model_max_length", None)
         if tok and tok < 1_000_000:
             limit = min(limit, int(tok))

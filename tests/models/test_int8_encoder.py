@@ -92,6 +92,23 @@ def test_sessions_side_by_side_give_the_same_embeddings_in_order(encoders):
         np.testing.assert_array_equal(x, y)
 
 
+def test_the_torch_checkpoint_loads_only_when_token_embeddings_need_it(encoders):
+    """A worker on the int8 path starts without importing and loading the torch model (its sentence
+    embeddings come from ONNX Runtime); BERTScore's token embeddings load it then, and equal float32's."""
+    exact, _ = encoders
+    fast = Encoder(device="cpu", progress=False, cache_bytes=0, precision="int8")
+    texts = _texts()[:4]
+    fast.encode(texts)
+    assert fast.describe()["precision"] == "int8" and fast.token_limit == exact.token_limit == 512
+    assert fast.dim == exact.dim and fast._model is None
+    got, got_ids = fast.encode_tokens(texts)
+    assert fast._model is not None
+    want, want_ids = exact.encode_tokens(texts)
+    assert got_ids == want_ids
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w)
+
+
 def test_precision_is_checked_and_described(encoders):
     exact, fast = encoders
     assert exact.describe()["precision"] == "float32" and "runtime" not in exact.describe()
