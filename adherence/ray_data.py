@@ -81,10 +81,11 @@ def _whole_conversation_blocks(ds, n_partitions: int):
 
     The way ``GroupedData.map_groups`` co-locates a key: a keyed hash repartition (no block splitting) under
     Ray Data's hash shuffles, a sort by the key (range partitions) under its sort shuffles. Unlike
-    ``map_groups``, the scorer then gets each block in one call: the key has 2**32 values, so the partitions are
-    even (a few keys of equal weight hashed onto as many partitions collide: one partition held half of a run's
-    rows while the other actor idled) and each call is as large as a partition, which the encoder's length
-    batching needs (a scoring call of 150 turns cost 1.3x per turn what one of 4,000 did).
+    ``map_groups``, the scorer then gets each block in one call: the key has 2**32 values, so the hash shuffle's
+    partitions are even (a sort's follow the boundaries it samples; a few keys of equal weight hashed onto as many
+    partitions collide: one partition held half of a run's rows while the other actor idled) and each call is as
+    large as a partition, which the encoder's length batching needs (a scoring call of 150 turns cost 1.3x per
+    turn what one of 4,000 did).
     """
     from ray.data.context import ShuffleStrategy
 

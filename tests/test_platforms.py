@@ -73,8 +73,9 @@ def test_ray_data_equals_the_engine(ray_local, turns, tiny_llama_dir):
 @pytest.mark.parametrize("strategy", ["default", "sort_shuffle_pull_based"])
 def test_ray_data_calls_hold_whole_conversations_in_even_partitions(ray_local, strategy):
     """Conversations spread over many input blocks come back each inside one block (one scoring call), under
-    Ray Data's default shuffle and its sort shuffle, and the partitions are even: a few crc32 buckets hashed
-    onto as many partitions once put half the rows in one partition while the other actor idled."""
+    Ray Data's default (hash) shuffle and its sort shuffle, and the hash shuffle's partitions are even: a few
+    crc32 buckets hashed onto as many partitions once put half the rows in one partition while the other actor
+    idled."""
     import uuid
 
     import ray.data
@@ -103,7 +104,9 @@ def test_ray_data_calls_hold_whole_conversations_in_even_partitions(ray_local, s
         calls_of.setdefault(r["conversation_id"], set()).add(r["call"])
     assert len(calls_of) == n_conv and all(len(c) == 1 for c in calls_of.values())
     sizes = Counter(r["call"] for r in got).values()
-    assert len(sizes) >= 6 and max(sizes) <= 1.3 * len(got) / len(sizes), sorted(sizes)
+    assert len(sizes) >= 6, sorted(sizes)
+    if strategy == "default":  # a sort's ranges follow its sampled boundaries: whole conversations, not even
+        assert max(sizes) <= 1.3 * len(got) / len(sizes), sorted(sizes)
 
 
 @pytest.mark.ray
