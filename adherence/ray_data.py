@@ -61,19 +61,13 @@ def _add_key(batch: pa.Table) -> pa.Table:
     of strings group together; a row with a null id gets key 0 and lands in some partition, where the scorer
     marks that row (and only it) as an error.
     """
-    import zlib
-
-    import numpy as np
+    from .engine._plan import conversation_hash
 
     cid = batch.column("conversation_id").combine_chunks()
     if not pa.types.is_string(cid.type):
         cid = cid.cast(pa.string())
         batch = batch.set_column(batch.column_names.index("conversation_id"), "conversation_id", cid)
-    enc = cid.dictionary_encode()
-    of_value = np.array([zlib.crc32((v or "").encode("utf-8")) for v in enc.dictionary.to_pylist()], dtype=np.int64)
-    codes = enc.indices.fill_null(0).to_numpy(zero_copy_only=False) if len(of_value) else None
-    keys = of_value[codes] if codes is not None else np.zeros(batch.num_rows, np.int64)
-    return batch.append_column(_KEY, pa.array(keys, pa.int64()))
+    return batch.append_column(_KEY, pa.array(conversation_hash(cid), pa.int64()))
 
 
 def _whole_conversation_blocks(ds, n_partitions: int):

@@ -32,7 +32,7 @@ from .._errors import OptionError
 from ..data import TURNS, file_digest, iter_batches
 from ..data._readers import _blank_text
 
-__all__ = ["Plan", "ShardInfo", "plan_job", "input_fingerprint", "content_digest", "same_input"]
+__all__ = ["Plan", "ShardInfo", "plan_job", "conversation_hash", "input_fingerprint", "content_digest", "same_input"]
 
 
 @dataclass
@@ -107,6 +107,17 @@ def same_input(a: Any, b: Any) -> bool:
         return {k: content(v) for k, v in fp.items() if k != "path"}
 
     return content(a) == content(b)
+
+
+def conversation_hash(ids) -> np.ndarray:
+    """The crc32 of each row's conversation id (string values, UTF-8), as int64; 0 for a null id. A shard is
+    this mod the shard count; Ray Data's ``score_dataset`` partitions by it too. Hashed once per distinct id."""
+    if isinstance(ids, pa.ChunkedArray):
+        ids = ids.combine_chunks()
+    enc = ids.dictionary_encode()
+    of_value = [zlib.crc32(v.encode("utf-8")) for v in enc.dictionary.to_pylist()]
+    codes = enc.indices.fill_null(len(of_value)).to_numpy(zero_copy_only=False)  # a null -> the trailing 0
+    return np.array(of_value + [0], dtype=np.int64)[codes]
 
 
 def _count_rows(source, batch_size: int, transcripts=None) -> int:
@@ -260,11 +271,7 @@ def plan_job(
                 schema = batch.schema
             elif batch.schema != schema:
                 batch = batch.cast(schema)
-            enc = batch.column("conversation_id").combine_chunks().dictionary_encode()
-            shard_of_value = np.array(
-                [zlib.crc32(v.encode("utf-8")) % n_shards for v in enc.dictionary.to_pylist()], dtype=np.int64
-            )
-            shard_ids = shard_of_value[enc.indices.to_numpy()]
+            shard_ids = conversation_hash(batch.column("conversation_id")) % n_shards
             for sid in np.unique(shard_ids):
                 part = batch.filter(pa.array(shard_ids == sid))
                 w = writers.get(int(sid))
