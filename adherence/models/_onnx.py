@@ -35,6 +35,7 @@ import sys
 import tempfile
 import threading
 import warnings
+from collections import Counter
 from pathlib import Path
 from typing import Any, Optional
 
@@ -311,10 +312,23 @@ def _usable_cpus() -> int:
         return os.cpu_count() or 1
 
 
+#: A batch shape ``(texts, tokens)`` gets its own static-shape OpenVINO model once the batches of that shape
+#: have carried this many tokens (about a second of encoding on two cores, against ~0.4 s to compile one):
+#: with every dimension known, OpenVINO folds the position and token-type embeddings into constants and
+#: fuses the element-wise operations into its generated kernels (1.15-1.25x per batch on MiniLM, long
+#: texts and short; docs/encoders.md). Shapes seen less than that run on the one dynamic-shape model.
+STATIC_AFTER_TOKENS = 32_768
+#: At most this many static models per encoder: each is a compiled copy of the weights and its buffers
+#: (~100-200 MB for MiniLM), so a job's most frequent shapes get one and the rest stay dynamic.
+STATIC_MODELS = 4
+
+
 class OpenVinoSentenceModel:
     """An OpenVINO compiled model over the float32 export with bf16 products (``INFERENCE_PRECISION_HINT``),
     in throughput mode: the CPU's threads split into streams, each running every n-th batch of a call
-    (short texts' matrices are too small to split well over threads, as with ONNX Runtime).
+    (short texts' matrices are too small to split well over threads, as with ONNX Runtime). A batch shape
+    that recurs (``STATIC_AFTER_TOKENS``) runs on a static-shape model compiled for it (``STATIC_MODELS``
+    at most); its embeddings move as little as with another batching (``BF16_BATCH_TOLERANCE``).
 
     Raises ``OptionError`` on a CPU without bf16 products (OpenVINO would quietly run float32 there)."""
 
@@ -335,19 +349,43 @@ class OpenVinoSentenceModel:
         # a CPU or less) would all pin to the same ones and leave the rest idle (two one-thread processes ran at
         # half speed), so threads are pinned only when this process's threads cover every CPU it may use
         config["ENABLE_CPU_PINNING"] = n >= _usable_cpus()
+        self._core, self._config = core, config
         self.model = core.compile_model(str(path), "CPU", config)
         hint = self.model.get_property("INFERENCE_PRECISION_HINT")
         self.inference_precision = hint.to_string() if hasattr(hint, "to_string") else str(hint)  # "bf16"
         self.streams = int(self.model.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS"))
-        self._queue = ov.AsyncInferQueue(self.model, self.streams)
-        self._queue.set_callback(self._done)
+        self._queue = self._queue_of(self.model)
+        #: how many static-shape models this one may compile (0: every batch on the dynamic-shape model)
+        self.static_models = STATIC_MODELS
+        self._static: dict = {}  # (texts, tokens) -> (compiled model, its queue)
+        self._seen: Counter = Counter()  # tokens carried by each batch shape so far
+        #: batches run on a static-shape model and on the dynamic one, over this model's life
+        self.batches_run: Counter = Counter()
         self._out: list = []
-        self._lock = threading.Lock()  # one call at a time owns the queue and its outputs
+        self._lock = threading.Lock()  # one call at a time owns the queues and their outputs
 
     @property
     def pinned(self) -> bool:
         """Whether OpenVINO pins this model's threads to cores (see ``__init__``)."""
         return bool(self.model.get_property("ENABLE_CPU_PINNING"))
+
+    @property
+    def static_shapes(self) -> list:
+        """The batch shapes ``(texts, tokens)`` that have a static-shape model, in the order compiled."""
+        return list(self._static)
+
+    def _queue_of(self, compiled):
+        import openvino as ov
+
+        queue = ov.AsyncInferQueue(compiled, self.streams)
+        queue.set_callback(self._done)
+        return queue
+
+    def _compile_static(self, shape: tuple) -> None:
+        model = self._core.read_model(str(self.path))
+        model.reshape({"input_ids": list(shape), "attention_mask": list(shape)})
+        compiled = self._core.compile_model(model, "CPU", self._config)
+        self._static[shape] = (compiled, self._queue_of(compiled))
 
     def _done(self, request, k: int) -> None:
         self._out[k] = request.get_output_tensor(0).data.copy()
@@ -355,10 +393,28 @@ class OpenVinoSentenceModel:
     def run(self, batches: list) -> list:
         """``[texts, dim]`` float32 unit-norm embeddings of each padded batch ``(input_ids, attention_mask)``."""
         with self._lock:
+            here: Counter = Counter()
+            for ids, _ in batches:
+                here[ids.shape] += ids.size
+            self._seen.update(here)
+            # this call's shapes that have carried enough tokens, most tokens first, while there is room
+            for shape in sorted(here, key=lambda s: -self._seen[s]):
+                if len(self._static) >= self.static_models or self._seen[shape] < STATIC_AFTER_TOKENS:
+                    break
+                if shape not in self._static:
+                    self._compile_static(tuple(shape))
+            groups: dict = {}
+            for k, (ids, _) in enumerate(batches):
+                groups.setdefault(ids.shape if ids.shape in self._static else None, []).append(k)
             self._out = [None] * len(batches)
-            for k, (ids, mask) in enumerate(batches):
-                self._queue.start_async({"input_ids": ids, "attention_mask": mask}, k)
-            self._queue.wait_all()
+            # one queue at a time: each has a stream per core, so two at once would oversubscribe them
+            for shape, ks in groups.items():
+                queue = self._queue if shape is None else self._static[shape][1]
+                for k in ks:
+                    ids, mask = batches[k]
+                    queue.start_async({"input_ids": ids, "attention_mask": mask}, k)
+                queue.wait_all()
+                self.batches_run["dynamic" if shape is None else "static"] += len(ks)
             out, self._out = self._out, []
         if any(o is None for o in out):  # pragma: no cover - a request that ended without its output
             raise RuntimeError(f"OpenVINO returned no embedding for {sum(o is None for o in out)} batch(es)")

@@ -107,3 +107,63 @@ def test_threads_are_pinned_only_when_they_cover_every_cpu(encoders):
     if _usable_cpus() > 1:  # a process with fewer threads than CPUs shares the machine: no pinning
         one = OpenVinoSentenceModel(path, threads=1)
         assert one.pinned is False and one.model.get_property("ENABLE_CPU_PINNING") is False
+
+
+def _shaped(tokenizer, texts: list, tokens: int) -> tuple:
+    """``(input_ids, attention_mask)`` of ``texts`` padded or cut to ``tokens``, as the encoder's batches."""
+    enc = tokenizer(texts, padding="max_length", truncation=True, max_length=tokens, return_tensors="np")
+    return enc["input_ids"].astype(np.int64), enc["attention_mask"].astype(np.int64)
+
+
+@needs_bf16
+def test_a_recurring_batch_shape_gets_a_static_model_and_the_rest_stay_dynamic(encoders, monkeypatch):
+    from adherence.models import _onnx
+
+    _, fast = encoders
+    texts = _texts()
+    # three batches of 4 x 32 tokens (384 tokens), two of 4 x 20 (160), one of 2 x 12 (24), interleaved
+    plan = [(0, 4, 32), (4, 4, 20), (8, 4, 32), (12, 2, 12), (14, 4, 20), (18, 4, 32)]
+    batches = [_shaped(fast.tokenizer, texts[s : s + n], t) for s, n, t in plan]
+    monkeypatch.setattr(_onnx, "STATIC_AFTER_TOKENS", 160)
+    model = _onnx.OpenVinoSentenceModel(fast._runtime.path)
+    model.static_models = 1
+    got = model.run(batches)
+    # the shape with the most tokens has its model; 4 x 20 reached the bar too, but there was room for one
+    assert model.static_shapes == [(4, 32)] and dict(model.batches_run) == {"static": 3, "dynamic": 3}
+    ((compiled, _),) = model._static.values()
+    assert compiled.input("input_ids").get_partial_shape().is_static
+    assert model.model.input("input_ids").get_partial_shape().is_dynamic
+
+    never = _onnx.OpenVinoSentenceModel(fast._runtime.path)
+    never.static_models = 0
+    dynamic = never.run(batches)
+    assert never.static_shapes == [] and dict(never.batches_run) == {"dynamic": 6}
+    for k, (_, n, t) in enumerate(plan):
+        assert got[k].shape == dynamic[k].shape == (n, 384)
+        if t != 32:  # the same dynamic model's rows, in the same places
+            assert np.array_equal(got[k], dynamic[k])
+        else:  # another compilation of the same arithmetic: as close as another batching
+            assert np.abs(got[k] - dynamic[k]).max() < _onnx.BF16_BATCH_TOLERANCE
+            assert (got[k] * dynamic[k]).sum(1).min() >= 0.9999
+
+    model.static_models = 2
+    model.run(batches[1:2])  # room for a second: the other shape past the bar gets it on its next call
+    assert model.static_shapes == [(4, 32), (4, 20)] and model.batches_run["static"] == 4
+
+
+@needs_bf16
+def test_texts_on_static_models_keep_float32s_bar_and_their_order(encoders, monkeypatch):
+    from adherence.models import _onnx
+
+    exact, _ = encoders
+    monkeypatch.setattr(_onnx, "STATIC_AFTER_TOKENS", 256)
+    fast = Encoder(device="cpu", progress=False, cache_bytes=0, precision="bf16")
+    fast.batch_size = 8
+    texts = _texts()[:240]
+    fast.encode(texts)  # the shapes pass the bar: later calls run on static models
+    assert len(fast._runtime.static_shapes) == _onnx.STATIC_MODELS
+    cos, _, _ = cosines_to_float32(exact, fast, texts)
+    assert cos.min() >= 0.9999 and fast._runtime.batches_run["static"] > 0
+    order = np.random.default_rng(1).permutation(len(texts))
+    shuffled = fast.encode([texts[i] for i in order]).numpy()
+    assert np.abs(shuffled - fast.encode(texts).numpy()[order]).max() < _onnx.BF16_BATCH_TOLERANCE
