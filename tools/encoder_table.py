@@ -56,8 +56,9 @@ def render() -> str:
             f"**{wname}** ({w['texts']:,} texts, {w['unique_share']:.0%} distinct, {w['tokens_mean']:.0f} tokens "
             f"on average, at most {w['tokens_max']})",
             "",
-            "| encoder | backend | version | batch | texts/s | lowest cosine | exact | ratio to ours (float32) |",
-            "|---|---|---|---:|---:|---:|:-:|---:|",
+            "| encoder | backend | version | batch | texts/s | lowest cosine | exact | ratio to ours (float32) |"
+            + (" ratio to bound |" if "bound" in w else ""),
+            "|---|---|---|---:|---:|---:|:-:|---:|" + ("---:|" if "bound" in w else ""),
         ]
         ours32 = w["ours"][0]["texts_per_s"]
         rows = [dict(r, version="this") for r in w["ours"]] + w["baselines"]
@@ -65,6 +66,7 @@ def render() -> str:
             if "error" in r:
                 lines.append(
                     f"| {r['name']} | {r['backend']} | {r['version']} | | did not run: {r['error'][:80]} | | | |"
+                    + (" |" if "bound" in w else "")
                 )
                 continue
             exact = "yes" if r["min_cosine"] >= 0.9999 else "no"
@@ -72,6 +74,7 @@ def render() -> str:
             lines.append(
                 f"| {label} | {r['backend']} | {r['version']} | {r['batch']} | {r['texts_per_s']:,.0f} | "
                 f"{r['min_cosine']:.5f} | {exact} | {r['texts_per_s'] / ours32:.2f} |"
+                + (f" {r['ratio_to_bound']:.2f} |" if "bound" in w else "")
             )
         fp, path, fast = w["fast_path"], w["exact_path"], w["fast_path"]["name"]
         summary, named = [], {fast}
@@ -80,6 +83,12 @@ def render() -> str:
             summary.append(
                 f"exact path ({path}): **{w['speedup']:.2f}×** the fastest exact peer ({w['fastest_exact_peer']})"
             )
+            if "head_to_head" in w:
+                h = w["head_to_head"]
+                rounds = ", ".join(f"{r['speedup']:.2f}×" for r in h["rounds"])
+                summary.append(
+                    f"the two timed in turn, {len(h['rounds'])} rounds: {rounds}, median **{h['speedup']:.2f}×**"
+                )
             if path != "adherence float32":
                 summary.append(f"float32: {w['float32_speedup']:.2f}× it")
         if "speedup" in fp:
@@ -92,6 +101,20 @@ def render() -> str:
             if r["name"] not in named and "vs_st_torch_default" in r:
                 summary.append(f"{r['name']}: {r['vs_st_torch_default']:.2f}× the torch default")
         lines += ["", "; ".join(summary) + ".", ""]
+        if "bound" in w:
+            b = w["bound"]
+            text = (
+                f"Bound: {b['texts_per_s']:,.0f} texts/s, every product at {b['matmul_flops_per_s'] / 1e12:.2f} "
+                f"TFLOP/s ({b['dtype']}, this CPU's rate on one layer's products, measured in the same run) and "
+                f"every softmax element at {b['exp_per_s'] / 1e9:.1f} G exps/s, nothing else"
+            )
+            if "exact_goal" in w:
+                g = w["exact_goal"]
+                text += (
+                    f"; {g['speedup']:g}× the fastest exact peer would be {g['texts_per_s']:,.0f} texts/s, "
+                    f"**{g['ratio_to_bound']:.2f}** of it"
+                )
+            lines += [text + ".", ""]
     if "variants" in res:
         lines += [
             "| CPU path (short texts, default batch) | texts/s | lowest cosine | mean cosine | "

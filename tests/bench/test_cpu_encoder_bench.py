@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from adherence.bench.cpu_encoder import EXACT_MIN_COSINE, long_texts
+from adherence.bench.cpu_encoder import EXACT_MIN_COSINE, _bound, encoder_flops, long_texts
 from adherence.cli.main import main
 from adherence.models import Encoder
 from tests.conftest import SHARED
@@ -21,6 +21,35 @@ def test_long_texts_are_300_to_500_tokens():
     texts = long_texts(SPC, tok, 5)
     assert len(texts) == 5 == len(set(texts))
     assert all(300 <= len(tok(t, add_special_tokens=False)["input_ids"]) <= 500 for t in texts)
+
+
+def test_the_encoders_work_is_what_torchs_flop_counter_counts():
+    """``encoder_flops`` against torch's own count of the bundled checkpoint's products (eager attention,
+    which runs the scores and their weighted sum as counted batch products), each text alone: unpadded."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+    from transformers import AutoModel
+
+    enc = Encoder(device="cpu", progress=False)
+    model = AutoModel.from_pretrained(str(enc.resolved.path), attn_implementation="eager").eval()
+    lengths, counted = [7, 50, 129], 0
+    for n in lengths:
+        with torch.inference_mode(), FlopCounterMode(display=False) as fc:
+            model(input_ids=torch.full((1, n), 1000), attention_mask=torch.ones(1, n, dtype=torch.long))
+        counts = {str(k): v for k, v in fc.get_flop_counts()["Global"].items()}
+        assert set(counts) == {"aten.addmm", "aten.bmm"}
+        pooler = 2 * model.config.hidden_size**2  # BertModel's pooler on the first token, not encoding work
+        counted += fc.get_total_flops() - pooler
+        assert counts["aten.bmm"] == encoder_flops(model.config, [n])["attention"]
+    work = encoder_flops(model.config, lengths)
+    assert work["linear"] + work["attention"] == counted
+    c = model.config
+    assert work["softmax"] == sum(n * n for n in lengths) * c.num_attention_heads * c.num_hidden_layers
+    # the bound's time: products at the matmul rate, softmax elements at the exp rate
+    rates = {"dtype": "bfloat16", "matmul_flops_per_s": 1e12, "exp_per_s": 1e9}
+    b = _bound(c, lengths, rates)
+    seconds = counted / 1e12 + work["softmax"] / 1e9
+    assert b["texts_per_s"] == pytest.approx(len(lengths) / seconds, rel=1e-12) and b["work"] == work
 
 
 def test_bench_times_ours_and_each_peer_that_runs_and_names_those_that_do_not(tmp_path, capsys, monkeypatch):
@@ -60,6 +89,26 @@ def test_bench_times_ours_and_each_peer_that_runs_and_names_those_that_do_not(tm
     assert short["fast_path"]["speedup"] == pytest.approx(fastest["texts_per_s"] / default)
     assert all(r["vs_st_torch_default"] == pytest.approx(r["texts_per_s"] / default) for r in ours.values())
     assert res["workloads"]["long"]["tokens_mean"] > 200
+    # the limit of the exact path's arithmetic on this CPU, measured in the same run, and each row against it
+    for w in res["workloads"].values():
+        bound = w["bound"]
+        assert bound["dtype"] == ("bfloat16" if w["exact_path"] == "adherence bf16" else "float32")
+        assert bound["matmul_flops_per_s"] > 1e9 and bound["exp_per_s"] > 1e7
+        for r in [*w["ours"], *(b for b in w["baselines"] if "error" not in b)]:
+            assert r["ratio_to_bound"] == pytest.approx(r["texts_per_s"] / bound["texts_per_s"])
+        top = next(b for b in w["baselines"] if b["name"] == w["fastest_exact_peer"])
+        assert w["exact_goal"]["texts_per_s"] == pytest.approx(1.5 * top["texts_per_s"])
+        assert w["exact_goal"]["ratio_to_bound"] == pytest.approx(1.5 * top["ratio_to_bound"])
+        # the exact path and that peer again, in turn: each round's ratio and their median
+        h = w["head_to_head"]
+        assert (h["ours"], h["peer"]) == (w["exact_path"], w["fastest_exact_peer"]) and len(h["rounds"]) == 3
+        assert all(r["speedup"] == pytest.approx(r["ours"] / r["peer"]) for r in h["rounds"])
+        assert h["speedup"] == pytest.approx(sorted(r["speedup"] for r in h["rounds"])[1])
+        # the bf16 path without its static-shape models is measured beside it, never named a path
+        names = {r["name"]: r for r in w["ours"]}
+        if "adherence bf16" in names:
+            assert "ablation" in names["adherence bf16, dynamic shapes only"]["backend"]
+        assert "dynamic shapes only" not in w["exact_path"] + w["fast_path"]["name"]
     # the variants run each path at its default batch, not the last one the timing loop tried
     variants = res["variants"]
     assert variants["ours int8"]["batch"] == 16 and variants["ours int8"]["batch_shift"] < 1e-6

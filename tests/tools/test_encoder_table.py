@@ -28,7 +28,7 @@ def test_the_json_it_reads_was_checked_against_the_peers():
     for b in res["baselines"]:
         assert {"name", "version", "backend"} <= set(b) and ("error" in b or b["texts_per_s"] > 0)
     short = res["workloads"]["short"]
-    ours = {r["name"]: r for r in short["ours"]}
+    ours = {r["name"]: r for r in short["ours"] if "ablation" not in r["backend"]}  # the paths a user runs
     st = next(b for b in res["baselines"] if b["name"] == "sentence-transformers torch")
     assert ours["adherence float32"]["min_cosine"] >= 0.9999 and st["min_cosine"] >= 0.9999
     fastest = max(ours.values(), key=lambda r: r["texts_per_s"])
