@@ -74,8 +74,10 @@ def test_bench_times_ours_and_each_peer_that_runs_and_names_those_that_do_not(tm
     exact = [r for r in res["baselines"] if "error" not in r and r["min_cosine"] >= EXACT_MIN_COSINE]
     top = max(exact, key=lambda r: r["texts_per_s"])
     assert short["fastest_exact_peer"] == top["name"]
-    # our exact path: the fastest of ours within the bar (bf16 where this CPU has bf16 products)
-    exact_ours = max((r for r in ours.values() if r["min_cosine"] >= EXACT_MIN_COSINE), key=lambda r: r["texts_per_s"])
+    # our exact path: the fastest of ours within the bar (bf16 where this CPU has bf16 products), among the
+    # paths a user runs (not the ablation row)
+    paths = [r for r in ours.values() if "ablation" not in r["backend"]]
+    exact_ours = max((r for r in paths if r["min_cosine"] >= EXACT_MIN_COSINE), key=lambda r: r["texts_per_s"])
     assert short["exact_path"] == exact_ours["name"] and "adherence int8" != exact_ours["name"]
     assert ("adherence bf16" in ours) == ("bf16_note" not in res)
     if "adherence bf16" in ours:
@@ -84,7 +86,7 @@ def test_bench_times_ours_and_each_peer_that_runs_and_names_those_that_do_not(tm
     assert short["float32_speedup"] == pytest.approx(ours["adherence float32"]["texts_per_s"] / top["texts_per_s"])
     default = st["per_batch"]["32"]  # sentence-transformers' default batch size
     assert short["st_torch_default_texts_per_s"] == default
-    fastest = max(ours.values(), key=lambda r: r["texts_per_s"])
+    fastest = max(paths, key=lambda r: r["texts_per_s"])
     assert short["fast_path"]["name"] == fastest["name"]
     assert short["fast_path"]["speedup"] == pytest.approx(fastest["texts_per_s"] / default)
     assert all(r["vs_st_torch_default"] == pytest.approx(r["texts_per_s"] / default) for r in ours.values())
