@@ -1,4 +1,5 @@
-"""The CPU encoder tables of docs/encoders.md, rendered from the newest committed cpu-encoder and cpu-million JSON.
+"""The CPU encoder tables of docs/encoders.md, rendered from the newest committed cpu-encoder JSON of each kind of CPU
+and the newest cpu-million JSON.
 
 python tools/encoder_table.py            # print the tables
 python tools/encoder_table.py --write    # replace them between the markers in docs/encoders.md
@@ -26,25 +27,46 @@ def _cpu_results(bench: str) -> list:
     """``<date>-cpu-<simd>-<bench>.json`` files, oldest first (longer names, e.g. ``-platforms-int8-large``, are
     other measurements)."""
     files = (f for f in RESULTS.glob(f"????-??-??-cpu-*-{bench}.json") if f.name.count("-") == 5)
-    return sorted(files, key=lambda f: f.name[:10])
+    return sorted(files, key=lambda f: f.name)  # the date first
 
 
 def newest() -> tuple:
     """``(file name, JSON)`` of the newest ``<date>-cpu-<simd>-encoder.json`` written by ``bench cpu-encoder``."""
-    found = []
-    for f in _cpu_results("encoder"):
+    return per_cpu()[0]
+
+
+def per_cpu() -> list:
+    """``[(file name, JSON)]``: for each CPU tag (``<simd>`` in the name: one per kind of CPU measured), its newest
+    ``bench cpu-encoder`` JSON; newest first."""
+    found: dict = {}
+    for f in _cpu_results("encoder"):  # oldest first: a later file of a tag replaces an earlier one
         data = json.loads(f.read_text())
         if data.get("bench") == "cpu-encoder":
-            found.append((f.name, data))
+            found[f.name.split("-")[4]] = (f.name, data)
     if not found:
         raise SystemExit("no cpu-encoder JSON in benchmarks/results")
-    return max(found, key=lambda x: x[0][:10])
+    return sorted(found.values(), key=lambda x: x[0], reverse=True)
 
 
 def render() -> str:
-    name, res = newest()
+    """One section per kind of CPU measured, the newest first."""
+    return "\n\n".join(render_one(name, res) for name, res in per_cpu())
+
+
+def _matrix_units(cpu: dict) -> str:
+    simd = set(cpu["simd"])
+    if "amx_bf16" in simd:
+        return "AMX"
+    if "avx512_bf16" in simd:
+        return "AVX512-BF16, no AMX"
+    return "AVX-512, no bf16 units" if "avx512f" in simd else "AVX2 only"
+
+
+def render_one(name: str, res: dict) -> str:
     cpu = res["cpu"]
     lines = [
+        f"### {cpu['model']} ({_matrix_units(cpu)})",
+        "",
         f"From `{name}`: {cpu['model']}, {cpu['logical_cpus']} logical CPUs ({', '.join(cpu['simd'][-4:])}), "
         f"onnxruntime {res['versions']['onnxruntime']}, openvino {res['versions']['openvino']}, "
         f"torch {res['versions']['torch']}. "
@@ -113,6 +135,7 @@ def render() -> str:
                 text += (
                     f"; {g['speedup']:g}× the fastest exact peer would be {g['texts_per_s']:,.0f} texts/s, "
                     f"**{g['ratio_to_bound']:.2f}** of it"
+                    + (f": more than this CPU's {b['dtype']} products allow" if g["ratio_to_bound"] > 1 else "")
                 )
             lines += [text + ".", ""]
     if "variants" in res:

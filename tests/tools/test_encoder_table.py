@@ -1,4 +1,4 @@
-"""docs/encoders.md's tables are the newest committed cpu-encoder JSON, figure for figure."""
+"""docs/encoders.md's tables are the newest committed cpu-encoder JSON of each kind of CPU, figure for figure."""
 
 import json
 import sys
@@ -19,8 +19,29 @@ def test_the_encoder_page_is_rendered_from_the_newest_committed_json():
     assert encoder_table.main(["--check"]) == 0
 
 
-def test_the_json_it_reads_was_checked_against_the_peers():
-    name, res = encoder_table.newest()
+def test_each_cpus_json_it_reads_was_checked_against_the_peers():
+    shown = encoder_table.per_cpu()
+    assert encoder_table.newest() == shown[0]
+    for name, res in shown:
+        _check_against_peers(name, res)
+
+
+def test_each_kind_of_cpu_gets_its_own_section_from_its_newest_json(tmp_path, monkeypatch):
+    newest = encoder_table.newest()[1]
+    monkeypatch.setattr(encoder_table, "RESULTS", tmp_path)
+    for name, model in [("2026-01-01-cpu-amx-encoder.json", "old"), ("2026-01-02-cpu-amx-encoder.json", "new"),
+                        ("2026-01-03-cpu-avx2-encoder.json", "plain")]:  # fmt: skip
+        (tmp_path / name).write_text(json.dumps(dict(newest, cpu=dict(newest["cpu"], model=model))))
+    (tmp_path / "2026-01-04-cpu-amx-platforms-encoder.json").write_text(json.dumps(newest))  # another measurement
+    assert [n for n, _ in encoder_table.per_cpu()] == [
+        "2026-01-03-cpu-avx2-encoder.json",
+        "2026-01-02-cpu-amx-encoder.json",
+    ]
+    page = encoder_table.render()
+    assert page.index("### plain (") < page.index("### new (") and "### old" not in page
+
+
+def _check_against_peers(name, res):
     assert res["correct"] is True and res["baselines"], name
     names = {b["name"] for b in res["baselines"]}
     assert {"sentence-transformers torch", "sentence-transformers openvino", "fastembed"} <= names
