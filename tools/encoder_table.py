@@ -9,6 +9,7 @@ python tools/encoder_table.py --check    # exit 1 when the page differs from the
 from __future__ import annotations
 
 import argparse
+import html
 import json
 import sys
 from pathlib import Path
@@ -163,6 +164,66 @@ def render_one(name: str, res: dict) -> str:
     return "\n".join(lines).rstrip()
 
 
+FIGURE = ROOT / "docs" / "img" / "encoders-bound.svg"
+
+
+def bound_bars() -> list:
+    """``[(label, {bar: share of the bound})]`` for each kind of CPU and workload with a bound: our exact path, the
+    fastest exact peer, and 1.5x that peer; the figure draws these."""
+    out = []
+    for name, res in per_cpu():
+        for wname, w in res["workloads"].items():
+            if "bound" not in w or "exact_goal" not in w:
+                continue
+            rows = {r["name"]: r for r in w["ours"] + w["baselines"] if "ratio_to_bound" in r}
+            bars = {
+                f"ours ({w['exact_path']})": rows[w["exact_path"]]["ratio_to_bound"],
+                f"fastest exact peer ({w['fastest_exact_peer']})": rows[w["fastest_exact_peer"]]["ratio_to_bound"],
+                "1.5x that peer": w["exact_goal"]["ratio_to_bound"],
+            }
+            out.append((f"{res['cpu']['model']} ({_matrix_units(res['cpu'])})\n{wname} texts ({name[:10]})", bars))
+    return out
+
+
+def figure() -> str:
+    """An SVG of ``bound_bars``: each bar a share of its CPU's bound, the bound drawn at 1."""
+    sys.path.insert(0, str(ROOT))
+    from adherence.report._html import figure_svg, pyplot
+
+    plt = pyplot()
+    plt.rcParams["svg.hashsalt"] = "encoders"  # the same file from the same JSON
+    plt.rcParams["svg.fonttype"] = "none"  # words as text: ``figure_labels`` finds them in the file
+    groups = bound_bars()
+    fig, ax = plt.subplots(figsize=(8, 1.1 + 0.9 * len(groups)))
+    colours = ["#1f77b4", "#999999", "#d62728"]
+    y, ticks = 0.0, []
+    for label, bars in reversed(groups):
+        for k, (bar, v) in enumerate(reversed(list(bars.items()))):
+            c = colours[len(bars) - 1 - k]
+            ax.barh(y, v, height=0.8, color=c, alpha=0.35 if bar.startswith("1.5x") else 1.0)
+            ax.text(v + 0.01, y, f"{bar}: {v:.2f}", va="center", fontsize=7)
+            y += 1
+        ticks.append((y - len(bars) / 2 - 0.5, label))
+        y += 0.8
+    ax.axvline(1.0, color="black", linewidth=1)
+    ax.set_yticks([t for t, _ in ticks], [lab for _, lab in ticks], fontsize=8)
+    ax.set_xlim(0, max(1.35, max(max(b.values()) for _, b in groups) + 0.45))
+    ax.set_xlabel("share of the bound (every product at the rate the CPU reaches in the exact path's precision)")
+    ax.set_title("Exact path against the bound, per kind of CPU", fontsize=10)
+    for side in ("top", "right"):
+        ax.spines[side].set_visible(False)
+    fig.tight_layout()
+    svg = figure_svg(fig)
+    svg = svg[: svg.index("<metadata>")] + svg[svg.index("</metadata>") + len("</metadata>") :]  # its date
+    return "\n".join(line.rstrip() for line in svg.splitlines() if line.strip()) + "\n"
+
+
+def figure_labels() -> list:
+    """Each bar's label with its value, as the figure writes it: the check finds them in the committed SVG (its
+    drawing may differ by matplotlib release; its figures may not)."""
+    return [f"{bar}: {v:.2f}" for _, bars in bound_bars() for bar, v in bars.items()]
+
+
 def newest_million() -> tuple:
     """``(file name, JSON)`` of the newest ``<date>-cpu-<simd>-million.json`` (tools/cpu_million.py)."""
     files = _cpu_results("million")
@@ -225,10 +286,13 @@ def main(argv=None) -> int:
     if args.write:
         write_between(PAGE, START, END, table)
         write_between(PAGE, M_START, M_END, million)
+        FIGURE.write_text(figure(), encoding="utf-8")
         return 0
     if args.check:
         page = PAGE.read_text(encoding="utf-8")
-        return 0 if page_table(page) == table and page_table(page, M_START, M_END) == million else 1
+        drawn = FIGURE.read_text(encoding="utf-8") if FIGURE.exists() else ""
+        same_figure = all(html.escape(label, quote=False) in drawn for label in figure_labels())
+        return 0 if page_table(page) == table and page_table(page, M_START, M_END) == million and same_figure else 1
     print(f"{table}\n\n{million}")
     return 0
 

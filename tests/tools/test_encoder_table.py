@@ -1,5 +1,6 @@
 """docs/encoders.md's tables are the newest committed cpu-encoder JSON of each kind of CPU, figure for figure."""
 
+import html
 import json
 import sys
 from pathlib import Path
@@ -80,3 +81,29 @@ def test_the_readmes_million_turn_figures_are_the_jsons():
         f"a million mostly unique turns in {res['bf16']['hours']:.2f} h on 2 cores (int8: {res['int8']['hours']:.2f} h)"
     )
     assert said in readme
+
+
+def test_the_bound_figure_draws_each_cpus_exact_path_peer_and_goal_from_the_json(tmp_path, monkeypatch):
+    groups = encoder_table.bound_bars()
+    assert len(groups) == 2 * len(encoder_table.per_cpu())  # short and long texts on each kind of CPU
+    for (name, res), (label, bars) in zip(
+        [(n, r) for n, r in encoder_table.per_cpu() for _ in range(2)], groups, strict=True
+    ):
+        w = res["workloads"]["short" if "short texts" in label else "long"]
+        ours = next(r for r in w["ours"] if r["name"] == w["exact_path"])
+        assert list(bars.values()) == [
+            ours["ratio_to_bound"],
+            next(b for b in w["baselines"] if b["name"] == w["fastest_exact_peer"])["ratio_to_bound"],
+            w["exact_goal"]["ratio_to_bound"],
+        ]
+        assert name[:10] in label and res["cpu"]["model"] in label
+    # the committed figure holds every bar's figure; one missing fails the page's check
+    drawn = encoder_table.FIGURE.read_text(encoding="utf-8")
+    labels = [html.escape(label, quote=False) for label in encoder_table.figure_labels()]
+    assert all(label in drawn for label in labels)
+    drawn_now = encoder_table.figure()  # what --write would draw today holds the same figures, and no date
+    assert all(label in drawn_now for label in labels) and "<dc:date>" not in drawn_now
+    broken = tmp_path / "encoders-bound.svg"
+    broken.write_text(drawn.replace(labels[0], labels[0].split(": ")[0] + ": n/a"), encoding="utf-8")
+    monkeypatch.setattr(encoder_table, "FIGURE", broken)
+    assert encoder_table.main(["--check"]) == 1
