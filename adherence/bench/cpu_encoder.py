@@ -36,7 +36,7 @@ from typing import Optional
 
 import numpy as np
 
-from ._hardware import cpu_info, device_name
+from ._hardware import cpu_info, device_name, timed
 
 __all__ = ["bench_cpu_encoder", "encoder_flops", "long_texts"]
 
@@ -97,20 +97,10 @@ def _rates(config, dtype, rows: int = 2048, seq: int = 256, repeats: int = 10) -
             torch.nn.functional.linear(torch.nn.functional.linear(x, w[4]), w[5])
 
     scores = torch.randn(rows // seq * config.num_attention_heads, seq, seq, generator=g)
-
-    def best(fn) -> float:
-        fn()
-        times = []
-        for _ in range(repeats):
-            t = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - t)
-        return min(times)
-
     out = torch.empty_like(scores)
-    with torch.inference_mode():
-        t_mm = best(lambda: layer(times=4)) / 4
-        t_exp = best(lambda: torch.exp(scores, out=out))
+    with torch.inference_mode():  # the fastest of ``repeats`` timings after a warm-up
+        t_mm = min(timed(lambda: layer(times=4), repeats, "cpu")) / 4
+        t_exp = min(timed(lambda: torch.exp(scores, out=out), repeats, "cpu"))
     return {
         "dtype": str(dtype).replace("torch.", ""),
         "matmul_flops_per_s": 2 * rows * (4 * h * h + 2 * h * f) / t_mm,
@@ -407,20 +397,19 @@ def bench_cpu_encoder(
 def _head_to_head(ours: dict, enc, peer: dict, corpus: list, python, model_dir, repeats: int, ref, rounds: int = 3):
     """Our exact path and the fastest exact peer, each at its best batch, timed in turn ``rounds`` times: the
     ratio of each round and their median (a drift of the machine's speed touches both sides alike)."""
-    out = []
+
+    def run(bs):
+        enc.batch_size = bs
+        return enc.encode(corpus)
+
+    out, saved = [], enc.batch_size
     for _ in range(rounds):
-
-        def run(bs):
-            enc.batch_size = bs
-            return enc.encode(corpus)
-
-        saved = enc.batch_size
         _, a, _ = _best(run, [ours["batch"]], repeats, len(corpus))
-        enc.batch_size = saved
         (row,) = _peers(python, corpus, model_dir, [peer["batch"]], repeats, ref, only=peer["name"])
         if "error" in row:
             raise RuntimeError(f"{peer['name']} failed on its head-to-head rerun: {row['error']}")
         out.append({"ours": a, "peer": row["texts_per_s"], "speedup": a / row["texts_per_s"]})
+    enc.batch_size = saved
     return {"ours": ours["name"], "peer": peer["name"], "rounds": out,
             "speedup": statistics.median(r["speedup"] for r in out)}  # fmt: skip
 
