@@ -187,7 +187,6 @@ def bound_bars() -> list:
 
 def figure() -> str:
     """An SVG of ``bound_bars``: each bar a share of its CPU's bound, the bound drawn at 1."""
-    sys.path.insert(0, str(ROOT))
     from adherence.report._html import figure_svg, pyplot
 
     plt = pyplot()
