@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _pages import between, table_command, write_between  # noqa: E402
+from _pages import between, table_command  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
@@ -285,22 +285,22 @@ def main(argv=None) -> int:
     ap.add_argument("--check", action="store_true")
     args = ap.parse_args(argv)
     table, million = render(), render_million()
+    if not (args.write or args.check):
+        print(f"{table}\n\n{million}")
+        return 0
+    # each table goes through _pages.table_command, as the other table tools' do: written, or checked with a
+    # line naming the stale part and the command that mends it; the figure likewise
+    tool = "tools/encoder_table.py"
     tables = [(START, END, table), (M_START, M_END, million)]
+    stale = [table_command(PAGE, s, e, t, write=args.write, check=args.check, tool=tool) for s, e, t in tables]
     if args.write:
-        for start, end, body in tables:
-            write_between(PAGE, start, end, body)
         FIGURE.write_text(figure(), encoding="utf-8")
         return 0
-    if args.check:  # each stale part names itself and the command that mends it, as the other table tools do
-        tool = "tools/encoder_table.py"
-        stale = [table_command(PAGE, s, e, t, write=False, check=True, tool=tool) for s, e, t in tables]
-        drawn = FIGURE.read_text(encoding="utf-8") if FIGURE.exists() else ""
-        if not all(html.escape(label, quote=False) in drawn for label in figure_labels()):
-            print(f"docs/img/{FIGURE.name}'s figure differs from benchmarks/results: run {tool} --write")
-            stale.append(1)
-        return 1 if any(stale) else 0
-    print(f"{table}\n\n{million}")
-    return 0
+    drawn = FIGURE.read_text(encoding="utf-8") if FIGURE.exists() else ""
+    if not all(html.escape(label, quote=False) in drawn for label in figure_labels()):
+        print(f"docs/img/{FIGURE.name}'s figure differs from benchmarks/results: run {tool} --write")
+        stale.append(1)
+    return 1 if any(stale) else 0
 
 
 if __name__ == "__main__":
