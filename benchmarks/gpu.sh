@@ -40,7 +40,7 @@ step() {  # name timeout command...
 for s in $steps; do
   case $s in
     tests) step tests 240 python3 -m pytest -q -p no:cacheprovider -o addopts="" -m gpu tests/bench tests/index \
-             ;
+             tests/judges ;
            step kernel-tests 240 python3 -m pytest -q -p no:cacheprovider -o addopts="" tests/kernels ;;
     kernels) step kernels 300 python3 -m adherence bench kernels --batch 1000000 --dim 384 --refs 64 --dtype bfloat16 \
                --pools 10000,100000,1000000 -o "$OUT/$day-$dev-kernels.json" ;;
@@ -49,8 +49,9 @@ for s in $steps; do
     maxsim) step maxsim 120 python3 -m adherence bench maxsim --queries 32 -o "$OUT/$day-$dev-maxsim.json" ;;
     encoder) step encoder 150 python3 -m adherence bench encoder --persona-csv "$spc" --texts 100000 --repeats 5 \
                -o "$OUT/$day-$dev-encoder.json" ;;
-    judge) step judge 330 python3 -m adherence bench judge --random-config llama-3-8b --conversations 16 --turns 10 \
-             --unique 64 --prompt-tokens 1000 --engine-turns 50000 -o "$OUT/$day-$dev-judge.json" ;;
+    judge) step judge 480 python3 -m adherence bench judge --random-config llama-3-8b --conversations 16 --turns 10 \
+             --role-tokens 200 --turn-tokens 100 --unique 64 --prompt-tokens 1000 --repeats 3 --float8 \
+             --check-conversations 2 --engine-turns 50000 -o "$OUT/$day-$dev-judge.json" ;;
     persona) base=.carry/data/spc-cpu.json
              step persona 220 python3 -m adherence bench persona "$spc" ${base:+$( [ -f $base ] && echo --baseline $base )} \
                -o "$OUT/$day-$dev-persona.json" ;;

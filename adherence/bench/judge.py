@@ -583,7 +583,10 @@ def bench_judge(
         sets["unique"] = unique_reqs
         before = {name: _exact(backend, reqs, shared=True) for name, reqs in sets.items()}
         backend.cast("float8")
-        f8: dict = {"quantization": backend.describe().get("quantization"), "accuracy": {}, "workloads": {}}
+        described = backend.describe()
+        f8: dict = {"quantization": described.get("quantization"), "accuracy": {}, "workloads": {}}
+        if "fused" in described:
+            f8["fused"] = described["fused"]
         for name, reqs in sets.items():
             f8["accuracy"][name] = {
                 "against": target,
@@ -606,8 +609,11 @@ def bench_judge(
         say(f"engine: {engine_turns} turns with random {engine_config}")
         del backend
         eng = random_backend(engine_config, device=str(dev), dtype=target, **kw)
+        warm = eng.warm_up()  # every padded length compiled before the timer: the run measures the job
+        say(f"engine: warm-up compiled {len(warm['lengths'])} batch lengths in {warm['s']:.1f}s")
         result["workloads"]["engine"] = {
             "model": eng.model_id,
+            "warmup": {"batch_lengths": len(warm["lengths"]), "s": warm["s"]},
             **_engine_run(eng, engine_turns, turns, role_tokens, turn_tokens, seed + 2),
         }
         result["gpu_busy"] = result["workloads"]["engine"]["gpu_utilisation_mean"]

@@ -15,6 +15,7 @@ the judge bench reports beside the speed: P(yes) max and mean |difference| again
 
 from __future__ import annotations
 
+import math
 import threading
 from typing import Optional
 
@@ -60,12 +61,18 @@ class Float8Linear(torch.nn.Module):
                 x2 = torch.nn.functional.pad(x2, (0, 0, 0, pad))
             xq, xs = _quantizer(x2.device.type)(x2)
             _LAST.value = (x, (xq, xs))
+        return self.product(xq, xs, shape[:-1], x.dtype)
+
+    def product(self, xq, xs, lead: tuple, dtype):
+        """The layer's output from an input already quantised per row (``quantize_rows``: float8 values
+        and one scale per row, rows a multiple of 16 with any padding last), shaped ``(*lead, out)``."""
         out = torch._scaled_mm(xq, self.weight_t, scale_a=xs, scale_b=self.weight_scale, out_dtype=torch.bfloat16)
         if self.bias is not None:
             out = out + self.bias
-        if pad:
+        m = math.prod(lead)
+        if out.shape[0] != m:
             out = out[:m]
-        return out.reshape(*shape[:-1], self.out_features).to(x.dtype)
+        return out.reshape(*lead, self.out_features).to(dtype)
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, float8 e4m3"

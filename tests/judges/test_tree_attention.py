@@ -279,3 +279,30 @@ def test_backend_flex_refuses_a_sliding_window_and_falls_back(tiny_llama_dir, mo
     assert not judge.flex and not judge.tree_attention
     judge.prefix_sharing = False
     np.testing.assert_allclose(packed, _p_yes(judge.first_token_logprobs(reqs)), atol=1e-4)
+
+
+def test_warm_up_runs_every_padded_batch_length_once_and_leaves_no_work_counted(tiny_judge, monkeypatch):
+    if not _tree_attention.flex_available():
+        pytest.skip("this torch has no FlexAttention")
+    seen = []
+    real = _tree_attention.FlexLayout.__init__
+
+    def recording(self, doc, tid, lim, block=128):
+        seen.append(int(doc.shape[0]))
+        real(self, doc, tid, lim, block)
+
+    monkeypatch.setattr(_tree_attention.FlexLayout, "__init__", recording)
+    reqs = _requests(None)
+    before = _p_yes(tiny_judge.first_token_logprobs(reqs))
+    batch_tokens = tiny_judge.batch_tokens
+    try:
+        assert tiny_judge.warm_up() == {"lengths": [], "s": 0.0}  # no flex path on CPU: nothing to compile
+        tiny_judge.flex, tiny_judge.batch_tokens = True, 512  # the CUDA path, eagerly: lengths of 128 on CPU
+        seen.clear()
+        counted = dict(tiny_judge.stats)
+        got = tiny_judge.warm_up()
+        assert got["lengths"] == seen == [128, 256, 384, 512] and got["s"] > 0
+        assert tiny_judge.flex and tiny_judge.stats == counted  # the warm-up is not counted as work
+    finally:
+        tiny_judge.flex, tiny_judge.batch_tokens = False, batch_tokens
+    np.testing.assert_allclose(_p_yes(tiny_judge.first_token_logprobs(reqs)), before, atol=1e-6)
