@@ -167,8 +167,10 @@ def _probe(module, kind: str, forward: Callable) -> Optional[str]:
         return f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
     scale = float(want.abs().max()) or 1.0
     err = float((got - want).abs().max()) / scale
+    # bf16 rounding, or in float8 a product element that rounds to the next e4m3 value: each far below what
+    # another formula gives (Gemma's norm: the whole scale; gate and up swapped: the order of the output)
     quantised = isinstance(getattr(module, "down_proj", None), Float8Linear)
-    tol = 2e-2 if quantised or x.dtype in (torch.bfloat16, torch.float16) else 1e-5
+    tol = 0.1 if quantised else 2e-2 if x.dtype in (torch.bfloat16, torch.float16) else 1e-5
     return None if err <= tol else f"differs from the module's own forward by {err:.2g} of its scale"
 
 

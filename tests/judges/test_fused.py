@@ -134,11 +134,17 @@ def test_compiled_kernels_equal_eager_and_serve_every_length_with_one_compile(dt
 def test_compiled_on_cuda_equals_the_unfused_model(float8):
     model = _tiny(hidden_size=256, intermediate_size=512, num_attention_heads=4, num_key_value_heads=2)
     model = model.to("cuda", torch.bfloat16)
+    ids = torch.randint(0, 100, (1, 1024), generator=torch.Generator().manual_seed(3)).cuda()
+    bf16 = _logits(model, ids)
     if float8:
         quantize_linears(model)
-    ids = torch.randint(0, 100, (1, 1024), generator=torch.Generator().manual_seed(3)).cuda()
     want = _logits(model, ids)
     got = _fused.fuse(model)
-    assert got["fused"] == {"rms_norm": 5, "silu_mul": 2} and not got["eager"]
-    diff = (_logits(model, ids) - want).abs().max() / want.abs().max()
-    assert float(diff) < (2e-2 if float8 else 1e-2)  # bf16 rounding of the fused passes, not another formula
+    assert got["fused"] == {"rms_norm": 5, "silu_mul": 2} and not got["eager"], got
+    scale = want.abs().max()
+    diff = float((_logits(model, ids) - want).abs().max() / scale)
+    if not float8:
+        assert diff < 1e-2  # bf16 rounding of the fused passes (CUDA's exp and Triton's may differ in a bit)
+    else:  # an element at an e4m3 rounding boundary may round the other way: far less than float8's own error
+        quantisation = float((want - bf16).abs().max() / scale)
+        assert diff < 0.5 * quantisation, (diff, quantisation)

@@ -24,10 +24,38 @@ def test_every_row_names_a_committed_json_whose_checks_passed():
     assert set(names) == {name for name, _ in newest.values()}
     for name in set(names):
         res = json.loads((bench_table.RESULTS / name).read_text())
-        if name.endswith("-judge.json"):  # the judge JSON keeps its failed bf16 check visible, row by row
-            assert res["correctness"]["fp32"]["passed"]
-        else:
-            assert res["correct"] is True, name
+        assert res["correct"] is True, name
+
+
+def _ratios(node, path=""):
+    if isinstance(node, dict):
+        for k, v in node.items():
+            if k == "ratio_to_peak" and isinstance(v, (int, float)):
+                yield f"{path}.{k}", v
+            else:
+                yield from _ratios(v, f"{path}.{k}")
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            yield from _ratios(v, f"{path}[{i}]")
+
+
+def test_no_committed_gpu_result_claims_more_than_its_measured_peak():
+    """A ratio above 1 means the work was over-counted or the peak under-measured, not a fast kernel."""
+    files = [p for bench in bench_table.BENCHES for p in bench_table._gpu_results(bench)]
+    ratios = [(p.name, where, v) for p in files for where, v in _ratios(json.loads(p.read_text()))]
+    assert len(ratios) >= 10
+    assert all(0 < v <= 1 for _, _, v in ratios), [r for r in ratios if not 0 < r[2] <= 1]
+
+
+def test_the_newest_judge_result_meets_the_goals_it_is_quoted_for():
+    """docs/benchmarks.md quotes one million judged turns per hour (chained layout, 8B judge) and the
+    no-reuse workload at >= 0.70 of the matmul peak: the JSON it names must hold both, checks passed."""
+    name, res = bench_table.newest()["judge"]
+    assert res["correct"] and res["correctness"]["fp32"]["passed"] and res["model"]["body_parameters"] > 6e9
+    assert res["turns_per_hour_of"]["layout"] == "chained" and res["turns_per_hour"] >= 1e6, name
+    assert 0.70 <= res["ratio_to_peak"] <= 1, name
+    page = (ROOT / "docs" / "benchmarks.md").read_text(encoding="utf-8")
+    assert f"**{res['turns_per_hour']:,.0f} judged turns per H100-hour**" in page
 
 
 def test_a_figure_edited_by_hand_is_caught(tmp_path, monkeypatch, capsys):
