@@ -3,8 +3,8 @@
 An eager transformers forward spends a large share of a big batch outside its matrix products. Each RMSNorm
 is six passes over the activations (to fp32, square, mean, scale, back to the model's dtype, times the
 weight), and each gated MLP adds three (the activation, the product, and in float8 the product's
-quantisation for the down projection). On an 8B model at 16k tokens per batch these passes cost about as
-much as a fifth of the products. In float8, whose products take half the time, they cost more than that.
+quantisation for the down projection). On an 8B model at 16k tokens per batch they cost a good share of
+the products' time, more so in float8, whose products take half the time.
 
 ``fuse(model)`` gives those modules a forward that runs each step as one compiled kernel: ``torch.compile``
 of a small function, with the token count marked dynamic, so one kernel serves every batch length.
@@ -14,6 +14,15 @@ of a small function, with the token count marked dynamic, so one kernel serves e
 * Gated MLP with SiLU: ``silu(gate) * up`` in one pass. When the down projection is float8
   (``_float8.Float8Linear``), the same pass quantises the product per token and the projection takes it as
   it is.
+
+A compiled call costs more on the host than a few eager launches (a fused norm's call took 0.23 ms of
+host time in a profile on an H100: ``benchmarks/results/2026-11-27-h100-engine-profile.txt``). A judge of 135M
+parameters is host-bound, so there the fused calls made each batch slower. A step is therefore fused only
+where its tensor has at least ``MIN_ELEMENTS`` elements. For an RMSNorm that is 2^24 (16M: 4096 tokens of
+an 8B model's 4096 features). For the MLP it is 2^26 (an 8B's from about 4700 tokens), since fusing saves
+fewer bytes per element there.
+Below that the module runs its own forward. A kind whose largest batch (``tokens`` x its width) is under the
+minimum is not fused at all, so it costs no compilation.
 
 A class is fused only where it computes what the fused function computes. The first module of each class
 is run both ways on a probe input with its own weights, and the class is fused only when the outputs agree
@@ -33,9 +42,12 @@ import torch
 
 from ._float8 import E4M3_MAX, Float8Linear
 
-__all__ = ["fuse", "rms_norm", "silu_mul", "silu_mul_quantized"]
+__all__ = ["MIN_ELEMENTS", "fuse", "rms_norm", "silu_mul", "silu_mul_quantized"]
 
 log = logging.getLogger(__name__)
+
+#: Elements of a step's input below which its module's own (eager) forward runs instead of the compiled one.
+MIN_ELEMENTS = {"rms_norm": 1 << 24, "silu_mul": 1 << 26}
 
 
 def rms_norm(x, weight, eps: float):
@@ -89,11 +101,12 @@ def _rows(x, compiled: bool):
     return x2
 
 
-def _norm_forward(compiled: bool):
+def _norm_forward(compiled: bool, minimum: int):
     kernel = _kernel(rms_norm, compiled)
 
     def forward(self, hidden_states):
-        if hidden_states.numel() < 2 * hidden_states.shape[-1]:  # one row: dynamo would specialise on it
+        # small (or one-row: dynamo would specialise on it) inputs: the module's own passes
+        if hidden_states.numel() < max(minimum, 2 * hidden_states.shape[-1]):
             return type(self).forward(self, hidden_states)
         out = kernel(_rows(hidden_states, compiled), self.weight, _eps(self))
         return out.reshape(*hidden_states.shape[:-1], out.shape[-1])
@@ -101,13 +114,13 @@ def _norm_forward(compiled: bool):
     return forward
 
 
-def _mlp_forward(compiled: bool):
+def _mlp_forward(compiled: bool, minimum: int):
     plain, quantized = _kernel(silu_mul, compiled), _kernel(silu_mul_quantized, compiled)
 
     def forward(self, x):
         gate, up = self.gate_proj(x), self.up_proj(x)
         rows = gate.numel() // gate.shape[-1]
-        if rows < 2:
+        if rows < 2 or gate.numel() < minimum:
             return self.down_proj(self.act_fn(gate) * up)
         down = self.down_proj
         if isinstance(down, Float8Linear) and rows % 16 == 0:
@@ -139,6 +152,14 @@ def _kind(module) -> Optional[str]:
         if isinstance(act, torch.nn.SiLU) or type(act).__name__ == "SiLUActivation":
             return "silu_mul"
     return None
+
+
+def _width(module, kind: str) -> int:
+    """The width of the tensor the fused step reads: the norm's features, the MLP's intermediate size."""
+    if kind == "rms_norm":
+        return int(module.weight.shape[-1])
+    lin = module.gate_proj
+    return int(lin.out_features)
 
 
 def _probe_input(module, kind: str):
@@ -174,25 +195,39 @@ def _probe(module, kind: str, forward: Callable) -> Optional[str]:
     return None if err <= tol else f"differs from the module's own forward by {err:.2g} of its scale"
 
 
-def fuse(model, *, compiled: Optional[bool] = None) -> dict[str, Any]:
+def fuse(
+    model, *, compiled: Optional[bool] = None, tokens: Optional[int] = None, min_elements: Optional[dict] = None
+) -> dict[str, Any]:
     """Give ``model``'s RMSNorm and gated-MLP modules fused forwards, in place. ``compiled`` defaults to
-    "on CUDA"; False uses the same functions eagerly (a reference). Returns ``{"fused": {kind: modules},
-    "eager": {class: reason}}``. Calling it again (after a cast) keeps what is fused and probes no class twice."""
+    "on CUDA"; False uses the same functions eagerly (a reference, fused whatever the size). ``tokens``: the
+    longest batch, so kinds that could never reach ``min_elements`` (default ``MIN_ELEMENTS`` when compiled,
+    none otherwise) are left alone. Returns ``{"fused": {kind: modules}, "eager": {class: reason}}``. Calling it
+    again (after a cast) keeps what is fused and probes no class twice."""
     if compiled is None:
         if next(model.parameters()).device.type != "cuda":
             return {"fused": {}, "eager": {}}
         compiled = True
+    if min_elements is None:
+        min_elements = MIN_ELEMENTS if compiled else {}
     makers = {"rms_norm": _norm_forward, "silu_mul": _mlp_forward}
     verdicts: dict[type, Optional[str]] = getattr(model, "_adherence_fused_classes", {})
     fused: dict[str, int] = {}
+    small: dict[str, str] = {}
     for module in model.modules():
         kind = _kind(module)
         if kind is None:
             continue
-        forward = makers[kind](compiled)
         cls = type(module)
+        minimum = int(min_elements.get(kind, 0))
+        if tokens is not None and tokens * _width(module, kind) < minimum and "forward" not in vars(module):
+            small[cls.__name__] = (
+                f"batches of {tokens} tokens x {_width(module, kind)} features stay under the "
+                f"{minimum:,} elements where one compiled call beats the eager passes"
+            )
+            continue
+        forward = makers[kind](compiled, minimum)
         if cls not in verdicts:
-            verdicts[cls] = _probe(module, kind, forward)
+            verdicts[cls] = _probe(module, kind, makers[kind](compiled, 0))
             if verdicts[cls]:
                 log.info("%s stays eager: %s", cls.__name__, verdicts[cls])
         if verdicts[cls] is None:
@@ -200,4 +235,5 @@ def fuse(model, *, compiled: Optional[bool] = None) -> dict[str, Any]:
                 module.forward = types.MethodType(forward, module)
             fused[kind] = fused.get(kind, 0) + 1
     model._adherence_fused_classes = verdicts
-    return {"fused": fused, "eager": {c.__name__: why for c, why in verdicts.items() if why}}
+    eager = {c.__name__: why for c, why in verdicts.items() if why}
+    return {"fused": fused, "eager": {**small, **eager}}

@@ -93,6 +93,7 @@ class TransformersBackend(JudgeBackend):
 
         self.device = pick_device(device)
         self._set_precision(dtype)
+        self.batch_tokens = int(batch_tokens or (4096 if str(self.device).startswith("cpu") else 16384))
         if loaded is not None:  # (model, tokenizer, name): e.g. a random-weight model built from a config
             m, self.tokenizer, name = loaded
             from pathlib import Path
@@ -132,7 +133,13 @@ class TransformersBackend(JudgeBackend):
             and flex_available()
             and (tree_attention == "flex" or self.device.type == "cuda")
         )
-        self.batch_tokens = int(batch_tokens or (4096 if str(self.device).startswith("cpu") else 16384))
+        # flex batches are padded to a multiple of this (on CUDA few lengths, so few compiled kernels)
+        self.flex_bucket = 1024 if self.device.type == "cuda" else 128
+        if self.flex:
+            from ._tree_attention import reserve
+
+            longest = max(self.batch_tokens, self.pack_tokens)  # a batch holds at least one whole pack
+            reserve(self.device, -(-longest // self.flex_bucket) * self.flex_bucket)
         self.progress = progress
         self._variant_ids: dict = {}
         self._token_text: dict[int, str] = {}
@@ -167,8 +174,8 @@ class TransformersBackend(JudgeBackend):
             return {"lengths": [], "s": 0.0}
         torch = self._torch
         tok = int(self.tokenizer.pad_token_id or 0)
-        bucket = 1024 if self.device.type == "cuda" else 128
-        lengths = list(range(bucket, self.batch_tokens + 1, bucket))
+        bucket = self.flex_bucket
+        lengths = list(range(bucket, -(-self.batch_tokens // bucket) * bucket + 1, bucket))
         counted, t0 = dict(self.stats), time.perf_counter()
         with torch.inference_mode():
             for n in lengths:  # one pack of n tokens: a trunk and a one-token tail, read at the tail
@@ -287,6 +294,11 @@ class TransformersBackend(JudgeBackend):
             text = self._token_text[i] = self.tokenizer.decode([i])
         return text
 
+    def _body(self, **inputs):
+        """The model's body on one batch, with no key/value cache (a scoring pass is never continued: a
+        cache would only append every layer's keys and values to a structure read by nobody)."""
+        return self.model.base_model(use_cache=False, **inputs)
+
     def _device_ids(self, t):
         """A CPU tensor on the model's device: pinned and non-blocking on CUDA (no wait for queued work)."""
         if self.device.type == "cuda":
@@ -304,7 +316,7 @@ class TransformersBackend(JudgeBackend):
                 input_ids[r, : len(ids)] = torch.tensor(ids)
             # Right padding under a plain causal mask: a real token never sees the padding after it, so no
             # padding mask is needed and SDPA keeps its causal fast path (no materialised mask).
-            out = self.model.base_model(input_ids=self._device_ids(input_ids))
+            out = self._body(input_ids=self._device_ids(input_ids))
             self.stats["forward_tokens"] += sum(len(ids) for _, ids in batch)
             self.stats["batches"] += 1
             rows = torch.arange(len(batch), device=self.device)
@@ -348,7 +360,7 @@ class TransformersBackend(JudgeBackend):
             quantize_linears(self.model)
         from ._fused import fuse
 
-        self.fused = fuse(self.model)
+        self.fused = fuse(self.model, tokens=self.batch_tokens)
         self._head_weights = None
 
     def _packed_batches(self, packs: list, top_k: int, pending: list, variants=None) -> None:
@@ -367,7 +379,7 @@ class TransformersBackend(JudgeBackend):
             layout = [s[3] for s in batch]
             hidden = self._tree_forward(input_ids, position_ids, layout) if self.tree_attention else None
             if hidden is None:
-                hidden = self.model.base_model(
+                hidden = self._body(
                     input_ids=input_ids.to(self.device),
                     attention_mask=self._dense_tree_mask(layout, L)[:, None].to(self.device),
                     position_ids=position_ids.to(self.device),
@@ -413,7 +425,7 @@ class TransformersBackend(JudgeBackend):
             size += len(s[0])
         if current:
             batches.append(current)
-        bucket = 1024 if self.device.type == "cuda" else 128
+        bucket = self.flex_bucket
         pad = self.tokenizer.pad_token_id
         for n_done, batch in enumerate(
             tqdm(batches, desc="judging", unit="batch", leave=False, disable=not self.progress or len(batches) < 3)
@@ -442,7 +454,7 @@ class TransformersBackend(JudgeBackend):
             lay = _tree_attention.FlexLayout(self._device_ids(doc), self._device_ids(tid), self._device_ids(lim))
             try:
                 with _tree_attention.layout(lay):
-                    hidden = self.model.base_model(
+                    hidden = self._body(
                         input_ids=self._device_ids(ids)[None], position_ids=self._device_ids(pos)[None]
                     ).last_hidden_state
                 reason = None if lay.calls else "the model's attention does not go through the attention interface"
@@ -467,9 +479,7 @@ class TransformersBackend(JudgeBackend):
 
         try:
             with _tree_attention.layout(rows) as lay:
-                out = self.model.base_model(
-                    input_ids=self._device_ids(input_ids), position_ids=self._device_ids(position_ids)
-                )
+                out = self._body(input_ids=self._device_ids(input_ids), position_ids=self._device_ids(position_ids))
             if lay.calls > 0:
                 return out.last_hidden_state
             reason = "the model's attention does not go through transformers' attention interface"

@@ -30,7 +30,7 @@ import functools
 import logging
 from typing import Any, Optional
 
-__all__ = ["NAME", "FlexLayout", "Layout", "Unsupported", "flex_available", "install", "layout"]
+__all__ = ["NAME", "FlexLayout", "Layout", "Unsupported", "flex_available", "install", "layout", "reserve"]
 
 log = logging.getLogger(__name__)
 
@@ -111,20 +111,29 @@ _BUFFERS: dict = {}
 def _buffers(device, n: int) -> tuple:
     """Per-device layout buffers and the one ``mask_mod`` that reads them. Every batch copies its layout
     into the same tensors and passes the same function, so the compiled attention is reused (a new
-    closure per batch would make dynamo recompile every batch); the buffers grow when a batch is longer."""
+    closure per batch would make dynamo recompile every batch). The buffers grow when a batch is longer,
+    and growing makes a new closure, which compiles every length again: ``reserve`` sizes them for the
+    longest batch before the first."""
     import torch
 
     key = str(device)
     got = _BUFFERS.get(key)
     if got is None or got[0].shape[0] < n:
         cap = max(n, 2 * got[0].shape[0]) if got is not None else n
-        doc, tid, lim = (torch.full((cap,), -1, dtype=torch.long, device=device) for _ in range(3))
+        with torch.inference_mode(False):  # plain tensors, written in and out of inference mode alike
+            doc, tid, lim = (torch.full((cap,), -1, dtype=torch.long, device=device) for _ in range(3))
 
         def mask_mod(b, h, q, kv):
             return (doc[q] == doc[kv]) & (kv <= q) & ((tid[q] == tid[kv]) | (kv < lim[q]))
 
         got = _BUFFERS[key] = (doc, tid, lim, mask_mod)
     return got
+
+
+def reserve(device, n: int) -> None:
+    """Size ``device``'s layout buffers for batches of up to ``n`` tokens now, so no later batch grows them
+    (a job's batches would otherwise grow them a few times, each time compiling every length again)."""
+    _buffers(device, n)
 
 
 class FlexLayout:

@@ -60,6 +60,36 @@ def test_a_norm_with_another_formula_stays_eager():
     assert "forward" not in vars(held.norm) and torch.equal(held.norm(x), want)
 
 
+def test_steps_under_the_size_floor_run_the_modules_own_forward(monkeypatch):
+    calls = []
+    real = _fused.rms_norm
+    monkeypatch.setattr(_fused, "rms_norm", lambda *a: calls.append(a[0].shape[0]) or real(*a))
+    model = _tiny()
+    # a norm step is fused from 40 tokens x 64 features; the model's batches reach 50 tokens
+    got = _fused.fuse(model, compiled=False, tokens=50, min_elements={"rms_norm": 40 * 64, "silu_mul": 0})
+    assert got["fused"] == {"rms_norm": 5, "silu_mul": 2}
+    ids = torch.randint(0, 100, (1, 50), generator=torch.Generator().manual_seed(4))
+    want = _logits(_tiny(), ids)
+    calls.clear()
+    assert torch.equal(_logits(model, ids[:, :39]), _logits(_tiny(), ids[:, :39])) and calls == []
+    assert float((_logits(model, ids) - want).abs().max()) < 1e-5 and calls == [50] * 5
+    # batches that can never reach a kind's floor: that kind is not fused at all (and costs no compile)
+    small = _fused.fuse(_tiny(), compiled=False, tokens=30, min_elements={"rms_norm": 40 * 64, "silu_mul": 0})
+    assert small["fused"] == {"silu_mul": 2}
+    assert "30 tokens x 64 features stay under the 2,560 elements" in small["eager"]["LlamaRMSNorm"]
+
+
+def test_the_default_floors_fuse_an_8b_batch_and_leave_a_135m_judge_eager():
+    """GPU batches are up to 16384 tokens: an 8B's norms fuse from 4096 of them, its MLP from 8192; a 135M
+    judge (host-bound) fuses neither."""
+    from adherence.bench.judge import RANDOM_CONFIGS
+
+    big, small = RANDOM_CONFIGS["llama-3-8b"], RANDOM_CONFIGS["smollm2-135m"]
+    floor = _fused.MIN_ELEMENTS
+    assert 4096 * big["hidden_size"] >= floor["rms_norm"] and 8192 * big["intermediate_size"] >= floor["silu_mul"]
+    assert 16384 * small["hidden_size"] < floor["rms_norm"] and 16384 * small["intermediate_size"] < floor["silu_mul"]
+
+
 def test_one_row_runs_the_modules_own_forward():
     model = _tiny()
     _fused.fuse(model, compiled=False)
@@ -115,7 +145,8 @@ def test_compiled_kernels_equal_eager_and_serve_every_length_with_one_compile(dt
         quantize_linears(model)
     ids = torch.randint(0, 100, (1, 48), generator=torch.Generator().manual_seed(2))
     want = _logits(model, ids)
-    assert _fused.fuse(model, compiled=True) == {"fused": {"rms_norm": 5, "silu_mul": 2}, "eager": {}}
+    # no size floor: the tiny model's steps go through the compiled kernels
+    assert _fused.fuse(model, compiled=True, min_elements={}) == {"fused": {"rms_norm": 5, "silu_mul": 2}, "eager": {}}
     frames = counters["stats"]["unique_graphs"]  # the probes' compiles (64 rows): each kernel once
     assert frames >= 2
     got = _logits(model, ids)
@@ -139,7 +170,7 @@ def test_compiled_on_cuda_equals_the_unfused_model(float8):
     if float8:
         quantize_linears(model)
     want = _logits(model, ids)
-    got = _fused.fuse(model)
+    got = _fused.fuse(model, min_elements={})  # compiled (CUDA); no size floor, so this small model uses it
     assert got["fused"] == {"rms_norm": 5, "silu_mul": 2} and not got["eager"], got
     scale = want.abs().max()
     diff = float((_logits(model, ids) - want).abs().max() / scale)

@@ -147,3 +147,24 @@ def test_yes_and_no_variant_sets(tiny_judge):
     assert all(w.yes_no[0] > b.yes_no[0] and w.yes_no[1] == pytest.approx(b.yes_no[1]) for w, b in zip(wider, base))
     with pytest.raises(ValueError, match="both a yes and a no"):
         variant_sets(["yes", "No "], ["no"])
+
+
+@pytest.mark.parametrize("path", ["flex", "tree", "dense", "plain"])
+def test_scoring_passes_build_no_key_value_cache(tiny_judge, path):
+    """A scoring pass is never continued: a cache would only copy every layer's keys and values."""
+    from adherence.judges import _tree_attention
+
+    if path == "flex" and not _tree_attention.flex_available():
+        pytest.skip("this torch has no FlexAttention")
+    caches = []
+    hook = tiny_judge.model.base_model.register_forward_hook(lambda m, i, out: caches.append(out.past_key_values))
+    saved = tiny_judge.flex, tiny_judge.tree_attention, tiny_judge.prefix_sharing
+    try:
+        tiny_judge.flex = path == "flex"
+        tiny_judge.tree_attention = path in ("flex", "tree")
+        tiny_judge.prefix_sharing = path != "plain"
+        tiny_judge.first_token_logprobs(_requests(None))
+    finally:
+        hook.remove()
+        tiny_judge.flex, tiny_judge.tree_attention, tiny_judge.prefix_sharing = saved
+    assert caches and all(c is None for c in caches)

@@ -306,3 +306,28 @@ def test_warm_up_runs_every_padded_batch_length_once_and_leaves_no_work_counted(
     finally:
         tiny_judge.flex, tiny_judge.batch_tokens = False, batch_tokens
     np.testing.assert_allclose(_p_yes(tiny_judge.first_token_logprobs(reqs)), before, atol=1e-6)
+
+
+def test_flex_buffers_are_sized_once_so_no_batch_changes_the_compiled_mask(tiny_llama_dir, monkeypatch):
+    """Growing the layout buffers makes a new mask_mod closure, and on CUDA every padded length compiled
+    with the old one compiles again (in the 2026-11-27 H100 profile, inside the timed engine run)."""
+    if not _tree_attention.flex_available():
+        pytest.skip("this torch has no FlexAttention")
+    monkeypatch.setattr(_tree_attention, "_BUFFERS", {})
+    judge = TransformersBackend(
+        str(tiny_llama_dir), device="cpu", progress=False, tree_attention="flex", batch_tokens=512, pack_tokens=256
+    )
+    assert judge.flex
+    doc, _, _, mask_mod = _tree_attention._BUFFERS["cpu"]
+    assert doc.shape[0] == 512  # the longest padded batch, before any batch ran
+    lengths = []
+    real = _tree_attention.FlexLayout.__init__
+
+    def recording(self, doc, tid, lim, block=128):
+        lengths.append(int(doc.shape[0]))
+        real(self, doc, tid, lim, block)
+
+    monkeypatch.setattr(_tree_attention.FlexLayout, "__init__", recording)
+    judge.first_token_logprobs(_requests(None))
+    assert max(lengths) > min(lengths) and judge.flex  # batches of several padded lengths ran on this path
+    assert _tree_attention._BUFFERS["cpu"][3] is mask_mod  # the same closure throughout
