@@ -15,8 +15,11 @@ Three workloads on one model (a checkpoint, or random weights of a real architec
   yes/no sums; ``overhead`` = exact time / top-k time - 1.
 * ``engine`` (with ``engine_turns``): the whole job — ``adherence.engine.Engine`` reading a Parquet
   file of ``engine_turns`` turns (conversations shaped as in ``prefix``), judging them with a random model
-  of ``engine_config`` and publishing the scores — timed end to end, with the GPU's utilisation sampled
-  (NVML) and the process's CPU time per forward batch; the 1M-turn time is projected from its rate.
+  of ``engine_config`` and publishing the scores — timed end to end after a warm-up that compiles every
+  padded batch length (reported apart), with the GPU's utilisation sampled (NVML), the process's CPU time
+  per forward batch, the host's time per phase (tokenise, plan, layout, forward, read in the judge; read,
+  score, write in the workers; thread CPU time) and the GPU's forward time from CUDA events; the 1M-turn
+  time is projected from its rate.
 
 Correctness first, on the bench model itself: it is loaded in fp32, and on the first
 ``check_conversations`` conversations of every layout packed P(yes) (exact, whole vocabulary) must equal
@@ -395,6 +398,8 @@ def _engine_run(backend, turns: int, convs_turns: int, role_tokens: int, turn_to
     statuses = out.column("status").to_pylist()
     stats = res.summary.get("judge_usage") or {}
     batches = stats.get("batches") or None
+    phases = {k[:-2]: v for k, v in stats.items() if k.endswith("_s") and k != "gpu_forward_s"}
+    gpu = stats.get("gpu_forward_s") or None
     return {
         "turns": turns,
         "wall_s": wall,
@@ -406,6 +411,11 @@ def _engine_run(backend, turns: int, convs_turns: int, role_tokens: int, turn_to
         "process_cpu_s": cpu,
         "forward_batches": batches,
         "cpu_s_per_batch": cpu / batches if batches else None,
+        # where the host's time went: the judge's phases and the workers' reads, scoring and writes, each
+        # in CPU seconds of the thread that did them; the GPU's own forward time from CUDA events
+        "phases_thread_s": {**phases, **{k[:-2]: v for k, v in (res.summary.get("shard_phases_s") or {}).items()}},
+        "gpu_forward_s": gpu,
+        "gpu_forward_share": gpu / wall if gpu else None,
         "judge_stats": stats,
         "summary": {k: v for k, v in res.summary.items() if isinstance(v, (int, float, str))},
     }

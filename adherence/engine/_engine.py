@@ -594,6 +594,12 @@ class Engine:
                     usage[k] = usage.get(k, 0) + v
             if usage:
                 summary["judge_usage"] = usage
+            phases: dict = {}
+            for r in results.values():  # the workers' CPU seconds reading, scoring and writing this run's shards
+                for k, v in ({} if r.resumed else r.phases).items():
+                    phases[k] = phases.get(k, 0.0) + v
+            if phases:
+                summary["shard_phases_s"] = phases
             if plan.skipped:
                 summary["skipped_records"] = skipped_summary(plan.skipped)
             if self.options.bad_rows == "skip":

@@ -41,7 +41,8 @@ class ShardResult:
     ``failed`` is the one-line reason when scoring the shard raised (its rows are then kept as
     ``status=error`` and ``--resume`` scores it again); ``resumed`` marks a result read back from an
     earlier run's ``done`` record, and ``reused`` counts the rows an earlier try committed as checkpoints
-    (not scored again).
+    (not scored again). ``phases`` holds the worker thread's CPU seconds reading the shard's input
+    (``input_s``), scoring it (``score_s``) and writing its output (``write_s``).
     """
 
     shard_id: int
@@ -56,6 +57,7 @@ class ShardResult:
     worker: dict = field(default_factory=dict)
     models: dict = field(default_factory=dict)
     judge_usage: dict = field(default_factory=dict)
+    phases: dict = field(default_factory=dict)
     resumed: bool = False
     reused: int = 0
     skipped: int = 0

@@ -273,12 +273,14 @@ class ShardWorker:
             return self._run(task)
 
     def _run(self, task: ShardTask) -> ShardResult:
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.thread_time()
+        phases = {"input_s": 0.0, "score_s": 0.0, "write_s": 0.0}
         try:
             table = read_arrow_stream(task.input)
             input_digest = digest(task.input) if task.checkpoints else ""
         except (OSError, pa.ArrowInvalid) as exc:
             raise JobError(f"shard {task.shard_id}: cannot read its input {task.input}: {exc}") from None
+        phases["input_s"] = time.thread_time() - cpu
         conv, n_conv = _conversation_order(table)
         # rows of each conversation rank, in the shard's order
         by_conv = np.argsort(conv, kind="stable")
@@ -296,7 +298,7 @@ class ShardWorker:
             stop = min(n_conv, max(covered + 1, stop))
             rows = by_conv[bounds[covered] : bounds[stop]]
             part = table if stop - covered == n_conv else table.take(pa.array(np.sort(rows)))
-            t0 = time.perf_counter()
+            t0, cpu = time.perf_counter(), time.thread_time()
             try:
                 scores = score_turns(part, self.config.method, config=self.config, resources=self.resources)
             except JobError:
@@ -306,6 +308,7 @@ class ShardWorker:
                 rest = by_conv[bounds[covered] :]
                 pieces.append(error_rows(table.take(pa.array(np.sort(rest))), self.config.method, failed))
                 break
+            phases["score_s"] += time.thread_time() - cpu
             pieces.append(scores)
             if checkpoints is not None and stop < n_conv:
                 checkpoints.save(scores, covered, stop)
@@ -318,7 +321,9 @@ class ShardWorker:
         scores = pieces[0] if len(pieces) == 1 else pa.concat_tables(pieces, promote_options="permissive")
         if len(pieces) > 1 and "_row" in scores.column_names:
             scores = scores.take(pc.sort_indices(scores, [("_row", "ascending")]))  # the shard's own row order
+        cpu = time.thread_time()
         write_parquet(scores, task.output)  # atomic: a temporary renamed locally, one upload on object storage
+        phases["write_s"] = time.thread_time() - cpu
         if checkpoints is not None and failed is None:
             checkpoints.remove()
         self.progress = None
@@ -337,6 +342,7 @@ class ShardWorker:
             worker=dict(self.info),
             models=self.resources.describe(),
             judge_usage={k: v - before.get(k, 0) for k, v in self.resources.usage().items()},
+            phases=phases,
             reused=reused,
         )
 

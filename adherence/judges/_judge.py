@@ -310,7 +310,9 @@ class RoleJudge:
 
     ``stats`` counts, over the judge's life: ``calls`` made to the backend, ``cache_hits``,
     and from the backend ``prompt_tokens`` (the prompts' lengths), ``forward_tokens``
-    (tokens actually run after prefix sharing) and ``generated_tokens``.
+    (tokens actually run after prefix sharing) and ``generated_tokens``; an in-process backend adds its
+    seconds per phase (``tokenise_s``, ``plan_s``, ``layout_s``, ``forward_s``, ``read_s``, and on CUDA
+    ``gpu_forward_s``: ``judges._transformers.PHASES``).
     """
 
     def __init__(self, config: JudgeConfig, backend: Optional[JudgeBackend] = None) -> None:
@@ -339,11 +341,14 @@ class RoleJudge:
 
     @property
     def stats(self) -> dict:
-        out = dict(self._stats)
+        out: dict[str, Any] = dict(self._stats)
         counted = getattr(self.backend, "stats", {})
         for k in ("prompt_tokens", "forward_tokens", "generated_tokens", "batches"):
             if k in counted:
                 out[k] = int(counted[k])
+        for k, v in counted.items():  # an in-process backend's seconds per phase (``<phase>_s``)
+            if k.endswith("_s"):
+                out[k] = float(v)
         return out
 
     def _preflight(self) -> None:

@@ -48,6 +48,14 @@ def _gguf_bar(show: bool):
         gguf_utils.tqdm = bar
 
 
+#: Where a scoring call's host time goes, each counted in ``stats`` as ``<phase>_s`` seconds of the calling
+#: thread's CPU time (``time.thread_time``: not the waits, not other threads): tokenising the prompts' pieces,
+#: planning them (truncation, packs), laying out each batch (token tensors, the attention's block mask), the
+#: forward passes as queued by the host, and reading the answers (the LM head's rows, the copy back). On CUDA
+#: ``gpu_forward_s`` adds the device's own time in the forward passes, from CUDA events.
+PHASES = ("tokenise", "plan", "layout", "forward", "read")
+
+
 class TransformersBackend(JudgeBackend):
     """Judge with a causal LM loaded in-process.
 
@@ -144,7 +152,9 @@ class TransformersBackend(JudgeBackend):
         self._variant_ids: dict = {}
         self._token_text: dict[int, str] = {}
         self._torch = torch
-        self.stats = {"forward_tokens": 0, "prompt_tokens": 0, "generated_tokens": 0, "batches": 0}
+        self.stats: dict[str, Any] = {"forward_tokens": 0, "prompt_tokens": 0, "generated_tokens": 0, "batches": 0}
+        self.stats.update({f"{p}_s": 0.0 for p in (*PHASES, "gpu_forward")})
+        self._events: list = []  # (start, end) CUDA events around each forward pass, read after the sync
         self._choose_attention()
 
     def _choose_attention(self) -> None:
@@ -163,6 +173,7 @@ class TransformersBackend(JudgeBackend):
             if self.tree_attention:
                 self._tree_forward(torch.tensor([ids]), torch.tensor([pos]), [layout])
         self.stats = {k: 0 for k in self.stats}  # the probe is not the job's work
+        self._events.clear()
 
     def warm_up(self) -> dict:
         """Compile the attention for every padded batch length a job can meet (the flex path compiles one
@@ -185,6 +196,7 @@ class TransformersBackend(JudgeBackend):
                 for _, read in pending:
                     self._to_lists(read)
         self.stats = counted  # not the job's work
+        self._events.clear()
         return {"lengths": lengths, "s": time.perf_counter() - t0}
 
     def describe(self) -> dict:
@@ -294,6 +306,28 @@ class TransformersBackend(JudgeBackend):
             text = self._token_text[i] = self.tokenizer.decode([i])
         return text
 
+    @contextlib.contextmanager
+    def _phase(self, name: str):
+        import time
+
+        t = time.thread_time()
+        try:
+            yield
+        finally:
+            self.stats[f"{name}_s"] += time.thread_time() - t
+
+    def _timed_body(self, **inputs):
+        """``_body`` counted as the forward phase, with CUDA events around it on CUDA."""
+        with self._phase("forward"):
+            if self.device.type != "cuda":
+                return self._body(**inputs)
+            start, end = (self._torch.cuda.Event(enable_timing=True) for _ in range(2))
+            start.record()
+            out = self._body(**inputs)
+            end.record()
+            self._events.append((start, end))
+            return out
+
     def _body(self, **inputs):
         """The model's body on one batch, with no key/value cache (a scoring pass is never continued: a
         cache would only append every layer's keys and values to a structure read by nobody)."""
@@ -310,18 +344,22 @@ class TransformersBackend(JudgeBackend):
         torch = self._torch
         items = sorted(items, key=lambda it: -len(it[1]))
         for batch in self._batched(items, key=lambda it: len(it[1])):
-            L = max(len(ids) for _, ids in batch)
-            input_ids = torch.full((len(batch), L), self.tokenizer.pad_token_id, dtype=torch.long)
-            for r, (_, ids) in enumerate(batch):
-                input_ids[r, : len(ids)] = torch.tensor(ids)
+            with self._phase("layout"):
+                L = max(len(ids) for _, ids in batch)
+                input_ids = torch.full((len(batch), L), self.tokenizer.pad_token_id, dtype=torch.long)
+                for r, (_, ids) in enumerate(batch):
+                    input_ids[r, : len(ids)] = torch.tensor(ids)
+                input_ids = self._device_ids(input_ids)
             # Right padding under a plain causal mask: a real token never sees the padding after it, so no
             # padding mask is needed and SDPA keeps its causal fast path (no materialised mask).
-            out = self._body(input_ids=self._device_ids(input_ids))
+            out = self._timed_body(input_ids=input_ids)
             self.stats["forward_tokens"] += sum(len(ids) for _, ids in batch)
             self.stats["batches"] += 1
-            rows = torch.arange(len(batch), device=self.device)
-            cols = self._device_ids(torch.tensor([len(ids) - 1 for _, ids in batch]))
-            pending.append(([i for i, _ in batch], self._read_rows(out.last_hidden_state, rows, cols, top_k, variants)))
+            with self._phase("read"):
+                rows = torch.arange(len(batch), device=self.device)
+                cols = self._device_ids(torch.tensor([len(ids) - 1 for _, ids in batch]))
+                read = self._read_rows(out.last_hidden_state, rows, cols, top_k, variants)
+            pending.append(([i for i, _ in batch], read))
 
     @staticmethod
     def _pack(trunk: list, branches: list) -> tuple:
@@ -365,45 +403,40 @@ class TransformersBackend(JudgeBackend):
 
     def _packed_batches(self, packs: list, top_k: int, pending: list, variants=None) -> None:
         torch = self._torch
-        seqs = [self._pack(trunk, branches) for trunk, branches in packs]
-        seqs.sort(key=lambda s: -len(s[0]))
+        with self._phase("layout"):
+            seqs = [self._pack(trunk, branches) for trunk, branches in packs]
+            seqs.sort(key=lambda s: -len(s[0]))
         if self.flex:
             seqs = self._flex_batches(seqs, top_k, pending, variants)
         for batch in self._batched(seqs, key=lambda s: len(s[0])):
-            B, L = len(batch), max(len(s[0]) for s in batch)
-            input_ids = torch.full((B, L), self.tokenizer.pad_token_id, dtype=torch.long)
-            position_ids = torch.zeros((B, L), dtype=torch.long)
-            for r, (ids, pos, _, _) in enumerate(batch):
-                input_ids[r, : len(ids)] = torch.tensor(ids)
-                position_ids[r, : len(ids)] = torch.tensor(pos)
-            layout = [s[3] for s in batch]
+            with self._phase("layout"):
+                B, L = len(batch), max(len(s[0]) for s in batch)
+                input_ids = torch.full((B, L), self.tokenizer.pad_token_id, dtype=torch.long)
+                position_ids = torch.zeros((B, L), dtype=torch.long)
+                for r, (ids, pos, _, _) in enumerate(batch):
+                    input_ids[r, : len(ids)] = torch.tensor(ids)
+                    position_ids[r, : len(ids)] = torch.tensor(pos)
+                layout = [s[3] for s in batch]
             hidden = self._tree_forward(input_ids, position_ids, layout) if self.tree_attention else None
             if hidden is None:
-                hidden = self._body(
+                with self._phase("layout"):
+                    mask = self._dense_tree_mask(layout, L)[:, None].to(self.device)
+                hidden = self._timed_body(
                     input_ids=input_ids.to(self.device),
-                    attention_mask=self._dense_tree_mask(layout, L)[:, None].to(self.device),
+                    attention_mask=mask,
                     position_ids=position_ids.to(self.device),
                 ).last_hidden_state
             self.stats["forward_tokens"] += sum(len(s[0]) for s in batch)
             self.stats["batches"] += 1
-            rows, cols, targets = [], [], []
-            for r, s in enumerate(batch):
-                for i, c in s[2]:
-                    rows.append(r)
-                    cols.append(c)
-                    targets.append(i)
-            pending.append(
-                (
-                    targets,
-                    self._read_rows(
-                        hidden,
-                        self._device_ids(torch.tensor(rows)),
-                        self._device_ids(torch.tensor(cols)),
-                        top_k,
-                        variants,
-                    ),
-                )
-            )
+            with self._phase("read"):
+                rows, cols, targets = [], [], []
+                for r, s in enumerate(batch):
+                    for i, c in s[2]:
+                        rows.append(r)
+                        cols.append(c)
+                        targets.append(i)
+                rows_t, cols_t = self._device_ids(torch.tensor(rows)), self._device_ids(torch.tensor(cols))
+                pending.append((targets, self._read_rows(hidden, rows_t, cols_t, top_k, variants)))
 
     def _flex_batches(self, seqs: list, top_k: int, pending: list, variants=None) -> list:
         """Packed conversations laid end to end in one row per batch (up to ``batch_tokens``, padded to a
@@ -430,33 +463,33 @@ class TransformersBackend(JudgeBackend):
         for n_done, batch in enumerate(
             tqdm(batches, desc="judging", unit="batch", leave=False, disable=not self.progress or len(batches) < 3)
         ):
-            T = sum(len(s[0]) for s in batch)
-            Tp = -(-T // bucket) * bucket
-            ids = torch.full((Tp,), pad, dtype=torch.long)
-            pos = torch.zeros(Tp, dtype=torch.long)
-            doc = torch.full((Tp,), -1, dtype=torch.long)
-            tid = torch.full((Tp,), -1, dtype=torch.long)
-            lim = torch.zeros(Tp, dtype=torch.long)
-            cols, targets, off = [], [], 0
-            for d, (sids, spos, reads, (trunk, tails)) in enumerate(batch):
-                n = len(sids)
-                ids[off : off + n] = torch.tensor(sids)
-                pos[off : off + n] = torch.tensor(spos)
-                doc[off : off + n] = d
-                lim[off : off + trunk] = off
-                for b, (start, length, prefix) in enumerate(tails):
-                    tid[off + start : off + start + length] = b
-                    lim[off + start : off + start + length] = off + prefix
-                for i, c in reads:
-                    cols.append(off + c)
-                    targets.append(i)
-                off += n
-            lay = _tree_attention.FlexLayout(self._device_ids(doc), self._device_ids(tid), self._device_ids(lim))
+            with self._phase("layout"):
+                T = sum(len(s[0]) for s in batch)
+                Tp = -(-T // bucket) * bucket
+                ids = torch.full((Tp,), pad, dtype=torch.long)
+                pos = torch.zeros(Tp, dtype=torch.long)
+                doc = torch.full((Tp,), -1, dtype=torch.long)
+                tid = torch.full((Tp,), -1, dtype=torch.long)
+                lim = torch.zeros(Tp, dtype=torch.long)
+                cols, targets, off = [], [], 0
+                for d, (sids, spos, reads, (trunk, tails)) in enumerate(batch):
+                    n = len(sids)
+                    ids[off : off + n] = torch.tensor(sids)
+                    pos[off : off + n] = torch.tensor(spos)
+                    doc[off : off + n] = d
+                    lim[off : off + trunk] = off
+                    for b, (start, length, prefix) in enumerate(tails):
+                        tid[off + start : off + start + length] = b
+                        lim[off + start : off + start + length] = off + prefix
+                    for i, c in reads:
+                        cols.append(off + c)
+                        targets.append(i)
+                    off += n
+                lay = _tree_attention.FlexLayout(self._device_ids(doc), self._device_ids(tid), self._device_ids(lim))
+                ids_d, pos_d = self._device_ids(ids)[None], self._device_ids(pos)[None]
             try:
                 with _tree_attention.layout(lay):
-                    hidden = self._body(
-                        input_ids=self._device_ids(ids)[None], position_ids=self._device_ids(pos)[None]
-                    ).last_hidden_state
+                    hidden = self._timed_body(input_ids=ids_d, position_ids=pos_d).last_hidden_state
                 reason = None if lay.calls else "the model's attention does not go through the attention interface"
             except _tree_attention.Unsupported as exc:
                 reason = str(exc)
@@ -466,10 +499,10 @@ class TransformersBackend(JudgeBackend):
                 return [s for b in batches[n_done:] for s in b]
             self.stats["forward_tokens"] += T
             self.stats["batches"] += 1
-            rows = torch.zeros(len(cols), dtype=torch.long, device=self.device)
-            pending.append(
-                (targets, self._read_rows(hidden, rows, self._device_ids(torch.tensor(cols)), top_k, variants))
-            )
+            with self._phase("read"):
+                rows = torch.zeros(len(cols), dtype=torch.long, device=self.device)
+                read = self._read_rows(hidden, rows, self._device_ids(torch.tensor(cols)), top_k, variants)
+            pending.append((targets, read))
         return []
 
     def _tree_forward(self, input_ids, position_ids, rows: list):
@@ -479,7 +512,8 @@ class TransformersBackend(JudgeBackend):
 
         try:
             with _tree_attention.layout(rows) as lay:
-                out = self._body(input_ids=self._device_ids(input_ids), position_ids=self._device_ids(position_ids))
+                ids, pos = self._device_ids(input_ids), self._device_ids(position_ids)
+                out = self._timed_body(input_ids=ids, position_ids=pos)
             if lay.calls > 0:
                 return out.last_hidden_state
             reason = "the model's attention does not go through transformers' attention interface"
@@ -534,10 +568,12 @@ class TransformersBackend(JudgeBackend):
         self, requests: Sequence[JudgeRequest], *, top_k: int = 20, variants: Optional[tuple] = None
     ) -> list[JudgeOutput]:
         torch = self._torch
-        self.planner.tokenize_all(requests)
-        plans = [self.planner.plan(r) for r in requests]
+        with self._phase("tokenise"):
+            self.planner.tokenize_all(requests)
+        with self._phase("plan"):
+            plans = [self.planner.plan(r) for r in requests]
+            plain, packs = self.planner.arrange(requests, plans)
         results: list = [None] * len(requests)
-        plain, packs = self.planner.arrange(requests, plans)
         self.stats["prompt_tokens"] += sum(len(p.ids) for p in plans if not p.error)
         pending: list = []
         with torch.inference_mode():
@@ -545,9 +581,13 @@ class TransformersBackend(JudgeBackend):
                 self._packed_batches(packs, top_k, pending, variants)
             if plain:
                 self._plain_batches(plain, top_k, pending, variants)
-            for targets, read in pending:  # the only waits for the device: after every batch is queued
-                for i, lp in zip(targets, self._to_lists(read)):
-                    results[i] = lp
+            with self._phase("read"):
+                for targets, read in pending:  # the only waits for the device: after every batch is queued
+                    for i, lp in zip(targets, self._to_lists(read)):
+                        results[i] = lp
+        if self._events:  # every event has completed: the copies back above waited for the last pass
+            self.stats["gpu_forward_s"] += sum(a.elapsed_time(b) for a, b in self._events) / 1e3
+            self._events.clear()
         return [
             JudgeOutput(error=p.error, truncated=p.truncated)
             if p.error

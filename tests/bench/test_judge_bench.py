@@ -82,6 +82,13 @@ def test_judge_bench_checks_then_times(tmp_path, capsys):
     assert eng["rows_out"] == eng["ok_rows"] == 30 and eng["forward_batches"] >= 1
     assert eng["projected_1m_turns_s"] == pytest.approx(1e6 / eng["turns_per_s"])
     assert eng["judge_stats"]["forward_tokens"] < eng["judge_stats"]["prompt_tokens"]  # shared prefixes
+    # the host's time by phase, each measured in the thread that did it; no GPU, no CUDA events
+    ph = eng["phases_thread_s"]
+    judge_phases = ("tokenise", "plan", "layout", "forward", "read")
+    assert set(ph) == {*judge_phases, "input", "score", "write"}, ph
+    assert all(ph[k] > 0 for k in (*judge_phases, "score", "write")) and ph["input"] >= 0, ph
+    assert sum(ph[k] for k in judge_phases) <= ph["score"] + 1e-3  # inside the worker's scoring
+    assert eng["gpu_forward_s"] is None and eng["gpu_forward_share"] is None
 
 
 def test_flop_model_counts_the_body_once():

@@ -168,3 +168,28 @@ def test_scoring_passes_build_no_key_value_cache(tiny_judge, path):
         hook.remove()
         tiny_judge.flex, tiny_judge.tree_attention, tiny_judge.prefix_sharing = saved
     assert caches and all(c is None for c in caches)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA GPU")
+def test_on_cuda_the_forward_passes_gpu_time_comes_from_events():
+    from adherence.bench.judge import random_backend
+
+    judge = random_backend("llama-tiny", device="cuda", dtype="bfloat16")
+    judge.first_token_logprobs(_requests(None))
+    s = judge.stats
+    assert s["batches"] >= 1 and 0 < s["gpu_forward_s"] and not judge._events  # read once, after the sync
+    assert all(s[f"{p}_s"] > 0 for p in ("tokenise", "plan", "layout", "forward", "read"))
+
+
+def test_host_time_is_counted_by_phase_in_the_judges_stats(tiny_judge):
+    from adherence.judges import JudgeConfig
+    from adherence.judges._judge import RoleJudge
+
+    judge = RoleJudge(JudgeConfig(), backend=tiny_judge)
+    before = dict(judge.stats)
+    tiny_judge.first_token_logprobs(_requests(None))
+    after = judge.stats
+    for phase in ("tokenise", "plan", "layout", "forward", "read"):
+        assert after[f"{phase}_s"] > before.get(f"{phase}_s", 0.0), phase
+    assert after["gpu_forward_s"] == before.get("gpu_forward_s", 0.0) == 0.0  # no CUDA events on CPU
