@@ -141,6 +141,9 @@ class TransformersBackend(JudgeBackend):
             and flex_available()
             and (tree_attention == "flex" or self.device.type == "cuda")
         )
+        # requests prepared per chunk where passes run asynchronously (``_chunks``): the next chunk's host work
+        # overlaps the device's work on this one
+        self.chunk_requests: Optional[int] = 1024 if self.device.type == "cuda" else None
         # flex batches are padded to a multiple of this (on CUDA few lengths, so few compiled kernels)
         self.flex_bucket = 1024 if self.device.type == "cuda" else 128
         if self.flex:
@@ -315,6 +318,24 @@ class TransformersBackend(JudgeBackend):
             yield
         finally:
             self.stats[f"{name}_s"] += time.thread_time() - t
+
+    def _chunks(self, requests: Sequence[JudgeRequest]) -> list[list[int]]:
+        """Request positions in chunks of whole conversations (``chunk_requests`` or more each; one chunk when
+        it is None). On a GPU the passes of a chunk are queued without waiting for them, so the host
+        tokenises and plans the next chunk while the device runs this one; a call prepared whole would leave
+        the GPU idle until every prompt of the call was tokenised and planned."""
+        n = self.chunk_requests
+        if not n or len(requests) <= n:
+            return [list(range(len(requests)))]
+        by_group: dict = {}
+        for i, r in enumerate(requests):
+            by_group.setdefault((r.group, r.system), []).append(i)
+        chunks: list[list[int]] = [[]]
+        for members in by_group.values():
+            if len(chunks[-1]) >= n:
+                chunks.append([])
+            chunks[-1].extend(members)
+        return chunks
 
     def _timed_body(self, **inputs):
         """``_body`` counted as the forward phase, with CUDA events around it on CUDA."""
@@ -568,19 +589,28 @@ class TransformersBackend(JudgeBackend):
         self, requests: Sequence[JudgeRequest], *, top_k: int = 20, variants: Optional[tuple] = None
     ) -> list[JudgeOutput]:
         torch = self._torch
-        with self._phase("tokenise"):
-            self.planner.tokenize_all(requests)
-        with self._phase("plan"):
-            plans = [self.planner.plan(r) for r in requests]
-            plain, packs = self.planner.arrange(requests, plans)
         results: list = [None] * len(requests)
-        self.stats["prompt_tokens"] += sum(len(p.ids) for p in plans if not p.error)
+        plans: list = [None] * len(requests)
         pending: list = []
         with torch.inference_mode():
-            if packs:
-                self._packed_batches(packs, top_k, pending, variants)
-            if plain:
-                self._plain_batches(plain, top_k, pending, variants)
+            for chunk in self._chunks(requests):
+                reqs = [requests[i] for i in chunk]
+                with self._phase("tokenise"):
+                    self.planner.tokenize_all(reqs)
+                with self._phase("plan"):
+                    got = [self.planner.plan(r) for r in reqs]
+                    plain, packs = self.planner.arrange(reqs, got)
+                for i, p in zip(chunk, got):
+                    plans[i] = p
+                self.stats["prompt_tokens"] += sum(len(p.ids) for p in got if not p.error)
+                mark = len(pending)
+                if packs:
+                    self._packed_batches(packs, top_k, pending, variants)
+                if plain:
+                    self._plain_batches(plain, top_k, pending, variants)
+                for k in range(mark, len(pending)):  # the chunk's positions back to the call's
+                    targets, read = pending[k]
+                    pending[k] = ([chunk[t] for t in targets], read)
             with self._phase("read"):
                 for targets, read in pending:  # the only waits for the device: after every batch is queued
                     for i, lp in zip(targets, self._to_lists(read)):

@@ -193,3 +193,29 @@ def test_host_time_is_counted_by_phase_in_the_judges_stats(tiny_judge):
     for phase in ("tokenise", "plan", "layout", "forward", "read"):
         assert after[f"{phase}_s"] > before.get(f"{phase}_s", 0.0), phase
     assert after["gpu_forward_s"] == before.get("gpu_forward_s", 0.0) == 0.0  # no CUDA events on CPU
+
+
+def test_requests_prepared_in_chunks_of_whole_conversations_give_the_same_answers(tiny_judge, monkeypatch):
+    """On a GPU a call is tokenised and planned chunk by chunk, each chunk's passes queued before the next
+    chunk is prepared: the first pass starts after one chunk's preparation, not the whole call's."""
+    reqs = _requests(None)
+    reqs = [reqs[i] for i in np.random.default_rng(0).permutation(len(reqs))]  # conversations interleaved
+    whole = tiny_judge.first_token_logprobs(reqs)
+    events = []
+    real = tiny_judge.planner.tokenize_all
+    monkeypatch.setattr(tiny_judge.planner, "tokenize_all", lambda rs: events.append(("tokenise", rs)) or real(rs))
+    hook = tiny_judge.model.base_model.register_forward_hook(lambda *a: events.append(("forward", None)))
+    try:
+        tiny_judge.chunk_requests = 5
+        chunked = tiny_judge.first_token_logprobs(reqs)
+    finally:
+        tiny_judge.chunk_requests = None
+        hook.remove()
+    chunks = [rs for kind, rs in events if kind == "tokenise"]
+    assert len(chunks) > 2 and sorted(len(c) for c in chunks)[0] >= 1
+    assert sum(len(c) for c in chunks) == len(reqs)
+    seen = [{r.group for r in c} for c in chunks]
+    assert all(not (a & b) for i, a in enumerate(seen) for b in seen[i + 1 :])  # a conversation in one chunk
+    assert [kind for kind, _ in events].index("forward") < [kind for kind, _ in events].index("tokenise", 1)
+    np.testing.assert_allclose(_p_yes(chunked), _p_yes(whole), atol=1e-6)
+    assert [o.truncated for o in chunked] == [o.truncated for o in whole]
