@@ -17,7 +17,7 @@ Three workloads on one model (a checkpoint, or random weights of a real architec
   file of ``engine_turns`` turns (conversations shaped as in ``prefix``), judging them with a random model
   of ``engine_config`` and publishing the scores — timed end to end after a warm-up that compiles every
   padded batch length (reported apart), with the GPU's utilisation sampled (NVML), the process's CPU time
-  per forward batch, the host's time per phase (tokenise, plan, layout, forward, read in the judge; read,
+  per forward batch, the host's time per phase (tokenise, plan, layout, forward, read in the judge; input,
   score, write in the workers; thread CPU time) and the GPU's forward time from CUDA events; the 1M-turn
   time is projected from its rate.
 

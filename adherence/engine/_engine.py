@@ -13,7 +13,7 @@ import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Any, Iterable, Optional, Union
 
 import numpy as np
 import pyarrow as pa
@@ -588,16 +588,12 @@ class Engine:
                 summary["retried_shards"] = stats["retried_shards"]
                 summary["workers_lost"] = stats["workers_lost"]
                 summary["workers"] = sorted(stats["workers"].values(), key=lambda w: (w.get("host"), w.get("pid")))
-            usage: dict = {}
-            for r in results.values():  # this run's work only: resumed shards were paid for earlier
-                for k, v in ({} if r.resumed else r.judge_usage).items():
-                    usage[k] = usage.get(k, 0) + v
+            # this run's work only: resumed shards were paid for earlier
+            fresh = [r for r in results.values() if not r.resumed]
+            usage = _summed(r.judge_usage for r in fresh)
             if usage:
                 summary["judge_usage"] = usage
-            phases: dict = {}
-            for r in results.values():  # the workers' CPU seconds reading, scoring and writing this run's shards
-                for k, v in ({} if r.resumed else r.phases).items():
-                    phases[k] = phases.get(k, 0.0) + v
+            phases = _summed(r.phases for r in fresh)  # the workers' CPU seconds reading, scoring, writing
             if phases:
                 summary["shard_phases_s"] = phases
             if plan.skipped:
@@ -647,6 +643,15 @@ class Engine:
         for final in (self._commit.output, self._commit.sessions):
             publisher.add_text(meta_of(final), text)
         publisher.publish()
+
+
+def _summed(dicts: Iterable[dict]) -> dict:
+    """Key-wise sums of per-shard counters (judge calls and tokens, seconds per phase)."""
+    out: dict = {}
+    for d in dicts:
+        for k, v in d.items():
+            out[k] = out.get(k, 0) + v
+    return out
 
 
 def _recorded_config(config: RoleConfig) -> dict:

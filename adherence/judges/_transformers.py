@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import time
 from typing import Any, Optional, Sequence
 
 from ..models import DEFAULT_JUDGE, pick_device, pick_dtype, resolve_model
@@ -149,8 +150,8 @@ class TransformersBackend(JudgeBackend):
         if self.flex:
             from ._tree_attention import reserve
 
-            longest = max(self.batch_tokens, self.pack_tokens)  # a batch holds at least one whole pack
-            reserve(self.device, -(-longest // self.flex_bucket) * self.flex_bucket)
+            # the longest padded batch: a batch holds at least one whole pack
+            reserve(self.device, self._padded(max(self.batch_tokens, self.pack_tokens)))
         self.progress = progress
         self._variant_ids: dict = {}
         self._token_text: dict[int, str] = {}
@@ -182,14 +183,11 @@ class TransformersBackend(JudgeBackend):
         """Compile the attention for every padded batch length a job can meet (the flex path compiles one
         kernel per multiple of 1024 up to ``batch_tokens``, each on first use). A benchmark calls this
         before its timer, so compilation is reported apart from the run. Returns the lengths and seconds."""
-        import time
-
         if not self.flex:
             return {"lengths": [], "s": 0.0}
         torch = self._torch
         tok = int(self.tokenizer.pad_token_id or 0)
-        bucket = self.flex_bucket
-        lengths = list(range(bucket, -(-self.batch_tokens // bucket) * bucket + 1, bucket))
+        lengths = list(range(self.flex_bucket, self._padded(self.batch_tokens) + 1, self.flex_bucket))
         counted, t0 = dict(self.stats), time.perf_counter()
         with torch.inference_mode():
             for n in lengths:  # one pack of n tokens: a trunk and a one-token tail, read at the tail
@@ -311,13 +309,15 @@ class TransformersBackend(JudgeBackend):
 
     @contextlib.contextmanager
     def _phase(self, name: str):
-        import time
-
         t = time.thread_time()
         try:
             yield
         finally:
             self.stats[f"{name}_s"] += time.thread_time() - t
+
+    def _padded(self, n: int) -> int:
+        """A flex batch's length: ``n`` tokens rounded up to a multiple of ``flex_bucket``."""
+        return -(-n // self.flex_bucket) * self.flex_bucket
 
     def _chunks(self, requests: Sequence[JudgeRequest]) -> list[list[int]]:
         """Request positions in chunks of whole conversations (``chunk_requests`` or more each; one chunk when
@@ -479,14 +479,13 @@ class TransformersBackend(JudgeBackend):
             size += len(s[0])
         if current:
             batches.append(current)
-        bucket = self.flex_bucket
         pad = self.tokenizer.pad_token_id
         for n_done, batch in enumerate(
             tqdm(batches, desc="judging", unit="batch", leave=False, disable=not self.progress or len(batches) < 3)
         ):
             with self._phase("layout"):
                 T = sum(len(s[0]) for s in batch)
-                Tp = -(-T // bucket) * bucket
+                Tp = self._padded(T)
                 ids = torch.full((Tp,), pad, dtype=torch.long)
                 pos = torch.zeros(Tp, dtype=torch.long)
                 doc = torch.full((Tp,), -1, dtype=torch.long)

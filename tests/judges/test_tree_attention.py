@@ -281,10 +281,9 @@ def test_backend_flex_refuses_a_sliding_window_and_falls_back(tiny_llama_dir, mo
     np.testing.assert_allclose(packed, _p_yes(judge.first_token_logprobs(reqs)), atol=1e-4)
 
 
-def test_warm_up_runs_every_padded_batch_length_once_and_leaves_no_work_counted(tiny_judge, monkeypatch):
-    if not _tree_attention.flex_available():
-        pytest.skip("this torch has no FlexAttention")
-    seen = []
+def _flex_lengths(monkeypatch) -> list:
+    """The padded length of every flex layout built from now on (the real FlexLayout, recorded)."""
+    seen: list = []
     real = _tree_attention.FlexLayout.__init__
 
     def recording(self, doc, tid, lim, block=128):
@@ -292,6 +291,13 @@ def test_warm_up_runs_every_padded_batch_length_once_and_leaves_no_work_counted(
         real(self, doc, tid, lim, block)
 
     monkeypatch.setattr(_tree_attention.FlexLayout, "__init__", recording)
+    return seen
+
+
+def test_warm_up_runs_every_padded_batch_length_once_and_leaves_no_work_counted(tiny_judge, monkeypatch):
+    if not _tree_attention.flex_available():
+        pytest.skip("this torch has no FlexAttention")
+    seen = _flex_lengths(monkeypatch)
     reqs = _requests(None)
     before = _p_yes(tiny_judge.first_token_logprobs(reqs))
     batch_tokens = tiny_judge.batch_tokens
@@ -320,14 +326,7 @@ def test_flex_buffers_are_sized_once_so_no_batch_changes_the_compiled_mask(tiny_
     assert judge.flex
     doc, _, _, mask_mod = _tree_attention._BUFFERS["cpu"]
     assert doc.shape[0] == 512  # the longest padded batch, before any batch ran
-    lengths = []
-    real = _tree_attention.FlexLayout.__init__
-
-    def recording(self, doc, tid, lim, block=128):
-        lengths.append(int(doc.shape[0]))
-        real(self, doc, tid, lim, block)
-
-    monkeypatch.setattr(_tree_attention.FlexLayout, "__init__", recording)
+    lengths = _flex_lengths(monkeypatch)
     judge.first_token_logprobs(_requests(None))
     assert max(lengths) > min(lengths) and judge.flex  # batches of several padded lengths ran on this path
     assert _tree_attention._BUFFERS["cpu"][3] is mask_mod  # the same closure throughout
