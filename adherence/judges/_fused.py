@@ -223,14 +223,13 @@ def fuse(
                 f"{minimum:,} elements where one compiled call beats the eager passes"
             )
             continue
-        forward = makers[kind](compiled, minimum)
         if cls not in verdicts:
             verdicts[cls] = _probe(module, kind, makers[kind](compiled, 0))
             if verdicts[cls]:
                 log.info("%s stays eager: %s", cls.__name__, verdicts[cls])
         if verdicts[cls] is None:
             if "forward" not in vars(module):
-                module.forward = types.MethodType(forward, module)
+                module.forward = types.MethodType(makers[kind](compiled, minimum), module)
             fused[kind] = fused.get(kind, 0) + 1
     model._adherence_fused_classes = verdicts
     eager = {c.__name__: why for c, why in verdicts.items() if why}

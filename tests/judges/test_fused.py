@@ -82,8 +82,6 @@ def test_steps_under_the_size_floor_run_the_modules_own_forward(monkeypatch):
 def test_the_default_floors_fuse_an_8b_batch_and_leave_a_135m_judge_eager():
     """GPU batches are up to 16384 tokens: an 8B's norms fuse from 4096 of them, its MLP from 8192; a 135M
     judge (host-bound) fuses neither."""
-    from adherence.bench.judge import RANDOM_CONFIGS
-
     big, small = RANDOM_CONFIGS["llama-3-8b"], RANDOM_CONFIGS["smollm2-135m"]
     floor = _fused.MIN_ELEMENTS
     assert 4096 * big["hidden_size"] >= floor["rms_norm"] and 8192 * big["intermediate_size"] >= floor["silu_mul"]
