@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Iterator
+from typing import Iterator, Optional
 
 from .._errors import OptionError
 
@@ -18,6 +18,8 @@ __all__ = [
     "leaf_parsers",
     "add_common_flags",
     "quiet_output",
+    "json_text",
+    "write_result",
 ]
 
 
@@ -244,3 +246,33 @@ def make_backend(args: argparse.Namespace, *, progress: bool = True):
     if args.backend == "transformers" and not args.judge_model:
         warnings.warn(SMOKE_TEST_WARNING, stacklevel=2)
     return get_backend(args.backend, model=args.judge_model, **judge_backend_options(args, progress=progress))
+
+
+def _finite(v):
+    """JSON-safe: NaN and infinities become null, everywhere in ``v``."""
+    import math
+
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    if isinstance(v, dict):
+        return {k: _finite(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_finite(x) for x in v]
+    return v
+
+
+def json_text(obj, *, indent: Optional[int] = 2) -> str:
+    """``obj`` as strict JSON (NaN and infinities as null: the text always parses)."""
+    import json
+
+    return json.dumps(_finite(obj), indent=indent, allow_nan=False, ensure_ascii=False, default=str)
+
+
+def write_result(path, content, *, inputs, what: str = "the JSON output") -> None:
+    """A command's file (``-o``, ``--json`` files, artifact files): a dict as strict JSON, or text / bytes as they
+    are, through the one owner-checked atomic writer (never onto an input, never over a file adherence did not
+    write); says where it went on stderr."""
+    from ..engine._files import write_owned
+
+    data = json_text(content) + "\n" if isinstance(content, (dict, list)) else content
+    print(f"wrote {write_owned(path, data, what=what, inputs=[i for i in inputs if i is not None])}", file=sys.stderr)

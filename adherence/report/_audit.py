@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Union
+from typing import Any, Sequence, Union
 
 import numpy as np
 
@@ -231,10 +231,15 @@ def audit_html(metrics: dict, *, title: str = "adherence audit", about: str = ""
 
 
 def write_audit_html(
-    path: Union[str, os.PathLike], metrics: dict, *, title: str = "adherence audit", about: str = ""
+    path: Union[str, os.PathLike],
+    metrics: dict,
+    *,
+    title: str = "adherence audit",
+    about: str = "",
+    inputs: Sequence[Any] = (),
 ) -> Path:
-    from .._atomic import write_text_atomic
+    """``audit_html`` written through the one owner-checked writer (never onto ``inputs``); returns the path."""
+    from ..engine._files import write_owned
 
-    path = Path(path)
-    write_text_atomic(path, audit_html(metrics, title=title, about=about))
-    return path
+    write_owned(path, audit_html(metrics, title=title, about=about), what="the HTML page", inputs=inputs)
+    return Path(path)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import html
 import os
 from pathlib import Path
-from typing import Union
+from typing import Sequence, Union
 
 import numpy as np
 
@@ -79,13 +79,12 @@ def cascade_html(doc: dict, curves: list, *, title: str = "adherence cascade") -
     return page(title, sections, subtitle=f"alpha {doc['alpha']:g}, delta {doc['delta']:g}")
 
 
-def write_cascade_html(path: Union[str, os.PathLike], doc: dict, curves: list) -> Path:
-    from .._atomic import write_text_atomic
+def write_cascade_html(path: Union[str, os.PathLike], doc: dict, curves: list, *, inputs: Sequence = ()) -> Path:
+    """``cascade_html`` written through the one owner-checked writer (never onto ``inputs``); returns the path."""
+    from ..engine._files import write_owned
 
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(path, cascade_html(doc, curves))
-    return path
+    write_owned(path, cascade_html(doc, curves), what="the HTML page", inputs=inputs)
+    return Path(path)
 
 
 def bound_curve(confidence, correct, alpha: float, delta: float) -> tuple:

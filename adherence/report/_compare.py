@@ -113,10 +113,9 @@ def _view_link(conversation_id) -> str:
 
 
 def write_compare_html(path: Union[str, os.PathLike], r: dict, **kwargs) -> Path:
-    """``compare_html`` written to ``path`` (atomically); returns the path."""
-    from .._atomic import write_text_atomic
+    """``compare_html`` written through the one owner-checked writer (never onto ``inputs``); returns the path."""
+    from ..engine._files import write_owned
 
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(path, compare_html(r, **kwargs))
-    return path
+    inputs = kwargs.pop("inputs", ())
+    write_owned(path, compare_html(r, **kwargs), what="the HTML page", inputs=inputs)
+    return Path(path)

@@ -80,10 +80,9 @@ def estimate_html(r: dict, *, title: str = "adherence estimate") -> str:
 
 
 def write_estimate_html(path: Union[str, os.PathLike], r: dict, **kwargs) -> Path:
-    """``estimate_html`` written to ``path`` (atomically); returns the path."""
-    from .._atomic import write_text_atomic
+    """``estimate_html`` written through the one owner-checked writer (never onto ``inputs``); returns the path."""
+    from ..engine._files import write_owned
 
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(path, estimate_html(r, **kwargs))
-    return path
+    inputs = kwargs.pop("inputs", ())
+    write_owned(path, estimate_html(r, **kwargs), what="the HTML page", inputs=inputs)
+    return Path(path)

@@ -369,10 +369,10 @@ def _what_next(result: dict, fitted: Optional[str]) -> list:
 
 
 def write_evaluation_html(path: Union[str, os.PathLike], *args: Any, **kwargs: Any) -> Path:
-    """``evaluation_html(*args, **kwargs)`` written to ``path`` (atomically); returns the path."""
-    from .._atomic import write_text_atomic
+    """``evaluation_html(*args, **kwargs)`` written through the one owner-checked writer (never onto the
+    ``inputs`` keyword's paths); returns the path."""
+    from ..engine._files import write_owned
 
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(path, evaluation_html(*args, **kwargs))
-    return path
+    inputs = kwargs.pop("inputs", ())
+    write_owned(path, evaluation_html(*args, **kwargs), what="the HTML page", inputs=inputs)
+    return Path(path)

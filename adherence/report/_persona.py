@@ -5,7 +5,7 @@ from __future__ import annotations
 import html
 import os
 from pathlib import Path
-from typing import Optional, Union
+from typing import Optional, Sequence, Union
 
 from ._html import figure_svg, page, pyplot, table_html
 
@@ -202,12 +202,18 @@ def persona_html(results: dict, *, title: str = "adherence persona", about: Opti
 
 
 def write_persona_html(
-    path: Union[str, os.PathLike], results: dict, *, title: str = "adherence persona", about: Optional[list] = None
+    path: Union[str, os.PathLike],
+    results: dict,
+    *,
+    title: str = "adherence persona",
+    about: Optional[list] = None,
+    inputs: Sequence = (),
 ) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(persona_html(results, title=title, about=about), encoding="utf-8")
-    return path
+    """``persona_html`` written through the one owner-checked writer (never onto ``inputs``); returns the path."""
+    from ..engine._files import write_owned
+
+    write_owned(path, persona_html(results, title=title, about=about), what="the HTML page", inputs=inputs)
+    return Path(path)
 
 
 def _dimension_table(results: dict, dimension: str, keys: list) -> str:

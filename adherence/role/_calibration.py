@@ -19,7 +19,7 @@ import numpy as np
 
 from .._errors import OptionError
 
-__all__ = ["FORMAT", "Calibration", "check_judge", "load_calibration", "map_digest", "save_calibration"]
+__all__ = ["FORMAT", "Calibration", "calibration_document", "check_judge", "load_calibration", "map_digest"]
 
 FORMAT = "adherence-calibration/1"
 
@@ -95,11 +95,10 @@ def map_digest(doc: dict) -> str:
     return "sha256:" + hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def save_calibration(path: Union[str, os.PathLike], fit: dict, source: dict) -> dict:
-    """Write a calibration file (what ``load_calibration`` reads): the fitted threshold and probability map of
+def calibration_document(fit: dict, source: dict) -> dict:
+    """A calibration file's document (what ``load_calibration`` reads): the fitted threshold and probability map of
     ``fit`` (``adherence.stats.fit_calibration``'s result), what the scores came from (``source``), and the
-    digest ``load_calibration`` checks; atomically. Returns the document written."""
-    from .._atomic import write_json_atomic
+    digest ``load_calibration`` checks. ``adherence calibrate`` writes it through the one owner-checked writer."""
     from .._version import __version__
 
     doc = {
@@ -113,8 +112,6 @@ def save_calibration(path: Union[str, os.PathLike], fit: dict, source: dict) -> 
         "adherence": __version__,
     }
     doc["digest"] = map_digest(doc)
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(path, doc)
     return doc
 
 

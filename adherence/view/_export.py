@@ -6,7 +6,7 @@ from __future__ import annotations
 import html
 import os
 from pathlib import Path
-from typing import Optional, Union
+from typing import Optional, Sequence, Union
 
 from ._store import Filters, ScoreStore
 
@@ -20,10 +20,16 @@ def _fmt(v) -> str:
 
 
 def export_html(
-    store: ScoreStore, path: Union[str, os.PathLike], *, top: int = 50, filters: Optional[Filters] = None
+    store: ScoreStore,
+    path: Union[str, os.PathLike],
+    *,
+    top: int = 50,
+    filters: Optional[Filters] = None,
+    inputs: Sequence = (),
 ) -> Path:
-    """The ``top`` worst conversations (lowest mean score first) with every turn, written atomically to ``path``."""
-    from .._atomic import write_text_atomic
+    """The ``top`` worst conversations (lowest mean score first) with every turn, written to ``path`` through the one
+    owner-checked writer (never onto ``inputs``, the outputs shown)."""
+    from ..engine._files import write_owned
     from ..report._html import page
 
     f = filters or Filters()
@@ -59,7 +65,6 @@ def export_html(
             f"violations {_fmt(r['violations'])}</span></h2>"
             f"<p class='meta'>{html.escape(c['role'] or '')}</p><ol>{''.join(items)}</ol>"
         )
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(path, page("adherence view: worst conversations", sections))
-    return path
+    write_owned(path, page("adherence view: worst conversations", sections), what="the HTML page",
+                inputs=list(inputs) or [s.path for s in store.sources])  # fmt: skip
+    return Path(path)

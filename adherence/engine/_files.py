@@ -1,0 +1,284 @@
+"""The one reader of score outputs and the one writer of every file an analysis command makes.
+
+``open_scores`` is how ``evaluate``, ``calibrate``, ``estimate``, ``compare``, ``cascade``, ``view`` and ``export``
+open a score output: readable (a corrupt or truncated file is one line naming it), ours when the command needs
+ours, published (an object-storage output whose metadata says ``"published": false`` is refused unless asked
+for), one row per key, NaN and infinite scores read as "no score".
+
+``write_owned`` is how they write (HTML pages, JSON results, calibration / cascade / classifier files, exports):
+through the commit protocol's ownership rule (an existing file is replaced only when the run metadata beside it
+says adherence wrote it), never onto one of the command's inputs, complete or not at all, with run metadata
+beside it, locally or on object storage.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional, Sequence, Union
+
+import numpy as np
+import pyarrow as pa
+
+from ..data import DataError
+from ..data._storage import Remote, as_target
+from ._commit import Publisher, _written_by_adherence, check_replaceable, meta_of, store_of
+
+__all__ = ["ScoreOutput", "open_scores", "same_file", "write_owned"]
+
+Target = Union[Path, Remote]
+
+
+def _target(path: Union[str, os.PathLike, Remote]) -> Target:
+    if isinstance(path, Remote):
+        return path
+    a = as_target(path)
+    return Remote(a) if isinstance(a, str) else a
+
+
+def same_file(a: Union[str, os.PathLike, Remote], b: Union[str, os.PathLike, Remote]) -> bool:
+    """Whether two paths (or URIs) name the same file: the same inode locally, the same URI remotely."""
+    ta, tb = _target(a), _target(b)
+    if isinstance(ta, Remote) or isinstance(tb, Remote):
+        return str(ta) == str(tb)
+    try:
+        if ta.exists() and tb.exists():
+            return os.path.samefile(ta, tb)
+    except OSError:
+        pass
+    return ta.resolve() == tb.resolve()
+
+
+def _inside(child: Target, parent: Target) -> bool:
+    if isinstance(child, Remote) or isinstance(parent, Remote):
+        return str(child).startswith(str(parent).rstrip("/") + "/")
+    return parent.resolve() in child.resolve().parents
+
+
+# ---------------------------------------------------------------------------- the writer
+
+
+def write_owned(
+    path: Union[str, os.PathLike, Remote],
+    data: Union[bytes, str],
+    *,
+    what: str = "the output",
+    inputs: Sequence[Any] = (),
+    config: Optional[dict] = None,
+) -> Target:
+    """Write ``data`` at ``path`` as the commit protocol publishes a score output; returns where it went.
+
+    Refused (one-line ``DataError``, nothing written) when ``path`` is one of ``inputs`` (or inside an input
+    directory), or already holds something adherence did not write (no run metadata of ours beside it). The data
+    and its run metadata (``<path>.meta.json``: producer, command, inputs, ``config``) are written under temporary
+    names and committed together; on object storage, in the protocol's order (metadata marked unpublished, the
+    data, the metadata published).
+
+    Example:
+        >>> import tempfile
+        >>> d = Path(tempfile.mkdtemp())
+        >>> _ = write_owned(d / "r.json", "{}")
+        >>> _ = write_owned(d / "r.json", '{"again": 1}')  # ours: replaced
+        >>> (d / "user.txt").write_text("mine") and None
+        >>> write_owned(d / "user.txt", "x")
+        Traceback (most recent call last):
+        ...
+        adherence._errors.DataError: ...user.txt: the output exists and was not written by adherence ...
+    """
+    import shutil
+    import tempfile
+
+    from ..data import run_metadata
+
+    t = _target(path)
+    for src in inputs:
+        if src is None:
+            continue
+        s = _target(src)
+        if same_file(t, s) or same_file(meta_of(t), s) or _inside(t, s):
+            raise DataError(f"{what} would overwrite the input {src}; choose another path", file=str(t))
+    check_replaceable(t, what)
+    store = store_of(t)
+    if not isinstance(t, Remote):
+        t.parent.mkdir(parents=True, exist_ok=True)
+    seen = {x: store.identity(x) for x in (t, meta_of(t))}
+    body = data.encode("utf-8") if isinstance(data, str) else bytes(data)
+    local_inputs = [str(x) for x in inputs if x is not None and not isinstance(_target(x), Remote)]
+    meta = run_metadata(config=config or {}, inputs=[p for p in local_inputs if Path(p).is_file()], hash_inputs=False)
+    meta["outputs"] = {"file": str(t)}
+    staging = Path(tempfile.mkdtemp(prefix="adherence-write-")) if isinstance(t, Remote) else None
+    pub = Publisher(seen, staging=staging)
+    try:
+        tmp = pub.temporary(t)
+        with open(tmp, "wb") as fh:
+            fh.write(body)
+            fh.flush()
+            os.fsync(fh.fileno())
+        pub.add(tmp, t)
+        import json
+
+        pub.add_text(meta_of(t), json.dumps(meta, indent=2, ensure_ascii=False, default=repr) + "\n")
+        pub.publish()
+    except BaseException:
+        pub.discard()
+        raise
+    finally:
+        if staging is not None:
+            shutil.rmtree(staging, ignore_errors=True)
+    return t
+
+
+# ---------------------------------------------------------------------------- the reader
+
+
+@dataclass
+class ScoreOutput:
+    """A score output opened by ``open_scores``.
+
+    Attributes:
+        path: what was opened (as given).
+        table: its rows, scores that were NaN or infinite read as null.
+        meta: the run metadata beside it (None for a table adherence did not write).
+        ours: whether adherence wrote it (its run metadata says so).
+        published: False for an object-storage output whose metadata says it was never published.
+        notes: what the reader changed or noticed, one line each (NaN scores read as null, ...).
+    """
+
+    path: str
+    table: pa.Table
+    meta: Optional[dict]
+    ours: bool
+    published: bool = True
+    notes: list = field(default_factory=list)
+
+    @property
+    def method(self) -> Optional[str]:
+        """The scoring method the output's metadata names (None when it names none)."""
+        cfg = (self.meta or {}).get("config") or {}
+        if cfg.get("method"):
+            return str(cfg["method"])
+        if "method" in self.table.column_names:
+            methods = {m for m in self.table.column("method").to_pylist() if m is not None}
+            if len(methods) == 1:
+                return methods.pop()
+        return None
+
+
+def _read_meta(t: Target) -> Optional[dict]:
+    try:
+        meta = store_of(t).read_json(meta_of(t))
+    except Exception:  # an unreadable metadata file is the same as none: the table is not taken as ours
+        return None
+    return meta if isinstance(meta, dict) else None
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+def _read(t: Target, fmt: Optional[str]) -> pa.Table:
+    from ..data import read_table
+    from ..data._storage import read_parquet
+
+    try:
+        if isinstance(t, Remote):
+            if not t.exists():
+                raise DataError("no such object", file=str(t))
+            return read_parquet(t)
+        if not t.exists():
+            raise DataError("no such file or directory", file=str(t))
+        return read_table(t, format=fmt)
+    except DataError:
+        raise
+    except (pa.ArrowException, OSError, ValueError, UnicodeDecodeError) as exc:
+        raise DataError(
+            f"cannot read it as a score output ({_first_line(exc)}); is it a complete Parquet/JSONL/CSV file?",
+            file=str(t),
+        ) from None
+
+
+def _clean_scores(table: pa.Table, columns: Sequence[str]) -> tuple[pa.Table, list]:
+    """Score columns as float64 with NaN and infinities made null; a note per column that had any."""
+    notes = []
+    for name in columns:
+        if name not in table.column_names:
+            continue
+        col = table.column(name)
+        if not (pa.types.is_floating(col.type) or pa.types.is_integer(col.type) or pa.types.is_decimal(col.type)):
+            continue
+        values = col.cast(pa.float64()).to_numpy(zero_copy_only=False)
+        bad = ~np.isfinite(values) & ~np.asarray(col.is_null().to_numpy(zero_copy_only=False))
+        if bad.any():
+            notes.append(f"{int(bad.sum())} {name!r} value(s) were NaN or infinite: read as no score")
+        mask = ~np.isfinite(values)
+        table = table.set_column(
+            table.column_names.index(name), name, pa.array(np.where(mask, 0.0, values), pa.float64(), mask=mask)
+        )
+    return table, notes
+
+
+def check_unique_keys(table: pa.Table, file: str, keys: Sequence[str] = ("conversation_id", "turn_index")) -> None:
+    """One row per key (with ``method`` in the key when the table holds several methods); the first repeated key
+    is a ``DataError`` naming the file and row."""
+    if not all(k in table.column_names for k in keys):
+        return
+    cols = list(keys)
+    if "method" in table.column_names and len(set(table.column("method").to_pylist())) > 1:
+        cols.append("method")
+    seen: dict = {}
+    for i, key in enumerate(zip(*(table.column(c).to_pylist() for c in cols))):
+        if key in seen:
+            raise DataError(
+                f"key {', '.join(f'{c}={v!r}' for c, v in zip(cols, key))} appears twice (rows {seen[key] + 1} and "
+                f"{i + 1}): a score output has one row per turn",
+                file=file,
+                row=i + 1,
+            )
+        seen[key] = i
+
+
+def open_scores(
+    path: Union[str, os.PathLike],
+    *,
+    format: Optional[str] = None,
+    require_ours: bool = False,
+    allow_unpublished: bool = False,
+    score_columns: Sequence[str] = ("score", "calibrated_score"),
+    what: str = "score output",
+) -> ScoreOutput:
+    """Open a score output for an analysis command: the one place every command reads one.
+
+    Args:
+        path: a local file or directory, or an ``s3://`` / ``gs://`` Parquet output.
+        format: override the format (``parquet``, ``jsonl``, ``csv``, ``json``).
+        require_ours: refuse a table without adherence's run metadata beside it (``compare``, ``cascade``).
+        allow_unpublished: open an object-storage output whose metadata says it was never published (the
+            returned ``published`` is then False, for a banner).
+        score_columns: columns whose NaN / infinite values are read as null.
+
+    Raises:
+        DataError: one line naming the file: missing, unreadable or truncated, not ours when that is required,
+            unpublished, or a key repeated.
+    """
+    t = _target(path)
+    meta = _read_meta(t)
+    ours = _written_by_adherence(meta)
+    if require_ours and not ours:
+        raise DataError(
+            f"not a {what} of adherence (no run metadata {meta_of(t).name} of ours beside it); give an "
+            "`adherence score` output",
+            file=str(t),
+        )
+    published = not (isinstance(meta, dict) and meta.get("published") is False)
+    if not published and not allow_unpublished:
+        raise DataError(
+            "this output was never published (its metadata says published: false: the job that wrote it did not "
+            "finish); run it again with --resume, or open it anyway where the command offers it",
+            file=str(t),
+        )
+    table = _read(t, format)
+    check_unique_keys(table, str(t))
+    table, notes = _clean_scores(table, score_columns)
+    return ScoreOutput(str(path), table, meta, ours, published, notes)
