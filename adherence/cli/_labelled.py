@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from .._errors import OptionError
-from .._options import option
+from .._options import file_path, option
 
 __all__ = [
     "CalibrationOptions",
@@ -15,6 +15,7 @@ __all__ = [
     "format_calibration",
     "format_evaluation",
     "labelled_columns",
+    "read_labelled",
     "read_metadata",
     "resolve_columns",
 ]
@@ -37,6 +38,14 @@ class LabelledOptions:
         "true, 1, pass, ... -- when exactly one does)",
     )
     format: Optional[str] = option(None, help="override the input format (parquet, jsonl, csv, json)")
+    labels: Optional[str] = option(
+        None,
+        type=file_path,
+        metavar="LABELS",
+        help="labels file (Parquet, JSONL or CSV: conversation_id, turn_index, label [, labeller, weight]; what "
+        "`adherence view OUT --label LABELS` writes), joined on (conversation_id, turn_index); it replaces the "
+        "table's own label column, and labels that match no turn are counted and named",
+    )
     n_bootstrap: int = option(
         1000, flag="--bootstrap", metavar="N", help="bootstrap resamples for the intervals (0: none; default 1000)"
     )
@@ -176,6 +185,28 @@ _POSITIVE_WORDS = (
     "in_role",
     "in-role",
 )
+
+
+def read_labelled(input, *, format: Optional[str] = None, labels: Optional[str] = None, require_ours: bool = False):
+    """``(table, meta, join)``: a scored table opened through the one reader of score outputs
+    (``engine.open_scores``), with the labels file joined onto it when one is given (``join`` is then its
+    ``LabelJoin``, else None); the reader's and the join's notes go to stderr."""
+    import sys
+
+    from ..engine._files import open_scores
+
+    out = open_scores(input, format=format, require_ours=require_ours)
+    for note in out.notes:
+        print(f"{input}: {note}", file=sys.stderr)
+    join = None
+    if labels is not None:
+        from ..data._labels import join_labels, read_labels
+
+        table, join = join_labels(out.table, read_labels(labels), file=str(input))
+        for line in join.lines():
+            print(line, file=sys.stderr)
+        return table, out.meta, join
+    return out.table, out.meta, None
 
 
 def read_metadata(path) -> Optional[dict]:

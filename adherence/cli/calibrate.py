@@ -4,18 +4,17 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import sys
 
 from .._options import add_arguments, file_path, values
-from ._common import add_input
+from ._common import add_input, json_text, write_result
 from ._labelled import (
     CalibrationOptions,
     LabelledOptions,
     baseline_lines,
     format_calibration,
     labelled_columns,
-    read_metadata,
+    read_labelled,
 )
 from .main import Command
 
@@ -53,14 +52,13 @@ class CalibrateCommand(Command):
     def run(self, args: argparse.Namespace) -> int:
         from pathlib import Path
 
-        from ..data import DataError, file_digest, read_table
-        from ..role._calibration import save_calibration
+        from ..data import DataError, file_digest
+        from ..role._calibration import calibration_document
         from ..stats import UndefinedMetricError, evaluate_table, fit_calibration
 
         lab = LabelledOptions(**values(LabelledOptions, args))
         fit = CalibrationOptions(**values(CalibrationOptions, args))
-        table = read_table(args.input, format=lab.format)
-        meta = read_metadata(args.input)
+        table, meta, join = read_labelled(args.input, format=lab.format, labels=lab.labels)
         score, label, positive, _, note = labelled_columns(
             table, meta, lab, "none", file=str(args.input), doing="calibrating"
         )
@@ -102,8 +100,12 @@ class CalibrateCommand(Command):
             "n_unscored": result["n_unscored"],
             "n_unlabeled": result["n_unlabeled"],
         }
+        if join is not None and lab.labels is not None:
+            source["labels"] = join.describe()
+            source["labels_digest"] = file_digest(Path(lab.labels), "sha256")
         out = Path(args.output)
-        doc = save_calibration(out, cal, source)
+        inputs = [args.input, lab.labels]
+        doc = calibration_document(cal, source)
         after_label = f"after (held-out, {cal['folds']}-fold)"
         if args.html:
             from ..report import write_evaluation_html
@@ -117,11 +119,12 @@ class CalibrateCommand(Command):
                 meta=meta,
                 title=f"adherence calibrate: {args.input}",
                 calibration=dict(cal, after_label=after_label, file=str(out)),
+                inputs=inputs,
             )
             print(f"wrote {path}", file=sys.stderr)
-        print(f"wrote {out}", file=sys.stderr)
+        write_result(out, json_text(doc, indent=None), inputs=inputs, what="the calibration file")
         if args.json:
-            print(json.dumps(doc, indent=2, allow_nan=False))
+            print(json_text(doc))
         else:
             print(format_calibration(cal, after_label=after_label))
             print("\n".join(baseline_lines(result.get("baselines"))).lstrip("\n"))

@@ -4,12 +4,11 @@ all of them (prediction-powered inference, PPI++), beside the labels-only and ju
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 from .._options import add_arguments, values
-from ._common import add_input, add_result_outputs
-from ._labelled import LabelledOptions, read_metadata, resolve_columns
+from ._common import add_input, add_result_outputs, json_text, write_result
+from ._labelled import LabelledOptions, read_labelled, resolve_columns
 from .main import Command
 
 
@@ -55,38 +54,36 @@ class EstimateCommand(Command):
             "scored turns (an `adherence score` output, or any table with a score column) where a random "
             "sample of rows carries a label",
         )
-        add_arguments(p, LabelledOptions, ["score", "label", "positive", "format"])
+        add_arguments(p, LabelledOptions, ["score", "label", "positive", "format", "labels"])
         p.add_argument("--confidence", type=float, default=0.9, help="coverage of the intervals (default 0.9: 90%%)")
         p.add_argument("--by", metavar="COLUMN", help="also one estimate per value of this column (e.g. role)")
         add_result_outputs(p, page="the three estimates drawn")
 
     def run(self, args: argparse.Namespace) -> int:
-        from pathlib import Path
-
         from .._errors import OptionError
-        from ..data import read_table
         from ..stats import estimate_table
 
         if not 0 < args.confidence < 1:
             raise OptionError(f"--confidence must be in (0, 1), got {args.confidence}")
-        lab = values(LabelledOptions, args, ["score", "label", "positive", "format"])
-        table = read_table(args.input, format=lab["format"])
-        meta = read_metadata(args.input)
+        lab = values(LabelledOptions, args, ["score", "label", "positive", "format", "labels"])
+        table, meta, join = read_labelled(args.input, format=lab["format"], labels=lab["labels"])
         score, label, positive, _ = resolve_columns(
             table, meta, lab["score"], lab["label"], lab["positive"], "none", file=str(args.input)
         )
+        weight = "label_weight" if "label_weight" in table.column_names else None
         result = estimate_table(
             table, score=score, label=label, positive=positive, confidence=args.confidence, by=args.by,
-            file=str(args.input),
+            file=str(args.input), weight=weight,
         )  # fmt: skip
         result["input"] = str(args.input)
+        if join is not None:
+            result["labels"] = join.describe()
+        inputs = [args.input, lab["labels"]]
         if args.output:
-            Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-            Path(args.output).write_text(json.dumps(result, indent=2, allow_nan=False) + "\n", encoding="utf-8")
-            print(f"wrote {args.output}", file=sys.stderr)
+            write_result(args.output, result, inputs=inputs)
         if args.html:
             from ..report import write_estimate_html
 
-            print(f"wrote {write_estimate_html(args.html, result)}", file=sys.stderr)
-        print(json.dumps(result, indent=2, allow_nan=False) if args.json else format_estimate(result))
+            print(f"wrote {write_estimate_html(args.html, result, inputs=inputs)}", file=sys.stderr)
+        print(json_text(result) if args.json else format_estimate(result))
         return 0

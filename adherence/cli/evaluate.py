@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 from .._errors import OptionError
 from .._options import add_arguments, file_path, values
-from ._common import add_input, add_result_outputs
-from ._labelled import LabelledOptions, format_calibration, format_evaluation, labelled_columns, read_metadata
+from ._common import add_input, add_result_outputs, json_text, write_result
+from ._labelled import LabelledOptions, format_calibration, format_evaluation, labelled_columns, read_labelled
 from .main import Command
 
 
@@ -35,12 +34,10 @@ class EvaluateCommand(Command):
         )
 
     def run(self, args: argparse.Namespace) -> int:
-        from ..data import read_table
         from ..stats import evaluate_table
 
         lab = LabelledOptions(**values(LabelledOptions, args))
-        table = read_table(args.input, format=lab.format)
-        meta = read_metadata(args.input)
+        table, meta, join = read_labelled(args.input, format=lab.format, labels=lab.labels)
         cal = None
         if args.calibration:
             from ..role._calibration import load_calibration
@@ -70,6 +67,9 @@ class EvaluateCommand(Command):
         if note:
             print(note, file=sys.stderr)
         result["input"] = str(args.input)
+        if join is not None:
+            result["labels"] = join.describe()
+        inputs = [args.input, lab.labels, args.calibration]
         if args.prediction:
             result["prediction_column"] = args.prediction
         calibration = None
@@ -104,18 +104,15 @@ class EvaluateCommand(Command):
                 title=f"adherence evaluate: {args.input}",
                 meta=meta if isinstance(meta, dict) else None,
                 calibration=calibration,
+                inputs=inputs,
             )
             print(f"wrote {path}", file=sys.stderr)
         for m, why in result["undefined"].items():
             print(f"warning: {m} is undefined: {why}", file=sys.stderr)
         if args.output:
-            from pathlib import Path
-
-            Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-            Path(args.output).write_text(json.dumps(result, indent=2, allow_nan=False) + "\n", encoding="utf-8")
-            print(f"wrote {args.output}", file=sys.stderr)
+            write_result(args.output, result, inputs=inputs)
         if args.json:
-            print(json.dumps(result, indent=2, allow_nan=False))
+            print(json_text(result))
         else:
             print(format_evaluation(result))
             if calibration is not None:

@@ -57,6 +57,7 @@ def ppi_mean(
     clusters_labelled=None,
     clusters_unlabelled=None,
     lam: Optional[float] = None,
+    weights=None,
 ) -> dict:
     """The prediction-powered estimate of ``mean(y)`` with its interval, beside the labels-only one.
 
@@ -68,6 +69,10 @@ def ppi_mean(
         clusters_labelled, clusters_unlabelled: each row's conversation (None: rows are independent).
         lam: the weight of the judge (None: tuned for the smallest variance and clipped to [0, 1] as
             ``ppi_py`` does; 0 is the labels alone, 1 plain PPI).
+        weights: the labelled rows' design weights (1 / inclusion probability) when the labels were sampled
+            with unequal probabilities; normalised to mean 1 as ``ppi_py``'s ``w`` is, the rectifier and the
+            labels-only mean are weighted by them (a Hajek estimate). ``f_unlabelled`` should then be the scores
+            of every row, labelled ones included (the labelled rows are not a sample of the rest).
 
     Returns:
         ``{"estimate", "ci_low", "ci_high", "se", "lam", "classical": {...}, "judge_only",
@@ -93,19 +98,24 @@ def ppi_mean(
         )
     if not (np.isfinite(y).all() and np.isfinite(f).all() and np.isfinite(fu).all()):
         raise OptionError("labels and scores must be finite (leave unscored rows out)")
+    w = np.ones(n) if weights is None else np.asarray(weights, dtype=np.float64)
+    if len(w) != n or not (np.isfinite(w).all() and (w > 0).all()):
+        raise OptionError(f"`weights` must be {n} positive finite numbers, one per labelled row")
+    w = w / w.mean()
     cl = None if clusters_labelled is None else np.asarray(clusters_labelled)
     cu = None if clusters_unlabelled is None else np.asarray(clusters_unlabelled)
     if lam is None:
-        cov = float(((y - y.mean()) * (f - f.mean())).mean())
-        var = float(np.var(np.concatenate([f, fu]), ddof=1))
+        wy, wf = w * y, w * f
+        cov = float(((wy - wy.mean()) * (wf - wf.mean())).mean())
+        var = float(np.var(np.concatenate([wf, fu]), ddof=1))
         lam = float(np.clip(cov / ((1 + n / big_n) * var), 0.0, 1.0)) if var > 0 else 0.0
-    estimate = float(lam * fu.mean() + (y - lam * f).mean())
-    variance = _mean_variance(lam * fu, cu) + _mean_variance(y - lam * f, cl)
-    classical_var = _mean_variance(y, cl)
+    estimate = float(lam * fu.mean() + (w * (y - lam * f)).mean())
+    variance = _mean_variance(lam * fu, cu) + _mean_variance(w * (y - lam * f), cl)
+    classical_var = _mean_variance(w * y, cl)
     out = _interval(estimate, variance, confidence)
     out.update(
         lam=lam,
-        classical=_interval(float(y.mean()), classical_var, confidence),
+        classical=_interval(float((w * y).mean()), classical_var, confidence),
         judge_only=float(np.concatenate([f, fu]).mean()),
         effective_labels=float(n * classical_var / variance) if variance > 0 else None,
         n_labelled=n,
@@ -125,11 +135,14 @@ def estimate_table(
     by: Optional[str] = None,
     cluster: Optional[str] = "conversation_id",
     file: Optional[str] = None,
+    weight: Optional[str] = None,
 ) -> dict:
     """The adherent share of a scored table by ``ppi_mean``: rows with a ``label`` are the labelled sample
     (1 when the label is ``positive``), every row's ``score`` is the judge's; rows without a score are left
     out and counted. Clustered by ``cluster`` when the table has that column; ``by`` adds one estimate per
-    value of that column.
+    value of that column. ``weight`` names the labelled rows' design-weight column (a labels file's ``weight``,
+    joined as ``label_weight``): the labels were drawn with unequal probabilities, the rectifier is weighted, and
+    the judge's mean is taken over every scored row.
 
     Raises:
         DataError: a missing column, or too few labelled / unlabelled rows (naming the file and column).
@@ -146,6 +159,11 @@ def estimate_table(
     has_label = np.array([v is not None for v in labels])
     y = np.array([float(str(v) == str(positive)) for v in labels])
     clusters = np.asarray([str(c) for c in table.column(cluster).to_pylist()]) if cluster and cluster in cols else None
+    w = None
+    if weight is not None:
+        w = np.asarray(table.column(weight).cast("float64").fill_null(np.nan).to_numpy(zero_copy_only=False))
+        if not np.isfinite(w[has_label & scored]).all():
+            raise DataError("every labelled row needs a design weight", file=file, column=weight)
 
     def one(mask: np.ndarray) -> dict:
         lab, unl = mask & scored & has_label, mask & scored & ~has_label
@@ -156,20 +174,23 @@ def estimate_table(
                 file=file,
                 column=label,
             )
+        pop = (mask & scored) if w is not None else unl
         r = ppi_mean(
             y[lab],
             s[lab],
-            s[unl],
+            s[pop],
             confidence=confidence,
             clusters_labelled=None if clusters is None else clusters[lab],
-            clusters_unlabelled=None if clusters is None else clusters[unl],
+            clusters_unlabelled=None if clusters is None else clusters[pop],
+            weights=None if w is None else w[lab],
         )
         r["n"] = int((mask & scored).sum())
         r["n_unscored"] = int((mask & ~scored).sum())
         return r
 
     out = one(np.ones(len(s), dtype=bool))
-    out.update(score_column=score, label_column=label, positive=str(positive), clustered_by=None)
+    out.update(score_column=score, label_column=label, positive=str(positive), clustered_by=None,
+               design_weighted=w is not None)  # fmt: skip
     if clusters is not None:
         out["clustered_by"] = cluster
     if by is not None:

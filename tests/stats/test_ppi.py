@@ -143,3 +143,47 @@ def test_estimate_without_labelled_rows_is_one_line(tmp_path, capsys):
     assert main(["estimate", str(path), "--positive", "adherent"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "needs >= 2 and >= 1" in err[0] and "scored.parquet" in err[0]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_design_weights_equal_ppi_python_weighted(seed):
+    """Labels drawn with unequal probabilities: the weighted estimate and interval are ppi-python's with ``w``."""
+    ppi_py = pytest.importorskip("ppi_py")
+    rng = np.random.default_rng(seed)
+    y, f, fu = _draw(rng, 120, 3000)
+    w = rng.uniform(1, 8, len(y))
+    for lam in (0.0, 0.6, 1.0):
+        r = ppi_mean(y, f, fu, weights=w, lam=lam, confidence=0.9)
+        assert abs(r["estimate"] - float(ppi_py.ppi_mean_pointestimate(y, f, fu, lam=lam, w=w)[0])) < 1e-12
+        lo, hi = ppi_py.ppi_mean_ci(y, f, fu, alpha=0.1, lam=lam, w=w)
+        assert abs(r["ci_low"] - float(lo[0])) < 1e-9 and abs(r["ci_high"] - float(hi[0])) < 1e-9
+    with pytest.raises(ValueError, match="weights"):
+        ppi_mean(y, f, fu, weights=w[:-1])
+
+
+def test_a_by_score_sample_stays_unbiased_where_the_plain_mean_is_not():
+    """Oversampling low scores biases the labels' plain mean; the design-weighted estimate is unbiased."""
+    from adherence.view._labelling import draw_sample
+
+    rng = np.random.default_rng(5)
+    big_n = 4000
+    y_all = rng.binomial(1, 0.8, big_n).astype(float)
+    f_all = np.clip(0.5 * y_all + 0.25 + rng.normal(0, 0.15, big_n), 0, 1)
+    keys = [(str(i), 0) for i in range(big_n)]
+    plain, weighted = [], []
+    for rep in range(200):
+        drawn = draw_sample(keys, f_all, 150, "by-score", rep)
+        idx = np.array([int(c) for c, _, _ in drawn])
+        w = np.array([wt for _, _, wt in drawn])
+        assert abs(w.sum() - big_n) < 1e-6  # the weights of a stratified sample add up to the population
+        weight = dict(zip(idx.tolist(), w))
+        t = pa.table({"conversation_id": [str(i) for i in range(big_n)], "score": f_all,
+                      "label": [("adherent" if y_all[i] else "violation") if i in weight else None
+                                for i in range(big_n)],
+                      "label_weight": [weight.get(i) for i in range(big_n)]})  # fmt: skip
+        r = estimate_table(t, score="score", label="label", positive="adherent", weight="label_weight")
+        weighted.append(r["estimate"])
+        plain.append(y_all[idx].mean())
+    truth = y_all.mean()
+    assert abs(np.mean(weighted) - truth) < 0.01
+    assert np.mean(plain) < truth - 0.05  # the low strata are oversampled: the plain mean is far off
