@@ -28,6 +28,10 @@ COMMANDS = {
         "adherence.cli.cascade:CascadeCommand",
         "judge cascades: accept a cheap judge's verdict only where it is confident enough, with a guarantee",
     ),
+    "classifier": (
+        "adherence.cli.classifier:ClassifierCommand",
+        "train a classifier on your labels over the bundled encoder (then score --method classifier)",
+    ),
     "compare": (
         "adherence.cli.compare:CompareCommand",
         "two score outputs of the same turns, paired; --fail-if-worse-by D gates a release",

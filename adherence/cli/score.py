@@ -152,7 +152,15 @@ class ScoreCommand(Command):
         add_arguments(
             p,
             RoleConfig,
-            ["encoder", "encoder_precision", "nli_model", "bertscore_layer", "bertscore_idf", "bertscore_baseline"],
+            [
+                "encoder",
+                "encoder_precision",
+                "nli_model",
+                "classifier",
+                "bertscore_layer",
+                "bertscore_idf",
+                "bertscore_baseline",
+            ],  # fmt: skip
         )
         from ._common import add_judge_args
 

@@ -12,7 +12,7 @@ import pyarrow as pa
 
 from .._errors import OptionError
 from .._fingerprint import COSMETIC
-from .._options import model_name, option
+from .._options import file_path, model_name, option
 from .._registry import unknown_name
 from ..models._onnx import encoder_precision_option
 
@@ -31,6 +31,8 @@ METHODS = {
     "bertscore": "adherence.role._bertscore:BertScoreMethod",
     "nli": "adherence.role._nli:NliMethod",
     "llm_judge": "adherence.role._judge:LlmJudgeMethod",
+    "scope": "adherence.role._scope:ScopeMethod",
+    "classifier": "adherence.role._classifier:ClassifierMethod",
 }
 
 
@@ -91,6 +93,14 @@ class RoleConfig:
         None, flag="--baseline", type=float, help="bertscore F1 baseline for rescaling"
     )
     nli_model: Optional[str] = option(None, type=model_name, help="local path of an NLI model (method nli)")
+    classifier: Optional[str] = option(
+        None,
+        type=file_path,
+        metavar="CLF.json",
+        help="method classifier: the classifier file from `adherence classifier fit` (checked when loaded)",
+    )
+    # the classifier file's content digest (set from the file): a refitted file at the same path rescored on resume
+    classifier_digest: Optional[str] = None
     judge: Optional[Any] = None
     reference_file: Optional[str] = field(default=None, metadata=COSMETIC)  # its texts are the input's
     threshold: float = 0.5
@@ -144,6 +154,18 @@ class RoleConfig:
             raise OptionError(f"`lam` must be >= 0, got {self.lam}")
         if self.pca_components < 1 or self.kl_vocab < 1 or (self.batch_size is not None and self.batch_size < 1):
             raise OptionError("`pca_components`, `kl_vocab` and `batch_size` must be >= 1")
+        if self.classifier is not None:
+            import os
+
+            from ._classifier_file import load_classifier
+
+            if "://" not in self.classifier:
+                self.classifier = os.path.abspath(self.classifier)  # workers on other nodes get an absolute path
+            if self.method != "classifier":
+                raise OptionError("--classifier goes with --method classifier")
+            self.classifier_digest = load_classifier(self.classifier).digest
+        elif self.method == "classifier":
+            raise OptionError("--method classifier needs --classifier CLF.json (from `adherence classifier fit`)")
         if self.bertscore_baseline is not None and not self.bertscore_baseline < 1:
             raise OptionError(f"`bertscore_baseline` must be < 1, got {self.bertscore_baseline}")
 

@@ -1,0 +1,132 @@
+"""``adherence classifier fit INPUT --labels LABELS -o CLF.json``: a regularised logistic model over the bundled
+encoder's features, trained on the user's labels, measured out of fold beside the trivial baselines."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .._errors import OptionError
+from .._options import file_path, model_name
+from .main import Command
+
+
+def format_fit(doc: dict, n: int, n_pos: int) -> str:
+    """The cross-validated AUC beside the trivial baselines', and the gain over them."""
+    cv = doc["cv"]
+    b = cv.get("baselines") or {}
+    lines = [
+        f"classifier on {n} labelled turns ({n_pos} adherent, {n - n_pos} violation): {cv['folds']}-fold "
+        f"out-of-fold AUC {cv['auc']:.4f}",
+    ]
+    if b:
+        aucs = "  ".join(f"{k.replace('_', ' ')} {v:.4f}" for k, v in b["auc"].items())
+        lines += [
+            f"trivial baselines on the same turns (AUC): {aucs}",
+            f"  {cv['folds']}-fold logistic on the baselines alone {b['cv_auc_baselines']:.4f}; the classifier's gain "
+            f"over it {cv['auc'] - b['cv_auc_baselines']:+.4f}",
+        ]
+    return "\n".join(lines)
+
+
+class ClassifierCommand(Command):
+    name = "classifier"
+
+    def add_args(self, p: argparse.ArgumentParser) -> None:
+        sub = p.add_subparsers(dest="step", metavar="STEP", required=True)
+        f = sub.add_parser("fit", help="train on labelled turns; prints its out-of-fold AUC beside the baselines")
+        f.add_argument("input", type=file_path, help="the turns: a log, traces, or a score output of them")
+        f.add_argument(
+            "--labels",
+            type=file_path,
+            metavar="LABELS",
+            help="labels file (what `adherence view OUT --label LABELS` writes; default: the input's label column)",
+        )
+        f.add_argument("--positive", help="label value of the adherent class (default: read from the values)")
+        f.add_argument("-o", "--output", type=file_path, required=True, metavar="CLF.json", help="the classifier file")
+        f.add_argument("--role", dest="role_text", metavar="TEXT", help="the role of every turn (logs without one)")
+        f.add_argument("--encoder", type=model_name, help="encoder (default: the bundled all-MiniLM-L6-v2)")
+        f.add_argument("--l2", type=float, default=1.0, help="ridge penalty on the standardised coefficients")
+        f.add_argument("--folds", type=int, default=5, help="folds of the out-of-fold check (default 5)")
+        f.add_argument("--seed", type=int, default=42, help="seed of the folds (default 42)")
+
+    def run(self, args: argparse.Namespace) -> int:
+        import numpy as np
+
+        from ..data import DataError, file_digest, read_turns
+        from ..models import Encoder
+        from ..role._classifier import classifier_document, classifier_features, fit_classifier
+        from ..stats._baselines import baseline_report, text_baselines
+        from ._common import write_result
+        from ._labelled import resolve_columns
+
+        if not args.l2 > 0:
+            raise OptionError(f"--l2 must be > 0, got {args.l2}")
+        if args.folds < 2:
+            raise OptionError(f"--folds must be >= 2, got {args.folds}")
+        from ..engine._files import open_scores
+
+        src = str(args.input)
+        from ._labelled import read_metadata
+
+        # a score output of ours through the one reader; a log (transcripts, traces, a turns table) through the turns'
+        table = open_scores(args.input, score_columns=()).table if read_metadata(args.input) else read_turns(args.input)
+        if args.role_text:
+            import pyarrow as pa
+
+            if "role" in table.column_names:
+                table = table.drop_columns(["role"])
+            table = table.append_column("role", pa.array([args.role_text] * table.num_rows, pa.string()))
+        join = None
+        if args.labels:
+            from ..data._labels import join_labels, read_labels
+
+            table, join = join_labels(table, read_labels(args.labels), file=src)
+            for line in join.lines():
+                print(line, file=sys.stderr)
+        _, label, positive, _ = resolve_columns(table, None, "assistant", None, args.positive, "none", file=src)
+        labels = table.column(label).to_pylist()
+        rows = [i for i, v in enumerate(labels) if v is not None]
+        a, r, u = (table.column(c).to_pylist() if c in table.column_names else [None] * table.num_rows
+                   for c in ("assistant", "role", "user"))  # fmt: skip
+        rows = [i for i in rows if a[i] and str(a[i]).strip()]
+        if not rows:
+            raise DataError("no labelled turn with a reply to train on", file=src, column=label)
+        missing = [i for i in rows if not (r[i] and str(r[i]).strip())]
+        if missing:
+            raise DataError(
+                "the classifier reads each turn's role (the system prompt); this turn has none: give --role",
+                file=src,
+                row=missing[0] + 1,
+                column="role",
+            )
+        y = np.array([int(str(labels[i]) == str(positive)) for i in rows], dtype=np.int8)
+        enc = Encoder(args.encoder, progress=not args.no_progress)
+        ra, rr, ru = [a[i] for i in rows], [r[i] for i in rows], [u[i] for i in rows]
+        x = classifier_features(enc, rr, ru, ra)
+        fit = fit_classifier(x, y, l2=args.l2, folds=args.folds, seed=args.seed)
+        base = baseline_report(
+            y, np.asarray(fit["cv"]["oof"]), text_baselines({"assistant": ra, "role": rr, "user": ru}),
+            folds=args.folds, seed=args.seed,
+        )  # fmt: skip
+        dim = x.shape[1] - 6
+        source = {
+            "input": src,
+            "labels": None if join is None else join.describe(),
+            "labels_digest": file_digest(args.labels, "sha256") if args.labels else None,
+            "label_column": label,
+            "positive": str(positive),
+            "n": len(rows),
+            "n_positive": int(y.sum()),
+        }
+        doc = classifier_document(fit, encoder=enc, dim=dim, source=source, baselines=base)
+        write_result(args.output, doc, inputs=[args.input, args.labels], what="the classifier file")
+        print(format_fit(doc, len(rows), int(y.sum())))
+        if base is not None and (not base["beats_baselines"] or fit["cv"]["auc"] <= base["cv_auc_baselines"]):
+            print(
+                f"WARNING: the classifier does not beat the trivial baselines on these labels: {base.get('note') or ''}"
+                " -- its scores add nothing that reply length and word overlap do not already say; label more turns, "
+                "or check the labels",
+                file=sys.stderr,
+            )
+        return 0
