@@ -35,6 +35,23 @@ class ViewCommand(Command):
         p.add_argument(
             "--top", type=int, default=50, metavar="N", help="with --export-html: conversations (default 50)"
         )
+        g = p.add_argument_group("labelling (the page at /label)")
+        g.add_argument(
+            "--label",
+            type=file_path,
+            metavar="LABELS.jsonl",
+            help="label a sample of the first output's turns into this labels file (created with the sample; "
+            "reopened, it resumes where it stopped); every command reads it with --labels",
+        )
+        g.add_argument("--sample", type=int, metavar="N", help="turns to sample (default 100; a new labels file only)")
+        g.add_argument(
+            "--design",
+            choices=("uniform", "by-score"),
+            help="uniform (default: estimates from it are plain) or by-score (the same number from each score "
+            "quintile, each turn's weight recorded so estimates stay unbiased)",
+        )
+        g.add_argument("--seed", type=int, help="seed of the sample (default 0; recorded in the labels file)")
+        g.add_argument("--labeller", help="your name, kept on every label (default: the login name)")
 
     def run(self, args: argparse.Namespace) -> int:
         from ..view import ScoreStore, export_html, serve
@@ -44,11 +61,54 @@ class ViewCommand(Command):
         if args.top < 1:
             raise OptionError(f"--top must be >= 1, got {args.top}")
         if args.export_html:
+            if args.label:
+                raise OptionError("--label opens the labelling page: it does not go with --export-html")
             store = ScoreStore(args.outputs)
-            print(f"wrote {export_html(store, args.export_html, top=args.top)}", file=sys.stderr)
+            print(f"wrote {export_html(store, args.export_html, top=args.top, inputs=args.outputs)}", file=sys.stderr)
             return 0
+        session = None
+        if args.label:
+            session = _label_session(args)
+        elif any(v is not None for v in (args.sample, args.design, args.seed, args.labeller)):
+            raise OptionError("--sample, --design, --seed and --labeller go with --label LABELS.jsonl")
         try:
-            serve(args.outputs, args.host, args.port)
+            serve(args.outputs, args.host, args.port, session=session)
         except KeyboardInterrupt:
             print("adherence view: stopped", file=sys.stderr)
         return 0
+
+
+def _label_session(args: argparse.Namespace):
+    """The labelling session of ``--label``: the first output's turns through the one reader of score outputs."""
+    import getpass
+
+    import numpy as np
+
+    from ..data import DataError
+    from ..engine._files import open_scores
+    from ..view._labelling import LabelSession
+
+    if not str(args.label).lower().endswith(".jsonl"):
+        raise DataError("the viewer writes labels as JSON lines: give a .jsonl file", file=args.label)
+    if args.sample is not None and args.sample < 1:
+        raise OptionError(f"--sample must be >= 1, got {args.sample}")
+    out = open_scores(args.outputs[0])
+    t = out.table
+    for c in ("conversation_id", "turn_index"):
+        if c not in t.column_names:
+            raise DataError(f"labelling needs a {c} column", file=args.outputs[0], column=c)
+    keys = list(zip((str(c) for c in t.column("conversation_id").to_pylist()),
+                    (int(x) for x in t.column("turn_index").to_pylist())))  # fmt: skip
+    scores = (
+        np.asarray(t.column("score").fill_null(np.nan).to_numpy(zero_copy_only=False), dtype=np.float64)
+        if "score" in t.column_names
+        else np.full(len(keys), np.nan)
+    )
+    try:
+        who = args.labeller or getpass.getuser()
+    except (KeyError, OSError):
+        who = "labeller"
+    return LabelSession(
+        args.label, keys, scores, labeller=who, source=str(args.outputs[0]), sample=args.sample,
+        design=args.design, seed=args.seed,
+    )  # fmt: skip

@@ -1,0 +1,279 @@
+"""Labelling in the viewer: a sample of turns drawn with a recorded seed, one label written durably at a time.
+
+The labels file (``adherence.data._labels``) is an append-only log of JSON lines. It is created through the one
+owner-checked writer (with its first line, the sample: seed, design, size and each sampled turn's design weight),
+and then only appended to, one line per action, each flushed to disk (``fsync``) before the action is answered:
+a killed server loses nothing that was answered, and a reopened one draws nothing new -- it reads the sample from
+the file's first line and resumes at the first turn this labeller has not labelled.
+
+Designs:
+
+- ``uniform``: a simple random sample of the output's turns; every weight is population / sample, and estimates
+  from it are the plain ones.
+- ``by-score``: stratified by the score (five strata of equal width over the score's range, unscored turns a
+  stratum of their own), the same number of turns from each: the rare low scores are drawn far more often than
+  their share, for training and calibration. Each turn records its weight (stratum size / turns drawn from it) so
+  ``estimate`` stays unbiased.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+import numpy as np
+
+from .._errors import OptionError
+from ..data import DataError
+from ..data._labels import LABELS_HEADER, SKIP, read_labels
+
+__all__ = ["DESIGNS", "LABEL_VALUES", "LabelSession", "draw_sample"]
+
+DESIGNS = ("uniform", "by-score")
+LABEL_VALUES = ("adherent", "violation", SKIP)
+_STRATA = 5
+
+
+def draw_sample(keys: list, scores: np.ndarray, n: int, design: str, seed: int) -> list:
+    """``[(conversation_id, turn_index, weight), ...]`` in the order to label them: ``n`` of ``keys`` drawn by
+    ``design`` with ``numpy.random.default_rng(seed)``; ``weight`` is 1 / the turn's inclusion probability."""
+    if design not in DESIGNS:
+        raise OptionError(f"--design must be one of {', '.join(DESIGNS)}, got {design!r}")
+    big_n = len(keys)
+    if n < 1:
+        raise OptionError(f"--sample must be >= 1, got {n}")
+    n = min(n, big_n)
+    rng = np.random.default_rng(seed)
+    if design == "uniform":
+        idx = rng.choice(big_n, size=n, replace=False)
+        return [(keys[i][0], keys[i][1], big_n / n) for i in idx]
+    s = np.asarray(scores, dtype=np.float64)
+    finite = np.isfinite(s)
+    stratum = np.full(big_n, _STRATA)  # unscored turns: a stratum of their own
+    if finite.any():
+        lo, hi = float(s[finite].min()), float(s[finite].max())
+        edges = np.linspace(lo, hi, _STRATA + 1)[1:-1]  # equal widths: rare scores get strata of their own
+        stratum[finite] = np.searchsorted(edges, s[finite], side="right")
+    groups = [np.flatnonzero(stratum == h) for h in range(_STRATA + 1)]
+    groups = [g for g in groups if len(g)]
+    take = [0] * len(groups)
+    left = n
+    while left:  # equal allocation, what a small stratum cannot take goes to the others
+        open_ = [i for i, g in enumerate(groups) if take[i] < len(g)]
+        share = max(1, left // len(open_))
+        for i in open_:
+            add = min(share, len(groups[i]) - take[i], left)
+            take[i] += add
+            left -= add
+            if not left:
+                break
+    out = []
+    for g, k in zip(groups, take):
+        if k:
+            for i in rng.choice(g, size=k, replace=False):
+                out.append((keys[i][0], keys[i][1], len(g) / k))
+    order = rng.permutation(len(out))
+    return [out[i] for i in order]
+
+
+@dataclass
+class _Progress:
+    labelled: int
+    skipped: int
+    size: int
+
+
+class LabelSession:
+    """One labels file being written by one labeller over one score output.
+
+    Args:
+        path: the labels file (JSONL); created with the sample when it does not exist, resumed when it does.
+        keys: the output's turns ``[(conversation_id, turn_index)]``, and ``scores`` their scores (NaN: none).
+        sample, design, seed: the sample to draw when the file is new (given again on a resumed file, they must
+            match its record).
+        labeller: who labels (kept on every line).
+        source: the score output (recorded in the sample).
+    """
+
+    def __init__(
+        self,
+        path: str,
+        keys: list,
+        scores: np.ndarray,
+        *,
+        labeller: str,
+        source: str,
+        sample: Optional[int] = None,
+        design: Optional[str] = None,
+        seed: Optional[int] = None,
+    ) -> None:
+        self.path = Path(path)
+        self.labeller = labeller
+        self._lock = threading.Lock()
+        self.scores = {k: float(s) for k, s in zip(keys, scores)}
+        if self.path.exists():
+            labels = read_labels(self.path)
+            if labels.sample is None:
+                raise DataError(
+                    "this labels file has no sample record (its first line): it was not started by `adherence view "
+                    "--label`; give a new file to label into",
+                    file=str(self.path),
+                )
+            rec = labels.sample
+            for name, given in (("size", sample), ("design", design), ("seed", seed)):
+                if given is not None and rec.get(name) != given:
+                    raise OptionError(
+                        f"{self.path} holds a sample with {name} {rec.get(name)!r}, not {given!r}: resume it without "
+                        f"--sample/--design/--seed, or label into a new file"
+                    )
+            present = set(self.scores)
+            gone = [k for k in rec["turns"] if (k[0], k[1]) not in present]
+            if gone:
+                raise DataError(
+                    f"{len(gone)} sampled turn(s) are not in {source} (first: {gone[0][0]}/{gone[0][1]}): is this the "
+                    "labels file of this output?",
+                    file=str(self.path),
+                )
+            self.record = rec
+        else:
+            size = 100 if sample is None else sample
+            design = design or "uniform"
+            seed = 0 if seed is None else seed
+            drawn = draw_sample(keys, scores, size, design, seed)
+            self.record = {
+                "size": size,
+                "design": design,
+                "seed": seed,
+                "population": len(keys),
+                "source": source,
+                "created": _now(),
+                "turns": [[c, t, w] for c, t, w in drawn],
+            }
+            from ..engine._files import write_owned
+
+            header = json.dumps({LABELS_HEADER: 1, "sample": self.record}, ensure_ascii=False) + "\n"
+            write_owned(self.path, header, what="the labels file", inputs=[source])
+        self.turns = [(str(c), int(t)) for c, t, _ in self.record["turns"]]
+        self.weights = {(str(c), int(t)): float(w) for c, t, w in self.record["turns"]}
+
+    # ---------------------------------------------------------------- reading
+
+    def labels(self):
+        return read_labels(self.path)
+
+    def mine(self) -> dict:
+        """This labeller's labels in force (skips included), by key."""
+        out = {}
+        for (cid, ti, who), e in self.labels().latest().items():
+            if who == self.labeller and e["label"] is not None:
+                out[(cid, ti)] = e["label"]
+        return out
+
+    def position(self) -> int:
+        """The first sampled turn this labeller has not labelled (the sample's size when all are)."""
+        mine = self.mine()
+        return next((i for i, k in enumerate(self.turns) if k not in mine), len(self.turns))
+
+    def state(self) -> dict:
+        """The sample's progress, the estimate the labels give now, and the labellers' agreement."""
+        labels = self.labels()
+        mine = {k: v for k, v in self.mine().items() if k in self.weights}
+        done = sum(v != SKIP for v in mine.values())
+        return {
+            "labeller": self.labeller,
+            "file": str(self.path),
+            "design": self.record["design"],
+            "seed": self.record["seed"],
+            "size": len(self.turns),
+            "population": self.record["population"],
+            "labelled": done,
+            "skipped": sum(v == SKIP for v in mine.values()),
+            "position": self.position(),
+            "labels": {f"{c}\x00{t}": v for (c, t), v in mine.items()},
+            "estimate": self._estimate(labels),
+            "agreement": _agreement(labels),
+        }
+
+    def _estimate(self, labels) -> Optional[dict]:
+        """The adherent share the labels give now: prediction-powered with the output's scores when there are
+        some, from the labels alone otherwise; each weighted by the design (90% interval)."""
+        from ..stats._ppi import ppi_mean
+
+        resolved, _, _ = labels.resolved()
+        keys = [k for k in resolved if k in self.weights and resolved[k] in ("adherent", "violation")]
+        if len(keys) < 2:
+            return None
+        y = np.array([float(resolved[k] == "adherent") for k in keys])
+        w = np.array([self.weights[k] for k in keys])
+        f = np.array([self.scores.get(k, np.nan) for k in keys])
+        every = np.array([v for v in self.scores.values() if np.isfinite(v)])
+        if np.isfinite(f).all() and len(every) > len(keys):
+            r = ppi_mean(y, f, every, weights=w)
+            return {"estimate": r["estimate"], "ci_low": r["ci_low"], "ci_high": r["ci_high"], "n": len(keys),
+                    "how": "prediction-powered, 90%"}  # fmt: skip
+        wn = w / w.mean()
+        mean = float((wn * y).mean())
+        se = float(np.sqrt(((wn * y - mean) ** 2).sum()) / len(y))
+        return {"estimate": mean, "ci_low": mean - 1.645 * se, "ci_high": mean + 1.645 * se, "n": len(keys),
+                "how": "labels only, 90%"}  # fmt: skip
+
+    # ---------------------------------------------------------------- writing
+
+    def write(self, index: int, label: Optional[str]) -> dict:
+        """Record this labeller's ``label`` (``None``: undo) for sampled turn ``index``, on disk before returning."""
+        if not isinstance(index, int) or not 0 <= index < len(self.turns):
+            raise OptionError(f"index must be a sampled turn, 0 to {len(self.turns) - 1}; got {index!r}")
+        if label is not None and label not in LABEL_VALUES:
+            raise OptionError(f"label must be one of {', '.join(LABEL_VALUES)} or null (undo); got {label!r}")
+        cid, ti = self.turns[index]
+        line = json.dumps({
+            "conversation_id": cid, "turn_index": ti, "label": label, "labeller": self.labeller,
+            "labelled_at": _now(), "weight": self.weights[(cid, ti)],
+        }, ensure_ascii=False) + "\n"  # fmt: skip
+        with self._lock:
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+            try:
+                os.write(fd, line.encode("utf-8"))
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        return self.state()
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def _agreement(labels) -> Optional[dict]:
+    """Agreement of the labellers on the turns two or more of them labelled (None with fewer than two)."""
+    from ..stats._agreement import agreement
+    from ..stats._checks import UndefinedMetricError
+    from ..stats._classification import cohen_kappa
+
+    by = labels.by_labeller()
+    if len(by) < 2:
+        return None
+    names = sorted(by)
+    items = sorted({k for m in by.values() for k in m})
+    ratings = [[by[n].get(k) for n in names] for k in items]
+    shared = [r for r in ratings if sum(v is not None for v in r) >= 2]
+    if not shared:
+        return {"labellers": names, "n_shared": 0}
+    out: dict[str, Any] = {"labellers": names, "n_shared": len(shared)}
+    try:
+        a = agreement(ratings)  # every labelled turn: a turn one labeller saw still tells how common each label is
+        out.update(percent_agreement=a.percent_agreement, gwet_ac1=a.gwet_ac1, fleiss_kappa=a.fleiss_kappa)
+    except UndefinedMetricError as exc:
+        out["note"] = str(exc)
+    if len(names) == 2:
+        both = [r for r in shared if None not in r]
+        try:
+            out["cohen_kappa"] = cohen_kappa([r[0] for r in both], [r[1] for r in both]) if both else None
+        except (UndefinedMetricError, ValueError, ZeroDivisionError) as exc:
+            out["cohen_kappa_note"] = str(exc)
+    return out

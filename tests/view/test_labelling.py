@@ -1,0 +1,208 @@
+"""Labelling in the viewer: keys in a real browser, a killed server that loses nothing, several labellers' agreement
+(irrCAC's), and the write endpoint's protections."""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from irrCAC.raw import CAC
+from sklearn.metrics import cohen_kappa_score
+
+from adherence.data import example_path
+from adherence.data._labels import read_labels
+from adherence.view._labelling import LabelSession, draw_sample
+
+LOG = example_path("role").parent / "support_log.jsonl"
+
+
+@pytest.fixture(scope="module")
+def scored(tmp_path_factory):
+    """The bundled support log scored by scope (an output of ours, written by the command a user runs)."""
+    out = tmp_path_factory.mktemp("scored") / "scope.parquet"
+    subprocess.run([sys.executable, "-m", "adherence", "score", str(LOG), "-o", str(out), "--method", "scope",
+                    "--no-progress"], check=True, capture_output=True)  # fmt: skip
+    return out
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _start(scored, labels, port, *extra):
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "adherence", "view", str(scored), "--label", str(labels), "--port", str(port), *extra],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}/"
+    for _ in range(300):
+        try:
+            urllib.request.urlopen(url + "api/label/state", timeout=1).read()
+            return proc, url
+        except (urllib.error.URLError, ConnectionError):
+            if proc.poll() is not None:
+                raise AssertionError(proc.stdout.read().decode()) from None
+            time.sleep(0.1)
+    proc.kill()
+    raise AssertionError("the viewer did not start")
+
+
+def _state(url):
+    return json.loads(urllib.request.urlopen(url + "api/label/state", timeout=5).read())
+
+
+def _chromium():
+    import shutil
+
+    found = os.environ.get("ADHERENCE_CHROMIUM") or next(
+        (shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome") if shutil.which(n)), None
+    )
+    if not found:
+        pytest.fail("the browser tests need Chromium (Debian: apt install chromium; or set ADHERENCE_CHROMIUM)")
+    return found
+
+
+def test_keys_label_ten_turns_a_kill_loses_none_and_the_sample_resumes(scored, tmp_path):
+    from playwright.sync_api import sync_playwright
+
+    labels = tmp_path / "labels.jsonl"
+    keys = list("avavaaaavs")  # 9 labels and a skip...
+    port = _free_port()
+    proc, url = _start(scored, labels, port, "--sample", "30", "--seed", "4", "--labeller", "ann")
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=_chromium(), args=["--no-sandbox", "--disable-gpu"])
+        # the waits below evaluate expressions, which the page's own Content-Security-Policy forbids
+        page = browser.new_page(viewport={"width": 1100, "height": 900}, bypass_csp=True)
+        errors = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.goto(url + "label")
+        page.wait_for_function("document.querySelector('#where').textContent.startsWith('turn 1 of 30')")
+        assert page.inner_text("#role").startswith("You are")
+        for i, k in enumerate(keys):
+            page.keyboard.press(k)
+            page.wait_for_function(f"document.querySelector('#where').textContent.startsWith('turn {i + 2} of 30')")
+        page.keyboard.press("u")  # ...then the skip undone,
+        page.wait_for_function("document.querySelector('#where').textContent.startsWith('turn 10 of 30')")
+        page.keyboard.press("b")  # a look back at turn 9 and forward again,
+        page.wait_for_function("document.querySelector('#where').textContent.startsWith('turn 9 of 30')")
+        assert "your label: violation" in page.inner_text("#facts")
+        page.keyboard.press("ArrowRight")
+        page.wait_for_function("document.querySelector('#where').textContent.startsWith('turn 10 of 30')")
+        page.keyboard.press("a")  # ...and turn 10 labelled: ten labels
+        page.wait_for_function("document.querySelector('#where').textContent.startsWith('turn 11 of 30')")
+        page.wait_for_function("document.querySelector('#progress').textContent.startsWith('10 of 30')")
+        assert "adherent share now" in page.inner_text("#estimate")
+        page.screenshot(path=str(tmp_path / "labelling.png"), full_page=True)
+        assert _state(url)["labelled"] == 10
+        os.killpg(proc.pid, signal.SIGKILL)  # no shutdown of any kind
+        proc.wait()
+        proc, url = _start(scored, labels, port, "--labeller", "ann")
+        page.goto(url + "label")
+        page.wait_for_function("document.querySelector('#where').textContent.startsWith('turn 11 of 30')")
+        assert page.inner_text("#progress").startswith("10 of 30")
+        browser.close()
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert not errors
+    mine = read_labels(labels).by_labeller()["ann"]
+    assert len(mine) == 10 and sum(v == "violation" for v in mine.values()) == 3
+    sample = read_labels(labels).sample
+    assert sample["seed"] == 4 and sample["size"] == 30 and len(sample["turns"]) == 30
+    assert [tuple(k[:2]) for k in sample["turns"][:10]] == sorted(mine, key=[tuple(k[:2]) for k in
+                                                                           sample["turns"]].index)  # fmt: skip
+
+
+def test_two_labellers_agreement_is_irrcacs(scored, tmp_path):
+    import pyarrow.parquet as pq
+
+    t = pq.read_table(scored)
+    keys = list(zip(t.column("conversation_id").to_pylist(), t.column("turn_index").to_pylist()))
+    scores = np.asarray(t.column("score").to_pylist(), dtype=float)
+    path = tmp_path / "labels.jsonl"
+    ann = LabelSession(str(path), keys, scores, labeller="ann", source=str(scored), sample=40, seed=2)
+    bob = LabelSession(str(path), keys, scores, labeller="bob", source=str(scored))
+    rng = np.random.default_rng(0)
+    a = rng.choice(["adherent", "violation"], 40, p=[0.7, 0.3])
+    b = np.where(rng.random(40) < 0.8, a, rng.choice(["adherent", "violation"], 40))
+    for i in range(40):
+        ann.write(i, str(a[i]))
+        if i < 35:  # bob leaves five
+            bob.write(i, str(b[i]))
+    got = bob.state()["agreement"]
+    ratings = pd.DataFrame({"ann": a, "bob": list(b[:35]) + [None] * 5})
+    cac = CAC(ratings, digits=12)
+    assert got["gwet_ac1"] == pytest.approx(cac.gwet()["est"]["coefficient_value"], abs=1e-10)
+    assert got["fleiss_kappa"] == pytest.approx(cac.fleiss()["est"]["coefficient_value"], abs=1e-10)
+    assert got["cohen_kappa"] == pytest.approx(cohen_kappa_score(a[:35], b[:35]), abs=1e-12)
+    assert got["n_shared"] == 35 and got["labellers"] == ["ann", "bob"]
+
+
+def test_writes_need_the_token_the_hosts_name_and_its_own_origin(scored, tmp_path):
+    labels = tmp_path / "labels.jsonl"
+    port = _free_port()
+    proc, url = _start(scored, labels, port, "--sample", "5")
+    try:
+        page = urllib.request.urlopen(url + "label", timeout=5).read().decode()
+        token = page.split('name="adherence-token" content="')[1].split('"')[0]
+        assert len(token) >= 24
+        before = labels.read_bytes()
+
+        def post(headers):
+            req = urllib.request.Request(url + "api/label", data=json.dumps({"index": 0, "label": "adherent"}).encode(),
+                                         headers={"Content-Type": "application/json", **headers}, method="POST")  # fmt: skip
+            try:
+                return urllib.request.urlopen(req, timeout=5).status
+            except urllib.error.HTTPError as e:
+                return e.code
+
+        assert post({}) == 403  # no token
+        assert post({"X-Adherence-Token": "x" * len(token)}) == 403  # a wrong one
+        assert post({"X-Adherence-Token": token, "Origin": "http://evil.example"}) == 403
+        assert post({"X-Adherence-Token": token, "Host": f"evil.example:{port}"}) == 403  # DNS rebinding
+        req = urllib.request.Request(url + "api/summary", headers={"Host": f"rebound.example:{port}"})
+        with pytest.raises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(req, timeout=5)
+        assert e.value.code == 403  # reads too
+        assert labels.read_bytes() == before
+        assert post({"X-Adherence-Token": token, "Origin": url.rstrip("/")}) == 200
+        assert post({"X-Adherence-Token": token, "Host": f"localhost:{port}"}) == 200
+        assert len(read_labels(labels).events) == 2
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def test_a_resumed_file_keeps_its_sample_and_refuses_another(scored, tmp_path):
+    import pyarrow.parquet as pq
+
+    t = pq.read_table(scored)
+    keys = list(zip(t.column("conversation_id").to_pylist(), t.column("turn_index").to_pylist()))
+    path = tmp_path / "l.jsonl"
+    first = LabelSession(str(path), keys, np.zeros(len(keys)), labeller="a", source="s", sample=7, seed=1)
+    again = LabelSession(str(path), keys, np.zeros(len(keys)), labeller="a", source="s")
+    assert again.turns == first.turns
+    with pytest.raises(ValueError, match="holds a sample with seed 1"):
+        LabelSession(str(path), keys, np.zeros(len(keys)), labeller="a", source="s", seed=2)
+    user = tmp_path / "mine.jsonl"
+    user.write_text('{"conversation_id": "a", "turn_index": 0, "label": "x"}\n')
+    with pytest.raises(ValueError, match="no sample record"):
+        LabelSession(str(user), keys, np.zeros(len(keys)), labeller="a", source="s")
+    assert Path(user).read_text().count("\n") == 1
+
+
+def test_uniform_sample_weights_are_population_over_size():
+    keys = [(str(i), 0) for i in range(50)]
+    drawn = draw_sample(keys, np.zeros(50), 10, "uniform", 3)
+    assert len({k[:2] for k in drawn}) == 10 and {w for *_, w in drawn} == {5.0}
+    assert drawn == draw_sample(keys, np.zeros(50), 10, "uniform", 3)  # the seed decides
