@@ -3,23 +3,27 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import Any, Optional
 
 from .._errors import OptionError
 from .._options import file_path
+from ._common import json_text
 from .main import Command
 
 _KEYS = ("conversation_id", "turn_index")
 
 
-def _read(path: str) -> Any:
+def _read(path: str) -> tuple:
+    """``(table, method)``: the output through the one reader of score outputs (ours, published, one row per turn,
+    NaN scores as none), narrowed to the columns compared."""
     import pyarrow as pa
 
-    from ..data import DataError, read_table
+    from ..data import DataError
+    from ..engine._files import open_scores
 
-    t = read_table(path)
+    out = open_scores(path, require_ours=True)
+    t = out.table
     for col in (*_KEYS, "score"):
         if col not in t.column_names:
             raise DataError(f"a score output needs a {col} column", file=str(path), column=col)
@@ -32,27 +36,33 @@ def _read(path: str) -> Any:
                        ("role", pa.string())):  # fmt: skip
         if extra in t.column_names:
             cols[extra] = t.column(extra).cast(typ)
-    out = pa.table(cols)
-    import pyarrow.compute as pc
+    return pa.table(cols), out.method
 
-    keys = pc.binary_join_element_wise(
-        out.column("conversation_id"), pc.cast(out.column("turn_index"), pa.string()), "\x00"
-    )
-    if pc.count_distinct(keys).as_py() != out.num_rows:
-        raise DataError("a turn appears twice (conversation_id, turn_index): not one score output", file=str(path))
-    return out
+
+def _problems(a, b, both, old_scored, new_scored) -> dict:
+    """What NEW lacks of what OLD scored: turns missing from NEW, error rows, and turns without a score."""
+    import numpy as np
+
+    status = both.column("status_new").to_pylist() if "status_new" in both.column_names else [None] * both.num_rows
+    err = np.array([s == "error" for s in status])
+    return {
+        "missing": int(a.num_rows - both.num_rows),
+        "error": int((old_scored & err).sum()),
+        "unscored": int((old_scored & ~err & ~new_scored).sum()),
+    }
 
 
 def compare_outputs(old: str, new: str, *, n_bootstrap: int = 2000, seed: int = 0, level: float = 0.95,
-                    top: int = 20, by: tuple = ("label", "role")) -> dict:  # fmt: skip
+                    top: int = 20, by: tuple = ("label", "role"), count_problems: bool = False) -> dict:  # fmt: skip
     """The comparison ``adherence compare`` prints: overall, per label and per role, McNemar, the rows present in
-    one output only, and the turns and conversations that changed most."""
+    one output only, what NEW failed to score of what OLD scored (``new_problems``; with ``count_problems`` each such
+    turn counts as a violation in NEW), and the turns and conversations that changed most."""
     import numpy as np
     import pyarrow as pa
 
     from ..stats._compare import compare_paired
 
-    a, b = _read(old), _read(new)
+    (a, method_old), (b, method_new) = _read(old), _read(new)
     both = a.join(b, list(_KEYS), join_type="inner", left_suffix="_old", right_suffix="_new")
     # counted and listed, never dropped
     only_old = a.join(b.select(list(_KEYS)), list(_KEYS), join_type="left anti").select(list(_KEYS))
@@ -68,7 +78,17 @@ def compare_outputs(old: str, new: str, *, n_bootstrap: int = 2000, seed: int = 
     po, pn = col("prediction_old"), col("prediction_new")
     assert so is not None and sn is not None  # every score output has a score column
     kw: dict[str, Any] = {"n_bootstrap": n_bootstrap, "seed": seed, "level": level}
-    result: dict = {"old": str(old), "new": str(new), "confidence": level, "n_bootstrap": n_bootstrap,
+    problems = _problems(a, b, both, np.isfinite(so), np.isfinite(sn))
+    if count_problems and (po is not None and pn is not None):
+        # what NEW lost counts against it: a turn OLD decided that NEW failed to score is a violation in NEW
+        lost = np.isfinite(po) & ~np.isfinite(sn)
+        pn = np.where(lost, 0.0, pn)
+    notes = []
+    if method_old != method_new:
+        notes.append(f"the two sides were scored by different methods ({method_old} and {method_new}): their scores "
+                     "are on different scales, so the mean score's difference says little; compare the violation rates")  # fmt: skip
+    result: dict = {"old": str(old), "new": str(new), "method_old": method_old, "method_new": method_new,
+                    "confidence": level, "n_bootstrap": n_bootstrap, "new_problems": problems, "notes": notes,
                     **compare_paired(cid, so, sn, po, pn, **kw)}  # fmt: skip
     for side, only in (("only_in_old", only_old), ("only_in_new", only_new)):
         first = only.sort_by([(k, "ascending") for k in _KEYS]).slice(0, top)
@@ -91,7 +111,7 @@ def compare_outputs(old: str, new: str, *, n_bootstrap: int = 2000, seed: int = 
         groups[name] = per
     result["by"] = groups
     d = sn - so
-    fin = np.isfinite(d)
+    fin = np.isfinite(d) & (d != 0)  # only turns that changed are listed as changed
     order = np.argsort(-np.abs(np.where(fin, d, 0)), kind="stable")[: min(top, int(fin.sum()))]
     ti = both.column("turn_index").to_pylist()
     result["changed_turns"] = [
@@ -123,6 +143,14 @@ def format_compare(r: dict) -> str:
             f"[{x['ci_low']:+.4f}, {x['ci_high']:+.4f}]  ({x['clusters']:,} conversations)"
         )
 
+    for note in r.get("notes") or []:
+        lines.append(f"  note: {note}")
+    pr = r.get("new_problems") or {}
+    if any(pr.values()):
+        lines.append(
+            f"  NEW failed to score what OLD scored: {pr['missing']} turn(s) missing, {pr['error']} error row(s), "
+            f"{pr['unscored']} unscored"
+        )
     row("mean score", r.get("score"))
     row("violation rate", r.get("violation_rate"))
     m = r.get("mcnemar")
@@ -172,6 +200,12 @@ class CompareCommand(Command):
         p.add_argument("--bootstrap", type=int, default=2000, metavar="B", help="resamples (default 2000)")
         p.add_argument("--seed", type=int, default=0, help="seed of the resamples (default 0)")
         p.add_argument("--top", type=int, default=20, metavar="N", help="turns and conversations listed (default 20)")
+        p.add_argument(
+            "--allow-missing",
+            action="store_true",
+            help="with --fail-if-worse-by: a turn OLD scored that NEW lacks, errored on or left unscored counts as a "
+            "violation in NEW instead of failing the gate outright",
+        )
         p.add_argument("--json", action="store_true", help="print the result as JSON on standard output")
         p.add_argument("--html", type=file_path, metavar="FILE", help="also write a page with the differences drawn")
 
@@ -185,17 +219,26 @@ class CompareCommand(Command):
         if args.fail_if_worse_by is not None and not 0 <= args.fail_if_worse_by < 1:
             raise OptionError(f"--fail-if-worse-by is a difference of rates in [0, 1), got {args.fail_if_worse_by}")
         result = compare_outputs(
-            args.old, args.new, n_bootstrap=args.bootstrap, seed=args.seed, level=args.confidence, top=args.top
-        )
+            args.old, args.new, n_bootstrap=args.bootstrap, seed=args.seed, level=args.confidence, top=args.top,
+            count_problems=args.allow_missing,
+        )  # fmt: skip
         reason = None
         if args.fail_if_worse_by is not None:
-            reason = gate(result, args.fail_if_worse_by)
+            pr = result["new_problems"]
+            if any(pr.values()) and not args.allow_missing:
+                reason = (
+                    f"NEW failed to score what OLD scored ({pr['missing']} turn(s) missing, {pr['error']} error "
+                    f"row(s), {pr['unscored']} unscored): a gate never passes on broken input (--allow-missing "
+                    "counts them as violations instead)"
+                )
+            else:
+                reason = gate(result, args.fail_if_worse_by)
             result["gate"] = {"fail_if_worse_by": args.fail_if_worse_by, "passed": reason is None, "reason": reason}
         if args.html:
             from ..report import write_compare_html
 
-            print(f"wrote {write_compare_html(args.html, result)}", file=sys.stderr)
-        print(json.dumps(result, indent=2, allow_nan=False) if args.json else format_compare(result))
+            print(f"wrote {write_compare_html(args.html, result, inputs=[args.old, args.new])}", file=sys.stderr)
+        print(json_text(result) if args.json else format_compare(result))
         if reason is not None:
             print(f"adherence compare: failed: {reason}", file=sys.stderr)
             return 1

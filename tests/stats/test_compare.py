@@ -114,8 +114,7 @@ def test_compare_command_json_gate_and_page(tmp_path, capsys, outputs):
 
 def test_rows_in_one_output_only_are_counted_and_listed(tmp_path, capsys, outputs):
     t = pq.read_table(outputs["cosine"])
-    cut = tmp_path / "cut.parquet"
-    pq.write_table(t.slice(0, 25), cut)
+    cut = _ours(tmp_path / "cut.parquet", t.slice(0, 25), outputs["cosine"])
     capsys.readouterr()
     assert main(["compare", str(outputs["kl"]), str(cut), "--json", "--bootstrap", "50"]) == 0
     r = json.loads(capsys.readouterr().out)
@@ -125,7 +124,68 @@ def test_rows_in_one_output_only_are_counted_and_listed(tmp_path, capsys, output
     ]
     assert r["only_in_old"]["count"] == 3 and sorted(r["only_in_old"]["first"]) == sorted(gone)
     assert r["n_both_scored"] == 25
-    twice = tmp_path / "twice.parquet"
-    pq.write_table(pa.concat_tables([t, t.slice(0, 1)]), twice)
+    twice = _ours(tmp_path / "twice.parquet", pa.concat_tables([t, t.slice(0, 1)]), outputs["cosine"])
     assert main(["compare", str(outputs["kl"]), str(twice)]) == 2
     assert "appears twice" in capsys.readouterr().err
+
+
+def _ours(path, table, like):
+    """``table`` written as a score output of ours (the run metadata of ``like`` beside it)."""
+    import shutil
+
+    pq.write_table(table, path)
+    shutil.copy(str(like) + ".meta.json", str(path) + ".meta.json")
+    return path
+
+
+def _broken(tmp_path, outputs, name, edit):
+    t = pq.read_table(outputs["kl"]).to_pandas()
+    t = edit(t)
+    return _ours(tmp_path / f"{name}.parquet", pa.Table.from_pandas(t, preserve_index=False), outputs["kl"])
+
+
+@pytest.mark.parametrize(
+    "name, edit, what",
+    [
+        ("errors", lambda t: t.assign(status=["error" if i % 4 else s for i, s in enumerate(t.status)],
+                                      score=[np.nan if i % 4 else v for i, v in enumerate(t.score)],
+                                      prediction=[None if i % 4 else v for i, v in enumerate(t.prediction)]),
+         "error row(s)"),
+        ("nan", lambda t: t.assign(score=np.nan, prediction=None), "unscored"),
+        ("missing", lambda t: t.iloc[:6], "missing"),
+    ],
+)  # fmt: skip
+def test_a_gate_never_passes_a_broken_new_output(tmp_path, capsys, outputs, name, edit, what):
+    new = _broken(tmp_path, outputs, name, edit)
+    capsys.readouterr()
+    assert main(["compare", str(outputs["kl"]), str(new), "--fail-if-worse-by", "0.5", "--bootstrap", "50"]) == 1
+    err = capsys.readouterr().err
+    assert "failed: NEW failed to score what OLD scored" in err and what in err
+    # counted as violations instead when allowed: a release that lost most of its verdicts is worse
+    code = main(["compare", str(outputs["kl"]), str(new), "--fail-if-worse-by", "0.05", "--allow-missing", "--json",
+                 "--bootstrap", "50"])  # fmt: skip
+    r = json.loads(capsys.readouterr().out)  # valid JSON though NEW's scores are NaN
+    assert sum(r["new_problems"].values()) > 0
+    if name != "missing":
+        assert code == 1 and r["violation_rate"]["new"] > r["violation_rate"]["old"]
+
+
+def test_compare_names_different_methods_and_lists_only_changed_turns(tmp_path, capsys, outputs):
+    same = _ours(tmp_path / "same.parquet", pq.read_table(outputs["kl"]), outputs["kl"])
+    capsys.readouterr()
+    assert main(["compare", str(outputs["kl"]), str(same), "--json", "--bootstrap", "50"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert r["changed_turns"] == [] and r["changed_conversations"] == [] and r["notes"] == []
+    assert main(["compare", str(outputs["kl"]), str(outputs["cosine"]), "--bootstrap", "50"]) == 0
+    assert "different methods (kl and cosine)" in capsys.readouterr().out
+
+
+def test_compare_never_writes_its_page_over_an_input_or_reads_a_foreign_table(tmp_path, capsys, outputs):
+    new = _ours(tmp_path / "new.parquet", pq.read_table(outputs["cosine"]), outputs["cosine"])
+    before = new.read_bytes()
+    assert main(["compare", str(outputs["kl"]), str(new), "--html", str(new)]) == 2
+    assert "would overwrite the input" in capsys.readouterr().err and new.read_bytes() == before
+    foreign = tmp_path / "foreign.parquet"
+    pq.write_table(pq.read_table(outputs["cosine"]), foreign)
+    assert main(["compare", str(outputs["kl"]), str(foreign)]) == 2
+    assert "not a score output of adherence" in capsys.readouterr().err
