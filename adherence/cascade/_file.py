@@ -33,10 +33,23 @@ def load_cascade(path: Union[str, os.PathLike]) -> dict:
     stages = doc.get("stages")
     if not isinstance(stages, list) or not stages or not all(isinstance(s, dict) for s in stages):
         raise DataError("malformed cascade file (no stages)", file=str(path))
-    for s in stages:
+    for name in ("alpha", "delta"):
+        v = doc.get(name)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < 1:
+            raise DataError(f"malformed cascade file ({name} must be in (0, 1), got {v!r})", file=str(path))
+    for i, s in enumerate(stages, start=1):
+        if s.get("stage") != i:
+            raise DataError(f"malformed cascade file (stage {i} is numbered {s.get('stage')!r})", file=str(path))
         t = s.get("threshold")
-        if t is not None and not isinstance(t, (int, float)):
-            raise DataError(f"malformed cascade file (stage {s.get('stage')}: threshold {t!r})", file=str(path))
+        # a confidence is a distance from the score's threshold: a number in [0, 1]; None accepts nothing
+        if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 <= t <= 1):
+            raise DataError(
+                f"malformed cascade file (stage {i}: threshold {t!r} is not a confidence in [0, 1] or null)",
+                file=str(path),
+            )
+        st = s.get("score_threshold", 0.5)
+        if isinstance(st, bool) or not isinstance(st, (int, float)) or not 0 <= st <= 1:
+            raise DataError(f"malformed cascade file (stage {i}: score_threshold {st!r})", file=str(path))
     return doc
 
 

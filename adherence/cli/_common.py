@@ -19,6 +19,7 @@ __all__ = [
     "add_common_flags",
     "quiet_output",
     "json_text",
+    "table_bytes",
     "write_result",
 ]
 
@@ -276,3 +277,17 @@ def write_result(path, content, *, inputs, what: str = "the JSON output") -> Non
 
     data = json_text(content) + "\n" if isinstance(content, (dict, list)) else content
     print(f"wrote {write_owned(path, data, what=what, inputs=[i for i in inputs if i is not None])}", file=sys.stderr)
+
+
+def table_bytes(table, path) -> bytes:
+    """``table`` serialised as ``path``'s extension says (Parquet, JSONL or CSV), for ``write_result``."""
+    import tempfile
+    from pathlib import Path
+
+    from ..data import write_table
+
+    name = Path(str(path)).name
+    with tempfile.TemporaryDirectory(prefix="adherence-table-") as d:
+        tmp = Path(d) / name
+        write_table(table, tmp)
+        return tmp.read_bytes()

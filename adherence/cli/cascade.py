@@ -18,30 +18,41 @@ from ..cascade._file import FORMAT, load_cascade
 from .main import Command
 
 
-def _stage_arrays(paths: list, label: Optional[str], positive: Optional[str]) -> dict:
-    """The stages' scores on the turns they all scored, keyed by (conversation_id, turn_index), with the label
-    from the first stage that has one."""
+def _stage_arrays(
+    paths: list, label: Optional[str], positive: Optional[str], labels_file: Optional[str] = None
+) -> dict:
+    """The stages' scores, keyed by (conversation_id, turn_index), each stage opened through the one reader of score
+    outputs (an `adherence score` output, published, one row per turn); the labels from ``labels_file`` when given,
+    else from the first stage that has a label column. ``keys`` are stage 1's turns, in its order."""
     import numpy as np
 
-    from ..data import DataError, file_digest, read_table
-    from ._labelled import read_metadata, resolve_columns
+    from ..data import DataError, file_digest
+    from ..engine._files import open_scores
+    from ._labelled import resolve_columns
 
     stages: list[dict] = []
     labels: Optional[dict] = None
     positive_value = positive
-    for path in paths:
-        t = read_table(path)
+    join = None
+    for i, path in enumerate(paths):
+        out = open_scores(path, require_ours=True, what="stage (score output)")
+        for note in out.notes:
+            print(f"{path}: {note}", file=sys.stderr)
+        t, meta = out.table, out.meta or {}
         for col in ("conversation_id", "turn_index", "score"):
             if col not in t.column_names:
                 raise DataError(
                     f"a stage needs a {col} column (an `adherence score` output)", file=str(path), column=col
                 )
-        meta = read_metadata(path) or {}
+        if i == 0 and labels_file is not None:
+            from ..data._labels import join_labels, read_labels
+
+            t, join = join_labels(t, read_labels(labels_file), file=str(path))
+            for line in join.lines():
+                print(line, file=sys.stderr)
         cfg = meta.get("config") or {}
         threshold = float(cfg.get("threshold", 0.5) if cfg.get("threshold") is not None else 0.5)
         k = list(zip(t.column("conversation_id").to_pylist(), t.column("turn_index").to_pylist()))
-        if len(set(k)) != len(k):
-            raise DataError("a turn appears twice (conversation_id, turn_index)", file=str(path))
         score = np.asarray(t.column("score").cast("float64").fill_null(np.nan).to_numpy(zero_copy_only=False))
         pred = None
         if "prediction" in t.column_names:
@@ -49,7 +60,7 @@ def _stage_arrays(paths: list, label: Optional[str], positive: Optional[str]) ->
         stages.append(
             {
                 "path": str(path),
-                "digest": file_digest(path, "sha256"),
+                "digest": file_digest(path, "sha256") if "://" not in str(path) else None,
                 "method": cfg.get("method"),
                 "judge": (cfg.get("judge") or {}).get("model"),
                 "options": cfg,
@@ -59,15 +70,12 @@ def _stage_arrays(paths: list, label: Optional[str], positive: Optional[str]) ->
                 "prediction": pred,
             }
         )
-        if labels is None and (label or "label") in t.column_names:
+        if labels is None and (label or "label") in t.column_names and (i == 0 or labels_file is None):
             _, label_col, positive_value, _ = resolve_columns(t, meta, None, label, positive, "none", file=str(path))
             labels = dict(zip(k, t.column(label_col).to_pylist()))
             label = label_col
-    common: set = set(stages[0]["keys"])
-    for s in stages[1:]:
-        common &= set(s["keys"])
-    keys = sorted(common, key=lambda x: (str(x[0]), x[1]))
-    return {"stages": stages, "keys": keys, "labels": labels, "label": label, "positive": positive_value}
+    keys = list(stages[0]["keys"])
+    return {"stages": stages, "keys": keys, "labels": labels, "label": label, "positive": positive_value, "join": join}
 
 
 def _verdicts(stage: dict, keys: list) -> tuple:
@@ -75,9 +83,16 @@ def _verdicts(stage: dict, keys: list) -> tuple:
 
     from ..stats._cascade import verdict_confidence
 
-    idx = np.array([stage["keys"][k] for k in keys], dtype=np.int64)
-    pred = None if stage["prediction"] is None else stage["prediction"][idx]
-    return verdict_confidence(stage["score"][idx], stage["score_threshold"], pred)
+    # a turn this stage did not score has no verdict here (NaN): it cannot be accepted by it
+    idx = np.array([stage["keys"].get(k, -1) for k in keys], dtype=np.int64)
+    missing = idx < 0
+    score = np.where(missing, np.nan, stage["score"][np.where(missing, 0, idx)])
+    pred = (
+        None
+        if stage["prediction"] is None
+        else np.where(missing, np.nan, stage["prediction"][np.where(missing, 0, idx)])
+    )
+    return verdict_confidence(score, stage["score_threshold"], pred)
 
 
 class CascadeCommand(Command):
@@ -88,6 +103,12 @@ class CascadeCommand(Command):
         f = sub.add_parser("fit", help="learn each stage's acceptance threshold on labelled turns, with a guarantee")
         f.add_argument("stages", nargs="+", type=file_path, metavar="STAGE", help="scored turns, cheapest stage first")
         f.add_argument("--label", help="label column (default: `label`, from the first stage that has one)")
+        f.add_argument(
+            "--labels",
+            type=file_path,
+            metavar="LABELS",
+            help="labels file (what `adherence view OUT --label LABELS` writes), joined on the keys onto stage 1",
+        )
         f.add_argument("--positive", help="label value of the adherent class (default: read from the values)")
         f.add_argument("--alpha", type=float, default=0.1, help="error rate allowed on accepted verdicts (default 0.1)")
         f.add_argument("--delta", type=float, default=0.1, help="chance allowed that the guarantee fails (default 0.1)")
@@ -116,18 +137,28 @@ class CascadeCommand(Command):
     def _fit(self, args: argparse.Namespace) -> int:
         import numpy as np
 
-        from .._atomic import write_json_atomic
         from ..data import DataError
         from ..stats._cascade import fit_cascade
+        from ._common import write_result
 
         if len(args.stages) < 1:
             raise OptionError("give at least one stage")
-        data = _stage_arrays(args.stages, args.label, args.positive)
+        data = _stage_arrays(args.stages, args.label, args.positive, args.labels)
         if data["labels"] is None:
-            raise DataError("no stage has a label column; give --label", file=str(args.stages[0]))
-        keys = [k for k in data["keys"] if data["labels"].get(k) is not None]
+            raise DataError("no stage has a label column; give --label or --labels", file=str(args.stages[0]))
+        keys = [
+            k for k in data["keys"] if data["labels"].get(k) is not None and all(k in s["keys"] for s in data["stages"])
+        ]
         if len(keys) < 2:
             raise DataError(f"{len(keys)} labelled turns scored by every stage", file=str(args.stages[0]))
+        values = {str(data["labels"][k]) for k in keys}
+        if str(data["positive"]) not in values or len(values) < 2:
+            raise DataError(
+                f"--positive {data['positive']!r} must be one of the labels and not the only one; the labelled turns "
+                f"hold: {', '.join(sorted(values))}",
+                file=str(args.labels or args.stages[0]),
+                column=data["label"],
+            )
         y = np.array([float(str(data["labels"][k]) == str(data["positive"])) for k in keys])
         arrays = [_verdicts(s, keys) for s in data["stages"]]
         fits = fit_cascade(arrays, y, alpha=args.alpha, delta=args.delta)
@@ -158,8 +189,10 @@ class CascadeCommand(Command):
                 for i, (s, fit) in enumerate(zip(data["stages"], fits), start=1)
             ],
         }
-        write_json_atomic(args.output, doc, indent=2)
-        print(f"wrote {args.output}", file=sys.stderr)
+        if data["join"] is not None:
+            doc["labels"] = data["join"].describe()
+        inputs = [*args.stages, args.labels]
+        write_result(args.output, doc, inputs=inputs, what="the cascade file")
         if args.html:
             from ..report import write_cascade_html
             from ..report._cascade import bound_curve
@@ -171,7 +204,7 @@ class CascadeCommand(Command):
                 curves.append(bound_curve(c[usable], v[usable] == y[usable], args.alpha, fit["delta"]))
                 if fit["threshold"] is not None:
                     left &= ~(usable & (c >= fit["threshold"]))
-            print(f"wrote {write_cascade_html(args.html, doc, curves)}", file=sys.stderr)
+            print(f"wrote {write_cascade_html(args.html, doc, curves, inputs=inputs)}", file=sys.stderr)
         lines = [f"cascade on {len(keys)} labelled turns: alpha {args.alpha:g}, delta {args.delta:g}"]
         for st in doc["stages"]:
             t = st["threshold"]
@@ -191,13 +224,23 @@ class CascadeCommand(Command):
         import numpy as np
         import pyarrow as pa
 
-        from ..data import write_table
+        from ..data import DataError
         from ..stats._cascade import apply_cascade
+        from ._common import table_bytes, write_result
 
         doc = load_cascade(args.cascade)
         if len(doc["stages"]) != len(args.stages):
             raise OptionError(f"the cascade has {len(doc['stages'])} stages; {len(args.stages)} tables were given")
         data = _stage_arrays(args.stages, None, doc.get("positive"))
+        for i, (given, fitted) in enumerate(zip(data["stages"], doc["stages"]), start=1):
+            # a stage is the scorer the cascade was fitted on: the same method and score-relevant options
+            if given["method"] != fitted.get("method") or _scoring(given["options"]) != _scoring(fitted.get("options")):
+                raise DataError(
+                    f"stage {i} was scored by {given['method']!r} with other options than the cascade's stage {i} "
+                    f"({fitted.get('method')!r}, fitted on {fitted.get('path')}): give the stages in the fit's order, "
+                    "scored as they were",
+                    file=given["path"],
+                )
         keys = data["keys"]
         arrays = [_verdicts(s, keys) for s in data["stages"]]
         verdict, decided = apply_cascade(arrays, [st["threshold"] for st in doc["stages"]])
@@ -210,7 +253,8 @@ class CascadeCommand(Command):
         }
         for i, (_, c) in enumerate(arrays, start=1):
             cols[f"stage{i}_confidence"] = pa.array(c, pa.float64())
-        write_table(pa.table(cols), args.output)
+        write_result(args.output, table_bytes(pa.table(cols), args.output), inputs=[*args.stages, args.cascade],
+                     what="the decided turns")  # fmt: skip
         n = len(keys)
         shares = [int((decided == i).sum()) for i in range(1, len(arrays) + 1)]
         line = ", ".join(f"stage {i} {c} ({c / n:.1%})" for i, c in enumerate(shares, start=1))
@@ -221,5 +265,12 @@ class CascadeCommand(Command):
                 y = np.array([float(str(data["labels"].get(k)) == str(doc.get("positive"))) for k in keys])
                 agree = float((verdict[lab] == y[lab]).mean())
                 print(f"  agreement with the labels on {int(lab.sum())} decided labelled turns: {agree:.4f}")
-        print(f"wrote {args.output}", file=sys.stderr)
         return 0
+
+
+# Options that never change a stage's scores (where and how fast it ran); everything else must match the fit's.
+_PLACEMENT = {"device", "batch_size", "progress", "reference_file", "calibration_any_judge"}
+
+
+def _scoring(options) -> dict:
+    return {k: v for k, v in (options or {}).items() if k not in _PLACEMENT}

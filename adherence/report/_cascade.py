@@ -42,7 +42,7 @@ def cascade_html(doc: dict, curves: list, *, title: str = "adherence cascade") -
     rows = [
         [
             st["stage"],
-            st.get("method") or Path(st["path"]).name,
+            f"{st.get('method')} ({Path(st['path']).name})" if st.get("method") else Path(st["path"]).name,
             st["threshold"],
             st["reaching"],
             st["accepted"],

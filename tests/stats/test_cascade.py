@@ -80,7 +80,7 @@ def test_a_stage_that_cannot_be_certified_accepts_nothing():
     assert (decided == 0).all() and np.isnan(verdict).all()
 
 
-def _stage(path, y, noise, rng, label=True):
+def _stage(path, y, noise, rng, label=True, method=None):
     p = np.clip(np.where(y == 1, 0.75, 0.25) + rng.normal(0, noise, len(y)), 0, 1)
     t = {
         "conversation_id": [f"c{i // 2}" for i in range(len(y))],
@@ -91,6 +91,11 @@ def _stage(path, y, noise, rng, label=True):
     if label:
         t["label"] = ["adherent" if v else "violation" for v in y]
     pq.write_table(pa.table(t), path)
+    from adherence.data import write_run_metadata
+
+    # a score output of ours: the cascade reads stages through the one reader, which wants our run metadata
+    name = method or ("kl" if noise > 0.1 else "llm_judge")
+    write_run_metadata(path, {"producer": "adherence", "config": {"method": name, "threshold": 0.5}})
 
 
 def test_fit_and_apply_on_scored_tables(tmp_path, capsys):
@@ -151,3 +156,80 @@ def test_the_page_draws_the_exact_upper_bound(tmp_path):
     assert main([*argv, "--html", str(page)]) == 0
     text = page.read_text()
     assert "<svg" in text and "upper bound" in text and "What next" in text and "a.parquet" in text
+
+
+def _fitted(tmp_path, n=400):
+    rng = np.random.default_rng(7)
+    y = rng.integers(0, 2, n)
+    _stage(tmp_path / "cheap.parquet", y, 0.2, rng)
+    _stage(tmp_path / "strong.parquet", y, 0.08, rng, label=False)
+    stages = [str(tmp_path / "cheap.parquet"), str(tmp_path / "strong.parquet")]
+    cas = tmp_path / "cascade.json"
+    assert main(["cascade", "fit", *stages, "--alpha", "0.1", "--delta", "0.1", "-o", str(cas)]) == 0
+    return stages, cas, y
+
+
+@pytest.mark.parametrize(
+    "edit, what",
+    [
+        (lambda d: d["stages"][0].__setitem__("threshold", -5), "not a confidence in [0, 1]"),
+        (lambda d: d["stages"][0].__setitem__("threshold", float("nan")), "not a confidence in [0, 1]"),
+        (lambda d: d.__setitem__("alpha", 2), "alpha must be in (0, 1)"),
+        (lambda d: d["stages"].reverse(), "is numbered"),
+    ],
+)
+def test_an_edited_cascade_file_is_refused(tmp_path, capsys, edit, what):
+    stages, cas, _ = _fitted(tmp_path)
+    doc = json.loads(cas.read_text())
+    edit(doc)
+    cas.write_text(json.dumps(doc))
+    capsys.readouterr()
+    assert main(["cascade", "apply", *stages, "--cascade", str(cas), "-o", str(tmp_path / "d.parquet")]) == 2
+    assert what in capsys.readouterr().err and not (tmp_path / "d.parquet").exists()
+
+
+def test_swapped_stages_are_refused_and_every_turn_of_stage_one_is_decided_or_abstains(tmp_path, capsys):
+    stages, cas, y = _fitted(tmp_path)
+    capsys.readouterr()
+    assert main(["cascade", "apply", *stages[::-1], "--cascade", str(cas), "-o", str(tmp_path / "d.parquet")]) == 2
+    assert "give the stages in the fit's order" in capsys.readouterr().err
+    # a later stage that scored only some of the turns: every turn still comes back, with a status
+    t = pq.read_table(stages[1])
+    part = tmp_path / "part.parquet"
+    pq.write_table(t.slice(0, 150), part)
+    import shutil
+
+    shutil.copy(stages[1] + ".meta.json", str(part) + ".meta.json")
+    out = tmp_path / "d.parquet"
+    assert main(["cascade", "apply", stages[0], str(part), "--cascade", str(cas), "-o", str(out)]) == 0
+    decided = pq.read_table(out)
+    assert decided.num_rows == len(y) and set(decided.column("status").to_pylist()) <= {"ok", "abstained"}
+
+
+def test_a_positive_that_matches_no_label_certifies_nothing(tmp_path, capsys):
+    rng = np.random.default_rng(7)
+    y = rng.integers(0, 2, 200)
+    _stage(tmp_path / "a.parquet", y, 0.2, rng)
+    capsys.readouterr()
+    argv = ["cascade", "fit", str(tmp_path / "a.parquet"), "-o", str(tmp_path / "c.json"), "--positive", "good"]
+    assert main(argv) == 2
+    assert "--positive 'good' must be one of the labels" in capsys.readouterr().err
+    assert not (tmp_path / "c.json").exists()
+
+
+def test_cascade_fit_reads_a_labels_file(tmp_path, capsys):
+    rng = np.random.default_rng(8)
+    y = rng.integers(0, 2, 300)
+    _stage(tmp_path / "a.parquet", y, 0.2, rng, label=False)
+    labels = tmp_path / "labels.jsonl"
+    labels.write_text("".join(
+        json.dumps({"conversation_id": f"c{i // 2}", "turn_index": i % 2,
+                    "label": "adherent" if y[i] else "violation"}) + "\n" for i in range(0, 300, 2)
+    ) + json.dumps({"conversation_id": "nowhere", "turn_index": 0, "label": "adherent"}) + "\n")  # fmt: skip
+    capsys.readouterr()
+    argv = ["cascade", "fit", str(tmp_path / "a.parquet"), "--labels", str(labels), "-o", str(tmp_path / "c.json")]
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    assert "150 of 151 label(s) joined" in err and "1 label(s) match no turn" in err and "nowhere/0" in err
+    doc = json.loads((tmp_path / "c.json").read_text())
+    assert doc["n"] == 150 and doc["labels"]["n_unmatched"] == 1
