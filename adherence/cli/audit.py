@@ -8,9 +8,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .._atomic import write_json_atomic
 from .._errors import OptionError
 from .._options import file_path, model_name
+from ._common import write_result
 from .main import Command
 
 
@@ -245,7 +245,7 @@ class AuditCommand(Command):
         )
         write_table(judgments, out / "judgments.parquet", metadata=meta)
         metrics = stability_tables(judgments, Encoder(args.encoder, progress=False), ks=ks, eps=args.eps)
-        write_json_atomic(out / "metrics.json", metrics, indent=2)
+        write_result(out / "metrics.json", metrics, inputs=[args.rubric, args.artifacts], what="the audit's metrics")
         answers = judgments.column("answer").to_pylist()
         sources = judgments.column("source").to_pylist()
         judged = [a for a, src in zip(answers, sources) if src == "judge"]
@@ -275,7 +275,9 @@ class AuditCommand(Command):
         metrics = load_metrics(path)
         try:
             text = json.dumps(metrics, indent=2) if args.json else format_metrics(metrics)
-            html = write_audit_html(args.html or out / "report.html", metrics, title=f"adherence audit: {out}")
+            html = write_audit_html(
+                args.html or out / "report.html", metrics, title=f"adherence audit: {out}", inputs=[path]
+            )
         except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
             from ..data import DataError
 

@@ -48,16 +48,17 @@ class ExportCommand(Command):
         )
 
     def run(self, args: argparse.Namespace) -> int:
-        from pathlib import Path
 
         import pyarrow as pa
 
-        from .._atomic import write_text_atomic
         from .._version import __version__
-        from ..data import DataError, read_table
+        from ..data import DataError
         from ..data._trace_export import export_records
+        from ..engine._files import open_scores
+        from ._common import write_result
 
-        t = read_table(args.input)
+        out = open_scores(args.input, require_ours=True, score_columns=(args.score,))
+        t = out.table
         for col in ("trace_id", "span_id", args.score):
             if col not in t.column_names:
                 why = (
@@ -79,8 +80,7 @@ class ExportCommand(Command):
         if not ready:
             raise OptionError(f"{args.input}: no scored turn with a trace and span id to export")
         lines = list(export_records(ready, args.format, name=args.name, version=__version__))
-        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-        write_text_atomic(Path(args.output), "\n".join(lines) + "\n")
+        write_result(args.output, "\n".join(lines) + "\n", inputs=[args.input], what="the export")
         if args.send:
             if args.format != "otel":
                 raise OptionError("--send goes with --format otel (the other formats are files for their platforms)")

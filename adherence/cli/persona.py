@@ -117,11 +117,11 @@ class PersonaCommand(Command):
         if args.html and not str(args.html).endswith((".html", ".htm")):
             raise OptionError(f"--html needs a .html path, got {args.html}")
         results = evaluate_persona(args.reference, args.simulation, names=args.name, config=cfg)
+        inputs = [args.reference, *args.simulation]
         if args.output:
-            json_path = Path(args.output)
-            json_path.parent.mkdir(parents=True, exist_ok=True)
-            json_path.write_text(json.dumps(results, indent=2, allow_nan=False))
-            print(f"wrote {json_path}", file=sys.stderr)
+            from ._common import write_result
+
+            write_result(args.output, results, inputs=inputs)
         if args.html:
             from .._optional import require
 
@@ -140,7 +140,7 @@ class PersonaCommand(Command):
                 ["pools per query and size", args.repeats],
                 ["seed", args.seed],
             ]
-            print(f"wrote {write_persona_html(args.html, results, about=about)}", file=sys.stderr)
+            print(f"wrote {write_persona_html(args.html, results, about=about, inputs=inputs)}", file=sys.stderr)
         if args.json:
             print(json.dumps(results, indent=2, allow_nan=False))
         else:

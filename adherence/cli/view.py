@@ -35,6 +35,11 @@ class ViewCommand(Command):
         p.add_argument(
             "--top", type=int, default=50, metavar="N", help="with --export-html: conversations (default 50)"
         )
+        p.add_argument(
+            "--allow-unpublished",
+            action="store_true",
+            help="open an output whose job never finished publishing (refused by default; shown with a warning)",
+        )
         g = p.add_argument_group("labelling (the page at /label)")
         g.add_argument(
             "--label",
@@ -63,7 +68,7 @@ class ViewCommand(Command):
         if args.export_html:
             if args.label:
                 raise OptionError("--label opens the labelling page: it does not go with --export-html")
-            store = ScoreStore(args.outputs)
+            store = ScoreStore(args.outputs, allow_unpublished=args.allow_unpublished)
             print(f"wrote {export_html(store, args.export_html, top=args.top, inputs=args.outputs)}", file=sys.stderr)
             return 0
         session = None
@@ -72,7 +77,7 @@ class ViewCommand(Command):
         elif any(v is not None for v in (args.sample, args.design, args.seed, args.labeller)):
             raise OptionError("--sample, --design, --seed and --labeller go with --label LABELS.jsonl")
         try:
-            serve(args.outputs, args.host, args.port, session=session)
+            serve(args.outputs, args.host, args.port, session=session, allow_unpublished=args.allow_unpublished)
         except KeyboardInterrupt:
             print("adherence view: stopped", file=sys.stderr)
         return 0

@@ -25,7 +25,7 @@ from ..data import DataError
 from ..data._storage import Remote, as_target
 from ._commit import Publisher, _written_by_adherence, check_replaceable, meta_of, store_of
 
-__all__ = ["ScoreOutput", "open_scores", "same_file", "write_owned"]
+__all__ = ["ScoreOutput", "check_unique_keys", "inspect_output", "open_scores", "same_file", "write_owned"]
 
 Target = Union[Path, Remote]
 
@@ -239,6 +239,35 @@ def check_unique_keys(table: pa.Table, file: str, keys: Sequence[str] = ("conver
         seen[key] = i
 
 
+def inspect_output(
+    path: Union[str, os.PathLike],
+    *,
+    require_ours: bool = False,
+    allow_unpublished: bool = False,
+    what: str = "score output",
+) -> tuple:
+    """``(meta, ours, published)`` of a score output, from its run metadata alone (the viewer, which scans the data
+    where it lies, checks this much before it queries; ``open_scores`` reads the rows too). Raises as
+    ``open_scores`` does for a foreign output where ours is required and for an unpublished one."""
+    t = _target(path)
+    meta = _read_meta(t)
+    ours = _written_by_adherence(meta)
+    if require_ours and not ours:
+        raise DataError(
+            f"not a {what} of adherence (no run metadata {meta_of(t).name} of ours beside it); give an "
+            "`adherence score` output",
+            file=str(t),
+        )
+    published = not (isinstance(meta, dict) and meta.get("published") is False)
+    if not published and not allow_unpublished:
+        raise DataError(
+            "this output was never published (its metadata says published: false: the job that wrote it did not "
+            "finish); run it again with --resume, or open it anyway where the command offers it",
+            file=str(t),
+        )
+    return meta, ours, published
+
+
 def open_scores(
     path: Union[str, os.PathLike],
     *,
@@ -263,21 +292,9 @@ def open_scores(
             unpublished, or a key repeated.
     """
     t = _target(path)
-    meta = _read_meta(t)
-    ours = _written_by_adherence(meta)
-    if require_ours and not ours:
-        raise DataError(
-            f"not a {what} of adherence (no run metadata {meta_of(t).name} of ours beside it); give an "
-            "`adherence score` output",
-            file=str(t),
-        )
-    published = not (isinstance(meta, dict) and meta.get("published") is False)
-    if not published and not allow_unpublished:
-        raise DataError(
-            "this output was never published (its metadata says published: false: the job that wrote it did not "
-            "finish); run it again with --resume, or open it anyway where the command offers it",
-            file=str(t),
-        )
+    meta, ours, published = inspect_output(
+        path, require_ours=require_ours, allow_unpublished=allow_unpublished, what=what
+    )
     table = _read(t, format)
     check_unique_keys(table, str(t))
     table, notes = _clean_scores(table, score_columns)

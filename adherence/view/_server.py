@@ -239,9 +239,14 @@ def _loopback(host: str) -> bool:
         return host.lower() == "localhost"
 
 
-def serve(paths: list, host: str = "127.0.0.1", port: int = 8765, session: Any = None) -> None:
+def serve(
+    paths: list, host: str = "127.0.0.1", port: int = 8765, session: Any = None, allow_unpublished: bool = False
+) -> None:
     """Open the outputs and serve them until interrupted (with ``session``, the labelling page at ``/label``)."""
-    store = ScoreStore(paths)
+    store = ScoreStore(paths, allow_unpublished=allow_unpublished)
+    for p in store.unpublished:
+        print(f"adherence view: warning: {p} was never published (its job did not finish): its rows may be incomplete",
+              file=sys.stderr)  # fmt: skip
     server = ViewServer(store, host, port, quiet=True, session=session)
     if server.public:
         print(f"adherence view: warning: listening on {host}, which other machines can reach: anyone who can reach it "

@@ -127,10 +127,14 @@ class ScoreStore:
     and CSV outputs, which cannot be scanned that way, are read into Arrow once.
     """
 
-    def __init__(self, paths: list) -> None:
+    def __init__(self, paths: list, *, allow_unpublished: bool = False) -> None:
         duckdb = require("duckdb", "view")
+        from ..engine._files import inspect_output
+
         if not paths:
             raise OptionError("give at least one score output")
+        #: outputs whose metadata says they were never published (opened only with allow_unpublished)
+        self.unpublished = [str(p) for p in paths if not inspect_output(p, allow_unpublished=allow_unpublished)[2]]
         self.con = duckdb.connect(":memory:")
         self.con.execute(f"SET threads TO {max(1, min(4, os.cpu_count() or 1))}").fetchall()
         self._lock = threading.Lock()
@@ -144,7 +148,21 @@ class ScoreStore:
                     from ..data import DataError
 
                     raise DataError(f"not a score output: no {c} column", file=str(p), column=c)
-            rows = self.con.execute(f"SELECT count(*) FROM {name}").fetchall()[0][0]
+            try:
+                rows, keys = self.con.execute(
+                    f"SELECT count(*), count(DISTINCT (conversation_id, turn_index{', method' if 'method' in cols else ''}))"
+                    f" FROM {name}"
+                ).fetchall()[0]
+            except duckdb.Error as exc:
+                from ..data import DataError
+
+                first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                raise DataError(f"cannot read it as a score output ({first})", file=str(p)) from None
+            if keys != rows:
+                from ..data import DataError
+
+                raise DataError(f"{rows - keys} turn(s) appear more than once: a score output has one row per turn",
+                                file=str(p))  # fmt: skip
             self.sources.append(_Source(str(p), int(rows), cols))
             found += [c for c in cols if re.fullmatch(r"stage\d+_score", c)]
         # a cascade's per-stage scores, NULL where an output has none
@@ -185,7 +203,12 @@ class ScoreStore:
             files = [str(p)] if p.is_file() else sorted(str(f) for f in p.glob("*.parquet"))
             if not files:
                 raise DataError("a directory output with no Parquet parts", file=path)
-            self.con.read_parquet(files, union_by_name=True).create_view(name)
+            duckdb = require("duckdb", "view")
+            try:
+                self.con.read_parquet(files, union_by_name=True).create_view(name)
+            except duckdb.Error as exc:
+                first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                raise DataError(f"cannot read it as a score output ({first})", file=path) from None
         cur = self.con.execute(f"SELECT * FROM {name} LIMIT 0")
         names = [d[0] for d in cur.description]
         cur.fetchall()

@@ -1,0 +1,147 @@
+"""Every command keeps the engine's promises: its files through the one owner-checked writer (never an input,
+never a file it did not create), its score outputs through the one reader (a corrupt file is one line naming it),
+and --labels on every statistical command, with the labels that match no turn counted and named."""
+
+import json
+import shutil
+
+import pyarrow.parquet as pq
+import pytest
+
+from adherence.cli.main import main
+from adherence.data import example_path
+
+LOG = example_path("role").parent / "support_log.jsonl"
+TRUTH = example_path("role").parent / "support_log.truth.jsonl"
+
+
+@pytest.fixture(scope="module")
+def scored(tmp_path_factory):
+    d = tmp_path_factory.mktemp("scored")
+    out = d / "scope.parquet"
+    assert main(["score", str(LOG), "-o", str(out), "--method", "scope", "--no-progress"]) == 0
+    labels = d / "labels.jsonl"
+    rows = [json.loads(x) for x in TRUTH.read_text().splitlines()]
+    # a uniform sample of 150 of the 362 turns, and one label for a turn that is not in the output
+    import numpy as np
+
+    pick = np.random.default_rng(0).choice(len(rows), 150, replace=False)
+    lines = [dict(rows[i], labeller="ann") for i in sorted(pick)]
+    lines.append({"conversation_id": "elsewhere-1", "turn_index": 3, "label": "adherent", "labeller": "ann"})
+    labels.write_text("".join(json.dumps(r) + "\n" for r in lines))
+    return out, labels
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["view", "{out}", "--export-html", "{out}"],
+        ["compare", "{out}", "{out2}", "--html", "{out2}"],
+        ["evaluate", "{out}", "--labels", "{labels}", "-o", "{labels}"],
+        ["estimate", "{out}", "--labels", "{labels}", "--html", "{out}"],
+        ["calibrate", "{out}", "--labels", "{labels}", "-o", "{out}"],
+        ["export", "{out}", "--format", "otel", "-o", "{out}"],
+    ],
+)
+def test_no_command_writes_over_its_input(tmp_path, capsys, scored, argv):
+    out, labels = scored
+    out2 = tmp_path / "again.parquet"
+    shutil.copy(out, out2)
+    shutil.copy(str(out) + ".meta.json", str(out2) + ".meta.json")
+    before = {p: p.read_bytes() for p in (out, labels, out2)}
+    capsys.readouterr()
+    code = main([a.format(out=out, out2=out2, labels=labels) for a in argv])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert {p: p.read_bytes() for p in before} == before
+    assert ("would overwrite the input" in err) or ("no trace_id column" in err)
+
+
+def test_no_command_writes_over_a_file_it_did_not_create(tmp_path, capsys, scored):
+    out, labels = scored
+    mine = tmp_path / "report.html"
+    mine.write_text("my own notes")
+    for argv in (
+        ["evaluate", str(out), "--labels", str(labels), "--html", str(mine), "--bootstrap", "0"],
+        ["estimate", str(out), "--labels", str(labels), "-o", str(mine)],
+        ["view", str(out), "--export-html", str(mine)],
+    ):
+        capsys.readouterr()
+        assert main(argv) == 2
+        assert "not written by adherence" in capsys.readouterr().err
+    assert mine.read_text() == "my own notes"
+    # a file the command wrote is its own to replace
+    page = tmp_path / "page.html"
+    for _ in range(2):
+        assert main(["view", str(out), "--export-html", str(page)]) == 0
+    assert page.read_text().startswith("<!doctype html>")
+
+
+def test_a_corrupt_output_is_one_line_naming_it_in_every_command(tmp_path, capsys, scored):
+    out, labels = scored
+    bad = tmp_path / "bad.parquet"
+    data = out.read_bytes()
+    bad.write_bytes(data[: len(data) // 3])
+    shutil.copy(str(out) + ".meta.json", str(bad) + ".meta.json")
+    for argv in (
+        ["evaluate", str(bad), "--labels", str(labels)],
+        ["estimate", str(bad), "--labels", str(labels)],
+        ["calibrate", str(bad), "--labels", str(labels), "-o", str(tmp_path / "c.json")],
+        ["compare", str(out), str(bad)],
+        ["cascade", "fit", str(bad), "--labels", str(labels), "-o", str(tmp_path / "k.json")],
+        ["view", str(bad), "--export-html", str(tmp_path / "v.html")],
+        ["export", str(bad), "--format", "otel", "-o", str(tmp_path / "e.jsonl")],
+    ):
+        capsys.readouterr()
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and str(bad) in err[0] and "internal error" not in err[0], (argv, err)
+
+
+@pytest.mark.parametrize("command", ["evaluate", "calibrate", "estimate"])
+def test_every_statistical_command_reads_the_labels_file(tmp_path, capsys, scored, command):
+    out, labels = scored
+    argv = [command, str(out), "--labels", str(labels), "--json"]
+    if command == "calibrate":
+        argv += ["-o", str(tmp_path / "cal.json")]
+    if command != "estimate":
+        argv += ["--bootstrap", "0"]
+    capsys.readouterr()
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    assert "150 of 151 label(s) joined" in captured.err
+    assert "1 label(s) match no turn and are left out: elsewhere-1/3" in captured.err
+    r = json.loads(captured.out)
+    if command == "evaluate":
+        assert r["n"] == 150 and r["labels"]["n_unmatched"] == 1
+    elif command == "estimate":
+        truth = [json.loads(x)["label"] == "adherent" for x in TRUTH.read_text().splitlines()]
+        assert r["n_labelled"] == 150 and abs(r["estimate"] - sum(truth) / len(truth)) < 3 * r["se"] + 0.01
+    else:
+        assert r["source"]["labels"]["n_matched"] == 150 and r["source"]["labels_digest"].startswith("sha256:")
+
+
+def test_classifier_fit_reads_the_labels_file_and_scores_through_the_engine(tmp_path, capsys, scored):
+    out, labels = scored
+    clf = tmp_path / "clf.json"
+    capsys.readouterr()
+    assert main(["classifier", "fit", str(LOG), "--labels", str(labels), "-o", str(clf), "--no-progress"]) == 0
+    captured = capsys.readouterr()
+    assert "5-fold out-of-fold AUC" in captured.out and "reply length" in captured.out
+    assert "1 label(s) match no turn" in captured.err
+    doc = json.loads(clf.read_text())
+    assert doc["source"]["n"] == 150 and doc["cv"]["baselines"]["auc"]["reply_length"] > 0
+    scores = tmp_path / "clf.parquet"
+    assert main(["score", str(LOG), "-o", str(scores), "--method", "classifier", "--classifier", str(clf),
+                 "--no-progress"]) == 0  # fmt: skip
+    t = pq.read_table(scores)
+    assert t.num_rows == 362 and set(t.column("status").to_pylist()) == {"ok"}
+    meta = json.loads((tmp_path / "clf.parquet.meta.json").read_text())
+    assert meta["config"]["classifier_digest"].startswith("sha256:")
+    # an edited classifier is refused before any work
+    doc["model"]["intercept"] += 1
+    clf.write_text(json.dumps(doc))
+    capsys.readouterr()
+    assert main(["score", str(LOG), "-o", str(tmp_path / "x.parquet"), "--method", "classifier", "--classifier",
+                 str(clf)]) == 2  # fmt: skip
+    assert "edited after it was fitted" in capsys.readouterr().err
