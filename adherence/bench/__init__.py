@@ -6,6 +6,7 @@ from .engine import bench_engine
 from .judge import bench_judge
 from .judge_race import bench_judge_race
 from .kernels import bench_kernels
+from .labels import bench_labels
 from .maxsim import bench_maxsim
 from .persona import bench_persona
 from .role_paper import DEFAULT_METHODS, role_paper
@@ -18,6 +19,7 @@ __all__ = [
     "bench_judge",
     "bench_judge_race",
     "bench_kernels",
+    "bench_labels",
     "bench_maxsim",
     "bench_persona",
     "role_paper",

@@ -146,6 +146,18 @@ class BenchCommand(Command):
         pb.add_argument("--repeats", type=int, default=10, help="random pools per query and pool size")
         pb.add_argument("--limit", type=int, help="read only the first N conversations")
         _device_and_output(pb)
+        lb = sub.add_parser(
+            "labels",
+            help="logs without references on CPU: scope with no labels, the classifier at 50/100/200 labels, beside "
+            "the trivial baselines and the bundled judge; hours per million turns (JSON)",
+        )
+        lb.add_argument("--persona-csv", type=file_path, help="Synthetic-Persona-Chat CSV for the swapped-reply set")
+        lb.add_argument("--sizes", default="50,100,200", help="label counts the classifier is trained on")
+        lb.add_argument("--seeds", type=int, default=5, help="label draws per count (default 5)")
+        lb.add_argument("--support-conversations", type=int, default=400, help="conversations of the support log")
+        lb.add_argument("--judge-turns", type=int, default=120, help="turns the bundled judge scores (0: none)")
+        lb.add_argument("--throughput-turns", type=int, default=3000, help="turns of the timed classifier job")
+        _device_and_output(lb, device=False)
         eb = sub.add_parser("engine", help="engine turns/s, local vs ray, and peak memory (JSON)")
         eb.add_argument("--turns", type=int, default=1_000_000, help="synthetic turns in the large input")
         eb.add_argument("--small", type=int, help="the smaller input for the memory comparison (default turns/10)")
@@ -369,6 +381,12 @@ class BenchCommand(Command):
             if args.limit is not None and args.limit < 2:
                 raise OptionError("--limit must be >= 2")
             return self._emit(_call(bench_persona, args), args.output)
+        if args.bench == "labels":
+            from ..bench import bench_labels
+
+            sizes = comma_ints(args.sizes, "--sizes")
+            _positive(args, "seeds", "support_conversations", "throughput_turns")
+            return self._emit(_call(bench_labels, args, sizes=tuple(sizes)), args.output)
         if args.bench == "maxsim":
             from ..bench import bench_maxsim
 

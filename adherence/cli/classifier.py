@@ -109,7 +109,7 @@ class ClassifierCommand(Command):
             y, np.asarray(fit["cv"]["oof"]), text_baselines({"assistant": ra, "role": rr, "user": ru}),
             folds=args.folds, seed=args.seed,
         )  # fmt: skip
-        dim = x.shape[1] - 6
+        dim = x.shape[1] - 5
         source = {
             "input": src,
             "labels": None if join is None else join.describe(),

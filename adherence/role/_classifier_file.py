@@ -22,7 +22,6 @@ CLASSIFIER_FORMAT = "adherence-classifier/1"
 FEATURES = (
     "reply",
     "role_similarity",
-    "worst_sentence",
     "user_similarity",
     "reply_length",
     "role_overlap",
@@ -130,7 +129,7 @@ def load_classifier(path: Union[str, os.PathLike]) -> Classifier:
     dim = enc.get("dim")
     if not isinstance(dim, int) or dim < 1:
         raise bad(f"encoder.dim must be a positive integer, got {dim!r}")
-    width = dim + 6
+    width = dim + 5
     for name, a in zip(("mean", "scale", "coef"), arrays):
         if a.shape != (width,):
             raise bad(f"model.{name} must hold {width} numbers for a {dim}-d encoder, got {a.size}")
@@ -140,6 +139,9 @@ def load_classifier(path: Union[str, os.PathLike]) -> Classifier:
         raise bad("model.scale must be > 0 everywhere")
     if not (np.isfinite(intercept) and np.isfinite(l2) and l2 > 0):
         raise bad("model.intercept must be finite and model.l2 > 0")
+    shrink = model.get("shrink", 1)
+    if isinstance(shrink, bool) or not isinstance(shrink, (int, float)) or not shrink >= 1:
+        raise bad(f"model.shrink must be a number >= 1, got {shrink!r}")
     auc = cv.get("auc")
     if not (isinstance(auc, (int, float)) and 0.0 <= auc <= 1.0):
         raise bad(f"cv.auc must be in [0, 1], got {auc!r}")

@@ -9,7 +9,6 @@ import pyarrow as pa
 import pytest
 from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import roc_auc_score
-from sklearn.model_selection import StratifiedKFold
 
 from adherence.data import DataError, example_path, read_turns
 from adherence.role import Resources, RoleConfig, score_turns
@@ -95,8 +94,8 @@ def test_classifier_fit_equals_scikit_learn(encoder, log):
     x = classifier_features(encoder, [r["role"] for r in rows], [r["user"] for r in rows],
                             [r["assistant"] for r in rows])  # fmt: skip
     y = y[:160]
-    assert x.shape == (160, 384 + 6) and len(FEATURES) == 7
-    fit = fit_classifier(x, y, l2=1.0, folds=5, seed=0)
+    assert x.shape == (160, 384 + 5) and len(FEATURES) == 6
+    fit = fit_classifier(x, y, l2=1.0, shrinks=(1.0,), folds=5, seed=0)
     z = (x - np.array(fit["mean"])) / np.array(fit["scale"])
     ref = LogisticRegression(C=1.0, tol=1e-10, max_iter=10000).fit(z, y)
     np.testing.assert_allclose(fit["coef"], ref.coef_[0], atol=2e-4)
@@ -114,8 +113,25 @@ def test_classifier_fit_equals_scikit_learn(encoder, log):
         oof[te] = m.predict_proba((x[te] - mu) / sd)[:, 1]
     np.testing.assert_allclose(fit["cv"]["oof"], oof, atol=1e-4)
     assert abs(fit["cv"]["auc"] - roc_auc_score(y, oof)) < 1e-9
-    assert StratifiedKFold  # folds are stratified: every fold holds both classes
-    assert all(len(set(y[fold == k])) == 2 for k in range(5))
+    assert all(len(set(y[fold == k])) == 2 for k in range(5))  # folds are stratified: each holds both classes
+
+
+def test_the_embeddings_extra_shrinkage_is_ridge_with_a_larger_penalty_on_that_block(encoder, log):
+    """A shrink of k on the embedding equals scikit-learn's ridge on features whose embedding block is divided by
+    sqrt(k); the shrink chosen is the one with the best out-of-fold AUC."""
+    t, y = log
+    rows = t.slice(0, 160).to_pylist()
+    x = classifier_features(encoder, [r["role"] for r in rows], [r["user"] for r in rows],
+                            [r["assistant"] for r in rows])  # fmt: skip
+    y = y[:160]
+    fit = fit_classifier(x, y, shrinks=(1.0, 10.0, 100.0), folds=5, seed=0)
+    assert str(fit["shrink"]) in fit["cv"]["by_shrink"]
+    assert fit["cv"]["auc"] == max(fit["cv"]["by_shrink"].values())
+    mu, sd = x.mean(0), x.std(0)
+    z = (x - mu) / sd
+    z[:, :384] /= np.sqrt(fit["shrink"])
+    ref = LogisticRegression(C=1.0, tol=1e-10, max_iter=10000).fit(z, y)
+    np.testing.assert_allclose(fit["coef"], ref.coef_[0], atol=2e-4)
 
 
 def _doc(encoder, log, tmp_path):
@@ -147,7 +163,7 @@ def test_classifier_method_scores_are_the_models_probabilities(encoder, log, tmp
     "edit, message",
     [
         (lambda d: d["model"].__setitem__("intercept", float("nan")), "finite"),
-        (lambda d: d["model"]["coef"].pop(), "must hold 390 numbers"),
+        (lambda d: d["model"]["coef"].pop(), "must hold 389 numbers"),
         (lambda d: d["model"]["scale"].__setitem__(0, -1.0), "scale must be > 0"),
         (lambda d: d.__setitem__("features", ["reply"]), "features"),
         (lambda d: d["cv"].__setitem__("auc", 2), "cv.auc"),
