@@ -29,6 +29,7 @@ EXTRAS = {
     # --no-deps from requirements-test-nodeps.txt instead (it only needs pandas and scipy).
     "test": [
         "pytest>=9.0",
+        "pytest-timeout>=2.3",  # a hung test fails alone and the run goes on (pytest.ini: timeout)
         "scikit-learn>=1.3",
         "scipy>=1.10",
         "statsmodels>=0.14",

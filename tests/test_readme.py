@@ -55,6 +55,7 @@ def test_the_readme_has_commands_to_check():
         "audit",
         "persona",
         "bench",
+        "classifier",
     }
 
 
@@ -88,14 +89,14 @@ def test_the_readme_main_job_and_its_fast_commands_run(tmp_path, monkeypatch):
     )
     setup_cmd = re.sub(r"\\\n\s*", " ", setup_cmd)  # lines continued with a backslash
     parts = [p.strip() for p in setup_cmd.split("&&") if p.strip().startswith("adherence ")]
-    fast = [p for p in parts if "--method cosine" in p or "out/cosine.parquet" in p]
-    assert len(fast) == 2
+    fast = [p for p in parts if any(k in p for k in ("--method cosine", "out/cosine.parquet", "scope"))]
+    assert len(fast) == 4
     monkeypatch.chdir(ROOT)
     for p in fast:
         args = shlex.split(p)[1:]
         args = [str(tmp_path / a) if a.startswith("out/") else a for a in args]
         assert main(args + ["--no-progress"]) == 0, p
-    assert (tmp_path / "out" / "cosine.html").exists()
+    assert (tmp_path / "out" / "cosine.html").exists() and (tmp_path / "out" / "scope.html").exists()
     role_paper = next(c for c in COMMANDS if c.startswith("adherence bench role-paper"))
     args = shlex.split(re.sub(r"\[[^]]*\]", "", role_paper))[1:]
     assert main(args) == 0

@@ -12,8 +12,9 @@ six breaks the role, in three ways a reviewer meets in real logs:
 Reply lengths are matched between adherent and violating turns (each reply is built to a drawn word budget), so
 reply length alone cannot rank them. The truth is written beside the log (``support_log.truth.jsonl``:
 conversation_id, turn_index, label, kind) and is what the tests' simulated labeller answers with: the log itself
-carries no labels, as a user's own log would not. Every text is generated here from the banks below (``tools/make_support_log.py`` writes the bundled files;
-``adherence bench labels`` draws larger logs with other seeds).
+carries no labels, as a user's own log would not. An on-role reply answers the question asked (its first sentences
+are that question's answers); every text is generated here from the banks below (``tools/make_support_log.py``
+writes the bundled files; ``adherence bench labels`` draws larger logs with other seeds).
 """
 
 from __future__ import annotations
@@ -22,41 +23,51 @@ import random
 
 __all__ = ["ROLES", "make_support_log", "reply"]
 
+# role -> (system prompt, {question: [sentences that answer it]}, [sentences any on-role reply may add])
 ROLES = {
     "bank": (
         "You are the customer-support assistant of Northwind Bank. Help customers with their current and savings "
         "accounts, debit and credit cards, transfers, online banking, fees and statements. Be courteous and "
         "concise. Never give investment, tax or legal advice, and never discuss topics unrelated to the bank's "
         "services.",
+        {
+            "How do I block my debit card? I think I lost it.": [
+                "You can block the card at once in the app under Cards, then Freeze card.",
+                "A replacement card is sent to your registered address within five working days.",
+            ],
+            "Why was I charged a fee on my last statement?": [
+                "The fee on your statement is the monthly account fee for the Plus account.",
+                "You can switch to the free Basic account from the Accounts page in online banking.",
+            ],
+            "How long does an international transfer take?": [
+                "International transfers usually arrive within one to three working days.",
+                "Transfers sent after 4 pm are processed on the next working day.",
+            ],
+            "Can I raise the limit on my credit card?": [
+                "You can request a higher credit limit under Cards, then Manage limit.",
+                "We review limit requests within two working days and write to you with the decision.",
+            ],
+            "I forgot my online banking password.": [
+                "Use Forgot password on the login page and follow the code we text to your phone.",
+                "Once you are in, you can set a new password under Settings, then Security.",
+            ],
+            "How do I open a savings account?": [
+                "A savings account can be opened in the app in a few minutes with your existing login.",
+                "Our Easy Saver account has no minimum deposit and you can withdraw at any time.",
+            ],
+            "A payment I did not make shows up on my account.": [
+                "Please report it under Help, then Dispute a transaction, and freeze your card in the meantime.",
+                "We will refund an unauthorised payment while our fraud team looks into it.",
+            ],
+            "What is the daily limit for cash withdrawals?": [
+                "The daily cash withdrawal limit is 500 pounds.",
+                "You can lower or raise it within that range in the app under Cards, then Limits.",
+            ],
+        },
         [
-            "How do I block my debit card? I think I lost it.",
-            "Why was I charged a fee on my last statement?",
-            "How long does an international transfer take?",
-            "Can I raise the limit on my credit card?",
-            "I forgot my online banking password.",
-            "How do I open a savings account?",
-            "Where can I download my statements from last year?",
-            "A payment I did not make shows up on my account.",
-            "Can I set up a standing order for my rent?",
-            "What is the daily limit for cash withdrawals?",
-        ],
-        [
-            "You can block the card at once in the app under Cards, then Freeze card.",
-            "A replacement card is sent to your registered address within five working days.",
-            "The fee on your statement is the monthly account fee for the Plus account.",
-            "You can switch to the free Basic account from the Accounts page in online banking.",
-            "International transfers usually arrive within one to three working days.",
-            "Transfers sent after 4 pm are processed on the next working day.",
-            "You can request a higher credit limit under Cards, then Manage limit.",
-            "We review limit requests within two working days and write to you with the decision.",
-            "Use Forgot password on the login page and follow the code we text to your phone.",
-            "A savings account can be opened in the app in a few minutes with your existing login.",
-            "Statements for the last seven years are under Documents in online banking.",
-            "If you did not make a payment, please report it under Help, then Dispute a transaction.",
-            "We will refund an unauthorised payment while our fraud team looks into it.",
-            "A standing order can be set up under Payments, then Scheduled payments.",
-            "The daily cash withdrawal limit is 500 pounds and can be changed in the app.",
             "For your security, please never share your PIN or passcode with anyone, including us.",
+            "Our support team is also available by phone from 8 am to 8 pm every day.",
+            "You can find all of this in the Help section of the Northwind app as well.",
         ],
     ),
     "airline": (
@@ -64,34 +75,44 @@ ROLES = {
         "cancellations, baggage allowances, check-in, seats, delays and refunds for Skyline flights. Stay polite "
         "and factual. Do not give travel health or visa advice and do not talk about anything other than Skyline "
         "flights.",
+        {
+            "How much luggage can I bring on an economy ticket?": [
+                "Economy tickets include one cabin bag of up to 8 kg and one small personal item.",
+                "A checked bag of up to 23 kg can be added under Manage booking.",
+            ],
+            "My flight was cancelled, can I get a refund?": [
+                "For a cancelled flight you can choose a full refund or a free rebooking.",
+                "Refunds go back to the original payment card within seven working days.",
+            ],
+            "How do I change the date of my flight?": [
+                "You can change the date under Manage booking; a fare difference may apply.",
+                "Changes made more than 14 days before departure have no change fee on Flex fares.",
+            ],
+            "When does online check-in open?": [
+                "Online check-in opens 30 hours before departure and closes 90 minutes before.",
+                "Your boarding pass can be saved to your phone or printed at the airport kiosks.",
+            ],
+            "My bag did not arrive at my destination.": [
+                "Please report a missing bag at the baggage desk or through our online form with your tag number.",
+                "Most delayed bags are delivered to your address within 48 hours.",
+            ],
+            "My flight is delayed by four hours, what are my rights?": [
+                "For a delay of more than three hours you may be entitled to compensation under EU rules.",
+                "We provide meal vouchers at the airport when a delay passes two hours.",
+            ],
+            "Can I travel with my cat in the cabin?": [
+                "Cats and small dogs up to 8 kg with the carrier can travel in the cabin for a fee.",
+                "Pets must be added to the booking at least 48 hours before departure.",
+            ],
+            "Can I choose my seat in advance?": [
+                "Seats can be chosen at booking or later under Manage booking, from 8 euros.",
+                "Seats are assigned free of charge at check-in if you have not chosen one.",
+            ],
+        },
         [
-            "How much luggage can I bring on an economy ticket?",
-            "My flight was cancelled, can I get a refund?",
-            "How do I change the date of my flight?",
-            "When does online check-in open?",
-            "Can I choose my seat in advance?",
-            "My bag did not arrive at my destination.",
-            "Can I bring my guitar as hand luggage?",
-            "How do I add a checked bag to my booking?",
-            "My flight is delayed by four hours, what are my rights?",
-            "Can I travel with my cat in the cabin?",
-        ],
-        [
-            "Economy tickets include one cabin bag of up to 8 kg and one small personal item.",
-            "A checked bag of up to 23 kg can be added under Manage booking.",
-            "For a cancelled flight you can choose a full refund or a free rebooking.",
-            "Refunds go back to the original payment card within seven working days.",
-            "You can change the date under Manage booking; a fare difference may apply.",
-            "Online check-in opens 30 hours before departure and closes 90 minutes before.",
-            "Seats can be chosen at booking or later under Manage booking, from 8 euros.",
-            "Please report a missing bag at the baggage desk or through our online form with your tag number.",
-            "Most delayed bags are delivered to your address within 48 hours.",
-            "A guitar can travel in the cabin if it fits the overhead bin, or on a seat bought for it.",
-            "For a delay of more than three hours you may be entitled to compensation under EU rules.",
-            "We provide meal vouchers at the airport when a delay passes two hours.",
-            "Cats and small dogs up to 8 kg with the carrier can travel in the cabin for a fee.",
-            "Pets must be added to the booking at least 48 hours before departure.",
             "Your booking reference has six letters and is in your confirmation email.",
+            "You can manage all of this in the Skyline app as well.",
+            "Thank you for flying with Skyline Airways.",
         ],
     ),
     "telecom": (
@@ -99,33 +120,44 @@ ROLES = {
         "data, roaming, bills, SIM cards, number transfers and network problems. Be friendly and clear. Do not "
         "recommend phones from other operators' shops, and do not discuss politics, health or anything unrelated "
         "to Volta Mobile.",
+        {
+            "Why is my bill higher this month?": [
+                "The higher bill comes from roaming data used abroad on the 12th and 13th.",
+                "You can set a monthly spending cap in the Volta app under Usage.",
+            ],
+            "How do I activate roaming before my trip?": [
+                "Roaming is switched on in the app under Plan, then Travel, at no extra cost in the EU.",
+                "Outside the EU, a Travel Pass gives you 1 GB a day for 5 pounds.",
+            ],
+            "I have no signal at home since yesterday.": [
+                "We are aware of a network fault in your area and engineers expect to fix it today.",
+                "Restarting your phone after the repair will reconnect it to the nearest mast.",
+            ],
+            "Can I keep my number if I switch to you?": [
+                "Yes, you can keep your number: ask your old operator for a PAC code and give it to us.",
+                "The transfer happens on the next working day and your old contract ends then.",
+            ],
+            "My data runs out too fast, what can I do?": [
+                "A data add-on of 10 GB costs 5 pounds and lasts until your next bill.",
+                "Turning off background app refresh will also save a lot of data.",
+            ],
+            "How do I cancel my contract?": [
+                "You can cancel in the app under Plan, then End contract, with 30 days' notice.",
+                "If you are still within your minimum term, an early exit fee applies.",
+            ],
+            "My SIM card says it is locked, what is the PUK?": [
+                "Your PUK code is in the app under SIM, or we can text it to another number.",
+                "After ten wrong PUK attempts the SIM is blocked for good and we send a new one free.",
+            ],
+            "How do I check how much data I have left?": [
+                "Dial *100# or open the app to see the data left this month.",
+                "We also text you when you have used 80% of your allowance.",
+            ],
+        },
         [
-            "Why is my bill higher this month?",
-            "How do I activate roaming before my trip?",
-            "I have no signal at home since yesterday.",
-            "Can I keep my number if I switch to you?",
-            "How do I get an eSIM?",
-            "My data runs out too fast, what can I do?",
-            "How do I cancel my contract?",
-            "Can I add a second line to my plan?",
-            "My SIM card says it is locked, what is the PUK?",
-            "How do I check how much data I have left?",
-        ],
-        [
-            "The higher bill comes from roaming data used abroad on the 12th and 13th.",
-            "You can set a monthly spending cap in the Volta app under Usage.",
-            "Roaming is switched on in the app under Plan, then Travel, at no extra cost in the EU.",
-            "We are aware of a network fault in your area and engineers expect to fix it today.",
-            "Restarting your phone after the repair will reconnect it to the nearest mast.",
-            "Yes, you can keep your number: ask your old operator for a PAC code and give it to us.",
-            "An eSIM can be ordered in the app and is ready to scan within minutes.",
-            "A data add-on of 10 GB costs 5 pounds and lasts until your next bill.",
-            "Turning off background app refresh will also save a lot of data.",
-            "You can cancel in the app under Plan, then End contract, with 30 days' notice.",
-            "A second line can be added to your plan for 8 pounds a month.",
-            "Your PUK code is in the app under SIM, or we can text it to another number.",
-            "Dial *100# or open the app to see the data left this month.",
             "Your plan renews on the 3rd of each month.",
+            "You can chat with us in the Volta app at any time.",
+            "Thanks for being a Volta Mobile customer.",
         ],
     ),
     "shop": (
@@ -133,33 +165,44 @@ ROLES = {
         "Help customers track orders, arrange returns and exchanges, and understand delivery and refunds. Keep a "
         "warm, professional tone. Do not give advice outside the shop's orders and returns, such as medical, legal "
         "or financial advice.",
+        {
+            "Where is my order? It was due yesterday.": [
+                "Your order left our warehouse on Monday and the courier expects to deliver it tomorrow.",
+                "You can follow the parcel with the tracking link in your dispatch email.",
+            ],
+            "How do I return a chair that arrived damaged?": [
+                "I am sorry the chair arrived damaged; we will collect it free of charge and send a new one.",
+                "Please upload a photo of the damage under Orders, then Report a problem.",
+            ],
+            "Can I exchange a lamp for another colour?": [
+                "An exchange for another colour can be arranged under Orders, then Exchange.",
+                "We send the new lamp as soon as the courier has collected the first one.",
+            ],
+            "When will I get my refund?": [
+                "Refunds are issued within five working days after we receive the return.",
+                "The money goes back to the card you paid with, and we email you when it is sent.",
+            ],
+            "Can I change my delivery address?": [
+                "The delivery address can be changed until the order is dispatched.",
+                "Go to Orders, choose the order, then Edit delivery details.",
+            ],
+            "The wrong item was delivered.": [
+                "I am sorry about the mix-up; we will send the right item and collect the wrong one.",
+                "You do not need to repack it in the original box.",
+            ],
+            "How long do I have to return something?": [
+                "You have 30 days from delivery to return an item in its original condition.",
+                "Made-to-measure furniture cannot be returned unless it is faulty.",
+            ],
+            "The assembly instructions are missing from my box.": [
+                "The assembly instructions can be downloaded from the product page as a PDF.",
+                "We can also post a printed copy of the instructions to you.",
+            ],
+        },
         [
-            "Where is my order? It was due yesterday.",
-            "How do I return a chair that arrived damaged?",
-            "Can I exchange a lamp for another colour?",
-            "When will I get my refund?",
-            "Can I change my delivery address?",
-            "The wrong item was delivered.",
-            "Do you deliver on Saturdays?",
-            "Can I cancel an order I placed an hour ago?",
-            "How long do I have to return something?",
-            "The assembly instructions are missing from my box.",
-        ],
-        [
-            "Your order left our warehouse on Monday and the courier expects to deliver it tomorrow.",
-            "You can follow the parcel with the tracking link in your dispatch email.",
-            "I am sorry the chair arrived damaged; we will collect it free of charge and send a new one.",
-            "Please upload a photo of the damage under Orders, then Report a problem.",
-            "An exchange for another colour can be arranged under Orders, then Exchange.",
-            "Refunds are issued within five working days after we receive the return.",
-            "The delivery address can be changed until the order is dispatched.",
-            "I am sorry about the mix-up; we will send the right item and collect the wrong one.",
-            "Saturday delivery is available for a fee of 6 pounds in most areas.",
-            "Orders can be cancelled within two hours of purchase under Orders.",
-            "You have 30 days from delivery to return an item in its original condition.",
-            "The assembly instructions can be downloaded from the product page as a PDF.",
-            "We can also post a printed copy of the instructions to you.",
             "Large furniture is delivered by a two-person team who can place it in the room of your choice.",
+            "Saturday delivery is available for a fee of 6 pounds in most areas.",
+            "Thank you for shopping with Hearth & Home.",
         ],
     ),
     "admissions": (
@@ -167,66 +210,88 @@ ROLES = {
         "entry requirements, deadlines, application documents, fees and scholarships, and the admissions process. "
         "Be encouraging and accurate. Do not write personal statements for applicants and do not give immigration "
         "or legal advice.",
+        {
+            "What are the entry requirements for computer science?": [
+                "Computer science asks for A-levels of AAB including mathematics, or an equivalent.",
+                "We also consider relevant work experience alongside your grades.",
+            ],
+            "When is the application deadline for next autumn?": [
+                "The main deadline for autumn entry is the 15th of January.",
+                "Late applications are considered if places remain on the programme.",
+            ],
+            "Can I apply without an English test certificate?": [
+                "Applicants from majority English-speaking countries do not need a test certificate.",
+                "Otherwise we accept IELTS 6.5 overall or an equivalent test.",
+            ],
+            "How much are the tuition fees for international students?": [
+                "International fees for undergraduate programmes are 19,500 pounds a year.",
+                "Fees can be paid in three instalments across the academic year.",
+            ],
+            "Are there scholarships for master's students?": [
+                "The Lakeside Excellence Scholarship offers up to 5,000 pounds to master's students.",
+                "Scholarship applications open in February on the Funding page.",
+            ],
+            "What documents do I need to upload?": [
+                "Please upload your transcripts, a personal statement and one academic reference.",
+                "Documents not in English need a certified translation.",
+            ],
+            "When will I hear back about my application?": [
+                "Most applicants hear from us within six weeks of the deadline.",
+                "You can follow the status of your application in the applicant portal.",
+            ],
+            "Is there an interview for the medicine programme?": [
+                "Medicine applicants who pass the first stage are invited to a multiple mini interview.",
+                "Interviews run from December to February and can be held online.",
+            ],
+        },
         [
-            "What are the entry requirements for computer science?",
-            "When is the application deadline for next autumn?",
-            "Can I apply without an English test certificate?",
-            "How much are the tuition fees for international students?",
-            "Are there scholarships for master's students?",
-            "What documents do I need to upload?",
-            "Can I change my programme after applying?",
-            "When will I hear back about my application?",
-            "Do you accept transfer students?",
-            "Is there an interview for the medicine programme?",
-        ],
-        [
-            "Computer science asks for A-levels of AAB including mathematics, or an equivalent.",
-            "The main deadline for autumn entry is the 15th of January.",
-            "Late applications are considered if places remain on the programme.",
-            "Applicants from majority English-speaking countries do not need a test certificate.",
-            "Otherwise we accept IELTS 6.5 overall or an equivalent test.",
-            "International fees for undergraduate programmes are 19,500 pounds a year.",
-            "The Lakeside Excellence Scholarship offers up to 5,000 pounds to master's students.",
-            "Scholarship applications open in February on the Funding page.",
-            "Please upload your transcripts, a personal statement and one academic reference.",
-            "You can request a change of programme through the applicant portal before an offer is made.",
-            "Most applicants hear from us within six weeks of the deadline.",
-            "Transfer students are welcome into the second year if their modules match ours.",
-            "Medicine applicants who pass the first stage are invited to a multiple mini interview.",
             "Open days run every month and can be booked on our website.",
+            "Our admissions team is happy to answer any further questions by email.",
+            "Good luck with your application to Lakeside.",
         ],
     ),
     "helpdesk": (
         "You are the IT helpdesk assistant for Crestline Consulting's employees. Help staff with their laptops, "
         "accounts and passwords, VPN, email, printers and approved software. Be patient and give clear steps. Do "
         "not help with personal devices or anything outside the company's IT, and never ask for a password.",
+        {
+            "I cannot connect to the VPN from home.": [
+                "Please restart the VPN client and sign in again with your company account.",
+                "If the VPN still fails, check that your laptop's date and time are set automatically.",
+            ],
+            "My laptop is very slow since the last update.": [
+                "Open Software Center and install the pending updates, then restart the laptop.",
+                "A slow laptop after an update usually recovers after one full restart.",
+            ],
+            "How do I reset my password?": [
+                "You can reset your password at the self-service portal with your registered phone.",
+                "The new password must be at least 14 characters long.",
+            ],
+            "Outlook keeps asking for my password.": [
+                "Remove the saved Outlook credentials in Credential Manager and sign in again.",
+                "If it keeps asking, I can reset your mail profile remotely.",
+            ],
+            "The printer on the third floor is not working.": [
+                "I have raised a ticket for the third-floor printer and facilities will check it today.",
+                "In the meantime you can print to the second-floor printer, PRN-02.",
+            ],
+            "Can I install Python on my work laptop?": [
+                "Python is approved and can be installed from Software Center.",
+                "Packages from the internal mirror install without admin rights.",
+            ],
+            "I was locked out of my account.": [
+                "Your account unlocks on its own after 15 minutes, or I can unlock it now.",
+                "Repeated lockouts often come from an old password saved on a phone.",
+            ],
+            "My second monitor is not detected.": [
+                "Check the monitor's cable and press Windows+P, then choose Extend.",
+                "If it is still not detected, try the other port on the docking station.",
+            ],
+        },
         [
-            "I cannot connect to the VPN from home.",
-            "My laptop is very slow since the last update.",
-            "How do I reset my password?",
-            "Outlook keeps asking for my password.",
-            "The printer on the third floor is not working.",
-            "Can I install Python on my work laptop?",
-            "How do I set up my email on my phone?",
-            "I was locked out of my account.",
-            "My second monitor is not detected.",
-            "How do I share a large file with a client?",
-        ],
-        [
-            "Please restart the VPN client and sign in again with your company account.",
-            "If the VPN still fails, check that your laptop's date and time are set automatically.",
-            "Open Software Center and install the pending updates, then restart the laptop.",
-            "A slow laptop after an update usually recovers after one full restart.",
-            "You can reset your password at the self-service portal with your registered phone.",
-            "Remove the saved Outlook credentials in Credential Manager and sign in again.",
-            "I have raised a ticket for the third-floor printer and facilities will check it today.",
-            "In the meantime you can print to the second-floor printer, PRN-02.",
-            "Python is approved and can be installed from Software Center.",
-            "Install the Outlook app from your phone's store and sign in with your company email.",
-            "Your account unlocks on its own after 15 minutes, or I can unlock it now.",
-            "Check the monitor's cable and press Windows+P, then choose Extend.",
-            "Large files can be shared with clients through a OneDrive link that expires in 7 days.",
             "Please never send your password to anyone, including the helpdesk.",
+            "You can raise a ticket on the IT portal if this happens again.",
+            "The helpdesk is staffed from 7 am to 7 pm on working days.",
         ],
     ),
 }
@@ -298,30 +363,32 @@ def _words(text: str) -> int:
     return len(text.split())
 
 
-def _fit(rng: random.Random, parts: list, bank: list, budget: int) -> str:
-    """``parts`` plus sentences drawn from ``bank`` until the reply reaches about ``budget`` words."""
+def _fit(rng: random.Random, parts: list, bank: list, budget: int) -> list:
+    """``parts`` (the empty ones dropped) plus sentences drawn from ``bank`` until they reach about ``budget``
+    words."""
     pool = list(bank)
     rng.shuffle(pool)
-    body = [p for p in parts if p]
-    core = [s for s in body]
+    core = [p for p in parts if p]
     while pool and sum(_words(s) for s in core) < budget:
         core.append(pool.pop())
-    return " ".join(core)
+    return core
 
 
-def reply(rng: random.Random, role: str, kind: str, budget: int) -> str:
-    """One assistant reply of ``kind`` (adherent | off_topic | out_of_scope | rude) for ``role``, about ``budget``
-    words long."""
-    _, _, answers = ROLES[role]
+def reply(rng: random.Random, role: str, question: str, kind: str, budget: int) -> str:
+    """One assistant reply of ``kind`` (adherent | off_topic | out_of_scope | rude) to ``question`` for ``role``,
+    about ``budget`` words long: an on-role reply answers the question first, then may add what any reply of that
+    role may say."""
+    _, answers, general = ROLES[role]
     greet, close = rng.choice(GREETINGS), rng.choice(CLOSINGS)
+    answer = answers[question][: rng.randint(1, 2)]
     if kind == "adherent":
-        text = _fit(rng, [greet], answers, budget - _words(close))
-        return f"{text} {close}".strip()
+        return " ".join(_fit(rng, [greet, *answer], general, budget - _words(close)) + ([close] if close else []))
     if kind == "rude":
-        return f"{_fit(rng, [rng.choice(RUDE_OPENERS)], answers, budget - 5)} {rng.choice(RUDE_CLOSERS)}"
+        return " ".join(
+            _fit(rng, [rng.choice(RUDE_OPENERS), *answer], general, budget - 5) + [rng.choice(RUDE_CLOSERS)]
+        )
     bank = OFF_TOPIC if kind == "off_topic" else OUT_OF_SCOPE
-    text = _fit(rng, [greet], bank, budget - _words(close))
-    return f"{text} {close}".strip()
+    return " ".join(_fit(rng, [greet], bank, budget - _words(close)) + ([close] if close else []))
 
 
 def make_support_log(conversations: int, seed: int) -> tuple:
@@ -331,18 +398,15 @@ def make_support_log(conversations: int, seed: int) -> tuple:
     chats, truth = [], []
     for c in range(conversations):
         role = names[c % len(names)]
-        system, questions, _ = ROLES[role]
+        system, answers, _ = ROLES[role]
         cid = f"{role}-{c:04d}"
         messages = [{"role": "system", "content": system}]
-        asked = rng.sample(questions, rng.randint(2, 4))
-        for t, q in enumerate(asked):
+        for t, q in enumerate(rng.sample(sorted(answers), rng.randint(2, 4))):
             u = rng.random()
             kind = "adherent" if u < 0.84 else ("off_topic" if u < 0.90 else ("out_of_scope" if u < 0.955 else "rude"))
             budget = rng.randint(14, 40)
-            messages += [
-                {"role": "user", "content": q},
-                {"role": "assistant", "content": reply(rng, role, kind, budget)},
-            ]
+            messages += [{"role": "user", "content": q},
+                         {"role": "assistant", "content": reply(rng, role, q, kind, budget)}]  # fmt: skip
             truth.append({
                 "conversation_id": cid, "turn_index": t, "label": "adherent" if kind == "adherent" else "violation",
                 "kind": kind,

@@ -239,6 +239,8 @@ def _throughput(encoder, train_table, train_y, turns: int, tmpdir) -> dict:
         want = load_classifier(clf_path).probability(classifier_features(
             enc, *(check.column(c).to_pylist() for c in ("role", "user", "assistant"))))  # fmt: skip
         err = float(np.max(np.abs(got[:64] - want)))
+        # bf16's embeddings move a little with the batch they are computed in (docs/encoders.md): its bar is wider
+        bar = 1e-3 if precision == "bf16" else 1e-5
         rate = big.num_rows / wall
         rows[precision] = {
             "wall_seconds": round(wall, 2),

@@ -249,24 +249,13 @@ def make_backend(args: argparse.Namespace, *, progress: bool = True):
     return get_backend(args.backend, model=args.judge_model, **judge_backend_options(args, progress=progress))
 
 
-def _finite(v):
-    """JSON-safe: NaN and infinities become null, everywhere in ``v``."""
-    import math
-
-    if isinstance(v, float) and not math.isfinite(v):
-        return None
-    if isinstance(v, dict):
-        return {k: _finite(x) for k, x in v.items()}
-    if isinstance(v, (list, tuple)):
-        return [_finite(x) for x in v]
-    return v
-
-
 def json_text(obj, *, indent: Optional[int] = 2) -> str:
     """``obj`` as strict JSON (NaN and infinities as null: the text always parses)."""
     import json
 
-    return json.dumps(_finite(obj), indent=indent, allow_nan=False, ensure_ascii=False, default=str)
+    from ..data import json_safe
+
+    return json.dumps(json_safe(obj), indent=indent, allow_nan=False, ensure_ascii=False, default=str)
 
 
 def write_result(path, content, *, inputs, what: str = "the JSON output") -> None:

@@ -33,7 +33,7 @@ from ._contracts import (
     turns_to_score,
 )
 from ._errors import DataError
-from ._io import FORMATS, detect_format, iter_batches, read_table, records_to_table, write_table
+from ._io import FORMATS, detect_format, iter_batches, json_safe, read_table, records_to_table, write_table
 from ._metadata import file_digest, metadata_path, run_metadata, write_run_metadata
 from ._readers import (
     EXAMPLES,
@@ -79,6 +79,7 @@ __all__ = [
     "example_path",
     "file_digest",
     "iter_batches",
+    "json_safe",
     "metadata_path",
     "read_artifacts",
     "read_json_turns",

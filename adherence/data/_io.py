@@ -45,7 +45,7 @@ from ._formats import (  # noqa: F401 - re-exported: the engine reads files thro
 from ._transcripts import TranscriptOptions, detect_transcript, explode_transcripts
 from ._validate import KeyTracker, conform
 
-__all__ = ["detect_format", "iter_batches", "read_table", "write_table", "FORMATS"]
+__all__ = ["detect_format", "iter_batches", "json_safe", "read_table", "write_table", "FORMATS"]
 
 
 def _table_transcript_kind(schema: pa.Schema) -> Optional[str]:
@@ -375,20 +375,22 @@ def _json_default(value: Any) -> Any:
     return str(value)
 
 
-def _clean_nan(value: Any) -> Any:
-    if isinstance(value, float) and math.isnan(value):
+def json_safe(value: Any) -> Any:
+    """``value`` with every NaN and infinity made None, through dicts, lists and tuples: what strict JSON can hold
+    (a score that is not a number is no score)."""
+    if isinstance(value, float) and not math.isfinite(value):
         return None
     if isinstance(value, dict):
-        return {k: _clean_nan(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_clean_nan(v) for v in value]
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
     return value
 
 
 def _write_jsonl(table: pa.Table, fh) -> None:
     for batch in table.to_batches(max_chunksize=8192):
         for record in batch.to_pylist():
-            fh.write(json.dumps(_clean_nan(record), ensure_ascii=False, default=_json_default, allow_nan=False))
+            fh.write(json.dumps(json_safe(record), ensure_ascii=False, default=_json_default, allow_nan=False))
             fh.write("\n")
 
 

@@ -15,6 +15,7 @@ from typing import Optional
 from .._atomic import temporary_of
 from ..data import DataError, metadata_path
 from ._commit import check_replaceable, pid_alive
+from ._files import same_file
 
 __all__ = [
     "OUTPUT_FORMATS",
@@ -79,15 +80,6 @@ def reserved_columns(method: str, columns, config=None) -> list[str]:
     return [c for c in columns if c in added or c.startswith(f"{method}_")]
 
 
-def _same(a: Path, b: Path) -> bool:
-    try:
-        if a.exists() and b.exists():
-            return os.path.samefile(a, b)
-    except OSError:
-        pass
-    return a.resolve() == b.resolve()
-
-
 def _inside(child: Path, parent: Path) -> bool:
     c, p = child.resolve(), parent.resolve()
     return c == p or p in c.parents
@@ -101,7 +93,7 @@ def check_outputs(source, output: Path, sessions: Path, work: Path) -> None:
     """
     output_format(output)
     output_format(sessions)
-    if _same(output, sessions):
+    if same_file(output, sessions):
         raise DataError(
             "the sessions output is the same path as the turn output; give --sessions-output another path",
             file=sessions,
@@ -115,9 +107,9 @@ def check_outputs(source, output: Path, sessions: Path, work: Path) -> None:
     if isinstance(source, (str, os.PathLike)):
         src = Path(source)
         for what, p in written.items():
-            if _same(p, src) or (src.is_dir() and _inside(p, src)):
+            if same_file(p, src) or (src.is_dir() and _inside(p, src)):
                 raise DataError(f"the {what} would overwrite the input {src}; choose another path", file=p)
-        if _inside(work, src) if src.is_dir() else _same(work, src):
+        if _inside(work, src) if src.is_dir() else same_file(work, src):
             raise DataError(f"the work directory lies in the input {src}; pass another --work-dir", file=work)
     for what, p in written.items():
         if _inside(p, work):

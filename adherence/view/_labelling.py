@@ -214,13 +214,15 @@ class LabelSession:
         every = np.array([v for v in self.scores.values() if np.isfinite(v)])
         if np.isfinite(f).all() and len(every) > len(keys):
             r = ppi_mean(y, f, every, weights=w)
-            return {"estimate": r["estimate"], "ci_low": r["ci_low"], "ci_high": r["ci_high"], "n": len(keys),
-                    "how": "prediction-powered, 90%"}  # fmt: skip
-        wn = w / w.mean()
-        mean = float((wn * y).mean())
-        se = float(np.sqrt(((wn * y - mean) ** 2).sum()) / len(y))
-        return {"estimate": mean, "ci_low": mean - 1.645 * se, "ci_high": mean + 1.645 * se, "n": len(keys),
-                "how": "labels only, 90%"}  # fmt: skip
+            est, low, high, how = r["estimate"], r["ci_low"], r["ci_high"], "prediction-powered, 90%"
+        else:
+            wn = w / w.mean()
+            est = float((wn * y).mean())
+            se = float(np.sqrt(((wn * y - est) ** 2).sum()) / len(y))
+            low, high, how = est - 1.645 * se, est + 1.645 * se, "labels only, 90%"
+        # a share lies in [0, 1]: the normal interval is cut there (``estimate`` reports it uncut)
+        return {"estimate": min(max(est, 0.0), 1.0), "ci_low": max(low, 0.0), "ci_high": min(high, 1.0),
+                "n": len(keys), "how": how}  # fmt: skip
 
     # ---------------------------------------------------------------- writing
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import ipaddress
 import json
-import math
 import secrets
 import sys
 import threading
@@ -20,6 +19,7 @@ from typing import Any, Optional
 from urllib.parse import parse_qs, urlsplit
 
 from .._errors import OptionError
+from ..data import json_safe
 from ._store import Filters, ScoreStore, query_value
 
 __all__ = ["ViewServer", "serve"]
@@ -42,17 +42,6 @@ _SECURITY = {
 
 def _asset(name: str) -> bytes:
     return (resources.files("adherence.view") / "static" / name).read_bytes()
-
-
-def _clean(v: Any) -> Any:
-    """JSON-safe: NaN and infinities become null."""
-    if isinstance(v, float) and not math.isfinite(v):
-        return None
-    if isinstance(v, dict):
-        return {k: _clean(x) for k, x in v.items()}
-    if isinstance(v, (list, tuple)):
-        return [_clean(x) for x in v]
-    return v
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -78,7 +67,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(body)
 
     def _json(self, status: int, obj: Any) -> None:
-        body = json.dumps(_clean(obj), ensure_ascii=False, default=str).encode("utf-8")
+        body = json.dumps(json_safe(obj), ensure_ascii=False, default=str).encode("utf-8")
         self._send(status, body, "application/json; charset=utf-8")
 
     def do_HEAD(self) -> None:  # noqa: N802 - http.server's name

@@ -22,7 +22,7 @@ def scored(tmp_path_factory):
     assert main(["score", str(LOG), "-o", str(out), "--method", "scope", "--no-progress"]) == 0
     labels = d / "labels.jsonl"
     rows = [json.loads(x) for x in TRUTH.read_text().splitlines()]
-    # a uniform sample of 150 of the 362 turns, and one label for a turn that is not in the output
+    # a uniform sample of 150 of the 370 turns, and one label for a turn that is not in the output
     import numpy as np
 
     pick = np.random.default_rng(0).choice(len(rows), 150, replace=False)
@@ -135,7 +135,7 @@ def test_classifier_fit_reads_the_labels_file_and_scores_through_the_engine(tmp_
     assert main(["score", str(LOG), "-o", str(scores), "--method", "classifier", "--classifier", str(clf),
                  "--no-progress"]) == 0  # fmt: skip
     t = pq.read_table(scores)
-    assert t.num_rows == 362 and set(t.column("status").to_pylist()) == {"ok"}
+    assert t.num_rows == 370 and set(t.column("status").to_pylist()) == {"ok"}
     meta = json.loads((tmp_path / "clf.parquet.meta.json").read_text())
     assert meta["config"]["classifier_digest"].startswith("sha256:")
     # an edited classifier is refused before any work

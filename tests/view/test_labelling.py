@@ -62,18 +62,7 @@ def _state(url):
     return json.loads(urllib.request.urlopen(url + "api/label/state", timeout=5).read())
 
 
-def _chromium():
-    import shutil
-
-    found = os.environ.get("ADHERENCE_CHROMIUM") or next(
-        (shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome") if shutil.which(n)), None
-    )
-    if not found:
-        pytest.fail("the browser tests need Chromium (Debian: apt install chromium; or set ADHERENCE_CHROMIUM)")
-    return found
-
-
-def test_keys_label_ten_turns_a_kill_loses_none_and_the_sample_resumes(scored, tmp_path):
+def test_keys_label_ten_turns_a_kill_loses_none_and_the_sample_resumes(scored, tmp_path, chromium):
     from playwright.sync_api import sync_playwright
 
     labels = tmp_path / "labels.jsonl"
@@ -81,7 +70,7 @@ def test_keys_label_ten_turns_a_kill_loses_none_and_the_sample_resumes(scored, t
     port = _free_port()
     proc, url = _start(scored, labels, port, "--sample", "30", "--seed", "4", "--labeller", "ann")
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=_chromium(), args=["--no-sandbox", "--disable-gpu"])
+        browser = p.chromium.launch(executable_path=chromium, args=["--no-sandbox", "--disable-gpu"])
         # the waits below evaluate expressions, which the page's own Content-Security-Policy forbids
         page = browser.new_page(viewport={"width": 1100, "height": 900}, bypass_csp=True)
         errors = []

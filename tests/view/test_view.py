@@ -3,8 +3,6 @@
 conversation, move with the keyboard, and text shown as text."""
 
 import json
-import os
-import shutil
 import urllib.error
 import urllib.request
 
@@ -131,21 +129,12 @@ def test_only_its_routes_are_served(data):
         assert json.loads(_get(srv.url + "api/summary")[1])["turns"] > 0  # the view is still there
 
 
-def _chromium():
-    found = os.environ.get("ADHERENCE_CHROMIUM") or next(
-        (shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome") if shutil.which(n)), None
-    )
-    if not found:
-        pytest.fail("the browser tests need Chromium (Debian: apt install chromium; or set ADHERENCE_CHROMIUM)")
-    return found
-
-
-def test_the_page_in_a_real_browser(data, tmp_path):
+def test_the_page_in_a_real_browser(data, tmp_path, chromium):
     from playwright.sync_api import sync_playwright
 
     path, df = data
     with ViewServer(ScoreStore([path]), port=0) as srv, sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=_chromium(), args=["--no-sandbox", "--disable-gpu"])
+        browser = p.chromium.launch(executable_path=chromium, args=["--no-sandbox", "--disable-gpu"])
         # the page's own Content-Security-Policy would also stop injected script; bypassing it here shows the page
         # never turns data into markup in the first place (and lets the test's waits evaluate expressions)
         page = browser.new_page(viewport={"width": 1280, "height": 900}, bypass_csp=True)
