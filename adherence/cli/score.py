@@ -281,7 +281,7 @@ class ScoreCommand(Command):
             threshold = cal.threshold
             calibration = dict(cal.describe(), map=cal.map.to_dict())
         config = RoleConfig(
-            threshold=0.5 if threshold is None else threshold,
+            threshold=threshold,
             calibration=calibration,
             progress=not args.no_progress,
             judge=judge,

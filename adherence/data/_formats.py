@@ -64,7 +64,47 @@ def detect_format(path: PathLike, format: Optional[str] = None) -> str:
             f"{', '.join(sorted(_EXTENSIONS))} or pass format=",
             file=path,
         )
+    if fmt == "jsonl" and p.is_file() and _pretty_first_line(p):
+        return "json"  # pretty-printed documents one after another, whatever the file is called
+    if fmt == "json" and p.is_file() and _json_per_line(p):
+        return "jsonl"  # one JSON document a line whatever the file is called (the Collector's file exporter)
     return fmt
+
+
+def _pretty_first_line(p: Path) -> bool:
+    """Whether a file's first non-blank line is a lone ``{`` (a pretty-printed document, not one a line)."""
+    try:
+        with open(p, "rb") as fh:
+            for line in fh:
+                if line.strip():
+                    return line.strip() == b"{"
+    except OSError:
+        return False
+    return False
+
+
+def _json_per_line(p: Path) -> bool:
+    """Whether a ``.json`` file holds one JSON object a line: its first non-blank line is a whole object and another
+    line follows (a pretty-printed document's first line is not a whole object; a one-line document has no other
+    line)."""
+    try:
+        with open(p, "rb") as fh:
+            first = b""
+            while not first.strip():
+                first = fh.readline()
+                if not first:
+                    return False
+            if not first.lstrip().startswith(b"{"):
+                return False
+            json.loads(first)
+            second = b""
+            while not second.strip():
+                second = fh.readline()
+                if not second:
+                    return False
+            return second.lstrip().startswith(b"{")
+    except (OSError, ValueError, UnicodeDecodeError):
+        return False
 
 
 def _check_file(path: PathLike) -> Path:
@@ -474,13 +514,32 @@ def _arrow_batches(path: Path, batch_size: int) -> Iterator[pa.Table]:
             raise DataError(f"not a readable Arrow IPC file ({exc})", file=f) from None
 
 
+def _json_documents(text: str, path: PathLike) -> list:
+    """JSON documents written one after another (``ConsoleSpanExporter``'s output), as a list."""
+    decoder = json.JSONDecoder()
+    out, i, n = [], 0, len(text)
+    while True:
+        while i < n and text[i].isspace():
+            i += 1
+        if i >= n:
+            return out
+        try:
+            doc, i = decoder.raw_decode(text, i)
+        except json.JSONDecodeError as exc:
+            raise DataError(f"invalid JSON ({exc.msg}, character {exc.colno})", file=path, line=exc.lineno) from None
+        out.append(doc)
+
+
 def load_json(path: PathLike) -> Any:
     """A whole JSON file, checked for UTF-8; a one-line error naming the file and line otherwise."""
     check_utf8(path)
     try:
         with open(path, encoding="utf-8") as fh:
-            return json.load(fh)
+            text = fh.read()
+        return json.loads(text)
     except json.JSONDecodeError as exc:
+        if exc.msg == "Extra data":  # documents one after another (a printed stream of spans): a list of them
+            return _json_documents(text, path)
         raise DataError(f"invalid JSON ({exc.msg}, character {exc.colno})", file=path, line=exc.lineno) from None
     except RecursionError:
         raise DataError("JSON nested too deeply to read", file=path) from None

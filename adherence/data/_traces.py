@@ -455,8 +455,65 @@ def _flatten(d: Any, prefix: str = "") -> dict:
     return out
 
 
+def _otlp_value(v: Any) -> dict:
+    """A Python attribute value as an OTLP JSON ``AnyValue``."""
+    if isinstance(v, bool):
+        return {"boolValue": v}
+    if isinstance(v, int):
+        return {"intValue": str(v)}
+    if isinstance(v, float):
+        return {"doubleValue": v}
+    if isinstance(v, (list, tuple)):
+        return {"arrayValue": {"values": [_otlp_value(x) for x in v]}}
+    return {"stringValue": "" if v is None else str(v)}
+
+
+def _otlp_attrs(d: Any) -> list:
+    return [{"key": k, "value": _otlp_value(v)} for k, v in (d or {}).items()] if isinstance(d, dict) else []
+
+
+def _sdk_span_as_otlp(record: dict) -> Optional[dict]:
+    """A span as the OpenTelemetry SDK prints it (``ReadableSpan.to_json``: what ``ConsoleSpanExporter`` writes), as
+    the OTLP JSON request that carries it (whose reader keeps the GenAI chat calls and passes over other spans); None
+    for a Phoenix span (an OpenInference kind) or anything else."""
+    ctx, attrs = record.get("context"), record.get("attributes")
+    if not (isinstance(ctx, dict) and isinstance(attrs, dict) and "span_id" in ctx):
+        return None
+    if (
+        "span_kind" in record
+        or "openinference.span.kind" in attrs
+        or any(str(k).startswith(("llm.", "input.", "output.")) for k in attrs)
+    ):
+        return None
+
+    def hex_id(v: Any) -> Any:
+        return v[2:] if isinstance(v, str) and v.lower().startswith("0x") else v
+
+    span = {
+        "traceId": hex_id(ctx.get("trace_id")),
+        "spanId": hex_id(ctx.get("span_id")),
+        "name": record.get("name"),
+        "startTimeUnixNano": _ts(record.get("start_time")),
+        "attributes": _otlp_attrs(attrs),
+        "events": [
+            {"name": e.get("name"), "attributes": _otlp_attrs(e.get("attributes"))}
+            for e in record.get("events") or []
+            if isinstance(e, dict)
+        ],  # fmt: skip
+    }
+    resource = record.get("resource") if isinstance(record.get("resource"), dict) else {}
+    return {"resourceSpans": [{"resource": {"attributes": _otlp_attrs(resource.get("attributes"))},
+                               "scopeSpans": [{"spans": [span]}]}]}  # fmt: skip
+
+
 def trace_turns(record: dict, fmt: str) -> Iterator[tuple[Optional[dict], Optional[str], Optional[str]]]:
     """``(row, None, None)`` per turn of one record, ``(None, where, reason)`` per call that is not a turn."""
+    if fmt == "openinference":
+        # the OpenTelemetry SDK's own span JSON (ConsoleSpanExporter) looks like a Phoenix span: GenAI attributes
+        # without an OpenInference kind are read as the OTLP span they are
+        as_otlp = _sdk_span_as_otlp(record)
+        if as_otlp is not None:
+            record, fmt = as_otlp, "otel"
     if fmt == "otel":
         yield from _otlp_rows(record)
         return
@@ -491,6 +548,10 @@ def explode_traces(
     schema = pa.schema([(n, pa.int64() if n == "_start" else pa.string()) for n in names])
     parts: list = []
     rows: list[dict] = []
+    # A span exported twice (a retried export, two files concatenated) is one call: read once and counted; the
+    # same span id with other content is refused, naming it.
+    seen: dict = {}
+    repeated = 0
     for record_no, line_no, record in records:
         where_line = f"line {line_no}" if line_no is not None else f"record {record_no}"
         if detect_trace(record) != fmt:
@@ -504,12 +565,33 @@ def explode_traces(
                 continue
             if not row["role"]:
                 row["role"] = opts.role  # --role for calls without system instructions
-            rows.append({n: (row.get(n) if n == "_start" or row.get(n) is None else str(row[n])) for n in names})
+            out = {n: (row.get(n) if n == "_start" or row.get(n) is None else str(row[n])) for n in names}
+            if out.get("span_id"):
+                key = (out.get("trace_id"), out["span_id"])
+                digest = hash(tuple(out.get(n) for n in names))
+                if key in seen:
+                    if seen[key][0] != digest:
+                        raise DataError(
+                            f"span {out['span_id']} of trace {out.get('trace_id')} appears twice with different "
+                            f"content (first at {seen[key][1]}): which one is the call?",
+                            file=file,
+                            row=record_no,
+                            line=line_no,
+                        )
+                    repeated += 1
+                    continue
+                seen[key] = (digest, where_line)
+            rows.append(out)
             if len(rows) >= 65_536:
                 parts.append(pa.Table.from_pylist(rows, schema=schema))
                 rows = []
     if rows:
         parts.append(pa.Table.from_pylist(rows, schema=schema))
+    if repeated:
+        import warnings
+
+        warnings.warn(f"{file}: {repeated} span(s) appear more than once with the same content: each read once",
+                      stacklevel=2)  # fmt: skip
     if not parts:
         return
     table = pa.concat_tables(parts).sort_by(

@@ -57,7 +57,9 @@ class RoleConfig:
             instead of the scored table's own ground truths (the engine writes it so
             every shard of a job sees the whole job's references).
         judge: options of the ``llm_judge`` method (``adherence.judges.JudgeConfig``).
-        threshold: turn/session decision threshold; ``strict_mode`` makes a session
+        threshold: turn/session decision threshold (None: the method's ``default_threshold``, 0.5 for every
+            method whose score reads as a probability; ``scope``, a similarity whose best cut differs from one log
+            to the next, has none and makes no decision unless given one); ``strict_mode`` makes a session
             score 1 only if every turn was scored and reaches it.
         session_mode: ``mean`` (mean turn score) or ``threshold_mean`` (mean of the
             thresholded turn decisions).
@@ -103,7 +105,7 @@ class RoleConfig:
     classifier_digest: Optional[str] = None
     judge: Optional[Any] = None
     reference_file: Optional[str] = field(default=None, metadata=COSMETIC)  # its texts are the input's
-    threshold: float = 0.5
+    threshold: Optional[float] = None
     strict_mode: bool = option(
         False,
         flag="--strict",
@@ -148,8 +150,15 @@ class RoleConfig:
             raise OptionError(f"`alpha` must be a positive number or 'median', got {self.alpha!r}")
         if self.session_mode not in ("mean", "threshold_mean"):
             raise OptionError(f"`session_mode` must be 'mean' or 'threshold_mean', got {self.session_mode!r}")
-        if not 0.0 <= self.threshold <= 1.0:
+        if self.threshold is None:
+            self.threshold = get_method(self.method).default_threshold
+        if self.threshold is not None and not 0.0 <= self.threshold <= 1.0:
             raise OptionError(f"`threshold` must be in [0, 1], got {self.threshold}")
+        if self.threshold is None and (self.strict_mode or self.session_mode == "threshold_mean"):
+            raise OptionError(
+                f"method {self.method!r} makes no decision without a threshold: --strict and --session-mode "
+                "threshold_mean need --threshold (or --calibration from labelled turns)"
+            )
         if self.lam < 0:
             raise OptionError(f"`lam` must be >= 0, got {self.lam}")
         if self.pca_components < 1 or self.kl_vocab < 1 or (self.batch_size is not None and self.batch_size < 1):
@@ -255,6 +264,8 @@ class Method(ABC):
     """A reference-based scoring method: ``score(turns, config, resources) -> MethodResult``."""
 
     name: str = ""
+    # The decision threshold when none is given (None: the score ranks turns but decides nothing by itself)
+    default_threshold: Optional[float] = 0.5
     needs_ground_truth: bool = True
     # Compares turns with reference replies (each turn's ground_truth_assistant, knn's references, or the set's
     # ground truths as a pool): an input without any cannot be scored at all.

@@ -66,6 +66,9 @@ class ScopeMethod(Method):
     """How close the reply stays to its role and to the user's message (see the module docs); no references."""
 
     name = "scope"
+    # a similarity, not a probability: its best cut was 0.10 on the generated support log and 0.26-0.28 on the
+    # persona and paper-style sets (docs/labels.md), so it decides nothing until labels give it a threshold
+    default_threshold = None
     needs_ground_truth = False
     needs_reference_texts = False
 

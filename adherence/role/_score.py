@@ -60,7 +60,8 @@ def score_turns(
     for j in np.flatnonzero(~turns_to_score(table)):  # context rows: history for later turns, never a score
         ok[j] = False
         status[j], errors[j] = "skipped", None
-    pred = [int(s >= config.threshold) if k else None for s, k in zip(score, ok)]
+    thr = config.threshold
+    pred = [int(s >= thr) if k and thr is not None else None for s, k in zip(score, ok)]
     out = table
     cols = {
         "method": pa.array([config.method] * table.num_rows, pa.string()),
@@ -133,7 +134,7 @@ def _session_bootstrap(
 def aggregate_sessions(
     scores: pa.Table,
     *,
-    threshold: float = 0.5,
+    threshold: Optional[float] = 0.5,
     strict_mode: bool = False,
     session_mode: str = "mean",
     n_bootstrap: int = 1000,
@@ -152,8 +153,11 @@ def aggregate_sessions(
     is a percentile bootstrap over the session's scored turns (the same resamples as
     ``adherence.stats.bootstrap_ci`` with ``seed``, computed for all sessions of one
     length at once). A session with no scored turn, or whose scored turns all weigh 0,
-    has a null score and ``adherent``.
+    has a null score and ``adherent``; without a ``threshold`` (a method that decides nothing by itself) every
+    session's ``adherent`` is null.
     """
+    if threshold is None and (strict_mode or session_mode == "threshold_mean"):
+        raise OptionError("--strict and --session-mode threshold_mean need a threshold")
     if session_mode not in ("mean", "threshold_mean"):
         raise OptionError(f"`session_mode` must be 'mean' or 'threshold_mean', got {session_mode!r}")
     s = scores.column("score").cast(pa.float64()).fill_null(np.nan).to_numpy(zero_copy_only=False)
@@ -207,7 +211,9 @@ def aggregate_sessions(
 
     key_c, key_m = uniq // len(m_names), uniq % len(m_names)
     fin = np.isfinite(score[order])
-    adherent = pa.array((score[order] >= threshold), pa.bool_(), mask=~fin)
+    adherent = pa.array(
+        (score[order] >= (np.inf if threshold is None else threshold)), pa.bool_(), mask=~fin | (threshold is None)
+    )
     table = pa.table(
         {
             "conversation_id": pa.array([c_names[i] for i in key_c[order]], pa.string()),

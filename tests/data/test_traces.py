@@ -368,3 +368,82 @@ def test_otlp_protobuf_files_and_csv_tables(tmp_path):
     assert [(r["conversation_id"], r["user"], r["assistant"], r["span_id"]) for r in rows] == [
         ("s", "Hi, with, commas\nand a newline", "Hello", "o1")]  # fmt: skip
     assert len(opts.skipped) == 1
+
+
+def test_a_span_repeated_in_a_file_is_one_turn_and_a_conflicting_repeat_is_refused(tmp_path):
+    """A retried export (the same spans twice) reads as one export; the same span id with other content is refused,
+    naming the span."""
+    import json as _json
+    import warnings as _warnings
+
+    from adherence.data import DataError, example_path, read_turns
+
+    src = example_path("role").parent / "role_traces.otlp.jsonl"
+    once = read_turns(src)
+    lines = src.read_text().splitlines()
+    twice = tmp_path / "twice.otlp.jsonl"
+    twice.write_text("\n".join(lines + lines[:3]) + "\n")
+    with _warnings.catch_warnings(record=True) as caught:
+        _warnings.simplefilter("always")
+        got = read_turns(twice)
+    assert got.num_rows == once.num_rows
+    assert got.column("assistant").to_pylist() == once.column("assistant").to_pylist()
+    assert any("appear more than once with the same content" in str(w.message) for w in caught)
+    record = _json.loads(lines[0])
+    span = record["resourceSpans"][0]["scopeSpans"][0]["spans"][0]
+    for a in span["attributes"]:
+        if "value" in a and "stringValue" in a["value"] and "assistant" in a["value"]["stringValue"]:
+            a["value"]["stringValue"] = a["value"]["stringValue"].replace("assistant", "bot")
+    for e in span.get("events") or []:
+        for a in e.get("attributes") or []:
+            if "stringValue" in a.get("value", {}):
+                a["value"]["stringValue"] += " (edited)"
+    conflicting = tmp_path / "conflict.otlp.jsonl"
+    conflicting.write_text("\n".join(lines + [_json.dumps(record)]) + "\n")
+    with pytest.raises(DataError, match=f"span {span['spanId']} of trace .* appears twice with different content"):
+        read_turns(conflicting)
+
+
+@pytest.mark.parametrize("name", ["spans.json", "spans.jsonl"])
+def test_the_sdks_console_exporter_output_is_read_as_the_spans_it_prints(tmp_path, name):
+    """What a new user tries first: ConsoleSpanExporter's pretty-printed spans, one after another, saved to a file."""
+    import io
+
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SimpleSpanProcessor
+
+    from adherence.data import read_turns
+
+    out = io.StringIO()
+    provider = TracerProvider(resource=Resource({"service.name": "bank-bot"}))
+    provider.add_span_processor(SimpleSpanProcessor(ConsoleSpanExporter(out=out)))
+    tracer = provider.get_tracer("app")
+    exchanges = [("How do I block my card?", "Freeze it in the app under Cards."), ("Thanks!", "You're welcome.")]
+    for q, a in exchanges:
+        with tracer.start_as_current_span("chat gpt-4o") as s:
+            s.set_attributes({
+                "gen_ai.operation.name": "chat", "gen_ai.request.model": "gpt-4o", "gen_ai.conversation.id": "c1",
+                "gen_ai.system_instructions": json.dumps([{"type": "text", "content": "You are the bank's assistant."}]),
+                "gen_ai.input.messages": _msgs(("user", q)), "gen_ai.output.messages": _msgs(("assistant", a)),
+            })  # fmt: skip
+        with tracer.start_as_current_span("db query") as s:  # not a call: ignored
+            s.set_attribute("db.system", "postgresql")
+    provider.shutdown()
+    path = tmp_path / name
+    path.write_text(out.getvalue())
+    t = read_turns(path).to_pylist()
+    assert [(r["conversation_id"], r["turn_index"], r["user"], r["assistant"]) for r in t] == [
+        ("c1", i, q, a) for i, (q, a) in enumerate(exchanges)
+    ]
+    assert t[0]["role"] == "You are the bank's assistant."
+
+
+def test_otlp_json_one_request_a_line_is_read_whatever_the_file_is_called(tmp_path):
+    from adherence.data import example_path, read_turns
+
+    src = example_path("role").parent / "role_traces.otlp.jsonl"
+    as_json = tmp_path / "collector-export.json"
+    as_json.write_bytes(src.read_bytes())
+    a, b = read_turns(src), read_turns(as_json)
+    assert b.num_rows == a.num_rows > 0 and b.column("assistant").to_pylist() == a.column("assistant").to_pylist()
