@@ -517,7 +517,8 @@ def _arrow_batches(path: Path, batch_size: int) -> Iterator[pa.Table]:
 def _json_documents(text: str, path: PathLike) -> list:
     """JSON documents written one after another (``ConsoleSpanExporter``'s output), as a list."""
     decoder = json.JSONDecoder()
-    out, i, n = [], 0, len(text)
+    out: list = []
+    i, n = 0, len(text)
     while True:
         while i < n and text[i].isspace():
             i += 1

@@ -501,7 +501,7 @@ def _sdk_span_as_otlp(record: dict) -> Optional[dict]:
             if isinstance(e, dict)
         ],  # fmt: skip
     }
-    resource = record.get("resource") if isinstance(record.get("resource"), dict) else {}
+    resource: dict = record["resource"] if isinstance(record.get("resource"), dict) else {}
     return {"resourceSpans": [{"resource": {"attributes": _otlp_attrs(resource.get("attributes"))},
                                "scopeSpans": [{"spans": [span]}]}]}  # fmt: skip
 
