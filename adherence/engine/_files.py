@@ -22,19 +22,20 @@ import numpy as np
 import pyarrow as pa
 
 from ..data import DataError
-from ..data._storage import Remote, as_target
-from ._commit import Publisher, _written_by_adherence, check_replaceable, meta_of, store_of
+from ..data._storage import Remote
+from ._commit import Publisher, _target, _written_by_adherence, check_replaceable, meta_of, store_of
 
-__all__ = ["ScoreOutput", "check_unique_keys", "inspect_output", "open_scores", "same_file", "write_owned"]
+__all__ = [
+    "ScoreOutput",
+    "check_unique_keys",
+    "first_line",
+    "inspect_output",
+    "open_scores",
+    "same_file",
+    "write_owned",
+]
 
 Target = Union[Path, Remote]
-
-
-def _target(path: Union[str, os.PathLike, Remote]) -> Target:
-    if isinstance(path, Remote):
-        return path
-    a = as_target(path)
-    return Remote(a) if isinstance(a, str) else a
 
 
 def same_file(a: Union[str, os.PathLike, Remote], b: Union[str, os.PathLike, Remote]) -> bool:
@@ -173,7 +174,8 @@ def _read_meta(t: Target) -> Optional[dict]:
     return meta if isinstance(meta, dict) else None
 
 
-def _first_line(exc: BaseException) -> str:
+def first_line(exc: BaseException) -> str:
+    """An exception's message cut to its first line (a library's multi-line error as one line of ours)."""
     text = str(exc).strip().splitlines()
     return text[0] if text else type(exc).__name__
 
@@ -194,7 +196,7 @@ def _read(t: Target, fmt: Optional[str]) -> pa.Table:
         raise
     except (pa.ArrowException, OSError, ValueError, UnicodeDecodeError) as exc:
         raise DataError(
-            f"cannot read it as a score output ({_first_line(exc)}); is it a complete Parquet/JSONL/CSV file?",
+            f"cannot read it as a score output ({first_line(exc)}); is it a complete Parquet/JSONL/CSV file?",
             file=str(t),
         ) from None
 
@@ -221,12 +223,17 @@ def _clean_scores(table: pa.Table, columns: Sequence[str]) -> tuple[pa.Table, li
 
 def check_unique_keys(table: pa.Table, file: str, keys: Sequence[str] = ("conversation_id", "turn_index")) -> None:
     """One row per key (with ``method`` in the key when the table holds several methods); the first repeated key
-    is a ``DataError`` naming the file and row."""
+    is a ``DataError`` naming the file and row. Counted in Arrow; rows are walked only to name a repeat."""
+    import pyarrow.compute as pc
+
     if not all(k in table.column_names for k in keys):
         return
     cols = list(keys)
-    if "method" in table.column_names and len(set(table.column("method").to_pylist())) > 1:
+    if "method" in table.column_names and pc.count_distinct(table.column("method")).as_py() > 1:
         cols.append("method")
+    joined = pc.binary_join_element_wise(*(pc.cast(table.column(c), pa.string()) for c in cols), "\x00")
+    if pc.count_distinct(joined, mode="all").as_py() == table.num_rows:
+        return
     seen: dict = {}
     for i, key in enumerate(zip(*(table.column(c).to_pylist() for c in cols))):
         if key in seen:

@@ -155,9 +155,9 @@ class ScoreStore:
                 ).fetchall()[0]
             except duckdb.Error as exc:
                 from ..data import DataError
+                from ..engine._files import first_line
 
-                first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-                raise DataError(f"cannot read it as a score output ({first})", file=str(p)) from None
+                raise DataError(f"cannot read it as a score output ({first_line(exc)})", file=str(p)) from None
             if keys != rows:
                 from ..data import DataError
 
@@ -207,8 +207,9 @@ class ScoreStore:
             try:
                 self.con.read_parquet(files, union_by_name=True).create_view(name)
             except duckdb.Error as exc:
-                first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-                raise DataError(f"cannot read it as a score output ({first})", file=path) from None
+                from ..engine._files import first_line
+
+                raise DataError(f"cannot read it as a score output ({first_line(exc)})", file=path) from None
         cur = self.con.execute(f"SELECT * FROM {name} LIMIT 0")
         names = [d[0] for d in cur.description]
         cur.fetchall()
