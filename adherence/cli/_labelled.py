@@ -187,7 +187,7 @@ _POSITIVE_WORDS = (
 )
 
 
-def read_labelled(input, *, format: Optional[str] = None, labels: Optional[str] = None, require_ours: bool = False):
+def read_labelled(input, *, format: Optional[str] = None, labels: Optional[str] = None):
     """``(table, meta, join)``: a scored table opened through the one reader of score outputs
     (``engine.open_scores``), with the labels file joined onto it when one is given (``join`` is then its
     ``LabelJoin``, else None); the reader's and the join's notes go to stderr."""
@@ -195,18 +195,17 @@ def read_labelled(input, *, format: Optional[str] = None, labels: Optional[str] 
 
     from ..engine._files import open_scores
 
-    out = open_scores(input, format=format, require_ours=require_ours)
+    out = open_scores(input, format=format)
     for note in out.notes:
         print(f"{input}: {note}", file=sys.stderr)
-    join = None
+    table, join = out.table, None
     if labels is not None:
         from ..data._labels import join_labels, read_labels
 
-        table, join = join_labels(out.table, read_labels(labels), file=str(input))
+        table, join = join_labels(table, read_labels(labels), file=str(input))
         for line in join.lines():
             print(line, file=sys.stderr)
-        return table, out.meta, join
-    return out.table, out.meta, None
+    return table, out.meta, join
 
 
 def read_metadata(path) -> Optional[dict]:

@@ -54,21 +54,18 @@ class ClassifierCommand(Command):
         import numpy as np
 
         from ..data import DataError, file_digest, read_turns
+        from ..engine._files import open_scores
         from ..models import Encoder
         from ..role._classifier import classifier_document, classifier_features, fit_classifier
         from ..stats._baselines import baseline_report, text_baselines
         from ._common import write_result
-        from ._labelled import resolve_columns
+        from ._labelled import read_metadata, resolve_columns
 
         if not args.l2 > 0:
             raise OptionError(f"--l2 must be > 0, got {args.l2}")
         if args.folds < 2:
             raise OptionError(f"--folds must be >= 2, got {args.folds}")
-        from ..engine._files import open_scores
-
         src = str(args.input)
-        from ._labelled import read_metadata
-
         # a score output of ours through the one reader; a log (transcripts, traces, a turns table) through the turns'
         table = open_scores(args.input, score_columns=()).table if read_metadata(args.input) else read_turns(args.input)
         if args.role_text:

@@ -39,7 +39,7 @@ def _read(path: str) -> tuple:
     return pa.table(cols), out.method
 
 
-def _problems(a, b, both, old_scored, new_scored) -> dict:
+def _problems(a, both, old_scored, new_scored) -> dict:
     """What NEW lacks of what OLD scored: turns missing from NEW, error rows, and turns without a score."""
     import numpy as np
 
@@ -78,7 +78,7 @@ def compare_outputs(old: str, new: str, *, n_bootstrap: int = 2000, seed: int = 
     po, pn = col("prediction_old"), col("prediction_new")
     assert so is not None and sn is not None  # every score output has a score column
     kw: dict[str, Any] = {"n_bootstrap": n_bootstrap, "seed": seed, "level": level}
-    problems = _problems(a, b, both, np.isfinite(so), np.isfinite(sn))
+    problems = _problems(a, both, np.isfinite(so), np.isfinite(sn))
     if count_problems and (po is not None and pn is not None):
         # what NEW lost counts against it: a turn OLD decided that NEW failed to score is a violation in NEW
         lost = np.isfinite(po) & ~np.isfinite(sn)

@@ -52,8 +52,8 @@ class ViewCommand(Command):
         g.add_argument(
             "--design",
             choices=("uniform", "by-score"),
-            help="uniform (default: estimates from it are plain) or by-score (the same number from each score "
-            "quintile, each turn's weight recorded so estimates stay unbiased)",
+            help="uniform (default: estimates from it are plain) or by-score (the same number from each of five "
+            "equal-width score ranges, each turn's weight recorded so estimates stay unbiased)",
         )
         g.add_argument("--seed", type=int, help="seed of the sample (default 0; recorded in the labels file)")
         g.add_argument("--labeller", help="your name, kept on every label (default: the login name)")
