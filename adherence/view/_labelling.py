@@ -116,6 +116,10 @@ class LabelSession:
         self.labeller = labeller
         self._lock = threading.Lock()
         self.scores = {k: float(s) for k, s in zip(keys, scores)}
+        scored = np.isfinite(np.asarray(scores, dtype=np.float64))
+        # every scored turn and its conversation, for the estimate the page shows after each label
+        self._scored = np.asarray(scores, dtype=np.float64)[scored]
+        self._scored_cids = np.array([k[0] for k, ok in zip(keys, scored) if ok])
         if self.path.exists():
             labels = read_labels(self.path)
             if labels.sample is None:
@@ -166,23 +170,24 @@ class LabelSession:
     def labels(self):
         return read_labels(self.path)
 
-    def mine(self) -> dict:
-        """This labeller's labels in force (skips included), by key."""
+    def mine(self, labels=None) -> dict:
+        """This labeller's labels in force (skips included), by key (``labels``: the file as read already)."""
         out = {}
-        for (cid, ti, who), e in self.labels().latest().items():
+        for (cid, ti, who), e in (labels or self.labels()).latest().items():
             if who == self.labeller and e["label"] is not None:
                 out[(cid, ti)] = e["label"]
         return out
 
-    def position(self) -> int:
+    def position(self, mine: Optional[dict] = None) -> int:
         """The first sampled turn this labeller has not labelled (the sample's size when all are)."""
-        mine = self.mine()
+        mine = self.mine() if mine is None else mine
         return next((i for i, k in enumerate(self.turns) if k not in mine), len(self.turns))
 
     def state(self) -> dict:
-        """The sample's progress, the estimate the labels give now, and the labellers' agreement."""
+        """The sample's progress, the estimate the labels give now, and the labellers' agreement (the labels file
+        read once)."""
         labels = self.labels()
-        mine = {k: v for k, v in self.mine().items() if k in self.weights}
+        mine = {k: v for k, v in self.mine(labels).items() if k in self.weights}
         done = sum(v != SKIP for v in mine.values())
         return {
             "labeller": self.labeller,
@@ -193,15 +198,16 @@ class LabelSession:
             "population": self.record["population"],
             "labelled": done,
             "skipped": sum(v == SKIP for v in mine.values()),
-            "position": self.position(),
+            "position": self.position(mine),
             "labels": {f"{c}\x00{t}": v for (c, t), v in mine.items()},
             "estimate": self._estimate(labels),
             "agreement": _agreement(labels),
         }
 
     def _estimate(self, labels) -> Optional[dict]:
-        """The adherent share the labels give now: prediction-powered with the output's scores when there are
-        some, from the labels alone otherwise; each weighted by the design (90% interval)."""
+        """The adherent share the labels give now, as ``estimate`` would: prediction-powered with the output's
+        scores on every scored turn when the labelled ones all have one, from the labels alone otherwise; weighted
+        by the design, clustered by conversation (90% interval)."""
         from ..stats._ppi import ppi_mean
 
         resolved, _, _ = labels.resolved()
@@ -211,18 +217,16 @@ class LabelSession:
         y = np.array([float(resolved[k] == "adherent") for k in keys])
         w = np.array([self.weights[k] for k in keys])
         f = np.array([self.scores.get(k, np.nan) for k in keys])
-        every = np.array([v for v in self.scores.values() if np.isfinite(v)])
-        if np.isfinite(f).all() and len(every) > len(keys):
-            r = ppi_mean(y, f, every, weights=w)
-            est, low, high, how = r["estimate"], r["ci_low"], r["ci_high"], "prediction-powered, 90%"
-        else:
-            wn = w / w.mean()
-            est = float((wn * y).mean())
-            se = float(np.sqrt(((wn * y - est) ** 2).sum()) / len(y))
-            low, high, how = est - 1.645 * se, est + 1.645 * se, "labels only, 90%"
+        cl = np.array([k[0] for k in keys])
+        if np.isfinite(f).all() and len(self._scored) > len(keys):
+            r = ppi_mean(y, f, self._scored, weights=w, clusters_labelled=cl, clusters_unlabelled=self._scored_cids)
+            how = "prediction-powered, 90%"
+        else:  # lam 0: the labels alone (the judge's part, here zeros, carries no weight)
+            r = ppi_mean(y, np.zeros(len(y)), np.zeros(1), weights=w, lam=0.0, clusters_labelled=cl)
+            how = "labels only, 90%"
         # a share lies in [0, 1]: the normal interval is cut there (``estimate`` reports it uncut)
-        return {"estimate": min(max(est, 0.0), 1.0), "ci_low": max(low, 0.0), "ci_high": min(high, 1.0),
-                "n": len(keys), "how": how}  # fmt: skip
+        return {"estimate": min(max(r["estimate"], 0.0), 1.0), "ci_low": max(r["ci_low"], 0.0),
+                "ci_high": min(r["ci_high"], 1.0), "n": len(keys), "how": how}  # fmt: skip
 
     # ---------------------------------------------------------------- writing
 

@@ -195,3 +195,31 @@ def test_uniform_sample_weights_are_population_over_size():
     drawn = draw_sample(keys, np.zeros(50), 10, "uniform", 3)
     assert len({k[:2] for k in drawn}) == 10 and {w for *_, w in drawn} == {5.0}
     assert drawn == draw_sample(keys, np.zeros(50), 10, "uniform", 3)  # the seed decides
+
+
+def test_the_pages_estimate_is_what_estimate_gives_on_the_same_labels(scored, tmp_path):
+    """The share and interval shown while labelling are `estimate --labels`' on the same file: design-weighted,
+    prediction-powered, clustered by conversation."""
+    import pyarrow.parquet as pq
+
+    from adherence.data._labels import join_labels
+    from adherence.stats import estimate_table
+
+    t = pq.read_table(scored)
+    keys = list(zip(t.column("conversation_id").to_pylist(), t.column("turn_index").to_pylist()))
+    scores = np.asarray(t.column("score").to_pylist(), dtype=float)
+    truth = {}
+    for line in (LOG.parent / "support_log.truth.jsonl").read_text().splitlines():
+        r = json.loads(line)
+        truth[(r["conversation_id"], r["turn_index"])] = r["label"]
+    for design in ("uniform", "by-score"):
+        path = tmp_path / f"{design}.jsonl"
+        s = LabelSession(str(path), keys, scores, labeller="ann", source=str(scored), sample=60, design=design, seed=3)
+        for i, k in enumerate(s.turns):
+            s.write(i, truth[k])
+        shown = s.state()["estimate"]
+        joined, _ = join_labels(t, read_labels(path), file=str(scored))
+        want = estimate_table(joined, score="score", label="label", positive="adherent", weight="label_weight")
+        assert shown["estimate"] == pytest.approx(want["estimate"], abs=1e-12)
+        assert shown["ci_low"] == pytest.approx(max(want["ci_low"], 0.0), abs=1e-12)
+        assert shown["ci_high"] == pytest.approx(min(want["ci_high"], 1.0), abs=1e-12)
