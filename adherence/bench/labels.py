@@ -101,9 +101,9 @@ def _auc(y, s) -> Optional[float]:
     return float(roc_auc_score(y, s))
 
 
-def _evaluate(name: str, table: pa.Table, y: np.ndarray, encoder, *, sizes, seeds: int, how: str) -> dict:
+def _evaluate(table: pa.Table, y: np.ndarray, encoder, *, sizes, seeds: int, how: str) -> dict:
     from ..role._classifier import classifier_features, fit_classifier
-    from ..role._scope import scope_parts
+    from ..role._scope import scope_parts, scope_score
     from ..stats._baselines import text_baselines
 
     a, r, u = (table.column(c).to_pylist() for c in ("assistant", "role", "user"))
@@ -111,7 +111,7 @@ def _evaluate(name: str, table: pa.Table, y: np.ndarray, encoder, *, sizes, seed
     x = classifier_features(encoder, r, u, a)
     features_s = time.perf_counter() - t0
     whole, worst = scope_parts(encoder, r, u, a)
-    scope = np.clip(0.5 * whole + 0.5 * worst, 0, 1)
+    scope = scope_score(whole, worst)
     base = text_baselines({"assistant": a, "role": r, "user": u})
     out: dict[str, Any] = {
         "how": how,
@@ -133,7 +133,7 @@ def _evaluate(name: str, table: pa.Table, y: np.ndarray, encoder, *, sizes, seed
     }
     for n in sizes:
         if n >= 0.8 * len(y):
-            if n == sizes[0] or len(y) <= 200:  # a small set: its own out-of-fold figure on every labelled turn
+            if "all_out_of_fold" not in out["classifier"]:  # a small set: out of fold on every labelled turn, once
                 fit = fit_classifier(x, y, folds=5, seed=0)
                 oof = np.asarray(fit["cv"]["oof"])
                 out["classifier"]["all_out_of_fold"] = {
@@ -315,18 +315,18 @@ def bench_labels(
     enc = Encoder(progress=False)
     sets = {}
     table, y = support_turns(support_conversations, seed=11)
-    sets["support"] = _evaluate("support", table, y, enc, sizes=sizes, seeds=seeds,
+    sets["support"] = _evaluate(table, y, enc, sizes=sizes, seeds=seeds,
                                 how=f"generated six-role support log, {support_conversations} conversations, seed 11")  # fmt: skip
     support = (table, y)
     if judge_turns:
         sets["support"]["bundled_judge"] = _judge_auc(table, y, judge_turns)
     if persona_csv:
         t, yy = persona_swap_turns(persona_csv)
-        sets["persona_swap"] = _evaluate("persona_swap", t, yy, enc, sizes=sizes, seeds=seeds,
+        sets["persona_swap"] = _evaluate(t, yy, enc, sizes=sizes, seeds=seeds,
                                          how="Synthetic-Persona-Chat valid (Jandaghi et al. 2023, CC BY 4.0), first 300 "
                                          "conversations, one second-speaker reply in five swapped (length within 30%)")  # fmt: skip
     t, yy = paper_style_turns()
-    sets["paper_style"] = _evaluate("paper_style", t, yy, enc, sizes=(len(yy),), seeds=1,
+    sets["paper_style"] = _evaluate(t, yy, enc, sizes=(len(yy),), seeds=1,
                                     how="bundled role_turns + role_calibration (130 labelled turns, three roles)")  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="adherence-bench-labels-") as d:
         tp = _throughput(enc, support[0].slice(0, 200), support[1][:200], throughput_turns, d)

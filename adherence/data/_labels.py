@@ -98,8 +98,6 @@ def _event(record: dict, file: str, row: int) -> dict:
     label = record.get("label")
     if label is not None and not isinstance(label, (str, int, bool)):
         raise DataError(f"label must be text, got {type(label).__name__}", file=file, row=row, column="label")
-    if isinstance(label, float) and np.isnan(label):
-        label = None
     weight = record.get("weight")
     if weight is not None:
         try:

@@ -23,7 +23,7 @@ import numpy as np
 
 from ._base import Method, MethodResult, _blank, text_column
 
-__all__ = ["ScopeMethod", "reply_sentences", "scope_parts"]
+__all__ = ["ScopeMethod", "reply_sentences", "scope_parts", "scope_score"]
 
 _SENTENCE = re.compile(r"(?<=[.!?])\s+")
 
@@ -62,6 +62,11 @@ def scope_parts(encoder, roles: list, users: list, replies: list) -> tuple:
     return whole, worst
 
 
+def scope_score(whole: np.ndarray, worst: np.ndarray) -> np.ndarray:
+    """The module docs' formula on ``scope_parts``' two arrays."""
+    return np.clip(0.5 * whole + 0.5 * worst, 0.0, 1.0)
+
+
 class ScopeMethod(Method):
     """How close the reply stays to its role and to the user's message (see the module docs); no references."""
 
@@ -95,5 +100,5 @@ class ScopeMethod(Method):
             a, r, u = (text_column(turns, c) for c in ("assistant", "role", "user"))
             w, s = scope_parts(resources.encoder, [r[i] for i in idx], [u[i] for i in idx], [a[i] for i in idx])
             whole[idx], worst[idx] = w, s
-            score[idx] = np.clip(0.5 * w + 0.5 * s, 0.0, 1.0)
+            score[idx] = scope_score(w, s)
         return MethodResult(score, errors, {"role_similarity": whole.tolist(), "worst_sentence": worst.tolist()})

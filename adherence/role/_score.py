@@ -211,9 +211,8 @@ def aggregate_sessions(
 
     key_c, key_m = uniq // len(m_names), uniq % len(m_names)
     fin = np.isfinite(score[order])
-    adherent = pa.array(
-        (score[order] >= (np.inf if threshold is None else threshold)), pa.bool_(), mask=~fin | (threshold is None)
-    )
+    decided = fin & (threshold is not None)  # a method without a threshold decides no session
+    adherent = pa.array(score[order] >= (threshold or 0.0), pa.bool_(), mask=~decided)
     table = pa.table(
         {
             "conversation_id": pa.array([c_names[i] for i in key_c[order]], pa.string()),
