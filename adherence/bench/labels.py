@@ -215,7 +215,7 @@ def _throughput(encoder, train_table, train_y, turns: int, tmpdir) -> dict:
     doc = classifier_document(fit, encoder=encoder, dim=int(len(fit["coef"]) - 5), source={}, baselines=None)
     clf_path = Path(tmpdir) / "clf.json"
     clf_path.write_text(json.dumps(doc))
-    big, _ = support_turns(max(1, turns // 3), seed=99)
+    big, _ = support_turns(max(1, (turns + 1) // 2), seed=99)  # every conversation has at least two turns
     big = big.slice(0, turns)
     src = Path(tmpdir) / "big.parquet"
     write_table(big, src)
