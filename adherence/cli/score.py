@@ -47,7 +47,8 @@ def _summary(summary: dict) -> str:
     bad = s.get("bad_rows")
     if bad:
         lines.append(
-            f"  {bad['count']} bad row(s) left out (--bad-rows skip), each with its file and line in {bad['file']}"
+            f"  {bad['count']} bad row(s) left out, each with its file, line and reason in {bad['file']} "
+            "(--bad-rows fail stops on the first instead)"
         )
     return "\n".join(lines)
 
@@ -378,7 +379,8 @@ def _engine_options(args: argparse.Namespace, role_text):
 def _finish(result, summary_text: str, max_error_rate: float) -> int:
     """Print a finished job's summary and what it wrote; its exit code."""
     print(summary_text)
-    print(f"wrote {result.output} and {result.sessions_output}", file=sys.stderr)
+    done = "kept" if result.summary.get("already_published") else "wrote"
+    print(f"{done} {result.output} and {result.sessions_output}", file=sys.stderr)
     failure = job_failure(result.summary, max_error_rate)
     if failure:
         print(f"adherence score: failed: {failure}", file=sys.stderr)

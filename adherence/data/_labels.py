@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Union
@@ -136,7 +137,9 @@ def _jsonl(path: Path) -> tuple[list, Optional[dict]]:
             rec = json.loads(line.decode("utf-8"))
         except (UnicodeDecodeError, ValueError):
             if i == len(lines) and not raw.endswith(b"\n"):
-                continue  # the last line of a writer killed mid-line: the label it was writing was never made
+                # the last line of a writer killed mid-line: the label it was writing was never made
+                warnings.warn(f"{path}: line {i} is cut short (its writer stopped mid-line): left out", stacklevel=3)
+                continue
             raise DataError("not a JSON object", file=str(path), row=i) from None
         if not isinstance(rec, dict):
             raise DataError("not a JSON object", file=str(path), row=i)
@@ -225,7 +228,8 @@ def join_labels(table: pa.Table, labels: Labels, *, file: str, require_match: bo
     when the file gives design weights, ``label_weight``; joined on ``(conversation_id, turn_index)``.
 
     Raises:
-        DataError: the table has no key columns, or (``require_match``) not one label matches a turn.
+        DataError: the table has no key columns, or (``require_match``) the file holds no label or not one label
+            matches a turn.
     """
     for c in _KEYS:
         if c not in table.column_names:
@@ -239,7 +243,12 @@ def join_labels(table: pa.Table, labels: Labels, *, file: str, require_match: bo
     col = [resolved.get(k) for k in keys]
     unmatched = sorted(k for k in resolved if k not in present)
     n_matched = len(resolved) - len(unmatched)
-    if require_match and resolved and not n_matched:
+    if require_match and not resolved:
+        raise DataError(
+            "holds no labels to join (none made, or every one skipped or undone): label some turns first",
+            file=labels.path,
+        )
+    if require_match and not n_matched:
         first = ", ".join(f"{c}/{t}" for c, t in unmatched[:3])
         raise DataError(
             f"none of the {len(resolved)} labels in {labels.path} matches a turn of this table (first: {first}); "

@@ -35,7 +35,7 @@ from ._commit import Commit, WorkDir, check_quarantine, check_replaceable, meta_
 from ._executors import Executor, LocalExecutor, RayExecutor, check_reachable, get_executor
 from ._messages import ShardResult, ShardTask
 from ._options import EngineOptions
-from ._plan import content_digest, plan_job, same_input
+from ._plan import content_digest, job_fingerprint, plan_job, same_input
 from ._progress import JobProgress
 from ._safety import (
     STAGING_PREFIX,
@@ -118,6 +118,7 @@ class Engine:
         self._executor: Optional[Executor] = None
         self._names: dict = {}
         self._remote_work: Optional[Remote] = None
+        self._replace_quarantine = False  # an earlier run's bad-rows file is there (and ours): replaced on publish
         # a pass of a larger job (a cascade's stage): its outputs are that job's work, not the command's outputs
         self.intermediate = intermediate
 
@@ -205,9 +206,12 @@ class Engine:
                 )
                 # What the targets are now, checked: publish replaces them only if they are still that.
                 targets = [t for f in finals.values() for t in (f, meta_of(f))]
-                if self.options.bad_rows == "skip":
+                if self.options.bad_rows != "fail":  # a row left out is kept there: none vanishes unrecorded
                     check_quarantine(finals["output"])
-                    targets.append(quarantine_of(finals["output"]))
+                    q = quarantine_of(finals["output"])
+                    targets.append(q)
+                    # an earlier run's (checked ours) is replaced even when this run leaves nothing out
+                    self._replace_quarantine = store_of(q).kind(q) != "missing"
                 self._commit = Commit(
                     finals["output"],
                     finals["sessions"],
@@ -271,6 +275,13 @@ class Engine:
             if not src_path.exists():
                 _spill(source, src_path)
             source = src_path
+        from ..data import TranscriptOptions
+
+        transcripts = TranscriptOptions(self.options.input_format, self.options.role, self.options.bad_rows)
+        fingerprint = job_fingerprint(source, transcripts, self.options.ground_truth)
+        done = self._published_already(fingerprint, start)
+        if done is not None:
+            return done
         method = get_method(self.config.method)
         # The job's progress is the only bar: models' and judges' own bars would overwrite it (and in a log each
         # is a line of carriage returns).
@@ -289,9 +300,6 @@ class Engine:
                 # Workers start (and load their models) while the input is being planned (a method that needs
                 # reference texts waits for the plan to show there are some).
                 executor.start(config)
-        from ..data import TranscriptOptions
-
-        transcripts = TranscriptOptions(self.options.input_format, self.options.role, self.options.bad_rows)
         plan = plan_job(
             source,
             work,
@@ -302,6 +310,7 @@ class Engine:
             check_columns=self._check_columns(source),
             transcripts=transcripts,
             ground_truth=self.options.ground_truth,
+            fingerprint=fingerprint,
         )
         if plan.ground_truths is not None:
             missing = missing_references(
@@ -346,20 +355,60 @@ class Engine:
 
         return check
 
+    def _job_manifest(self, fingerprint: dict, shard_size: Optional[int]) -> dict:
+        """What decides a job's scores: the options' hash and the options themselves (for saying what changed),
+        the input's fingerprint, and the shard size (checkpoints are per shard)."""
+        options = json.loads(json.dumps(score_fingerprint(self.config), sort_keys=True, default=repr))
+        if isinstance(options.get("calibration"), dict):  # named by its digests, not copied knot by knot
+            options["calibration"].pop("map", None)
+        return {"config": score_hash(self.config), "fingerprint": fingerprint, "shard_size": shard_size, "options": options}
+
+    def _published_already(self, fingerprint: dict, start: float) -> Optional[dict]:
+        """With ``--resume``: when the output is already published by a job with these score options from this
+        input (its metadata says so and both outputs are there whole), the summary of a run that scored nothing;
+        a line says so. When an output of ours is there but differs, a line says why the job scores again."""
+        if not self.options.resume:
+            return None
+        final = self._commit.output
+        store = store_of(final)
+        meta = store.read_json(meta_of(final))
+        recorded = ((meta or {}).get("engine") or {}).get("score") if isinstance(meta, dict) else None
+        if not isinstance(recorded, dict) or meta.get("published") is False:
+            return None  # nothing of ours published there: an ordinary resume
+        name = self._names["turns"]
+        job = self._job_manifest(fingerprint, None)
+        old = dict(recorded, fingerprint=(meta.get("engine") or {}).get("input_fingerprint"), shard_size=None)
+        if old.get("config") != job["config"] or not same_input(old["fingerprint"], fingerprint):
+            warnings.warn(f"--resume: {name} is published but is scored again: {_why_not_reused(old, job)}",
+                          stacklevel=4)  # fmt: skip
+            return None
+        summary = meta.get("summary") if isinstance(meta.get("summary"), dict) else {}
+        rows = (meta.get("outputs") or {}).get("rows")
+        try:
+            whole = all(store.kind(t) == "file" for t in (final, self._commit.sessions)) and (
+                not isinstance(final, Path)
+                or output_format(final) != "parquet"
+                or pq.read_metadata(final).num_rows == rows
+            )
+        except (OSError, pa.ArrowException):
+            whole = False
+        if not whole:
+            warnings.warn(f"--resume: {name} is published from this input with these options, but it or its "
+                          "sessions file is missing or no longer whole; it is scored again", stacklevel=4)  # fmt: skip
+            return None
+        _say(f"--resume: {name} is already published from this input with these options: nothing scored "
+             "(drop --resume, or give another -o, to score again)")  # fmt: skip
+        turns = summary.get("turns", rows)
+        return dict(summary, elapsed_s=time.perf_counter() - start, turns_scored=0, turns_reused=turns,
+                    turns_per_s=None, failed_shards=[], shards_resumed=summary.get("shards", 0),
+                    already_published=True)  # fmt: skip
+
     def _check_job_manifest(self, work: Path, plan) -> bool:
         """Write the job's manifest; True when an earlier, different job's shard outputs were cleared (with
         ``--resume``, a warning says on one line why its work could not be reused)."""
         manifest = work / "job.json"
         cleared = False
-        options = json.loads(json.dumps(score_fingerprint(self.config), sort_keys=True, default=repr))
-        if isinstance(options.get("calibration"), dict):  # named by its digests, not copied knot by knot
-            options["calibration"].pop("map", None)
-        job = {
-            "config": score_hash(self.config),
-            "fingerprint": plan.fingerprint,
-            "shard_size": plan.shard_size,
-            "options": options,
-        }
+        job = self._job_manifest(plan.fingerprint, plan.shard_size)
         if manifest.exists():
             try:
                 old = json.loads(manifest.read_text())
@@ -598,8 +647,9 @@ class Engine:
                 summary["shard_phases_s"] = phases
             if plan.skipped:
                 summary["skipped_records"] = skipped_summary(plan.skipped)
-            if self.options.bad_rows == "skip":
-                # every row left out, with its file, line and reason (written even when there is none)
+            if self.options.bad_rows == "skip" or plan.quarantined or self._replace_quarantine:
+                # every row left out, with its file, line and reason (with --bad-rows skip, written even when there
+                # is none; by default, for transcripts, whenever one was left out)
                 q = quarantine_of(out_final)
                 publisher.add_text(q, Path(plan.quarantine).read_text(encoding="utf-8") if plan.quarantine else "")
                 summary["bad_rows"] = {"count": plan.quarantined, "file": str(q)}
@@ -618,7 +668,13 @@ class Engine:
                 gt = plan.fingerprint["ground_truth"]
                 meta["inputs"].append({"path": gt["path"], "role": "ground_truth", "digest": gt["content"]})
             self._publish_metadata(
-                publisher, meta, summary, written, shards=len(plan.shards), input_fingerprint=plan.fingerprint
+                publisher,
+                meta,
+                summary,
+                written,
+                shards=len(plan.shards),
+                input_fingerprint=plan.fingerprint,
+                score={k: v for k, v in self._job_manifest(plan.fingerprint, None).items() if k in ("config", "options")},
             )
         finally:
             publisher.discard()

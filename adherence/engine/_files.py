@@ -27,6 +27,7 @@ from ._commit import Publisher, _target, _written_by_adherence, check_replaceabl
 
 __all__ = [
     "ScoreOutput",
+    "check_score_types",
     "check_unique_keys",
     "first_line",
     "inspect_output",
@@ -201,8 +202,39 @@ def _read(t: Target, fmt: Optional[str]) -> pa.Table:
         ) from None
 
 
+def check_score_types(schema: pa.Schema, file: str, score_columns: Sequence[str] = ("score", "calibrated_score")) -> None:
+    """A score output's columns of the types it is read by: scores (and a cascade's per-stage scores) numbers,
+    ``turn_index`` an integer. Anything else is one ``DataError`` naming the file and the column (a score column of
+    words made every command fail inside its arithmetic)."""
+    import re
+
+    def numeric(t: pa.DataType) -> bool:
+        return pa.types.is_floating(t) or pa.types.is_integer(t) or pa.types.is_decimal(t) or pa.types.is_null(t)
+
+    for field in schema:
+        if field.name in score_columns or re.fullmatch(r"stage\d+_score", field.name):
+            if not numeric(field.type):
+                raise DataError(
+                    f"column {field.name!r} holds {field.type}, not numbers: not a score output as written",
+                    file=file,
+                    column=field.name,
+                )
+        elif field.name == "turn_index" and not (pa.types.is_integer(field.type) or pa.types.is_null(field.type)):
+            raise DataError(
+                f"column 'turn_index' holds {field.type}, not integers: not a score output as written",
+                file=file,
+                column="turn_index",
+            )
+
+
+#: A finite score beyond this magnitude is no method's (they are probabilities, similarities, distances): read as
+#: no score, like NaN and infinity. Left in, a few such values overflow every sum and mean (1e308 + 1e308 = inf).
+SCORE_LIMIT = 1e100
+
+
 def _clean_scores(table: pa.Table, columns: Sequence[str]) -> tuple[pa.Table, list]:
-    """Score columns as float64 with NaN and infinities made null; a note per column that had any."""
+    """Score columns as float64 with NaN, infinities and magnitudes beyond ``SCORE_LIMIT`` made null; a note per
+    column that had any."""
     notes = []
     for name in columns:
         if name not in table.column_names:
@@ -211,10 +243,12 @@ def _clean_scores(table: pa.Table, columns: Sequence[str]) -> tuple[pa.Table, li
         if not (pa.types.is_floating(col.type) or pa.types.is_integer(col.type) or pa.types.is_decimal(col.type)):
             continue
         values = col.cast(pa.float64()).to_numpy(zero_copy_only=False)
-        bad = ~np.isfinite(values) & ~np.asarray(col.is_null().to_numpy(zero_copy_only=False))
+        with np.errstate(invalid="ignore"):
+            mask = ~(np.abs(values) <= SCORE_LIMIT)  # NaN, infinite, huge, or null
+        bad = mask & ~np.asarray(col.is_null().to_numpy(zero_copy_only=False))
         if bad.any():
-            notes.append(f"{int(bad.sum())} {name!r} value(s) were NaN or infinite: read as no score")
-        mask = ~np.isfinite(values)
+            notes.append(f"{int(bad.sum())} {name!r} value(s) were NaN, infinite or beyond ±{SCORE_LIMIT:g}: "
+                         "read as no score")  # fmt: skip
         table = table.set_column(
             table.column_names.index(name), name, pa.array(np.where(mask, 0.0, values), pa.float64(), mask=mask)
         )
@@ -303,6 +337,7 @@ def open_scores(
         path, require_ours=require_ours, allow_unpublished=allow_unpublished, what=what
     )
     table = _read(t, format)
+    check_score_types(table.schema, str(t), tuple(score_columns) or ("score", "calibrated_score"))
     check_unique_keys(table, str(t))
     table, notes = _clean_scores(table, score_columns)
     return ScoreOutput(str(path), table, meta, ours, published, notes)

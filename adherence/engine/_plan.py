@@ -32,7 +32,16 @@ from .._errors import OptionError
 from ..data import TURNS, file_digest, iter_batches
 from ..data._readers import _blank_text
 
-__all__ = ["Plan", "ShardInfo", "plan_job", "conversation_hash", "input_fingerprint", "content_digest", "same_input"]
+__all__ = [
+    "Plan",
+    "ShardInfo",
+    "plan_job",
+    "conversation_hash",
+    "input_fingerprint",
+    "job_fingerprint",
+    "content_digest",
+    "same_input",
+]
 
 
 @dataclass
@@ -95,6 +104,22 @@ def input_fingerprint(source) -> dict:
         "files": len(files),
         "content": content_digest(p),
     }
+
+
+def job_fingerprint(source, transcripts=None, ground_truth=None) -> dict:
+    """What a job reads, by content: the input's fingerprint, how it is read (transcript options) and the reference
+    file's fingerprint. A plan is reused, and a published output is left as it is on ``--resume``, only when this is
+    ``same_input`` as what was recorded."""
+    fingerprint = input_fingerprint(source)
+    if transcripts is not None:  # how the input is read is part of what was planned
+        fingerprint["read"] = {
+            "input_format": transcripts.input_format,
+            "role": transcripts.role,
+            "bad_rows": transcripts.bad_rows,
+        }
+    if ground_truth is not None:
+        fingerprint["ground_truth"] = input_fingerprint(ground_truth)
+    return fingerprint
 
 
 def same_input(a: Any, b: Any) -> bool:
@@ -210,8 +235,11 @@ def plan_job(
     check_columns: Optional[Callable[[list], None]] = None,
     transcripts=None,
     ground_truth: Optional[str] = None,
+    fingerprint: Optional[dict] = None,
 ) -> Plan:
     """Shard ``source`` into ``work_dir/shards/*.arrow`` (or reuse a matching earlier plan).
+
+    ``fingerprint``: the job's ``job_fingerprint``, when the caller has hashed the input already.
 
     ``check_columns`` sees the input's column names with the first batch (before anything is
     written) and raises to refuse them. ``ground_truth`` is a file of reference replies keyed by
@@ -224,18 +252,12 @@ def plan_job(
         raise OptionError(f"`shard_size` must be >= 1, got {shard_size}")
     work_dir.mkdir(parents=True, exist_ok=True)
     plan_path = work_dir / "plan.json"
-    fingerprint = input_fingerprint(source)
-    if transcripts is not None:  # how the input is read is part of what was planned
-        fingerprint["read"] = {
-            "input_format": transcripts.input_format,
-            "role": transcripts.role,
-            "bad_rows": transcripts.bad_rows,
-        }
+    if fingerprint is None:
+        fingerprint = job_fingerprint(source, transcripts, ground_truth)
     keyed: Optional[dict] = None
     if ground_truth is not None:
         from ..data import read_ground_truth
 
-        fingerprint["ground_truth"] = input_fingerprint(ground_truth)
         keyed = read_ground_truth(ground_truth)
     if plan_path.exists():
         old = _reusable(plan_path, fingerprint, shard_size, collect_references)

@@ -1,13 +1,15 @@
 """A job's progress: rows scored within shards as workers go, shards done, rows reused from an earlier run.
 
-On a terminal it is one bar (turns/s and the ETA count only rows scored by this run); anywhere else (a
-scheduler's captured log, ``2>&1 | tee``) it is a plain line every ``every`` seconds and one at the end,
-never a carriage-return bar.
+On a terminal it is one bar (turns/s and the ETA count only rows scored by this run), redrawn every second;
+anywhere else (a scheduler's captured log, ``2>&1 | tee``) it is a plain line every ``every`` seconds and one at
+the end, never a carriage-return bar. Both keep their cadence between workers' reports (which come with
+checkpoints): a thread of their own draws them, so a long first checkpoint is never a silent minute.
 """
 
 from __future__ import annotations
 
 import sys
+import threading
 import time
 from typing import Optional, TextIO
 
@@ -59,6 +61,9 @@ class JobProgress:
         self._start = time.monotonic()
         self._last_line = 0.0
         self._bar = None
+        self._lock = threading.RLock()  # reports come from the executor's thread, the cadence from ours
+        self._stop = threading.Event()
+        self._ticker: Optional[threading.Thread] = None
         if not enabled:
             return
         if _is_terminal(self.stream):
@@ -75,20 +80,42 @@ class JobProgress:
             self._postfix()
         else:
             self._line()
+        self._ticker = threading.Thread(target=self._tick, name="adherence-progress", daemon=True)
+        self._ticker.start()
+
+    def _tick(self) -> None:
+        """Redraw the bar every second, or write the line once ``every`` seconds pass with no report."""
+        while True:
+            with self._lock:
+                wait = 1.0 if self._bar is not None else max(0.05, self._last_line + self.every - time.monotonic())
+            if self._stop.wait(wait):
+                return
+            with self._lock:
+                if not self.enabled or self._stop.is_set():
+                    return
+                if self._bar is not None:
+                    self._bar.refresh()
+                elif time.monotonic() - self._last_line >= self.every:
+                    self._line()
 
     # ---------------------------------------------------------------- updates
 
     def note(self, text: str) -> None:
         """A line of its own (models loading, a warning): above the bar on a terminal."""
-        if not self.enabled:
-            return
-        if self._bar is not None:
-            self._bar.write(text, file=self.stream)
-        else:
-            self._write(text)
+        with self._lock:
+            if not self.enabled:
+                return
+            if self._bar is not None:
+                self._bar.write(text, file=self.stream)
+            else:
+                self._write(text)
 
     def within(self, shard_id: int, rows: int, reused: int = 0) -> None:
         """A worker has ``rows`` of shard ``shard_id`` done, ``reused`` of them from an earlier try's checkpoints."""
+        with self._lock:
+            self._within_locked(shard_id, rows, reused)
+
+    def _within_locked(self, shard_id: int, rows: int, reused: int) -> None:
         if shard_id in self._finished:
             return  # a late report of a shard already counted
         if shard_id not in self._within:
@@ -105,24 +132,30 @@ class JobProgress:
 
     def shard_done(self, shard_id: int, rows: int, reused: int = 0) -> None:
         """Shard ``shard_id`` is finished and committed (``rows`` in all, ``reused`` from checkpoints)."""
-        if shard_id in self._finished:
-            return
-        self.within(shard_id, rows, reused)
-        self._scored += self._within.pop(shard_id)
-        self._checkpointed.pop(shard_id)
-        self._finished.add(shard_id)
-        self.shards_done += 1
-        self._advance(0)
+        with self._lock:
+            if shard_id in self._finished:
+                return
+            self._within_locked(shard_id, rows, reused)
+            self._scored += self._within.pop(shard_id)
+            self._checkpointed.pop(shard_id)
+            self._finished.add(shard_id)
+            self.shards_done += 1
+            self._advance(0)
 
     def close(self) -> None:
-        if not self.enabled:
-            return
-        if self._bar is not None:
-            self._postfix()
-            self._bar.close()
-            self._bar = None
-        else:
-            self._line()
+        self._stop.set()
+        if self._ticker is not None:
+            self._ticker.join()
+            self._ticker = None
+        with self._lock:
+            if not self.enabled:
+                return
+            if self._bar is not None:
+                self._postfix()
+                self._bar.close()
+                self._bar = None
+            else:
+                self._line()
 
     # ---------------------------------------------------------------- reading
 

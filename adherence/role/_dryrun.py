@@ -126,6 +126,15 @@ def dry_run(
             f"  {plan.get('truncated', 0)} prompts lose history to fit the context; "
             f"{plan.get('too_long', 0)} do not fit even without it (status=error)"
         )
+    if opts.skipped:
+        reasons = sorted({r for _, r in opts.skipped})
+        lines.append(
+            f"  {len(opts.skipped)} malformed input record(s) would be left out ("
+            + ", ".join(w for w, _ in opts.skipped[:10])
+            + (", ..." if len(opts.skipped) > 10 else "")
+            + f"), for {len(reasons)} reason(s): {'; '.join(reasons[:3])}{'; ...' if len(reasons) > 3 else ''}; "
+            "the job writes each to OUTPUT.bad-rows.jsonl (--bad-rows fail stops on the first)"
+        )
     if plan["approximate"]:
         lines.append("  (token counts for this backend are estimated as characters / 4)")
     if estimate:

@@ -128,6 +128,7 @@ class LabelSession:
                     "--label`; give a new file to label into",
                     file=str(self.path),
                 )
+            _drop_torn_tail(self.path)
             rec = labels.sample
             for name, given in (("size", sample), ("design", design), ("seed", seed)):
                 if given is not None and rec.get(name) != given:
@@ -249,6 +250,26 @@ class LabelSession:
             finally:
                 os.close(fd)
         return self.state()
+
+
+def _drop_torn_tail(path: Path) -> None:
+    """A labelling session's file whose last line a kill cut short (the label being written was never made, and
+    the reader leaves it out): that line is removed before anything is appended, or the next label would be
+    joined to it."""
+    with open(path, "r+b") as f:
+        size = f.seek(0, os.SEEK_END)
+        if size == 0:
+            return
+        f.seek(max(0, size - 65_536))
+        tail = f.read()
+        if tail.endswith(b"\n"):
+            return
+        cut = tail.rfind(b"\n")
+        if cut < 0 and size > len(tail):
+            return  # a last line longer than 64 KiB is no label of ours: left for the reader to name
+        f.truncate(size - len(tail) + cut + 1)
+        f.flush()
+        os.fsync(f.fileno())
 
 
 def _now() -> str:

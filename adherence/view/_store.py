@@ -148,6 +148,17 @@ class ScoreStore:
                     from ..data import DataError
 
                     raise DataError(f"not a score output: no {c} column", file=str(p), column=c)
+            from ..engine._files import check_score_types
+
+            try:
+                res = self.con.execute(f"SELECT * FROM {name} LIMIT 0")
+                # DuckDB 2 names it to_arrow_table; 1.x fetch_arrow_table
+                schema = getattr(res, "to_arrow_table", None) or getattr(res, "fetch_arrow_table")
+                schema = schema().schema
+            except duckdb.Error:
+                schema = None  # unreadable: said below, in one line
+            if schema is not None:
+                check_score_types(schema, str(p))
             try:
                 rows, keys = self.con.execute(
                     f"SELECT count(*), count(DISTINCT (conversation_id, turn_index{', method' if 'method' in cols else ''}))"

@@ -62,7 +62,7 @@ def test_skip_writes_every_bad_line_to_the_quarantine_and_every_good_row_to_the_
     assert _score(src, out, "--bad-rows", "skip") == 0
     captured = capsys.readouterr()
     quarantine = tmp_path / "o.parquet.bad-rows.jsonl"
-    assert f"3 bad row(s) left out (--bad-rows skip), each with its file and line in {quarantine}" in captured.out
+    assert f"3 bad row(s) left out, each with its file, line and reason in {quarantine}" in captured.out
     records = [json.loads(x) for x in quarantine.read_text(encoding="utf-8").splitlines()]
     assert sorted(r["line"] for r in records) == sorted(bad)
     lines = src.read_text(encoding="utf-8").splitlines()
@@ -123,3 +123,32 @@ def test_transcripts_follow_the_same_policy(tmp_path):
         list(iter_batches(src, TURNS, transcripts=TranscriptOptions(bad_rows="fail")))
     with pytest.warns(UserWarning, match="skipped 2 malformed"):
         list(iter_batches(src, TURNS, transcripts=TranscriptOptions()))
+
+
+def test_by_default_no_malformed_transcript_vanishes_without_a_record(tmp_path, capsys):
+    """Transcripts' default (skip with a warning) writes every line left out to OUTPUT.bad-rows.jsonl with its
+    line and reason, and the summary names the file; the dry run says the same before anything is scored; a later
+    clean run replaces the earlier run's file (its own), so the run after that is not refused."""
+    src = tmp_path / "chats.jsonl"
+    good = {"messages": [{"role": "system", "content": "Be a bank."}, {"role": "user", "content": "hi"},
+                         {"role": "assistant", "content": "hello", "reference": "hello there"}]}  # fmt: skip
+    src.write_text(
+        "\n".join([json.dumps(good), json.dumps({"messages": "nope"}), '{"messages": [', json.dumps(good)]) + "\n"
+    )
+    out = tmp_path / "o.parquet"
+    with pytest.warns(UserWarning, match="skipped 2 malformed"):
+        assert _score(src, out) == 0
+    q = tmp_path / "o.parquet.bad-rows.jsonl"
+    kept = [json.loads(line) for line in q.read_text().splitlines()]
+    assert [k["line"] for k in kept] == [2, 3] and all(k["error"] for k in kept)
+    assert f"2 bad row(s) left out, each with its file, line and reason in {q}" in capsys.readouterr().out
+    assert pq.read_table(out).num_rows == 2
+    # the dry run names them (a judge's dry run: it counts tokens, nothing is scored)
+    assert main(["score", str(src), "--dry-run", "--bad-rows", "skip"]) == 0
+    said = capsys.readouterr().out
+    assert "2 malformed input record(s) would be left out (record 2, line 3), for 2 reason(s)" in said, said
+    # clean input, same output: the earlier run's bad-rows file is replaced (empty), and the next run goes on
+    src.write_text(json.dumps(good) + "\n")
+    for _ in range(2):
+        assert _score(src, out) == 0
+        assert q.read_text() == ""

@@ -197,3 +197,26 @@ def test_the_bundled_judge_loads_without_a_bar_of_its_own(tmp_path):
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert "\r" not in res.stderr and "de-quantizing" not in res.stderr, res.stderr[-2000:]
     assert re.search(r"models ready in [\d.]+ s", res.stderr)
+
+
+def test_progress_lines_keep_their_cadence_between_reports():
+    """A line every `every` seconds even while no worker reports (reports come with checkpoints: the first of a
+    slow judge can take minutes, and the log said nothing meanwhile)."""
+    import io
+    import time
+
+    from adherence.engine._progress import JobProgress
+
+    stream = io.StringIO()
+    progress = JobProgress("scoring (x)", total=10, shards=1, every=0.1, stream=stream)
+    time.sleep(0.75)  # no report at all
+    silent = stream.getvalue().splitlines()
+    progress.within(0, 4)
+    progress.shard_done(0, 10)
+    progress.close()
+    assert 5 <= len(silent) <= 10, silent  # the first line, then about one every 0.1 s
+    assert all(ln.startswith("scoring (x): 0/10 turns") for ln in silent)
+    assert stream.getvalue().splitlines()[-1].startswith("scoring (x): 10/10 turns (100.0%)")
+    n = len(stream.getvalue())
+    time.sleep(0.3)
+    assert len(stream.getvalue()) == n  # closed: nothing more

@@ -1,4 +1,5 @@
 import json
+import warnings
 
 import numpy as np
 import pyarrow as pa
@@ -71,11 +72,15 @@ def test_resume_skips_finished_shards_and_changed_jobs_start_over(tmp_path, synt
     first_table = pq.read_table(tmp_path / "o.parquet")
     out_dir = tmp_path / "o.parquet.work" / "out"
     (out_dir / "shard-00001.done.json").unlink()
+    for name in ("o.parquet", "o.sessions.parquet"):  # as a job killed before it published leaves it
+        (tmp_path / name).rename(tmp_path / f"{name}.first")
+        (tmp_path / f"{name}.meta.json").unlink()
     again = Engine(method="kl", shard_size=8, progress=False, n_bootstrap=0, resume=True, keep_work_dir=True).run(
         src, tmp_path / "o.parquet"
     )
     assert again.summary["shards_resumed"] == first.summary["shards"] - 1
     assert pq.read_table(tmp_path / "o.parquet").equals(first_table)
+    assert pq.read_table(tmp_path / "o.parquet.first").equals(first_table)
     # Throughput is this run's work: the rows an earlier run scored are counted apart, not in turns/s.
     redone = again.summary["turns_scored"]
     assert 0 < redone < again.summary["turns"] and again.summary["turns_reused"] == again.summary["turns"] - redone
@@ -89,6 +94,33 @@ def test_resume_skips_finished_shards_and_changed_jobs_start_over(tmp_path, synt
         src, tmp_path / "o.parquet"
     )
     assert other.summary["shards_resumed"] == 0
+
+
+def test_resume_on_a_published_output_scores_nothing_unless_the_input_or_options_changed(tmp_path, synthetic):
+    src = write_table(synthetic(6), tmp_path / "in.parquet")
+    out = tmp_path / "o.parquet"
+    first = Engine(method="kl", shard_size=8, progress=False, n_bootstrap=0).run(src, out)
+    before = (out.stat().st_ino, out.stat().st_mtime_ns, out.with_name("o.parquet.meta.json").read_bytes())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "scored again" warning
+        again = Engine(method="kl", shard_size=4, progress=False, n_bootstrap=0, resume=True).run(src, out)
+    assert again.summary["already_published"] and again.summary["turns_scored"] == 0
+    assert again.summary["turns_reused"] == first.summary["turns"] and again.summary["ok"] == first.summary["ok"]
+    assert (out.stat().st_ino, out.stat().st_mtime_ns, out.with_name("o.parquet.meta.json").read_bytes()) == before
+    # an option that decides scores changed: scored again, and one line says why
+    with pytest.warns(UserWarning, match=r"is published but is scored again: options that decide scores changed "
+                                         r"\(kl_beta 1.0 -> 2.0\)"):  # fmt: skip
+        other = Engine(method="kl", kl_beta=2.0, progress=False, n_bootstrap=0, resume=True).run(src, out)
+    assert other.summary["turns_scored"] == first.summary["turns"] and "already_published" not in other.summary
+    # the input's content changed
+    write_table(synthetic(7), src)
+    with pytest.warns(UserWarning, match="is published but is scored again: the input's content changed"):
+        Engine(method="kl", kl_beta=2.0, progress=False, n_bootstrap=0, resume=True).run(src, out)
+    # the output no longer whole (its sessions file gone): scored again, said
+    out.with_name("o.sessions.parquet").unlink()
+    with pytest.warns(UserWarning, match="missing or no longer whole; it is scored again"):
+        last = Engine(method="kl", kl_beta=2.0, progress=False, n_bootstrap=0, resume=True).run(src, out)
+    assert last.summary["turns_scored"] == last.summary["turns"] > 0
 
 
 def test_a_failing_shard_does_not_take_the_job_down(tmp_path, synthetic, monkeypatch):

@@ -70,7 +70,7 @@ def test_the_reader_refuses_repeated_keys_and_reads_nan_as_no_score(tmp_path):
     nan = _ours(tmp_path / "nan.parquet", _table(score=[np.nan, np.inf, 0.5, -np.inf]))
     out = open_scores(nan)
     assert out.table.column("score").to_pylist() == [None, None, 0.5, None]
-    assert out.ours and "3 'score' value(s) were NaN or infinite" in out.notes[0]
+    assert out.ours and "3 'score' value(s) were NaN, infinite or beyond" in out.notes[0]
 
 
 def test_the_reader_refuses_an_unpublished_output_and_a_foreign_one_when_asked(tmp_path):

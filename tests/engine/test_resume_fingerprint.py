@@ -19,6 +19,14 @@ def _judge_config(model, **opts):
     return RoleConfig(method="llm_judge", judge=JudgeConfig(model=str(model), backend_options=options), progress=False)
 
 
+def _unpublish(out):
+    """The state a job killed before it published leaves: its work dir, no output (an output published from the
+    same input with the same options is kept as it is by --resume, which then scores nothing)."""
+    for p in (out, out.with_name(out.name.replace(".parquet", ".sessions.parquet"))):
+        p.unlink()
+        metadata_path(p).unlink()
+
+
 def _run(config, out, **kw):
     return Engine(config=config, shard_size=8, n_bootstrap=0, keep_work_dir=True, **kw).run(example_path("role"), out)
 
@@ -107,6 +115,7 @@ def test_the_same_bytes_at_another_path_are_the_same_input(tmp_path, synthetic):
     moved = tmp_path / "elsewhere" / "copy.parquet"
     moved.parent.mkdir()
     moved.write_bytes(src.read_bytes())
+    _unpublish(tmp_path / "o.parquet")
     again = Engine(method="kl", shard_size=8, progress=False, n_bootstrap=0, resume=True, keep_work_dir=True).run(
         moved, tmp_path / "o.parquet"
     )
@@ -127,6 +136,7 @@ def test_work_a_resume_cannot_reuse_is_named_with_the_reason(tmp_path, synthetic
         r"scores changed \(kl_beta 1\.0 -> 2\.0, threshold 0\.5 -> 0\.3\)",
     ):
         Engine(**run, resume=True, kl_beta=2.0, threshold=0.3).run(src, tmp_path / "o.parquet")
+    _unpublish(tmp_path / "o.parquet")
     with pytest.warns(UserWarning, match=r"not reused: the shard size changed \(8 -> 5\)"):
         Engine(**dict(run, shard_size=5), resume=True, kl_beta=2.0, threshold=0.3).run(src, tmp_path / "o.parquet")
     write_table(synthetic(11), src)

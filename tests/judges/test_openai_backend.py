@@ -228,8 +228,10 @@ def test_retry_after_is_capped_and_counted_in_the_rows_time(tiny_yes_no_judge, t
         return 429, b'{"error": "rate limited"}', {"Retry-After": "1"}
 
     with ChatServer(tiny_yes_no_judge, after_preflight=always_busy) as server:
-        backend = _backend(server, max_retries=50, timeout=0.05, max_retry_after=10)  # a 2.55 s budget per row
-        cols = RoleJudge(JudgeConfig(model="tiny", backend="openai"), backend=backend).score(turns.slice(0, 2))
+        backend = _backend(server, max_retries=50, timeout=30, max_retry_after=10)
+        judge = RoleJudge(JudgeConfig(model="tiny", backend="openai"), backend=backend)  # its preflight is answered
+        backend.timeout = 0.05  # a 2.55 s budget per row (the preflight's real answer can take longer than 0.05 s)
+        cols = judge.score(turns.slice(0, 2))
     assert cols["status"] == ["error"] * 2
     assert all("the row's budget of --request-timeout x (--max-retries + 1)" in e for e in cols["error"])
 
@@ -258,3 +260,22 @@ def test_a_fleet_with_no_endpoint_up_for_the_stall_timeout_stops_the_job(tiny_ye
     assert "no answer from any of the 2 judge servers for 2 s (--stall-timeout" in err[-1], err
     assert "HTTP 503" in err[-1] and took < 60
     assert not (tmp_path / "o.parquet").exists()
+
+
+def test_resume_on_a_published_output_never_calls_the_judge_again(tiny_yes_no_judge, tmp_path, capsys):
+    """A paid judge is not billed twice: --resume on an output published from the same input with the same options
+    scores nothing (it re-ran every judge call)."""
+    from adherence.cli.main import main
+
+    out = tmp_path / "o.parquet"
+    with ChatServer(tiny_yes_no_judge, after_preflight=lambda n: None) as server:  # counts the scoring calls
+        argv = ["score", str(example_path("role")), "-o", str(out), "--backend", "openai", "--judge-model", "tiny",
+                "--base-url", server.url, "--no-progress", "--bootstrap", "0"]  # fmt: skip
+        assert main(argv) == 0
+        calls = server.scoring_calls
+        assert calls > 0
+        capsys.readouterr()
+        assert main([*argv, "--resume"]) == 0
+        assert server.scoring_calls == calls
+    err = capsys.readouterr().err
+    assert "is already published from this input with these options: nothing scored" in err and "kept " in err

@@ -10,6 +10,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -188,6 +189,33 @@ def test_a_resumed_file_keeps_its_sample_and_refuses_another(scored, tmp_path):
     with pytest.raises(ValueError, match="no sample record"):
         LabelSession(str(user), keys, np.zeros(len(keys)), labeller="a", source="s")
     assert Path(user).read_text().count("\n") == 1
+
+
+def test_a_label_cut_short_by_a_kill_is_dropped_and_the_next_label_reads(scored, tmp_path):
+    """A kill in the middle of a label's write leaves a partial last line: the reader leaves it out (and says so),
+    and the resumed session removes it before appending (the next label was glued to it: the file became
+    unreadable at that line)."""
+    import pyarrow.parquet as pq
+
+    from adherence.data._labels import read_labels
+
+    t = pq.read_table(scored)
+    keys = list(zip(t.column("conversation_id").to_pylist(), t.column("turn_index").to_pylist()))
+    path = tmp_path / "l.jsonl"
+    first = LabelSession(str(path), keys, np.zeros(len(keys)), labeller="a", source="s", sample=7, seed=1)
+    first.write(0, "adherent")
+    first.write(1, "violation")
+    with open(path, "ab") as f:
+        f.write(b'{"conversation_id": "x", "turn_in')
+    with pytest.warns(UserWarning, match=r"l.jsonl: line 4 is cut short"):
+        assert len(read_labels(path).latest()) == 2
+    with pytest.warns(UserWarning, match="cut short"):
+        again = LabelSession(str(path), keys, np.zeros(len(keys)), labeller="a", source="s")
+    again.write(2, "adherent")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert sorted(again.mine().values()) == ["adherent", "adherent", "violation"]
+    assert path.read_bytes().endswith(b"\n") and b"turn_in\n" not in path.read_bytes()
 
 
 def test_uniform_sample_weights_are_population_over_size():
