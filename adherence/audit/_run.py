@@ -14,7 +14,7 @@ from ._checks import placeholders, run_check
 from ._judge import audit_request, evidence_request, ordered_items, parse_audit_answer, question_requests
 from ._rubric import Rubric
 
-__all__ = ["AuditConfig", "run_audit", "artifact_variables", "ANSWER_FORMATS", "tempered_p_yes"]
+__all__ = ["AuditConfig", "read_artifacts", "run_audit", "artifact_variables", "ANSWER_FORMATS", "tempered_p_yes"]
 
 ANSWER_FORMATS = ("json", "per-question")
 
@@ -118,13 +118,22 @@ def _check_placeholders(code_items, rows: list[dict], artifacts) -> None:
                 )
 
 
+def read_artifacts(rubric: Rubric, artifacts) -> list[dict]:
+    """The artifacts' rows (a file or an Arrow table), checked against the rubric's code checks: what ``run_audit``
+    reads, to be read before a judge is loaded (bad input is one line at once, not after the model loads)."""
+    rows = read_table(artifacts, ARTIFACTS).to_pylist()
+    _check_placeholders([i for i in rubric.items if i.by_code], rows, artifacts)
+    return rows
+
+
 def run_audit(
     rubric: Rubric, artifacts, backend, *, config: Optional[AuditConfig] = None, judge_name: Optional[str] = None
 ) -> pa.Table:
     """Judgments for every (artifact, run, question): code checks answered by code, the rest by the judge.
 
     A question the judge did not answer parseably has ``answer=null`` (unscored), never "No".
-    Code-answered rows carry ``judge="code"``; judge-answered rows keep the judge's raw answer
+    ``artifacts``: a file, an Arrow table, or the rows ``read_artifacts`` gave. Code-answered rows carry
+    ``judge="code"``; judge-answered rows keep the judge's raw answer
     in ``raw`` so an unscored answer can be read.
     """
 
@@ -132,13 +141,11 @@ def run_audit(
     from ..judges._judge import cached_calls
 
     config = config or AuditConfig()
-    table = read_table(artifacts, ARTIFACTS)
-    rows = table.to_pylist()
+    rows = artifacts if isinstance(artifacts, list) else read_artifacts(rubric, artifacts)
     judge = judge_name or backend.model_id
     code_items = [i for i in rubric.items if i.by_code]
     judge_items = [i for i in rubric.items if not i.by_code]
     cache = JudgeCache(config.cache) if config.cache else None
-    _check_placeholders(code_items, rows, artifacts)
     out = []
     for row in rows:
         variables = artifact_variables(row)

@@ -210,7 +210,7 @@ class AuditCommand(Command):
         return self._report(args)
 
     def _run(self, args) -> int:
-        from ..audit import AuditConfig, load_rubric, run_audit, stability_tables
+        from ..audit import AuditConfig, load_rubric, read_artifacts, run_audit, stability_tables
         from ..data import run_metadata, write_table
         from ..models import Encoder
 
@@ -227,9 +227,10 @@ class AuditCommand(Command):
         ks = [int(k) for k in args.ks.split(",")] if args.ks else list(range(1, args.runs + 1))
         if not all(1 <= k <= args.runs for k in ks):
             raise OptionError(f"--ks values must be in [1, {args.runs}], got {args.ks}")
+        artifacts = read_artifacts(rubric, args.artifacts)  # bad input is one line now, before a judge loads
         needs_judge = any(not i.by_code for i in rubric.items)
         backend = _backend(args) if needs_judge else None
-        judgments = run_audit(rubric, args.artifacts, backend or _NoJudge(), config=config)
+        judgments = run_audit(rubric, artifacts, backend or _NoJudge(), config=config)
         out = Path(args.output)
         out.mkdir(parents=True, exist_ok=True)
         meta = run_metadata(

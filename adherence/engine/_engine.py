@@ -383,6 +383,8 @@ class Engine:
                           stacklevel=4)  # fmt: skip
             return None
         summary = meta.get("summary") if isinstance(meta.get("summary"), dict) else {}
+        if summary.get("failed_shards"):
+            return None  # published with shards that failed as a whole: those are scored again from the work dir
         rows = (meta.get("outputs") or {}).get("rows")
         try:
             whole = all(store.kind(t) == "file" for t in (final, self._commit.sessions)) and (

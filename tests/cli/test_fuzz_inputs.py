@@ -5,6 +5,7 @@ values, no rows). Input that cannot be read exits 2 with one line naming the fil
 
 import json
 import shutil
+import time
 import warnings
 
 import numpy as np
@@ -31,7 +32,9 @@ def base(tmp_path_factory):
     assert main(["cascade", "fit", str(out), "--labels", str(labels), "-o", str(cascade)]) == 0
     cal = d / "cal.json"
     assert main(["calibrate", str(out), "--labels", str(labels), "-o", str(cal)]) == 0
-    return {"out": out, "labels": labels, "cascade": cascade, "cal": cal}
+    clf = d / "clf.json"
+    assert main(["classifier", "fit", str(LOG), "--labels", str(labels), "-o", str(clf), "--no-progress"]) == 0
+    return {"out": out, "labels": labels, "cascade": cascade, "cal": cal, "clf": clf}
 
 
 def _output_variant(src, dst, kind):
@@ -109,6 +112,7 @@ COMMANDS = {
     "cascade fit": ["cascade", "fit", "{out}", "--labels", "{labels}", "-o", "{tmp}/k.json"],
     "cascade apply": ["cascade", "apply", "--cascade", "{cascade}", "{out}", "-o", "{tmp}/a.parquet"],
     "view": ["view", "{out}", "--export-html", "{tmp}/v.html"],
+    "classifier fit": ["classifier", "fit", str(LOG), "--labels", "{labels}", "-o", "{tmp}/clf.json", "--no-progress"],
     "export": ["export", "{out}", "--format", "otel", "-o", "{tmp}/e.jsonl"],
 }
 OUTPUT_KINDS = ["cut short", "empty file", "score as words", "turn_index as text", "no score column",
@@ -131,7 +135,7 @@ def _run(capsys, argv, bad):
     return code, err
 
 
-@pytest.mark.parametrize("command", list(COMMANDS))
+@pytest.mark.parametrize("command", [c for c in COMMANDS if c != "classifier fit"])
 def test_a_corrupted_score_output_is_exit_2_naming_it_or_read_as_it_is(tmp_path, capsys, base, command):
     for kind in OUTPUT_KINDS:
         bad = tmp_path / f"{kind.replace(' ', '-')}.parquet"
@@ -142,7 +146,7 @@ def test_a_corrupted_score_output_is_exit_2_naming_it_or_read_as_it_is(tmp_path,
             assert code == 2, (command, kind)
 
 
-@pytest.mark.parametrize("command", ["evaluate", "estimate", "calibrate", "cascade fit"])
+@pytest.mark.parametrize("command", ["evaluate", "estimate", "calibrate", "cascade fit", "classifier fit"])
 def test_a_corrupted_labels_file_is_exit_2_naming_it_or_read_as_it_is(tmp_path, capsys, base, command):
     for kind in TEXT_KINDS:
         bad = tmp_path / f"{kind.replace(' ', '-')}.jsonl"
@@ -160,8 +164,8 @@ def test_a_corrupted_labels_file_is_exit_2_naming_it_or_read_as_it_is(tmp_path, 
             assert code == 2, (command, kind)
 
 
-@pytest.mark.parametrize("what", ["cascade", "cal"])
-def test_a_corrupted_cascade_or_calibration_file_is_exit_2_naming_it(tmp_path, capsys, base, what):
+@pytest.mark.parametrize("what", ["cascade", "cal", "clf"])
+def test_a_corrupted_cascade_calibration_or_classifier_file_is_exit_2_naming_it(tmp_path, capsys, base, what):
     for kind in TEXT_KINDS:
         bad = tmp_path / f"{kind.replace(' ', '-')}.json"
         _text_variant(base[what], bad, kind)
@@ -169,7 +173,60 @@ def test_a_corrupted_cascade_or_calibration_file_is_exit_2_naming_it(tmp_path, c
             continue  # nothing to corrupt that way
         if what == "cascade":
             argv = ["cascade", "apply", "--cascade", str(bad), str(base["out"]), "-o", str(tmp_path / "a.parquet")]
-        else:
+        elif what == "cal":
             argv = ["score", str(LOG), "-o", str(tmp_path / "s.parquet"), "--method", "scope", "--calibration",
                     str(bad), "--no-progress"]  # fmt: skip
+        else:
+            argv = ["score", str(LOG), "-o", str(tmp_path / "s.parquet"), "--method", "classifier", "--classifier",
+                    str(bad), "--no-progress"]  # fmt: skip
         assert _run(capsys, argv, bad)[0] == 2, (what, kind)
+
+
+EXAMPLES = example_path("role").parent
+
+
+def _variant(src, dst, kind):
+    text = src.read_text(encoding="utf-8")
+    if kind == "cut short":
+        dst.write_text(text[: len(text) // 2], encoding="utf-8")
+    elif kind == "empty file":
+        dst.write_text("", encoding="utf-8")
+    elif kind == "wrong types":
+        if src.suffix == ".csv":  # the columns the reader needs are not there
+            dst.write_text("a,b\n1,2\n", encoding="utf-8")
+        elif src.suffix == ".jsonl":
+            rows = [json.loads(x) for x in text.splitlines()]
+            rows[1]["output"] = {"not": "text"}
+            rows[2]["artifact_id"] = None
+            dst.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+        else:  # YAML: questions as a mapping of numbers
+            dst.write_text("questions:\n  a: 1\n  b: 2\n", encoding="utf-8")
+
+
+@pytest.mark.parametrize(
+    "which, argv",
+    [
+        ("reference", ["persona", "--reference", "{bad}", "--simulation", str(EXAMPLES / "persona" / "sim_faithful.csv"),
+                       "--dimensions", "naturalness", "--repeats", "2", "--no-progress"]),
+        ("simulation", ["persona", "--reference", str(EXAMPLES / "persona" / "human.csv"), "--simulation", "{bad}",
+                        "--dimensions", "naturalness", "--repeats", "2", "--no-progress"]),
+        ("artifacts", ["audit", "run", "--rubric", str(EXAMPLES / "audit" / "rubric.yaml"), "--artifacts", "{bad}",
+                       "-o", "{tmp}/run", "--runs", "1", "--no-progress"]),
+        ("rubric", ["audit", "run", "--rubric", "{bad}", "--artifacts", str(EXAMPLES / "audit" / "artifacts.jsonl"),
+                    "-o", "{tmp}/run", "--runs", "1", "--no-progress"]),
+    ],
+)  # fmt: skip
+def test_persona_and_audit_inputs_corrupted_are_exit_2_naming_them(tmp_path, capsys, which, argv):
+    src = {"reference": EXAMPLES / "persona" / "human.csv", "simulation": EXAMPLES / "persona" / "sim_faithful.csv",
+           "artifacts": EXAMPLES / "audit" / "artifacts.jsonl", "rubric": EXAMPLES / "audit" / "rubric.yaml"}[which]  # fmt: skip
+    # cut short, an audit input is a smaller valid one: the judge would run on it (a run of its own, not a fuzz case)
+    for kind in ("empty file", "wrong types") + (("cut short",) if which in ("reference", "simulation") else ()):
+        bad = tmp_path / f"{kind.replace(' ', '-')}{src.suffix}"
+        _variant(src, bad, kind)
+        start = time.perf_counter()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            code, _ = _run(capsys, [a.format(bad=bad, tmp=tmp_path) for a in argv], bad)
+        if kind != "cut short":  # a CSV or JSONL cut at a row's end can still be a smaller corpus
+            assert code == 2, (which, kind)
+            assert time.perf_counter() - start < 15, (which, kind)  # said before any model loads
