@@ -202,13 +202,22 @@ def _read(t: Target, fmt: Optional[str]) -> pa.Table:
         ) from None
 
 
-def check_score_types(schema: pa.Schema, file: str, score_columns: Sequence[str] = ("score", "calibrated_score")) -> None:
+def check_score_types(
+    schema: pa.Schema,
+    file: str,
+    score_columns: Sequence[str] = ("score", "calibrated_score"),
+    *,
+    text_scores: bool = False,
+) -> None:
     """A score output's columns of the types it is read by: scores (and a cascade's per-stage scores) numbers,
     ``turn_index`` an integer. Anything else is one ``DataError`` naming the file and the column (a score column of
-    words made every command fail inside its arithmetic)."""
+    words made every command fail inside its arithmetic). ``text_scores``: a text score column passes here (a CSV's
+    numbers read as text): its values are then parsed one by one, a word named by its row (``open_scores``)."""
     import re
 
     def numeric(t: pa.DataType) -> bool:
+        if text_scores and (pa.types.is_string(t) or pa.types.is_large_string(t)):
+            return True
         return pa.types.is_floating(t) or pa.types.is_integer(t) or pa.types.is_decimal(t) or pa.types.is_null(t)
 
     for field in schema:
@@ -232,14 +241,26 @@ def check_score_types(schema: pa.Schema, file: str, score_columns: Sequence[str]
 SCORE_LIMIT = 1e100
 
 
-def _clean_scores(table: pa.Table, columns: Sequence[str]) -> tuple[pa.Table, list]:
+def _clean_scores(table: pa.Table, columns: Sequence[str], file: str = "<table>") -> tuple[pa.Table, list]:
     """Score columns as float64 with NaN, infinities and magnitudes beyond ``SCORE_LIMIT`` made null; a note per
-    column that had any."""
+    column that had any. A text column is parsed as numbers; the first value that is not one is a ``DataError``
+    naming its row."""
     notes = []
     for name in columns:
         if name not in table.column_names:
             continue
         col = table.column(name)
+        if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
+            try:
+                col = col.cast(pa.float64())
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                parsed = []
+                for i, v in enumerate(col.to_pylist()):
+                    try:
+                        parsed.append(float(v) if v is not None and v.strip() else None)  # a blank is no score
+                    except ValueError:
+                        raise DataError(f"expected a number, got {v!r}", file=file, row=i + 1, column=name) from None
+                col = pa.chunked_array([pa.array(parsed, pa.float64())])
         if not (pa.types.is_floating(col.type) or pa.types.is_integer(col.type) or pa.types.is_decimal(col.type)):
             continue
         values = col.cast(pa.float64()).to_numpy(zero_copy_only=False)
@@ -337,7 +358,7 @@ def open_scores(
         path, require_ours=require_ours, allow_unpublished=allow_unpublished, what=what
     )
     table = _read(t, format)
-    check_score_types(table.schema, str(t), tuple(score_columns) or ("score", "calibrated_score"))
+    check_score_types(table.schema, str(t), tuple(score_columns) or ("score", "calibrated_score"), text_scores=True)
     check_unique_keys(table, str(t))
-    table, notes = _clean_scores(table, score_columns)
+    table, notes = _clean_scores(table, score_columns, str(t))
     return ScoreOutput(str(path), table, meta, ours, published, notes)
