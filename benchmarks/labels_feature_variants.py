@@ -82,8 +82,12 @@ def main(out_path: str, conversations: int = 400, seed: int = 11, draws: int = 5
             print(n, name, results[str(n)][name], flush=True)
     doc = {
         "bench": "labels feature variants",
-        "set": {"support_log_conversations": conversations, "seed": seed, "turns": len(y),
-                "violations": int((y == 0).sum())},  # fmt: skip
+        "set": {
+            "support_log_conversations": conversations,
+            "seed": seed,
+            "turns": len(y),
+            "violations": int((y == 0).sum()),
+        },  # fmt: skip
         "protocol": f"{draws} uniform draws of n labels (seeds 1000+), held-out AUC on every other turn",
         "results": results,
         "cpu": cpu_info(),

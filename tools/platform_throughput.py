@@ -32,11 +32,8 @@ import pyarrow.parquet as pq
 from adherence.models._onnx import BF16_BATCH_TOLERANCE, PRECISIONS
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _workloads import DEFAULT_PERSONA_CSV, million_turns  # noqa: E402
 from soak import make_turns  # noqa: E402
-
-DEFAULT_PERSONA_CSV = (
-    Path(__file__).resolve().parents[2] / "shared" / "data" / "persona" / "Synthetic-Persona-Chat_valid.csv"
-)
 
 
 def make_persona_turns(n: int, path: Path, csv: Path) -> None:
@@ -131,9 +128,7 @@ def main() -> int:
     if args.texts == "persona":
         make_persona_turns(args.turns, src, args.persona_csv)
     elif args.texts == "million":
-        from cpu_million import build
-
-        build(args.turns, args.persona_csv, src)
+        million_turns(args.turns, args.persona_csv, src)
     else:
         make_turns(args.turns, src)
     report = {

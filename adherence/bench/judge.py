@@ -1,6 +1,6 @@
 """Judge throughput on synthetic conversations, at the hardware limit measured in the same run.
 
-Three workloads on one model (a checkpoint, or random weights of a real architecture):
+Four workloads on one model (a checkpoint, or random weights of a real architecture):
 
 * ``unique``: prompts of about ``prompt_tokens`` tokens with nothing shared (one turn each): turns/s,
   prompt tokens/s, and the achieved FLOP/s as a ratio to the measured dense matmul peak.

@@ -45,9 +45,7 @@ def _yaml_load(text: str):
     return yaml.load(text, Loader=Loader)  # noqa: S506 - a SafeLoader subclass
 
 
-# A relative value of an option that names a file (declared with ``type=file_path``) is a path beside the job
-# file, as an include's would be, not beside wherever the job happens to be started from; one that names a model
-# (``type=model_name``) is a path beside it only when that path exists (else a hub id or a served model's name).
+#: A job file larger than this is refused (it is a few options, not data).
 MAX_JOB_FILE_BYTES = 1 << 20
 
 
@@ -99,6 +97,9 @@ def names_a_file(action: argparse.Action) -> bool:
     return is_file_option(action) or is_model_option(action)
 
 
+# A relative value of an option that names a file (declared with ``type=file_path``) is a path beside the job
+# file, as an include's would be, not beside wherever the job happens to be started from; one that names a model
+# (``type=model_name``) is a path beside it only when that path exists (else a hub id or a served model's name).
 def _beside_job_file(action: argparse.Action, value, base: Path):
     """A relative path option resolved against the job file's directory (URIs, ``bundled:`` and ``-`` kept)."""
     if isinstance(value, list):

@@ -361,7 +361,12 @@ class Engine:
         options = json.loads(json.dumps(score_fingerprint(self.config), sort_keys=True, default=repr))
         if isinstance(options.get("calibration"), dict):  # named by its digests, not copied knot by knot
             options["calibration"].pop("map", None)
-        return {"config": score_hash(self.config), "fingerprint": fingerprint, "shard_size": shard_size, "options": options}
+        return {
+            "config": score_hash(self.config),
+            "fingerprint": fingerprint,
+            "shard_size": shard_size,
+            "options": options,
+        }
 
     def _published_already(self, fingerprint: dict, start: float) -> Optional[dict]:
         """With ``--resume``: when the output is already published by a job with these score options from this
@@ -676,7 +681,9 @@ class Engine:
                 written,
                 shards=len(plan.shards),
                 input_fingerprint=plan.fingerprint,
-                score={k: v for k, v in self._job_manifest(plan.fingerprint, None).items() if k in ("config", "options")},
+                score={
+                    k: v for k, v in self._job_manifest(plan.fingerprint, None).items() if k in ("config", "options")
+                },
             )
         finally:
             publisher.discard()

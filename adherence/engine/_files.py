@@ -220,17 +220,17 @@ def check_score_types(
             return True
         return pa.types.is_floating(t) or pa.types.is_integer(t) or pa.types.is_decimal(t) or pa.types.is_null(t)
 
-    for field in schema:
-        if field.name in score_columns or re.fullmatch(r"stage\d+_score", field.name):
-            if not numeric(field.type):
+    for col in schema:
+        if col.name in score_columns or re.fullmatch(r"stage\d+_score", col.name):
+            if not numeric(col.type):
                 raise DataError(
-                    f"column {field.name!r} holds {field.type}, not numbers: not a score output as written",
+                    f"column {col.name!r} holds {col.type}, not numbers: not a score output as written",
                     file=file,
-                    column=field.name,
+                    column=col.name,
                 )
-        elif field.name == "turn_index" and not (pa.types.is_integer(field.type) or pa.types.is_null(field.type)):
+        elif col.name == "turn_index" and not (pa.types.is_integer(col.type) or pa.types.is_null(col.type)):
             raise DataError(
-                f"column 'turn_index' holds {field.type}, not integers: not a score output as written",
+                f"column 'turn_index' holds {col.type}, not integers: not a score output as written",
                 file=file,
                 column="turn_index",
             )

@@ -16,8 +16,10 @@ _URI = "a local path or an s3:// / gs:// / hdfs:// URI"
 
 @dataclass
 class EngineOptions:
-    """How a job runs: where shards go, how many, how it resumes. None of these changes a score (a resumed job
-    may change any of them and keep its finished shards; the shard size is checked apart, with the input).
+    """How a job runs: where shards go, how many, how it resumes, how its input is read. Most of these change no
+    score (a resumed job may change them and keep its finished shards); each says where it is declared
+    (``affects_scores``): the reference file (``ground_truth``) decides scores, the shard size is checked apart
+    with the input, and the bootstrap's resamples and seed decide only the sessions' intervals.
 
     Example:
         >>> EngineOptions(shard_size=50_000).executor

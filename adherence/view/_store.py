@@ -153,7 +153,7 @@ class ScoreStore:
             try:
                 res = self.con.execute(f"SELECT * FROM {name} LIMIT 0")
                 # DuckDB 2 names it to_arrow_table; 1.x fetch_arrow_table
-                schema = getattr(res, "to_arrow_table", None) or getattr(res, "fetch_arrow_table")
+                schema = getattr(res, "to_arrow_table", None) or res.fetch_arrow_table
                 schema = schema().schema
             except duckdb.Error:
                 schema = None  # unreadable: said below, in one line
