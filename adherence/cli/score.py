@@ -261,29 +261,9 @@ class ScoreCommand(Command):
                 template=template,
                 **values(JudgeConfig, args),
             )
-        threshold, calibration = args.threshold, None
-        if args.calibration:
-            from ..role._calibration import load_calibration
-
-            cal = load_calibration(args.calibration)
-            cal.check_method(args.method)
-            if threshold is not None:
-                raise OptionError(
-                    "give --threshold or --calibration, not both (the calibration file holds the "
-                    f"threshold: {cal.threshold:.6g})"
-                )
-            if args.method in ("mahalanobis", "pca_mahalanobis") and args.alpha == "median":
-                raise OptionError(
-                    f"--calibration with --method {args.method} needs a fixed --alpha: with 'median' "
-                    "the score's scale depends on each job, so a fitted threshold does not carry over"
-                )
-            if args.method == "llm_judge" and not args.calibration_any_judge:
-                cal.check_layout(args.layout)
-            threshold = cal.threshold
-            calibration = dict(cal.describe(), map=cal.map.to_dict())
         config = RoleConfig(
-            threshold=threshold,
-            calibration=calibration,
+            threshold=args.threshold,
+            calibration=args.calibration,  # its threshold, and its checks against the run: RoleConfig's
             progress=not args.no_progress,
             judge=judge,
             **values(RoleConfig, args),

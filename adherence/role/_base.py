@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import os
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Optional, Union
@@ -63,9 +64,9 @@ class RoleConfig:
             score 1 only if every turn was scored and reaches it.
         session_mode: ``mean`` (mean turn score) or ``threshold_mean`` (mean of the
             thresholded turn decisions).
-        calibration: an applied calibration file (``Calibration.describe()`` plus its ``map``): each
-            scored row also gets ``calibrated_score``, the mapped probability; ``threshold`` is the
-            calibration's.
+        calibration: a calibration file from ``adherence calibrate`` (its path; checked against the run and
+            kept as ``Calibration.describe()`` plus its ``map``): each scored row also gets ``calibrated_score``,
+            the mapped probability, and ``threshold`` is the calibration's (giving both is an error).
         calibration_any_judge: apply ``calibration`` to another judge's scores (by default a calibration
             fitted on one judge model, backend or prompt layout is refused for another).
         encoder_precision: ``"float32"``, ``"bf16"`` or ``"int8"`` (the CPU paths, ``Encoder(precision=...)``).
@@ -118,7 +119,7 @@ class RoleConfig:
         help="session score: mean turn score (default), or threshold_mean: the share of turns at or above the "
         "threshold (pygaussia's binary session score)",
     )
-    calibration: Optional[dict] = None
+    calibration: Optional[Union[str, os.PathLike, dict]] = None
     # a permission, not a score option
     calibration_any_judge: bool = option(
         False,
@@ -150,6 +151,10 @@ class RoleConfig:
             raise OptionError(f"`alpha` must be a positive number or 'median', got {self.alpha!r}")
         if self.session_mode not in ("mean", "threshold_mean"):
             raise OptionError(f"`session_mode` must be 'mean' or 'threshold_mean', got {self.session_mode!r}")
+        if self.calibration is not None:
+            from ._calibration import resolve_calibration
+
+            self.threshold, self.calibration = resolve_calibration(self)
         if self.threshold is None:
             self.threshold = get_method(self.method).default_threshold
         if self.threshold is not None and not 0.0 <= self.threshold <= 1.0:

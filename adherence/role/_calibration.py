@@ -72,6 +72,32 @@ class Calibration:
             )
 
 
+def resolve_calibration(config) -> tuple:
+    """``(threshold, calibration)`` of a ``RoleConfig`` whose ``calibration`` is a calibration file's path or the
+    dict a run records: the rule that a calibration decides the threshold, written once for the CLI and Python
+    alike. A path is loaded and checked against the run (the method it was fitted on; a threshold given beside it;
+    Mahalanobis' per-job 'median' scale; the judge's prompt layout unless ``calibration_any_judge``); the dict
+    (what workers receive) keeps a threshold already set."""
+    cal = config.calibration
+    if isinstance(cal, dict):
+        return (cal.get("threshold") if config.threshold is None else config.threshold), cal
+    loaded = load_calibration(cal)
+    loaded.check_method(config.method)
+    if config.threshold is not None:
+        raise OptionError(
+            f"give --threshold or --calibration, not both (the calibration file holds the threshold: "
+            f"{loaded.threshold:.6g})"
+        )
+    if config.method in ("mahalanobis", "pca_mahalanobis") and config.alpha == "median":
+        raise OptionError(
+            f"--calibration with --method {config.method} needs a fixed --alpha: with 'median' the score's scale "
+            "depends on each job, so a fitted threshold does not carry over"
+        )
+    if config.method == "llm_judge" and not config.calibration_any_judge and config.judge is not None:
+        loaded.check_layout(getattr(config.judge, "layout", None))
+    return loaded.threshold, dict(loaded.describe(), map=loaded.map.to_dict())
+
+
 def check_judge(calibration: Optional[dict], backend) -> None:
     """A calibration of one judge's P(yes) means nothing for another's: refuse the job's judge when the
     calibration (as ``RoleConfig.calibration`` holds it) was fitted on another model or backend. A model

@@ -151,6 +151,18 @@ def test_score_applies_a_calibration_and_records_it(tmp_path, capsys):
     meta = json.loads(metadata_path(second).read_text())
     assert meta["config"]["calibration"]["path"] == str(cal_path)
     assert meta["config"]["threshold"] == cal["threshold"]
+    # Python gets what the command line gets: the file's threshold decides, not the default 0.5 (Python users got
+    # the default: the rule lived in the command line)
+    from adherence.engine import score
+
+    assert cal["threshold"] != 0.5
+    py = score(str(src), method="cosine", calibration=str(cal_path), n_bootstrap=0)
+    assert py.column("prediction").to_pylist() == [r["prediction"] for r in t]
+    assert py.column("calibrated_score").to_pylist() == pytest.approx([r["calibrated_score"] for r in t])
+    with pytest.raises(ValueError, match="give --threshold or --calibration, not both"):
+        score(str(src), method="cosine", calibration=str(cal_path), threshold=0.5)
+    with pytest.raises(ValueError, match="fitted on cosine scores"):
+        score(str(src), method="knn", calibration=str(cal_path))
     capsys.readouterr()
     # a calibration of another method's scores, or one with --threshold, is refused before anything runs
     assert (
