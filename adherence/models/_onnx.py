@@ -1,5 +1,6 @@
 """The encoder's CPU runtimes: the checkpoint exported to ONNX once, then run by OpenVINO (bf16) or, quantised
-to int8, by ONNX Runtime.
+to int8, by ONNX Runtime. Both are optional (``pip install 'adherence[cpu-encoders]'``): the default float32 path
+runs the checkpoint in torch, which measured level with them in float32 (docs/encoders.md).
 
 ``Encoder(precision="bf16")`` (``--encoder-precision bf16``) runs the float32 export through OpenVINO with
 its bf16 inference precision (``INFERENCE_PRECISION_HINT``: OpenVINO picks which operations run in bf16 on
@@ -43,6 +44,7 @@ from .._errors import OptionError
 
 __all__ = [
     "BF16_BATCH_TOLERANCE",
+    "CPU_ENCODERS_EXTRA",
     "PRECISIONS",
     "cache_dir",
     "encoder_file",
@@ -60,6 +62,9 @@ PRECISIONS = ("float32", "bf16", "int8")
 #: by ~1e-3 with the texts batched beside it (docs/encoders.md); checks comparing such scores allow this.
 BF16_BATCH_TOLERANCE = 5e-3
 _FORMAT = 3  # bump when the exported graph or the quantisation changes
+#: The extra that installs the bf16 and int8 paths' runtimes (OpenVINO, ONNX Runtime, onnx: about 290 MB that the
+#: default float32 path does not use).
+CPU_ENCODERS_EXTRA = "cpu-encoders"
 
 
 def encoder_precision_option():
@@ -71,7 +76,8 @@ def encoder_precision_option():
         choices=PRECISIONS,
         help="sentence encoder on the CPU: float32 (the checkpoint as trained), bf16 (OpenVINO on a CPU with bf16 "
         "products, AMX or AVX512-BF16: several times faster, cosine to float32 >= 0.9999) or int8 (ONNX Runtime, "
-        "any CPU); their cosine to float32 and AUC changes are in docs/encoders.md; recorded in the run metadata",
+        "any CPU), both from pip install 'adherence[cpu-encoders]'; their cosine to float32 and AUC changes are in "
+        "docs/encoders.md; recorded in the run metadata",
     )
 
 
@@ -228,12 +234,11 @@ def runtime_version(precision: str) -> str:
 def encoder_file(encoder, precision: str) -> Path:
     """The ONNX file ``precision`` runs for ``encoder``'s checkpoint (``bf16``: the float32 export, which
     OpenVINO runs with bf16 products; ``int8``: the quantised graph), exported into the cache on first use."""
-    need = (_RUNTIMES[precision], "onnx")
-    for module in need:
-        try:
-            __import__(module)
-        except ImportError as exc:  # pragma: no cover - dependencies
-            raise OptionError(f"--encoder-precision {precision} needs {' and '.join(need)} ({exc})") from None
+    from .._optional import require
+
+    # the runtime, the exporter, and ONNX Runtime's version in the cache key: the extra installs all three
+    for module in dict.fromkeys((_RUNTIMES[precision], "onnx", "onnxruntime")):
+        require(module, CPU_ENCODERS_EXTRA, f"--encoder-precision {precision}")
     levels = weight_levels()
     key = _checkpoint_key(encoder.resolved.path, encoder.pooling, encoder.max_length)
     safe = re.sub(r"[^\w.-]+", "_", Path(encoder.name).name)  # bundled:name -> bundled_name
