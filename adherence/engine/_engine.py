@@ -377,7 +377,9 @@ class Engine:
         final = self._commit.output
         store = store_of(final)
         meta = store.read_json(meta_of(final))
-        recorded = ((meta or {}).get("engine") or {}).get("score") if isinstance(meta, dict) else None
+        if not isinstance(meta, dict):
+            return None  # nothing of ours there: an ordinary resume
+        recorded = (meta.get("engine") or {}).get("score")
         if not isinstance(recorded, dict) or meta.get("published") is False:
             return None  # nothing of ours published there: an ordinary resume
         name = self._names["turns"]
@@ -387,7 +389,8 @@ class Engine:
             warnings.warn(f"--resume: {name} is published but is scored again: {_why_not_reused(old, job)}",
                           stacklevel=4)  # fmt: skip
             return None
-        summary = meta.get("summary") if isinstance(meta.get("summary"), dict) else {}
+        recorded_summary = meta.get("summary")
+        summary: dict = recorded_summary if isinstance(recorded_summary, dict) else {}
         if summary.get("failed_shards"):
             return None  # published with shards that failed as a whole: those are scored again from the work dir
         rows = (meta.get("outputs") or {}).get("rows")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib
-import os
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Optional, Union
@@ -119,7 +118,8 @@ class RoleConfig:
         help="session score: mean turn score (default), or threshold_mean: the share of turns at or above the "
         "threshold (pygaussia's binary session score)",
     )
-    calibration: Optional[Union[str, os.PathLike, dict]] = None
+    # a calibration file's path (str or os.PathLike) as given; the dict it resolves to once the config is made
+    calibration: Optional[Any] = None
     # a permission, not a score option
     calibration_any_judge: bool = option(
         False,
