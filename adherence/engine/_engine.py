@@ -278,10 +278,12 @@ class Engine:
         from ..data import TranscriptOptions
 
         transcripts = TranscriptOptions(self.options.input_format, self.options.role, self.options.bad_rows)
-        fingerprint = job_fingerprint(source, transcripts, self.options.ground_truth)
-        done = self._published_already(fingerprint, start)
-        if done is not None:
-            return done
+        fingerprint = None  # without --resume the plan hashes the input while workers start
+        if self.options.resume:
+            fingerprint = job_fingerprint(source, transcripts, self.options.ground_truth)
+            done = self._published_already(fingerprint, start)
+            if done is not None:
+                return done
         method = get_method(self.config.method)
         # The job's progress is the only bar: models' and judges' own bars would overwrite it (and in a log each
         # is a line of carriage returns).
@@ -369,22 +371,19 @@ class Engine:
         }
 
     def _published_already(self, fingerprint: dict, start: float) -> Optional[dict]:
-        """With ``--resume``: when the output is already published by a job with these score options from this
+        """For ``--resume``: when the output is already published by a job with these score options from this
         input (its metadata says so and both outputs are there whole), the summary of a run that scored nothing;
         a line says so. When an output of ours is there but differs, a line says why the job scores again."""
-        if not self.options.resume:
-            return None
         final = self._commit.output
         store = store_of(final)
         meta = store.read_json(meta_of(final))
-        if not isinstance(meta, dict):
-            return None  # nothing of ours there: an ordinary resume
-        recorded = (meta.get("engine") or {}).get("score")
-        if not isinstance(recorded, dict) or meta.get("published") is False:
+        engine = (meta.get("engine") or {}) if isinstance(meta, dict) else {}
+        recorded = engine.get("score")
+        if not isinstance(meta, dict) or not isinstance(recorded, dict) or meta.get("published") is False:
             return None  # nothing of ours published there: an ordinary resume
         name = self._names["turns"]
         job = self._job_manifest(fingerprint, None)
-        old = dict(recorded, fingerprint=(meta.get("engine") or {}).get("input_fingerprint"), shard_size=None)
+        old = dict(recorded, fingerprint=engine.get("input_fingerprint"), shard_size=None)
         if old.get("config") != job["config"] or not same_input(old["fingerprint"], fingerprint):
             warnings.warn(f"--resume: {name} is published but is scored again: {_why_not_reused(old, job)}",
                           stacklevel=4)  # fmt: skip

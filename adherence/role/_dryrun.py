@@ -102,6 +102,7 @@ def dry_run(
 ) -> str:
     """The dry-run report for a file, as the lines ``adherence score --dry-run`` prints."""
     from ..data import TURNS, iter_batches
+    from ..data._errors import skipped_summary
     from ..data._transcripts import TranscriptOptions
 
     opts = TranscriptOptions(input_format, role, bad_rows)
@@ -126,13 +127,13 @@ def dry_run(
             f"  {plan.get('truncated', 0)} prompts lose history to fit the context; "
             f"{plan.get('too_long', 0)} do not fit even without it (status=error)"
         )
-    if opts.skipped:
-        reasons = sorted({r for _, r in opts.skipped})
+    sk = skipped_summary(opts.skipped)  # what the job's summary records of them
+    if sk:
+        reasons = sk["reasons"]
         lines.append(
-            f"  {len(opts.skipped)} malformed input record(s) would be left out ("
-            + ", ".join(w for w, _ in opts.skipped[:10])
-            + (", ..." if len(opts.skipped) > 10 else "")
-            + f"), for {len(reasons)} reason(s): {'; '.join(reasons[:3])}{'; ...' if len(reasons) > 3 else ''}; "
+            f"  {sk['count']} malformed input record(s) would be left out ({', '.join(sk['first'])}"
+            f"{', ...' if sk['count'] > len(sk['first']) else ''}), for {len(reasons)} reason(s): "
+            f"{'; '.join(reasons[:3])}{'; ...' if len(reasons) > 3 else ''}; "
             "the job writes each to OUTPUT.bad-rows.jsonl (--bad-rows fail stops on the first)"
         )
     if plan["approximate"]:

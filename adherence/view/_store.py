@@ -142,7 +142,8 @@ class ScoreStore:
         found = []
         for i, p in enumerate(paths):
             name = f"src{i}"
-            cols = self._register(str(p), name)
+            schema = self._register(str(p), name)
+            cols = schema.names
             for c in ("conversation_id", "turn_index", "score"):
                 if c not in cols:
                     from ..data import DataError
@@ -150,15 +151,7 @@ class ScoreStore:
                     raise DataError(f"not a score output: no {c} column", file=str(p), column=c)
             from ..engine._files import check_score_types
 
-            try:
-                res = self.con.execute(f"SELECT * FROM {name} LIMIT 0")
-                # DuckDB 2 names it to_arrow_table; 1.x fetch_arrow_table
-                schema = getattr(res, "to_arrow_table", None) or res.fetch_arrow_table
-                schema = schema().schema
-            except duckdb.Error:
-                schema = None  # unreadable: said below, in one line
-            if schema is not None:
-                check_score_types(schema, str(p))
+            check_score_types(schema, str(p))
             try:
                 rows, keys = self.con.execute(
                     f"SELECT count(*), count(DISTINCT (conversation_id, turn_index{', method' if 'method' in cols else ''}))"
@@ -189,8 +182,8 @@ class ScoreStore:
         self.con.execute("CREATE VIEW turns AS " + " UNION ALL ".join(selects)).fetchall()
         self.rows = sum(s.rows for s in self.sources)
 
-    def _register(self, path: str, name: str) -> list:
-        """Make ``name`` a view (Parquet) or a table (other formats) of the output at ``path``; its column names."""
+    def _register(self, path: str, name: str):
+        """Make ``name`` a view (Parquet) or a table (other formats) of the output at ``path``; its Arrow schema."""
         from ..data import DataError
 
         lower = path.lower().split("?", 1)[0]
@@ -222,9 +215,8 @@ class ScoreStore:
 
                 raise DataError(f"cannot read it as a score output ({first_line(exc)})", file=path) from None
         cur = self.con.execute(f"SELECT * FROM {name} LIMIT 0")
-        names = [d[0] for d in cur.description]
-        cur.fetchall()
-        return names
+        # DuckDB 2 names it to_arrow_table, 1.x fetch_arrow_table
+        return (getattr(cur, "to_arrow_table", None) or cur.fetch_arrow_table)().schema
 
     def _query(self, sql: str, params: Optional[list] = None) -> list[dict]:
         with self._lock:  # one DuckDB connection; the HTTP server's threads take turns
