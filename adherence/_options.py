@@ -79,6 +79,7 @@ def option(
     nargs: Optional[str] = None,
     negate: bool = False,
     dest: Optional[str] = None,
+    aliases: Sequence[str] = (),
     affects_scores: bool = True,
     default_factory: Any = _MISSING,
 ) -> Any:
@@ -94,6 +95,8 @@ def option(
         negate: a boolean that defaults to True, given on the command line as ``--no-...`` (which sets it
             to False).
         dest: the parsed argument's name when it is not the field's (two fields of one name on one command).
+        aliases: earlier spellings of the flag, still accepted (on the command line and as job-file keys) but
+            not shown in the help: an option has one name.
         affects_scores: False for options that never change a score (progress, placement, speed): a
             resumed job may change them and keep its finished work.
     """
@@ -107,6 +110,7 @@ def option(
         "nargs": nargs,
         "negate": negate,
         "dest": dest,
+        "aliases": tuple(aliases),
     }
     metadata = {"cli": cli, **({} if affects_scores else COSMETIC)}
     if default_factory is not _MISSING:
@@ -150,7 +154,11 @@ def add_arguments(parser: Any, cls: Any, names: Optional[Sequence[str]] = None) 
                     kw[k] = list(cli[k]) if k == "choices" else cli[k]
             if cli["metavar"] is None and cli["choices"] is None:
                 kw["metavar"] = flags[0].lstrip("-").replace("-", "_").upper()  # the flag's name, as argparse shows it
-        parser.add_argument(*flags, **kw)
+        action = parser.add_argument(*flags, **kw)
+        action.field_name = f.name  # what a job file may also call it (``_jobfile``)
+        for alias in cli["aliases"]:  # the same option under an earlier name, hidden from the help
+            hidden = dict(kw, help=argparse.SUPPRESS, default=argparse.SUPPRESS)
+            parser.add_argument(alias, **hidden).field_name = f.name
 
 
 def values(cls: Any, args: argparse.Namespace, names: Optional[Sequence[str]] = None) -> dict:

@@ -79,7 +79,7 @@ def test_a_backend_is_built_from_its_declared_flags():
         ]  # fmt: skip
     )
     opts = judge_backend_options(args)
-    assert opts == {"base_url": "http://127.0.0.1:1/v1", "concurrency": 16, "timeout": 7.0, "max_retries": 4,
+    assert opts == {"base_url": "http://127.0.0.1:1/v1", "concurrency": 16, "request_timeout": 7.0, "max_retries": 4,
                     "max_retry_after": 2.0, "stall_timeout": 9.0}  # fmt: skip
     args = _parser("score").parse_args(["score", "x.jsonl", "--backend", "vllm", "--vllm-dtype", "bfloat16",
                                         "--vllm-kv-cache-gb", "2"])  # fmt: skip
@@ -112,6 +112,47 @@ def test_a_job_file_names_an_option_by_its_flag_or_by_what_it_sets(tmp_path):
         assert got == {"layout": "system", "full_vocab": False, "cache": str(tmp_path / "cache.sqlite")}
         args = sub.parse_args(["x.jsonl"])
         assert (args.layout, args.full_vocab) == ("system", False)
+
+
+def test_each_option_has_one_name_and_its_earlier_spelling_still_parses(tmp_path):
+    """The flag is the Python name with dashes (``n_bootstrap``: ``--n-bootstrap``); an earlier flag is accepted,
+    as a flag and as a job-file key, but the help shows one name."""
+    names = {f.name for cls in (EngineOptions, RoleConfig, JudgeConfig, ServerOptions) for f in dataclasses.fields(cls)}
+    assert {"n_bootstrap", "bertscore_idf", "top_logprobs", "request_timeout"} <= names
+    assert not {"top_k", "timeout"} & names
+    helps = _score_parser().format_help()
+    assert "--n-bootstrap" in helps and "--bertscore-idf" in helps and "--top-logprobs" in helps
+    assert "--bootstrap " not in helps and "--idf " not in helps
+    for flag in ("--n-bootstrap", "--bootstrap"):
+        args = _parser("score").parse_args(["score", "x.jsonl", flag, "3", "--idf"])
+        assert EngineOptions(**values(EngineOptions, args)).n_bootstrap == 3
+        assert RoleConfig(**values(RoleConfig, args)).bertscore_idf is True
+    assert values(EngineOptions, _parser("score").parse_args(["score", "x.jsonl"]))["n_bootstrap"] == 1000
+    job = tmp_path / "job.yaml"
+    job.write_text("bootstrap: 4\nmodel: my-judge\ntop_logprobs: 5\n")
+    sub = _score_parser()
+    apply_job_file(sub, str(job))
+    args = sub.parse_args(["x.jsonl"])
+    assert (args.n_bootstrap, args.judge_model, args.top_logprobs) == (4, "my-judge", 5)
+    job.write_text("dtype: float32\n")
+    with pytest.raises(ValueError, match="'dtype' names --judge-dtype and --vllm-dtype"):
+        apply_job_file(_score_parser(), str(job))
+
+
+def test_what_a_backend_option_decides_is_its_declaration():
+    """The options that never change a verdict are the declared ``affects_scores=False`` fields, so a resumed job
+    may change them; a key no backend declares counts as score-deciding."""
+    from adherence._fingerprint import score_hash
+    from adherence.judges._backend import score_options
+
+    for name, cls in (("openai", ServerOptions), ("transformers", TransformersOptions), ("vllm", VLLMOptions)):
+        declared = {f.name: f.metadata.get("affects_scores", True) for f in dataclasses.fields(cls)}
+        opts = {k: 1 for k in declared} | {"undeclared": 1}
+        assert set(score_options(name, opts)) == {k for k, v in declared.items() if v} | {"undeclared"}
+    base = RoleConfig(method="llm_judge", judge=JudgeConfig(backend="openai", backend_options={"request_timeout": 5}))
+    slower = dataclasses.replace(base, judge=JudgeConfig(backend="openai", backend_options={"request_timeout": 50}))
+    other = dataclasses.replace(base, judge=JudgeConfig(backend="openai", backend_options={"temperature": 1}))
+    assert score_hash(base) == score_hash(slower) != score_hash(other)
 
 
 def test_each_batch_option_has_one_meaning():

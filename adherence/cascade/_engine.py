@@ -26,10 +26,12 @@ import pyarrow.parquet as pq
 from .._atomic import atomic_path
 from .._errors import EngineError, OptionError
 from ..data import metadata_path, run_metadata
+from ..engine._area import Job, JobArea
 from ..engine._commit import store_of
-from ..engine._engine import Engine, _say, _spill, _TableSink
+from ..engine._engine import Engine
 from ..engine._options import EngineOptions
 from ..engine._safety import output_format, reserved_columns
+from ..engine._sink import TableSink, say, spill
 from ..role import RoleConfig, aggregate_sessions
 from ..stats._cascade import apply_cascade, verdict_confidence
 
@@ -45,7 +47,7 @@ def stage_name(config: RoleConfig) -> str:
     return f"llm_judge ({os.path.basename(str(model).rstrip('/')) or model}, {j.backend}, layout {j.layout})"
 
 
-class CascadeEngine(Engine):
+class CascadeEngine(Job):
     """Score turns through a fitted cascade (``adherence cascade fit``): stage 1 on every turn, each later stage on
     the turns the earlier ones left, each as an engine pass.
 
@@ -67,11 +69,17 @@ class CascadeEngine(Engine):
     ) -> None:
         if len(configs) != len(cascade["stages"]):
             raise OptionError(f"{len(configs)} stage configs for a cascade of {len(cascade['stages'])} stages")
-        super().__init__(config=configs[0], options=options, job=job)
+        # the first stage's engine checks the job's options (and the device) as every engine does
+        self._first = Engine(config=configs[0], options=options)
+        self.options, self.job = self._first.options, job
         self.cascade, self.configs, self.cascade_path = cascade, list(configs), cascade_path
 
-    def _run_locked(self, source, out_path: Path, sessions_path: Path, work: Path, start: float) -> dict:
-        if self._remote_work is not None:
+    def _before(self) -> None:
+        self._first._check_device()
+
+    def _body(self, source, area: JobArea, start: float) -> dict:
+        work = area.work
+        if area.remote_work is not None:
             raise OptionError(
                 "--cascade keeps its stage passes in a local work directory: give --work-dir PATH on this machine "
                 "(the outputs may still go to object storage)"
@@ -79,7 +87,7 @@ class CascadeEngine(Engine):
         if not isinstance(source, (str, os.PathLike)):
             src = work / "input.parquet"
             if not src.exists():
-                _spill(source, src)
+                spill(source, src)
             source = src
         root = work / "cascade"
         root.mkdir(exist_ok=True)
@@ -101,7 +109,7 @@ class CascadeEngine(Engine):
             if k > 1:  # the pass reads the flat turns this job wrote, not the user's transcripts
                 opts = dataclasses.replace(opts, input_format="auto", role=None, bad_rows=None)
             what = "every turn" if k == 1 else f"the {int(pending.sum()):,} turns left"  # type: ignore[union-attr]
-            _say(f"cascade stage {k}/{n_stages}: {stage_name(config)} on {what}")
+            say(f"cascade stage {k}/{n_stages}: {stage_name(config)} on {what}")
             result = Engine(config=config, options=opts, intermediate=True).run(stage_input, out_k)
             s = result.summary
             if s.get("failed_shards"):
@@ -168,12 +176,10 @@ class CascadeEngine(Engine):
             stage_input = root / f"stage{k + 1}-input.parquet"
             _write_pass_input(first, pending, stage_input, self.configs[0])
         assert first is not None and keys is not None
-        return self._publish_cascade(
-            first, arrays, scores, statuses, errors, per_stage, models, source, out_path, sessions_path, start
-        )
+        return self._publish_cascade(first, arrays, scores, statuses, errors, per_stage, models, source, area, start)
 
     def _publish_cascade(
-        self, first, arrays, scores, statuses, errors, per_stage, models, source, out_path, sessions_path, start
+        self, first, arrays, scores, statuses, errors, per_stage, models, source, area: JobArea, start
     ) -> dict:
         stages = self.cascade["stages"]
         n = first.num_rows
@@ -220,13 +226,13 @@ class CascadeEngine(Engine):
             sessions = sessions.set_column(0, "conversation_id", sessions.column("conversation_id").cast(id_type))
         summary = self._cascade_summary(status, decided, per_stage, start)
         summary["sessions"] = sessions.num_rows
-        publisher = self._commit.publisher()
+        publisher = area.publisher()
         try:
             for t, final, path in (
-                (table, self._commit.output, out_path),
-                (sessions, self._commit.sessions, sessions_path),
+                (table, area.commit.output, area.out_path),
+                (sessions, area.commit.sessions, area.sessions_path),
             ):
-                sink = _TableSink(publisher.temporary(final), output_format(path), t.schema)
+                sink = TableSink(publisher.temporary(final), output_format(path), t.schema)
                 publisher.add(sink.path, final)
                 sink.write(t)
                 sink.close()
@@ -237,7 +243,9 @@ class CascadeEngine(Engine):
                 models=models,
                 hash_inputs=False,
             )
-            self._publish_metadata(publisher, meta, summary, n)
+            area.publish(
+                publisher, meta, summary, n, engine=self.options.engine_record(area.names["work"]), job=self.job
+            )
         finally:
             publisher.discard()
         return summary

@@ -53,8 +53,13 @@ def load_cascade(path: Union[str, os.PathLike]) -> dict:
     return doc
 
 
+#: Options recorded under an earlier name by the cascade files of earlier versions.
+_RENAMED = {"top_k": "top_logprobs", "timeout": "request_timeout"}
+
+
 def _known(cls, d: dict) -> dict:
     names = {f.name for f in dataclasses.fields(cls)}
+    d = {_RENAMED.get(k, k) if _RENAMED.get(k) in names else k: v for k, v in d.items()}
     return {k: v for k, v in d.items() if k in names}
 
 
@@ -87,7 +92,11 @@ def stage_configs(doc: dict, *, path: str = "", overrides: dict | None = None) -
         kw.pop("reference_file", None)  # the pass's own references are collected by its job
         if isinstance(judge, dict):
             j = _known(JudgeConfig, judge)
-            backend = {k: v for k, v in (j.get("backend_options") or {}).items() if v != REDACTED}
+            backend = {
+                _RENAMED.get(k, k) if k == "timeout" else k: v
+                for k, v in (j.get("backend_options") or {}).items()
+                if v != REDACTED
+            }
             j["backend_options"] = backend  # a redacted key: the backend reads its environment variable again
             kw["judge"] = JudgeConfig(**j)
         if isinstance(calibration, dict):

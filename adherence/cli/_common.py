@@ -10,6 +10,7 @@ from typing import Iterator, Optional
 from .._errors import OptionError
 
 __all__ = [
+    "add_json_flag",
     "HelpFormatter",
     "comma_ints",
     "add_judge_args",
@@ -130,12 +131,17 @@ def add_input(p: argparse.ArgumentParser, what: str, **kw) -> None:
     p.add_argument("input", type=file_path, help=what, **kw)
 
 
+def add_json_flag(p: argparse.ArgumentParser, what: str = "one JSON object instead of the table") -> None:
+    """``--json``: the command prints ``what`` (its result as JSON) on standard output."""
+    p.add_argument("--json", action="store_true", help=f"print {what}")
+
+
 def add_result_outputs(p: argparse.ArgumentParser, *, page: str) -> None:
     """The outputs of a command whose result is one JSON object: ``--json`` (stdout instead of the table),
     ``-o/--output`` (the JSON to a file as well) and ``--html`` (the page, described by ``page``)."""
     from .._options import file_path
 
-    p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    add_json_flag(p)
     p.add_argument("-o", "--output", type=file_path, help="also write the results as JSON here")
     p.add_argument("--html", type=file_path, metavar="OUT", help=f"write an HTML page with {page}")
 

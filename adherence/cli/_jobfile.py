@@ -1,7 +1,8 @@
 """``--config job.yaml``: any command-line option of a command, from a YAML (or JSON) file.
 
-Keys are option names with ``-`` or ``_`` (``judge-model``, ``judge_model``) or the
-positional's name (``input``). Flags given on the command line override the file.
+Keys are option names with ``-`` or ``_`` (``judge-model``, ``judge_model``), the positional's name
+(``input``), or an option's Python name where one option has it (``model`` for ``--judge-model``; ``dtype``, which
+two options have, is an error naming both). Flags given on the command line override the file.
 Unknown keys and values of the wrong kind are one-line errors naming the file and key.
 """
 
@@ -125,23 +126,42 @@ def apply_job_file(parser: argparse.ArgumentParser, path: str) -> dict:
     from ..data import DataError
 
     data = _load(path)
-    # A key names an option by its flag (``judge-layout``) or by what it sets (``layout``).
-    actions = {}
+    # A key names an option by its flag (``judge-layout``, an earlier spelling such as ``bootstrap`` too), by what
+    # it sets (``layout``) or by its Python name (``model``: ``--judge-model``) where only one option has that name.
+    actions: dict = {}
+    shown: set = set()
+    by_field: dict = {}
     for a in parser._actions:
         if a.dest in ("help", "config_file") or a.dest.startswith("_"):
             continue
-        actions[a.dest] = a
+        hidden = a.help == argparse.SUPPRESS
+        if not hidden:
+            actions[a.dest] = a
+            shown.add(a.dest)
         for flag in a.option_strings:
             if flag.startswith("--"):
                 actions.setdefault(flag[2:].replace("-", "_"), a)
+        field_name = getattr(a, "field_name", None)
+        if field_name and not hidden:
+            by_field.setdefault(field_name, []).append(a)
+    ambiguous = {}
+    for name, acts in by_field.items():
+        if name in actions:
+            continue
+        if len(acts) == 1:
+            actions[name] = acts[0]
+        else:
+            ambiguous[name] = [x.option_strings[0] for x in acts]
     values = {}
     for key, value in data.items():
         dest = str(key).replace("-", "_").lstrip("_")
         action = actions.get(dest)
+        if action is None and dest in ambiguous:
+            raise DataError(f"option {key!r} names {' and '.join(ambiguous[dest])}; write the one you mean", file=path)
         if action is None:
             import difflib
 
-            names = sorted(k.replace("_", "-") for k in actions)
+            names = sorted({k.replace("_", "-") for k in shown} | {f"{k[2:]}" for k in _long_flags(parser)})
             close = difflib.get_close_matches(str(key).replace("_", "-"), names, n=1)
             hint = f"; did you mean {close[0]!r}?" if close else f"; the options are: {', '.join(names)}"
             raise DataError(f"unknown option {key!r}{hint}", file=path)
@@ -170,3 +190,14 @@ def apply_job_file(parser: argparse.ArgumentParser, path: str) -> dict:
         values[action.dest] = value
     parser.set_defaults(**values)
     return values
+
+
+def _long_flags(parser: argparse.ArgumentParser) -> list:
+    """The long flags the help shows (an earlier spelling of a flag is accepted but not suggested)."""
+    return [
+        f
+        for a in parser._actions
+        if a.help != argparse.SUPPRESS and a.dest not in ("help", "config_file") and not a.dest.startswith("_")
+        for f in a.option_strings
+        if f.startswith("--")
+    ]

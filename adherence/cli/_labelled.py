@@ -47,14 +47,17 @@ class LabelledOptions:
         "table's own label column, and labels that match no turn are counted and named",
     )
     n_bootstrap: int = option(
-        1000, flag="--bootstrap", metavar="N", help="bootstrap resamples for the intervals (0: none; default 1000)"
+        1000,
+        aliases=("--bootstrap",),
+        metavar="N",
+        help="bootstrap resamples for the intervals (0: none; default 1000)",
     )
     seed: int = option(42, help="seed of the bootstrap (and of calibrate's folds; default 42)")
     level: float = option(0.95, help="confidence level (default 0.95)")
 
     def __post_init__(self) -> None:
         if self.n_bootstrap < 0:
-            raise OptionError(f"--bootstrap must be >= 0, got {self.n_bootstrap}")
+            raise OptionError(f"--n-bootstrap must be >= 0, got {self.n_bootstrap}")
         if not 0 < self.level < 1:
             raise OptionError(f"--level must be in (0, 1), got {self.level}")
 

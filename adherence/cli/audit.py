@@ -10,7 +10,7 @@ from typing import Any
 
 from .._errors import OptionError
 from .._options import file_path, model_name
-from ._common import write_result
+from ._common import add_json_flag, write_result
 from .main import Command
 
 
@@ -179,7 +179,7 @@ class AuditCommand(Command):
         rep = sub.add_parser("report", help="tables in the terminal and an HTML page with plots")
         rep.add_argument("output", help="an `audit run` output directory")
         rep.add_argument("--html", type=file_path, help="HTML path (default: OUTPUT/report.html)")
-        rep.add_argument("--json", action="store_true", help="print the metrics as JSON instead of the tables")
+        add_json_flag(rep, "the metrics as JSON instead of the tables")
 
     def run(self, args: argparse.Namespace) -> int:
         if args.audit == "rubric":

@@ -7,7 +7,7 @@ import json
 
 from .._errors import OptionError
 from .._options import file_path, model_name
-from ._common import comma_ints
+from ._common import add_json_flag, comma_ints
 from .main import Command
 
 
@@ -60,7 +60,7 @@ class BenchCommand(Command):
         rp.add_argument("--bertscore-layer", type=int, help="hidden layer for bertscore (default: the last)")
         rp.add_argument("--nli-model", type=model_name, help="include nli with this local model")
         rp.add_argument("--device", help="cuda, cpu, ... (default: cuda when available)")
-        rp.add_argument("--json", action="store_true", help="print JSON instead of the table")
+        add_json_flag(rp, "JSON instead of the table")
         _device_and_output(rp, device=False)
         kb = sub.add_parser(
             "kernels",

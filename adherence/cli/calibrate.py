@@ -7,7 +7,7 @@ import dataclasses
 import sys
 
 from .._options import add_arguments, file_path, values
-from ._common import add_input, json_text, write_result
+from ._common import add_input, add_json_flag, json_text, write_result
 from ._labelled import (
     CalibrationOptions,
     LabelledOptions,
@@ -41,7 +41,7 @@ class CalibrateCommand(Command):
         p.add_argument(
             "--html", type=file_path, metavar="OUT", help="also write a page with the reliability diagram and threshold"
         )
-        p.add_argument("--json", action="store_true", help="print the calibration file instead of a table")
+        add_json_flag(p, "the calibration file instead of a table")
         p.add_argument(
             "--allow-inverted",
             action="store_true",

@@ -8,7 +8,7 @@ from typing import Any, Optional
 
 from .._errors import OptionError
 from .._options import file_path
-from ._common import json_text
+from ._common import add_json_flag, json_text
 from .main import Command
 
 _KEYS = ("conversation_id", "turn_index")
@@ -197,7 +197,8 @@ class CompareCommand(Command):
             "upper bound on new - old is <= D); the reason on one line",
         )
         p.add_argument("--confidence", type=float, default=0.95, help="coverage of the intervals (default 0.95)")
-        p.add_argument("--bootstrap", type=int, default=2000, metavar="B", help="resamples (default 2000)")
+        p.add_argument("--n-bootstrap", type=int, default=2000, metavar="B", help="resamples (default 2000)")
+        p.add_argument("--bootstrap", type=int, dest="n_bootstrap", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
         p.add_argument("--seed", type=int, default=0, help="seed of the resamples (default 0)")
         p.add_argument("--top", type=int, default=20, metavar="N", help="turns and conversations listed (default 20)")
         p.add_argument(
@@ -206,7 +207,7 @@ class CompareCommand(Command):
             help="with --fail-if-worse-by: a turn OLD scored that NEW lacks, errored on or left unscored counts as a "
             "violation in NEW instead of failing the gate outright",
         )
-        p.add_argument("--json", action="store_true", help="print the result as JSON on standard output")
+        add_json_flag(p, "the result as JSON on standard output")
         p.add_argument("--html", type=file_path, metavar="FILE", help="also write a page with the differences drawn")
 
     def run(self, args: argparse.Namespace) -> int:
@@ -214,12 +215,12 @@ class CompareCommand(Command):
 
         if not 0 < args.confidence < 1:
             raise OptionError(f"--confidence must be in (0, 1), got {args.confidence}")
-        if args.bootstrap < 1 or args.top < 0:
-            raise OptionError("--bootstrap must be >= 1 and --top >= 0")
+        if args.n_bootstrap < 1 or args.top < 0:
+            raise OptionError("--n-bootstrap must be >= 1 and --top >= 0")
         if args.fail_if_worse_by is not None and not 0 <= args.fail_if_worse_by < 1:
             raise OptionError(f"--fail-if-worse-by is a difference of rates in [0, 1), got {args.fail_if_worse_by}")
         result = compare_outputs(
-            args.old, args.new, n_bootstrap=args.bootstrap, seed=args.seed, level=args.confidence, top=args.top,
+            args.old, args.new, n_bootstrap=args.n_bootstrap, seed=args.seed, level=args.confidence, top=args.top,
             count_problems=args.allow_missing,
         )  # fmt: skip
         reason = None

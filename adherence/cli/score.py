@@ -166,7 +166,9 @@ class ScoreCommand(Command):
         from ._common import add_judge_args
 
         j = add_judge_args(p, device=False)
-        add_arguments(j, JudgeConfig, ["output_mode", "granularity", "top_k", "full_vocab", "yes_tokens", "no_tokens"])
+        add_arguments(
+            j, JudgeConfig, ["output_mode", "granularity", "top_logprobs", "full_vocab", "yes_tokens", "no_tokens"]
+        )
         add_arguments(j, JudgeConfig, ["max_history"])
         j.add_argument(
             "--judge-template",

@@ -10,11 +10,28 @@ import re
 import sys
 from importlib import metadata as _im
 from pathlib import Path
-from typing import Any, Iterable, Optional, Union
+from typing import Any, Iterable, Optional, Protocol, TypeVar, Union, overload
 
 from .._atomic import write_json_atomic
 
-__all__ = ["run_metadata", "write_run_metadata", "metadata_path", "file_digest", "redact_secrets"]
+__all__ = [
+    "METADATA_SUFFIX",
+    "run_metadata",
+    "write_run_metadata",
+    "metadata_path",
+    "file_digest",
+    "redact_secrets",
+]
+
+
+class _HasName(Protocol):
+    @property
+    def name(self) -> str: ...
+
+    def with_name(self, name: str) -> Any: ...
+
+
+_Named = TypeVar("_Named", bound=_HasName)
 
 REDACTED = "<redacted>"
 # Option and key names whose values are secrets: never written to metadata, pages or logs.
@@ -167,10 +184,25 @@ def run_metadata(
     }
 
 
-def metadata_path(output: Union[str, os.PathLike]) -> Path:
-    """Where the metadata of ``output`` lives: ``<output>.meta.json``."""
+#: The run metadata of an output ``x`` is ``x`` + this suffix, beside it (on disk and on object storage alike).
+METADATA_SUFFIX = ".meta.json"
+
+
+@overload
+def metadata_path(output: Union[str, os.PathLike]) -> Path: ...
+
+
+@overload
+def metadata_path(output: _Named) -> _Named: ...
+
+
+def metadata_path(output):
+    """Where the metadata of ``output`` lives: ``<output>.meta.json``; beside a local path, or beside an object
+    (a ``Remote``: the object of that name)."""
+    if not isinstance(output, (str, os.PathLike)):
+        return output.with_name(output.name + METADATA_SUFFIX)
     p = Path(output)
-    return p.with_name(p.name + ".meta.json")
+    return p.with_name(p.name + METADATA_SUFFIX)
 
 
 def write_run_metadata(output: Union[str, os.PathLike], meta: dict) -> Path:

@@ -50,6 +50,7 @@ from typing import Any, Optional, Union
 from .._atomic import temp_path
 from .._errors import EngineError
 from ..data import DataError
+from ..data._metadata import METADATA_SUFFIX, metadata_path
 from ..data._storage import Remote, as_target
 
 __all__ = [
@@ -64,7 +65,6 @@ __all__ = [
     "Store",
     "WorkDir",
     "check_replaceable",
-    "meta_of",
     "pid_alive",
     "published",
     "store_of",
@@ -513,11 +513,6 @@ def store_of(t: Any) -> Store:
 _LOCAL, _OBJECT = LocalStore(), ObjectStore()
 
 
-def meta_of(t: Target) -> Target:
-    """Where the run metadata of an output (a local path or an object) lives: ``<output>.meta.json``."""
-    return t.with_name(t.name + ".meta.json")
-
-
 def quarantine_of(t: Target) -> Target:
     """Where the rows a ``--bad-rows skip`` job left out are written: ``<output>.bad-rows.jsonl``."""
     return t.with_name(t.name + ".bad-rows.jsonl")
@@ -530,7 +525,7 @@ def check_quarantine(output: Target) -> None:
     store = store_of(q)
     if store.kind(q) == "missing":
         return
-    meta = store.read_json(meta_of(output))
+    meta = store.read_json(metadata_path(output))
     named = ((meta or {}).get("summary") or {}).get("bad_rows") or {}
     if not (_written_by_adherence(meta) and named.get("file") == str(q)):
         raise DataError(
@@ -560,7 +555,7 @@ def check_replaceable(t: Any, what: str) -> None:
     """
     t = _target(t)
     store = store_of(t)
-    meta = meta_of(t)
+    meta = metadata_path(t)
     kind = store.kind(t)
     where = str(t)
     if kind == "other":
@@ -824,8 +819,8 @@ class Publisher:
         upload preceded by a re-check of its key), then the metadata with the data's digests, published."""
         from ..data import file_digest
 
-        metas = {str(f): (tmp, f) for tmp, f in moves if f.name.endswith(".meta.json")}
-        data = [(tmp, f) for tmp, f in moves if not f.name.endswith(".meta.json")]
+        metas = {str(f): (tmp, f) for tmp, f in moves if f.name.endswith(METADATA_SUFFIX)}
+        data = [(tmp, f) for tmp, f in moves if not f.name.endswith(METADATA_SUFFIX)]
         digests = {str(f): file_digest(tmp, "sha256") for tmp, f in data}
         docs = {}
         for key, (tmp, f) in metas.items():

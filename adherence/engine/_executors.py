@@ -14,7 +14,7 @@ from typing import Any, Callable, Optional, Union
 from .._errors import EngineError, OptionError
 from .._optional import require
 from ..role import RoleConfig, get_method
-from ._messages import ShardResult, ShardTask
+from ._messages import ShardProgress, ShardResult, ShardTask
 from ._options import EngineOptions
 from ._worker import ShardWorker, WorkerSetupError
 
@@ -33,7 +33,7 @@ class Executor(ABC):
         tasks: list[ShardTask],
         config: RoleConfig,
         on_result: Callable[[ShardResult], None],
-        on_progress: Optional[Callable[[int, int, int], None]] = None,
+        on_progress: Optional[Callable[[ShardProgress], None]] = None,
     ) -> None:
         """Run every task, calling ``on_result`` with each shard's summary as it finishes and ``on_progress``
         with ``(shard id, rows done, rows reused from checkpoints)`` as a worker gets on within a shard."""
@@ -252,7 +252,7 @@ class RayExecutor(Executor):
                         continue  # dead or restarting: the next ping tells
                     seen[actor] = time.monotonic()
                     if progress is not None and on_progress is not None:
-                        on_progress(*progress)
+                        on_progress(progress)
                     if actor in suspect:  # back (restarted where there was room): give it shards again
                         suspect.discard(actor)
                         idle.append(actor)

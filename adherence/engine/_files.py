@@ -22,8 +22,9 @@ import numpy as np
 import pyarrow as pa
 
 from ..data import DataError
+from ..data._metadata import metadata_path
 from ..data._storage import Remote
-from ._commit import Publisher, _target, _written_by_adherence, check_replaceable, meta_of, store_of
+from ._commit import Publisher, _target, _written_by_adherence, check_replaceable, store_of
 
 __all__ = [
     "ScoreOutput",
@@ -98,13 +99,13 @@ def write_owned(
         if src is None:
             continue
         s = _target(src)
-        if same_file(t, s) or same_file(meta_of(t), s) or _inside(t, s):
+        if same_file(t, s) or same_file(metadata_path(t), s) or _inside(t, s):
             raise DataError(f"{what} would overwrite the input {src}; choose another path", file=str(t))
     check_replaceable(t, what)
     store = store_of(t)
     if not isinstance(t, Remote):
         t.parent.mkdir(parents=True, exist_ok=True)
-    seen = {x: store.identity(x) for x in (t, meta_of(t))}
+    seen = {x: store.identity(x) for x in (t, metadata_path(t))}
     body = data.encode("utf-8") if isinstance(data, str) else bytes(data)
     local_inputs = [str(x) for x in inputs if x is not None and not isinstance(_target(x), Remote)]
     meta = run_metadata(config=config or {}, inputs=[p for p in local_inputs if Path(p).is_file()], hash_inputs=False)
@@ -120,7 +121,7 @@ def write_owned(
         pub.add(tmp, t)
         import json
 
-        pub.add_text(meta_of(t), json.dumps(meta, indent=2, ensure_ascii=False, default=repr) + "\n")
+        pub.add_text(metadata_path(t), json.dumps(meta, indent=2, ensure_ascii=False, default=repr) + "\n")
         pub.publish()
     except BaseException:
         pub.discard()
@@ -169,7 +170,7 @@ class ScoreOutput:
 
 def _read_meta(t: Target) -> Optional[dict]:
     try:
-        meta = store_of(t).read_json(meta_of(t))
+        meta = store_of(t).read_json(metadata_path(t))
     except Exception:  # an unreadable metadata file is the same as none: the table is not taken as ours
         return None
     return meta if isinstance(meta, dict) else None
@@ -316,7 +317,7 @@ def inspect_output(
     ours = _written_by_adherence(meta)
     if require_ours and not ours:
         raise DataError(
-            f"not a {what} of adherence (no run metadata {meta_of(t).name} of ours beside it); give an "
+            f"not a {what} of adherence (no run metadata {metadata_path(t).name} of ours beside it); give an "
             "`adherence score` output",
             file=str(t),
         )

@@ -1,4 +1,5 @@
-"""The messages between the engine and its workers: a shard to score, and what scoring it gave.
+"""The messages between the engine and its workers: a shard to score, how far a worker is within it, what scoring
+it gave, and the record that vouches for each checkpoint a worker commits.
 
 Both travel to Ray actors and back (pickled) and a result is kept as the shard's ``done`` record (JSON),
 which a resumed job reads back: ``ShardResult.from_json`` refuses a record it cannot trust, and the shard
@@ -11,7 +12,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-__all__ = ["ShardResult", "ShardTask"]
+__all__ = ["CheckpointRecord", "ShardProgress", "ShardResult", "ShardTask"]
 
 
 @dataclass(frozen=True)
@@ -84,3 +85,46 @@ class ShardResult:
         if not isinstance(res.digest, str) or not res.digest:
             return None
         return res
+
+
+@dataclass(frozen=True)
+class ShardProgress:
+    """How far a worker is within shard ``shard_id``: ``rows`` done, ``reused`` of them from an earlier try's
+    checkpoints (sent after each checkpoint; a Ray worker answers it to the driver's pings)."""
+
+    shard_id: int
+    rows: int
+    reused: int = 0
+
+
+@dataclass(frozen=True)
+class CheckpointRecord:
+    """The record beside a checkpoint's data (``<prefix><k>.json``): the shard input's digest, the conversations
+    ``[start, stop)`` the data holds, its rows and content digest. A checkpoint is trusted only when its record
+    reads back whole (``from_json``), continues the one before it and matches the data."""
+
+    input: str
+    start: int
+    stop: int
+    rows: int
+    digest: str
+    written_at: float = 0.0
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, d: Any) -> Optional[CheckpointRecord]:
+        """The record ``d`` holds, or None when it is not one (missing fields or wrong types)."""
+        if not isinstance(d, dict):
+            return None
+        try:
+            rec = cls(**{f.name: d[f.name] for f in dataclasses.fields(cls) if f.name in d})
+        except TypeError:
+            return None
+        ints = (rec.start, rec.stop, rec.rows)
+        if not all(isinstance(v, int) and not isinstance(v, bool) for v in ints):
+            return None
+        if not isinstance(rec.input, str) or not isinstance(rec.digest, str):
+            return None
+        return rec

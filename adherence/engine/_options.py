@@ -4,7 +4,7 @@ arguments of ``Engine``, job-file keys and the run metadata all come from these 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Optional
 
 from .._errors import OptionError
 from .._options import file_path, option
@@ -103,7 +103,7 @@ class EngineOptions:
         ".jsonl/.csv/.parquet with conversation_id, turn_index (0-based) and ground_truth_assistant (or "
         "references, a list, for knn); fills turns that have none",
     )
-    n_bootstrap: int = option(1000, flag="--bootstrap", help="bootstrap resamples for session CIs (0: none)")
+    n_bootstrap: int = option(1000, aliases=("--bootstrap",), help="bootstrap resamples for session CIs (0: none)")
     seed: int = option(42, help="seed of the session bootstrap (default 42)")
     #: the role definition of transcripts without a system message (the command line's --role / --role-file)
     role: Optional[str] = None
@@ -134,3 +134,28 @@ class EngineOptions:
             raise OptionError("`checkpoint_every` must be >= 0 and `progress_every` > 0 seconds")
         if self.n_bootstrap < 0:
             raise OptionError(f"`n_bootstrap` must be >= 0, got {self.n_bootstrap}")
+
+    def executor_kwargs(self) -> dict:
+        """The Ray executor's options (none for the local one)."""
+        if self.executor != "ray":
+            return {}
+        kw = {
+            "num_workers": self.num_workers,
+            "address": self.ray_address,
+            "gpus_per_worker": self.gpus_per_worker,
+            "max_retries": self.max_retries,
+            "stall_timeout": self.stall_timeout,
+        }
+        if self.tensor_parallel > 1:
+            kw["tensor_parallel"] = self.tensor_parallel
+        return kw
+
+    def engine_record(self, work_dir: str, **extra: Any) -> dict:
+        """How a job ran, as its metadata's ``engine`` section records it (``extra``: what the job adds)."""
+        return {
+            "executor": self.executor,
+            **{k: v for k, v in self.executor_kwargs().items() if v is not None},
+            "shard_size": self.shard_size,
+            "work_dir": work_dir,
+            **extra,
+        }

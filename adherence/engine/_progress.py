@@ -13,6 +13,8 @@ import threading
 import time
 from typing import Optional, TextIO
 
+from ._messages import ShardProgress
+
 __all__ = ["JobProgress", "format_duration"]
 
 
@@ -110,10 +112,11 @@ class JobProgress:
             else:
                 self._write(text)
 
-    def within(self, shard_id: int, rows: int, reused: int = 0) -> None:
-        """A worker has ``rows`` of shard ``shard_id`` done, ``reused`` of them from an earlier try's checkpoints."""
+    def within(self, progress: ShardProgress) -> None:
+        """A worker has ``progress.rows`` of its shard done, ``progress.reused`` of them from an earlier try's
+        checkpoints."""
         with self._lock:
-            self._within_locked(shard_id, rows, reused)
+            self._within_locked(progress.shard_id, progress.rows, progress.reused)
 
     def _within_locked(self, shard_id: int, rows: int, reused: int) -> None:
         if shard_id in self._finished:

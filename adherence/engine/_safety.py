@@ -14,6 +14,7 @@ from typing import Optional
 
 from .._atomic import temporary_of
 from ..data import DataError, metadata_path
+from ..data._storage import Remote
 from ._commit import check_replaceable, pid_alive
 from ._files import same_file
 
@@ -85,45 +86,70 @@ def _inside(child: Path, parent: Path) -> bool:
     return c == p or p in c.parents
 
 
-def check_outputs(source, output: Path, sessions: Path, work: Path) -> None:
-    """Refuse, before any work, every output that would destroy data or collide with another.
+def check_outputs(source, output, sessions, work) -> None:
+    """Refuse, before any work, every output that would destroy data or collide with another: the one check of a
+    job's targets, each a local ``Path`` or an object-storage URI (``str``).
 
     Raises:
         DataError: one line naming the path and what is wrong.
     """
-    output_format(output)
-    output_format(sessions)
-    if same_file(output, sessions):
+    for what, t in (("the output", output), ("the sessions output", sessions)):
+        if isinstance(t, str):
+            if output_format(Path(Remote(t).name)) == "directory":
+                raise DataError(
+                    f"{what} on object storage must be one file (.parquet, .jsonl or .csv), not a directory", file=t
+                )
+        else:
+            output_format(t)
+    if _same_target(output, sessions):
         raise DataError(
             "the sessions output is the same path as the turn output; give --sessions-output another path",
-            file=sessions,
+            file=str(sessions),
         )
-    written = {
-        "output": output,
-        "sessions output": sessions,
-        "output metadata": metadata_path(output),
-        "sessions metadata": metadata_path(sessions),
-    }
-    if isinstance(source, (str, os.PathLike)):
+    written = {"output": output, "sessions output": sessions}
+    for what, t in (("output metadata", output), ("sessions metadata", sessions)):
+        if isinstance(t, Path):  # an object's metadata lies beside it, under the same prefix
+            written[what] = metadata_path(t)
+    local = {what: p for what, p in written.items() if isinstance(p, Path)}
+    if isinstance(source, (str, os.PathLike)) and not _is_uri(source):
         src = Path(source)
-        for what, p in written.items():
+        for what, p in local.items():
             if same_file(p, src) or (src.is_dir() and _inside(p, src)):
                 raise DataError(f"the {what} would overwrite the input {src}; choose another path", file=p)
-        if _inside(work, src) if src.is_dir() else same_file(work, src):
+        if isinstance(work, Path) and (_inside(work, src) if src.is_dir() else same_file(work, src)):
             raise DataError(f"the work directory lies in the input {src}; pass another --work-dir", file=work)
     for what, p in written.items():
-        if _inside(p, work):
+        if _target_inside(p, work):
             raise DataError(
                 f"the {what} lies inside the work directory {work}, which is cleared after the job; "
                 "choose another path",
-                file=p,
+                file=str(p),
             )
-        if not p.parent.exists():
-            continue
-        if not os.access(p.parent, os.W_OK | os.X_OK):
+    for what, p in local.items():
+        if p.parent.exists() and not os.access(p.parent, os.W_OK | os.X_OK):
             raise DataError(f"cannot write the {what}: directory {p.parent} is not writable", file=p)
     check_replaceable(output, "the output")
     check_replaceable(sessions, "the sessions output")
+
+
+def _is_uri(t) -> bool:
+    return isinstance(t, str) and "://" in t
+
+
+def _same_target(a, b) -> bool:
+    if isinstance(a, Path) and isinstance(b, Path):
+        return same_file(a, b)
+    return str(a) == str(b)
+
+
+def _target_inside(child, parent) -> bool:
+    """``child`` is ``parent`` or lies below it: local paths resolved, object-storage URIs by their prefix."""
+    if isinstance(child, Path) and isinstance(parent, Path):
+        return _inside(child, parent)
+    if isinstance(child, Path) or isinstance(parent, Path):
+        return False
+    base = str(parent).split("?", 1)[0].rstrip("/") + "/"
+    return str(child).split("?", 1)[0].startswith(base)
 
 
 def remove_dead_temporaries(targets) -> list[str]:

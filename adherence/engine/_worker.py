@@ -24,7 +24,7 @@ from ..data._storage import (
     write_parquet,
 )
 from ..role import Resources, RoleConfig, get_method, score_turns
-from ._messages import ShardResult, ShardTask
+from ._messages import CheckpointRecord, ShardProgress, ShardResult, ShardTask
 
 __all__ = ["Checkpoints", "ShardWorker", "WorkerSetupError", "error_rows", "verify_gpu", "verify_replica_gpus"]
 
@@ -141,22 +141,21 @@ class Checkpoints:
             if not (exists(record) and exists(data)):
                 break
             try:
-                rec = read_json(record)
+                rec = CheckpointRecord.from_json(read_json(record))
                 ok = (
-                    isinstance(rec, dict)
-                    and rec.get("input") == self.input_digest
-                    and rec.get("start") == covered
-                    and isinstance(rec.get("stop"), int)
-                    and rec["stop"] > covered
-                    and digest(data) == rec.get("digest")
+                    rec is not None
+                    and rec.input == self.input_digest
+                    and rec.start == covered
+                    and rec.stop > covered
+                    and digest(data) == rec.digest
                 )
                 table = read_parquet(data) if ok else None
             except (OSError, ValueError, pa.ArrowInvalid):
                 table = None
-            if table is None or table.num_rows != rec.get("rows"):
+            if table is None or rec is None or table.num_rows != rec.rows:
                 break
             tables.append(table)
-            covered = rec["stop"]
+            covered = rec.stop
             k += 1
         self.count = k
         return tables, covered
@@ -164,17 +163,8 @@ class Checkpoints:
     def save(self, table: pa.Table, start: int, stop: int) -> None:
         data, record = self._names(self.count)
         write_parquet(table, data)
-        write_json(
-            record,
-            {
-                "input": self.input_digest,
-                "start": start,
-                "stop": stop,
-                "rows": table.num_rows,
-                "digest": digest(data),
-                "written_at": time.time(),
-            },
-        )
+        rec = CheckpointRecord(self.input_digest, start, stop, table.num_rows, digest(data), time.time())
+        write_json(record, rec.to_json())
         self.count += 1
 
     def remove(self) -> None:
@@ -222,9 +212,9 @@ class ShardWorker:
         self._ready = False
         #: (shard id, rows done, rows of them reused from checkpoints) of the shard being scored; read by pings
         #: from another thread
-        self.progress: Optional[tuple[int, int, int]] = None
+        self.progress: Optional[ShardProgress] = None
         #: called in this process with the same after each checkpoint (the local executor's progress)
-        self.on_progress: Optional[Callable[[int, int, int], None]] = None
+        self.on_progress: Optional[Callable[[ShardProgress], None]] = None
         if prepare:
             self.prepare()
 
@@ -257,7 +247,7 @@ class ShardWorker:
                 self._ready = True
             return dict(self.info)
 
-    def ping(self) -> tuple[int, Optional[tuple[int, int, int]]]:
+    def ping(self) -> tuple[int, Optional[ShardProgress]]:
         """This worker's pid and its progress within the shard it holds (answered while it scores)."""
         return self.pid, self.progress
 
@@ -347,9 +337,9 @@ class ShardWorker:
         )
 
     def _report(self, shard_id: int, rows: int, reused: int) -> None:
-        self.progress = (shard_id, rows, reused)
+        self.progress = ShardProgress(shard_id, rows, reused)
         if self.on_progress is not None:
-            self.on_progress(shard_id, rows, reused)
+            self.on_progress(self.progress)
 
 
 class _quiet_loading:

@@ -11,7 +11,7 @@ from .._errors import OptionError
 from .._registry import unknown_name
 from ._prompts import JudgeRequest
 
-__all__ = ["JudgeOutput", "JudgeBackend", "Sampling", "BACKENDS", "COSMETIC_OPTIONS", "get_backend", "score_options"]
+__all__ = ["JudgeOutput", "JudgeBackend", "Sampling", "BACKENDS", "get_backend", "score_options"]
 
 BACKENDS = {
     "transformers": "adherence.judges._transformers:TransformersBackend",
@@ -19,23 +19,12 @@ BACKENDS = {
     "openai": "adherence.judges._openai:OpenAIBackend",
 }
 
-#: Constructor options of each backend that never change a verdict: where and how fast it runs, how it
-#: reports, how a server is reached (the model is named apart). A resumed job may change them; every
-#: other option (dtype, context length, prefix sharing, ...) is part of the job's fingerprint.
-COSMETIC_OPTIONS = {
-    "transformers": frozenset({"progress", "device", "batch_tokens"}),
-    "vllm": frozenset(
-        {"progress", "gpu_memory_utilization", "kv_cache_gb", "tensor_parallel_size", "distributed_executor_backend"}
-    ),
-    "openai": frozenset(
-        {"base_url", "api_key", "concurrency", "timeout", "max_retries", "max_qps", "max_retry_after", "stall_timeout"}
-    ),
-}
-
 
 def score_options(backend: str, options: Optional[dict]) -> dict:
     """The part of a backend's constructor ``options`` that can change a verdict (all of an unknown backend's)."""
-    cosmetic = COSMETIC_OPTIONS.get(backend, frozenset())
+    from ._backend_options import cosmetic_options
+
+    cosmetic = cosmetic_options(backend)
     return {k: v for k, v in (options or {}).items() if k not in cosmetic}
 
 

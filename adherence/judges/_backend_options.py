@@ -3,13 +3,14 @@ constructor options they become (``judge_backend_options``)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Optional
+from dataclasses import dataclass, field, fields
+from typing import Any, Optional
 
 from .._errors import OptionError
+from .._fingerprint import COSMETIC
 from .._options import option
 
-__all__ = ["ServerOptions", "TransformersOptions", "VLLMOptions"]
+__all__ = ["BACKEND_OPTIONS", "ServerOptions", "TransformersOptions", "VLLMOptions", "cosmetic_options"]
 
 _DTYPES = ("auto", "float32", "bfloat16", "float16")
 
@@ -33,10 +34,8 @@ class ServerOptions:
         affects_scores=False,
     )
     concurrency: int = option(16, help="openai backend: requests in flight", affects_scores=False)
-    timeout: float = option(
+    request_timeout: float = option(
         60.0,
-        flag="--request-timeout",
-        dest="request_timeout",
         metavar="S",
         help="openai backend: seconds per request before it is retried",
         affects_scores=False,
@@ -49,9 +48,13 @@ class ServerOptions:
         "--request-timeout x (--max-retries + 1) seconds in all, its waits included)",
         affects_scores=False,
     )
+    # Constructor options without a flag of their own here: the endpoints (--base-url, a list) and how long a job
+    # waits with every endpoint down (the engine's --stall-timeout).
+    base_url: Any = field(default=None, metadata=COSMETIC)
+    stall_timeout: float = field(default=300.0, metadata=COSMETIC)
 
     def __post_init__(self) -> None:
-        if self.concurrency < 1 or self.max_retries < 0 or not self.timeout > 0:
+        if self.concurrency < 1 or self.max_retries < 0 or not self.request_timeout > 0:
             raise OptionError("--concurrency must be >= 1, --max-retries >= 0 and --request-timeout > 0")
         if self.max_qps is not None and not self.max_qps > 0:
             raise OptionError(f"--max-qps must be > 0, got {self.max_qps}")
@@ -75,6 +78,10 @@ class TransformersOptions:
         "bfloat16 -- for GPUs with float8 tensor cores (H100 and newer); its P(yes) cost against bfloat16 is in "
         "the judge bench)",
     )
+    # Where and how it runs, without a flag of their own here (--device is the command's).
+    device: Optional[str] = field(default=None, metadata=COSMETIC)
+    batch_tokens: Optional[int] = field(default=None, metadata=COSMETIC)
+    progress: bool = field(default=True, metadata=COSMETIC)
 
 
 @dataclass
@@ -114,3 +121,20 @@ class VLLMOptions:
         help="vllm backend on GPU: gpu_memory_utilization",
         affects_scores=False,
     )
+    # How the engine is spread and reports, without a flag of their own here.
+    tensor_parallel_size: Optional[int] = field(default=None, metadata=COSMETIC)
+    distributed_executor_backend: Optional[str] = field(default=None, metadata=COSMETIC)
+    progress: bool = field(default=True, metadata=COSMETIC)
+
+
+#: Each backend's constructor options, typed: what decides a verdict is read from the fields' declarations.
+BACKEND_OPTIONS: dict = {"transformers": TransformersOptions, "vllm": VLLMOptions, "openai": ServerOptions}
+
+
+def cosmetic_options(backend: str) -> frozenset:
+    """The constructor options of ``backend`` that never change a verdict (``affects_scores=False`` where each is
+    declared): where and how fast it runs, how it reports, how a server is reached. None for an unknown backend."""
+    cls = BACKEND_OPTIONS.get(backend)
+    if cls is None:
+        return frozenset()
+    return frozenset(f.name for f in fields(cls) if f.metadata.get("affects_scores", True) is False)

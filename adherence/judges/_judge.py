@@ -59,7 +59,7 @@ class JudgeConfig:
             (one call per conversation returning per-turn verdicts, and a per-turn reason
             with ``include_reason``; binary only).
         include_reason: also generate a short justification per turn.
-        top_k: log-probs read from the first token (servers, and the ``top_logprobs`` path).
+        top_logprobs: log-probs read from the first token (servers, and with ``full_vocab`` off).
         yes_tokens: the token texts that count as a yes (matched after strip + casefold, space
             markers removed); default ``("yes",)``.
         no_tokens: the token texts that count as a no, matched the same way; default ``("no",)``.
@@ -115,9 +115,8 @@ class JudgeConfig:
         "with a verdict per turn (binary)",
     )
     include_reason: bool = option(False, help="store a generated justification in `reason`")
-    top_k: int = option(
+    top_logprobs: int = option(
         20,
-        flag="--top-logprobs",
         metavar="K",
         help="first-token log-probabilities read from servers / with --no-full-vocab (default 20)",
     )
@@ -188,8 +187,8 @@ class JudgeConfig:
             raise OptionError(f"`granularity` must be 'turn' or 'conversation', got {self.granularity!r}")
         if self.granularity == "conversation" and self.output_mode == "continuous":
             raise OptionError("granularity='conversation' returns per-turn YES/NO verdicts: use output_mode='binary'")
-        if not 1 <= self.top_k <= 100:
-            raise OptionError(f"`top_k` must be in [1, 100], got {self.top_k}")
+        if not 1 <= self.top_logprobs <= 100:
+            raise OptionError(f"--top-logprobs must be in [1, 100], got {self.top_logprobs}")
         if self.temperature < 0:
             raise OptionError(f"`temperature` must be >= 0, got {self.temperature}")
         self.yes_tokens = None if self.yes_tokens is None else tuple(self.yes_tokens)
@@ -462,7 +461,7 @@ class RoleJudge:
     def _continuous(self, reqs: list, sample: int) -> Optional[list[Verdict]]:
         """A ``Verdict`` per request from its first token's P(yes); None when the backend has no log-probs."""
         c = self.config
-        params: dict[str, Any] = {"top_k": c.top_k}
+        params: dict[str, Any] = {"top_k": c.top_logprobs}
         exact = c.full_vocab and self.backend.full_vocab
         if exact:
             params["variants"] = [sorted(v) for v in c.variants]

@@ -96,7 +96,7 @@ class OpenAIBackend(JudgeBackend):
         base_url=None,
         api_key: Optional[str] = None,
         concurrency: int = 16,
-        timeout: float = 60.0,
+        request_timeout: float = 60.0,
         max_retries: int = 4,
         backoff: float = 0.5,
         max_qps: Optional[float] = None,
@@ -112,7 +112,7 @@ class OpenAIBackend(JudgeBackend):
         ServerOptions(
             max_qps=max_qps,
             concurrency=concurrency,
-            timeout=timeout,
+            request_timeout=request_timeout,
             max_retries=max_retries,
             max_retry_after=max_retry_after,
         )
@@ -130,7 +130,12 @@ class OpenAIBackend(JudgeBackend):
         self._turn = 0
         self._next_start = 0.0
         self.api_key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
-        self.concurrency, self.timeout, self.max_retries, self.backoff = concurrency, timeout, max_retries, backoff
+        self.concurrency, self.timeout, self.max_retries, self.backoff = (
+            concurrency,
+            request_timeout,
+            max_retries,
+            backoff,
+        )
         self.supports_logprobs = True
         self._seen_logprobs = False  # some response carried log-probs: the server has them
         self.calls = 0

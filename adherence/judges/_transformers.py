@@ -13,40 +13,16 @@ its prefixes. The LM head runs only on the rows that are read.
 from __future__ import annotations
 
 import contextlib
-import functools
 import time
 from typing import Any, Optional, Sequence
 
-from ..models import DEFAULT_JUDGE, pick_device, pick_dtype, resolve_model
+from ..models import pick_device
 from ._backend import JudgeBackend, JudgeOutput, Sampling
+from ._paths import pack
 from ._planner import PromptPlanner
 from ._prompts import JudgeRequest
 
 __all__ = ["TransformersBackend"]
-
-
-@contextlib.contextmanager
-def _gguf_bar(show: bool):
-    """With ``show`` False, transformers' "de-quantizing GGUF tensors" bar stays off while a GGUF checkpoint loads:
-    that bar is a plain tqdm bar bound in its module (neither transformers' progress switch nor ``progress``
-    reaches it), so the module's ``tqdm`` is given ``disable=True`` for the load and put back after."""
-    if show:
-        yield
-        return
-    try:
-        from transformers import modeling_gguf_pytorch_utils as gguf_utils
-    except ImportError:
-        yield
-        return
-    bar = getattr(gguf_utils, "tqdm", None)
-    if bar is None:
-        yield
-        return
-    gguf_utils.tqdm = functools.partial(bar, disable=True)
-    try:
-        yield
-    finally:
-        gguf_utils.tqdm = bar
 
 
 #: Where a scoring call's host time goes, each counted in ``stats`` as ``<phase>_s`` seconds of the calling
@@ -98,30 +74,13 @@ class TransformersBackend(JudgeBackend):
         tree_attention=True,
     ) -> None:
         import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        from ._loading import load_model
 
         self.device = pick_device(device)
         self._set_precision(dtype)
         self.batch_tokens = int(batch_tokens or (4096 if str(self.device).startswith("cpu") else 16384))
-        if loaded is not None:  # (model, tokenizer, name): e.g. a random-weight model built from a config
-            m, self.tokenizer, name = loaded
-            from pathlib import Path
-
-            from ..models import ResolvedModel
-
-            self.resolved = ResolvedModel(name, Path("."), "in-memory")
-        else:
-            self.resolved = resolve_model(model or DEFAULT_JUDGE)
-            kwargs = {"gguf_file": self.resolved.gguf_file} if self.resolved.gguf_file else {}
-            path = str(self.resolved.path)
-            self.tokenizer = AutoTokenizer.from_pretrained(path, **kwargs)
-            with _gguf_bar(progress or not self.resolved.gguf_file):
-                try:
-                    m = AutoModelForCausalLM.from_pretrained(
-                        path, dtype=self.dtype, attn_implementation="sdpa", **kwargs
-                    )
-                except (ValueError, ImportError):
-                    m = AutoModelForCausalLM.from_pretrained(path, dtype=self.dtype, **kwargs)
+        m, self.tokenizer, self.resolved = load_model(model, loaded, self.dtype, progress)
         self.model = m.to(device=self.device, dtype=self.dtype).eval()
         self._convert()
         if self.tokenizer.pad_token_id is None:
@@ -133,25 +92,9 @@ class TransformersBackend(JudgeBackend):
             prefix_sharing=prefix_sharing,
             pack_tokens=pack_tokens,
         )
-        from ._tree_attention import flex_available, install
-
-        self.tree_attention = bool(prefix_sharing and tree_attention and install(self.model))
-        self.flex = bool(
-            self.tree_attention
-            and tree_attention != "sdpa"
-            and flex_available()
-            and (tree_attention == "flex" or self.device.type == "cuda")
-        )
         # requests prepared per chunk where passes run asynchronously (``_chunks``): the next chunk's host work
         # overlaps the device's work on this one
         self.chunk_requests: Optional[int] = 1024 if self.device.type == "cuda" else None
-        # flex batches are padded to a multiple of this (on CUDA few lengths, so few compiled kernels)
-        self.flex_bucket = 1024 if self.device.type == "cuda" else 128
-        if self.flex:
-            from ._tree_attention import reserve
-
-            # the longest padded batch: a batch holds at least one whole pack
-            reserve(self.device, self._padded(max(self.batch_tokens, self.pack_tokens)))
         self.progress = progress
         self._variant_ids: dict = {}
         self._token_text: dict[int, str] = {}
@@ -159,46 +102,48 @@ class TransformersBackend(JudgeBackend):
         self.stats: dict[str, Any] = {"forward_tokens": 0, "prompt_tokens": 0, "generated_tokens": 0, "batches": 0}
         self.stats.update({f"{p}_s": 0.0 for p in (*PHASES, "gpu_forward")})
         self._events: list = []  # (start, end) CUDA events around each forward pass, read after the sync
-        self._choose_attention()
+        from ._paths import choose_path
+        from ._tree_attention import install
 
-    def _choose_attention(self) -> None:
-        """Decide the attention path once, at load: a pack of two one-token turns on a two-token trunk goes
-        through FlexAttention and tree attention; a model whose attention cannot run one takes the next path
-        (flex, then tree attention over SDPA, then the dense mask) for every request, not from a request on."""
-        if not self.tree_attention:
-            return
-        torch = self._torch
-        tok = int(self.tokenizer.pad_token_id or 0)
-        ids, pos = [tok] * 4, [0, 1, 2, 2]
-        layout = (2, [(2, 1, 2), (3, 1, 2)])  # the trunk's length, and each tail's (start, length, prefix)
-        with torch.inference_mode():
-            if self.flex:
-                self._flex_batches([(ids, pos, [(0, 2), (1, 3)], layout)], 1, [], None)
-            if self.tree_attention:
-                self._tree_forward(torch.tensor([ids]), torch.tensor([pos]), [layout])
+        # The attention path of packed conversations, chosen once (a probe pack through each path this model may
+        # run, best first): every request of every call then takes it.
+        self.attention = choose_path(
+            self, tree_attention, bool(prefix_sharing and tree_attention and install(self.model))
+        )
         self.stats = {k: 0 for k in self.stats}  # the probe is not the job's work
         self._events.clear()
 
+    @property
+    def tree_attention(self) -> bool:
+        """Packed conversations go through tree-shaped attention (flex or SDPA), not the dense mask."""
+        return self.attention.tree
+
+    @property
+    def flex(self) -> bool:
+        return self.attention.name == "flex"
+
+    def use_attention(self, name: str) -> None:
+        """Run packed conversations through ``name`` from now on (``flex``, ``tree-sdpa`` or ``dense-mask``) without
+        a probe: the paths are compared on one model this way (a path the model cannot run raises ``Unsupported``
+        at its first pass)."""
+        from ._paths import DensePath, FlexPath, TreePath
+
+        paths = {"flex": lambda: FlexPath(1024 if self.device.type == "cuda" else 128), "tree-sdpa": TreePath,
+                 "dense-mask": DensePath}  # fmt: skip
+        if name not in paths:
+            raise ValueError(f"attention path {name!r}: one of {', '.join(paths)}")
+        self.attention = paths[name]()
+
     def warm_up(self) -> dict:
         """Compile the attention for every padded batch length a job can meet (the flex path compiles one
-        kernel per multiple of 1024 up to ``batch_tokens``, each on first use). A benchmark calls this
+        kernel per multiple of its bucket up to ``batch_tokens``, each on first use). A benchmark calls this
         before its timer, so compilation is reported apart from the run. Returns the lengths and seconds."""
-        if not self.flex:
-            return {"lengths": [], "s": 0.0}
-        torch = self._torch
-        tok = int(self.tokenizer.pad_token_id or 0)
-        lengths = list(range(self.flex_bucket, self._padded(self.batch_tokens) + 1, self.flex_bucket))
         counted, t0 = dict(self.stats), time.perf_counter()
-        with torch.inference_mode():
-            for n in lengths:  # one pack of n tokens: a trunk and a one-token tail, read at the tail
-                pending: list = []
-                pack = ([tok] * n, list(range(n)), [(0, n - 1)], (n - 1, [(n - 1, 1, n - 1)]))
-                self._flex_batches([pack], 1, pending)
-                for _, read in pending:
-                    self._to_lists(read)
+        with self._torch.inference_mode():
+            lengths = self.attention.warm_up(self)
         self.stats = counted  # not the job's work
         self._events.clear()
-        return {"lengths": lengths, "s": time.perf_counter() - t0}
+        return {"lengths": lengths, "s": time.perf_counter() - t0 if lengths else 0.0}
 
     def describe(self) -> dict:
         out = super().describe()
@@ -207,7 +152,7 @@ class TransformersBackend(JudgeBackend):
             dtype="float8" if self.float8 else str(self.dtype).replace("torch.", ""),
             prefix_sharing=self.prefix_sharing,
             tree_attention=self.tree_attention,
-            attention="flex" if self.flex else ("tree-sdpa" if self.tree_attention else "dense-mask"),
+            attention=self.attention.name,
             batch_tokens=self.batch_tokens,
             lm_head="float32 rows",
         )
@@ -315,10 +260,6 @@ class TransformersBackend(JudgeBackend):
         finally:
             self.stats[f"{name}_s"] += time.thread_time() - t
 
-    def _padded(self, n: int) -> int:
-        """A flex batch's length: ``n`` tokens rounded up to a multiple of ``flex_bucket``."""
-        return -(-n // self.flex_bucket) * self.flex_bucket
-
     def _chunks(self, requests: Sequence[JudgeRequest]) -> list[list[int]]:
         """Request positions in chunks of whole conversations (``chunk_requests`` or more each; one chunk when
         it is None). On a GPU the passes of a chunk are queued without waiting for them, so the host
@@ -382,19 +323,6 @@ class TransformersBackend(JudgeBackend):
                 read = self._read_rows(out.last_hidden_state, rows, cols, top_k, variants)
             pending.append(([i for i, _ in batch], read))
 
-    @staticmethod
-    def _pack(trunk: list, branches: list) -> tuple:
-        """One packed sequence: ``(ids, position ids, [(request, read column)], (trunk length, [(start, length,
-        prefix)]))``; a tail's positions continue from its own prefix, and it sees the trunk up to that prefix."""
-        ids, pos = list(trunk), list(range(len(trunk)))
-        reads, tails = [], []
-        for i, prefix, tail in branches:
-            tails.append((len(ids), len(tail), prefix))
-            ids.extend(tail)
-            pos.extend(range(prefix, prefix + len(tail)))
-            reads.append((i, len(ids) - 1))
-        return ids, pos, reads, (len(trunk), tails)
-
     def cast(self, dtype: str) -> None:
         """Convert the loaded model in place to ``dtype`` (``float32``, ``bfloat16``, ``float16`` or ``float8``;
         float8 only from a higher precision, and for good): one checkpoint checked in fp32, then measured in
@@ -405,164 +333,17 @@ class TransformersBackend(JudgeBackend):
         self._convert()
 
     def _set_precision(self, dtype: Optional[str]) -> None:
-        """``float8`` and the torch ``dtype`` the model computes in (bf16 around float8 linear layers)."""
-        self.float8 = dtype == "float8"
-        self.dtype = pick_dtype(self.device, "bfloat16" if self.float8 else dtype)
+        from ._loading import precision
+
+        self.float8, self.dtype = precision(self.device, dtype)
 
     def _convert(self) -> None:
-        """The loaded model to ``dtype`` (a no-op when it is already), its body's linear layers to float8 when
-        asked; the fp32 copy of the LM head is made again on the next read."""
-        self.model.to(dtype=self.dtype)
-        if self.float8:
-            from ._float8 import quantize_linears
+        """The loaded model in ``dtype`` (float8 linear layers when asked) with its fused kernels; the fp32 copy of
+        the LM head is made again on the next read."""
+        from ._loading import convert
 
-            quantize_linears(self.model)
-        from ._fused import fuse
-
-        self.fused = fuse(self.model, tokens=self.batch_tokens)
+        self.fused = convert(self.model, self.dtype, self.float8, self.batch_tokens)
         self._head_weights = None
-
-    def _packed_batches(self, packs: list, top_k: int, pending: list, variants=None) -> None:
-        torch = self._torch
-        with self._phase("layout"):
-            seqs = [self._pack(trunk, branches) for trunk, branches in packs]
-            seqs.sort(key=lambda s: -len(s[0]))
-        if self.flex:
-            seqs = self._flex_batches(seqs, top_k, pending, variants)
-        for batch in self._batched(seqs, key=lambda s: len(s[0])):
-            with self._phase("layout"):
-                B, L = len(batch), max(len(s[0]) for s in batch)
-                input_ids = torch.full((B, L), self.tokenizer.pad_token_id, dtype=torch.long)
-                position_ids = torch.zeros((B, L), dtype=torch.long)
-                for r, (ids, pos, _, _) in enumerate(batch):
-                    input_ids[r, : len(ids)] = torch.tensor(ids)
-                    position_ids[r, : len(ids)] = torch.tensor(pos)
-                layout = [s[3] for s in batch]
-            hidden = self._tree_forward(input_ids, position_ids, layout) if self.tree_attention else None
-            if hidden is None:
-                with self._phase("layout"):
-                    mask = self._dense_tree_mask(layout, L)[:, None].to(self.device)
-                hidden = self._timed_body(
-                    input_ids=input_ids.to(self.device),
-                    attention_mask=mask,
-                    position_ids=position_ids.to(self.device),
-                ).last_hidden_state
-            self.stats["forward_tokens"] += sum(len(s[0]) for s in batch)
-            self.stats["batches"] += 1
-            with self._phase("read"):
-                rows, cols, targets = [], [], []
-                for r, s in enumerate(batch):
-                    for i, c in s[2]:
-                        rows.append(r)
-                        cols.append(c)
-                        targets.append(i)
-                rows_t, cols_t = self._device_ids(torch.tensor(rows)), self._device_ids(torch.tensor(cols))
-                pending.append((targets, self._read_rows(hidden, rows_t, cols_t, top_k, variants)))
-
-    def _flex_batches(self, seqs: list, top_k: int, pending: list, variants=None) -> list:
-        """Packed conversations laid end to end in one row per batch (up to ``batch_tokens``, padded to a
-        multiple of 1024 on CUDA so a few compiled shapes serve every batch) through FlexAttention.
-        Returns the sequences left for the per-row path (all of them when this model cannot run it)."""
-        from tqdm.auto import tqdm
-
-        from . import _tree_attention
-
-        torch = self._torch
-        batches: list[list[Any]] = []
-        current: list[Any] = []
-        size = 0
-        for s in seqs:
-            if current and size + len(s[0]) > self.batch_tokens:
-                batches.append(current)
-                current, size = [], 0
-            current.append(s)
-            size += len(s[0])
-        if current:
-            batches.append(current)
-        pad = self.tokenizer.pad_token_id
-        for n_done, batch in enumerate(
-            tqdm(batches, desc="judging", unit="batch", leave=False, disable=not self.progress or len(batches) < 3)
-        ):
-            with self._phase("layout"):
-                T = sum(len(s[0]) for s in batch)
-                Tp = self._padded(T)
-                ids = torch.full((Tp,), pad, dtype=torch.long)
-                pos = torch.zeros(Tp, dtype=torch.long)
-                doc = torch.full((Tp,), -1, dtype=torch.long)
-                tid = torch.full((Tp,), -1, dtype=torch.long)
-                lim = torch.zeros(Tp, dtype=torch.long)
-                cols, targets, off = [], [], 0
-                for d, (sids, spos, reads, (trunk, tails)) in enumerate(batch):
-                    n = len(sids)
-                    ids[off : off + n] = torch.tensor(sids)
-                    pos[off : off + n] = torch.tensor(spos)
-                    doc[off : off + n] = d
-                    lim[off : off + trunk] = off
-                    for b, (start, length, prefix) in enumerate(tails):
-                        tid[off + start : off + start + length] = b
-                        lim[off + start : off + start + length] = off + prefix
-                    for i, c in reads:
-                        cols.append(off + c)
-                        targets.append(i)
-                    off += n
-                lay = _tree_attention.FlexLayout(self._device_ids(doc), self._device_ids(tid), self._device_ids(lim))
-                ids_d, pos_d = self._device_ids(ids)[None], self._device_ids(pos)[None]
-            try:
-                with _tree_attention.layout(lay):
-                    hidden = self._timed_body(input_ids=ids_d, position_ids=pos_d).last_hidden_state
-                reason = None if lay.calls else "the model's attention does not go through the attention interface"
-            except _tree_attention.Unsupported as exc:
-                reason = str(exc)
-            if reason:
-                _tree_attention.log.info("flex attention off for %s (%s)", self.model_id, reason)
-                self.flex = False
-                return [s for b in batches[n_done:] for s in b]
-            self.stats["forward_tokens"] += T
-            self.stats["batches"] += 1
-            with self._phase("read"):
-                rows = torch.zeros(len(cols), dtype=torch.long, device=self.device)
-                read = self._read_rows(hidden, rows, self._device_ids(torch.tensor(cols)), top_k, variants)
-            pending.append((targets, read))
-        return []
-
-    def _tree_forward(self, input_ids, position_ids, rows: list):
-        """Hidden states of a packed batch through tree attention; None (and the dense mask from now on)
-        when this model's attention cannot run it."""
-        from . import _tree_attention
-
-        try:
-            with _tree_attention.layout(rows) as lay:
-                ids, pos = self._device_ids(input_ids), self._device_ids(position_ids)
-                out = self._timed_body(input_ids=ids, position_ids=pos)
-            if lay.calls > 0:
-                return out.last_hidden_state
-            reason = "the model's attention does not go through transformers' attention interface"
-        except _tree_attention.Unsupported as exc:
-            reason = str(exc)
-        _tree_attention.log.info("tree attention off for %s (%s): dense masks", self.model_id, reason)
-        self.tree_attention = False
-        return None
-
-    def _dense_tree_mask(self, layout: list, L: int):
-        """The reference formulation of the same tree ``layout`` (per row: trunk length and ``(start,
-        length, prefix)`` of each tail): a ``B x L x L`` additive mask (CPU reference, fallback)."""
-        torch = self._torch
-        seg_t = torch.full((len(layout), L), -2, dtype=torch.long)  # -1 trunk, b tail b, -2 padding
-        pref_t = torch.zeros((len(layout), L), dtype=torch.long)
-        for r, (trunk, tails) in enumerate(layout):
-            seg_t[r, :trunk] = -1
-            for b, (start, n, prefix) in enumerate(tails):
-                seg_t[r, start : start + n] = b
-                pref_t[r, start : start + n] = prefix
-        q = torch.arange(L)[None, :, None]
-        k = torch.arange(L)[None, None, :]
-        sq, sk = seg_t[:, :, None], seg_t[:, None, :]
-        trunk_k = sk == -1
-        allowed = (trunk_k & (sq == -1) & (k <= q)) | (trunk_k & (sq >= 0) & (k < pref_t[:, :, None]))
-        allowed |= (sq >= 0) & (sk == sq) & (k <= q)
-        allowed |= (sq == -2) & (k == q)  # padding rows see themselves only (no all-masked rows)
-        neg = torch.finfo(self.dtype).min
-        return torch.where(allowed, torch.tensor(0.0, dtype=self.dtype), torch.tensor(neg, dtype=self.dtype))
 
     def _batched(self, items: list, key, bar: bool = True):
         """Greedy batches (items pre-sorted by decreasing length) with batch * longest <= batch_tokens."""
@@ -604,7 +385,9 @@ class TransformersBackend(JudgeBackend):
                 self.stats["prompt_tokens"] += sum(len(p.ids) for p in got if not p.error)
                 mark = len(pending)
                 if packs:
-                    self._packed_batches(packs, top_k, pending, variants)
+                    with self._phase("layout"):
+                        seqs = sorted((pack(trunk, branches) for trunk, branches in packs), key=lambda q: -len(q[0]))
+                    self.attention.run(self, seqs, top_k, pending, variants)
                 if plain:
                     self._plain_batches(plain, top_k, pending, variants)
                 for k in range(mark, len(pending)):  # the chunk's positions back to the call's

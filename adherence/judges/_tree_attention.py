@@ -19,7 +19,8 @@ It is installed as a transformers attention implementation (``adherence_tree``) 
 Models that do not route attention through transformers' attention interface, or whose attention has a
 softcap, a sliding window or a position bias, keep the dense-mask path: those named in the model's
 configuration are never switched (``install`` returns False, so the run metadata says
-``tree_attention: false``), the rest turn it off at their first pass (``Unsupported``).
+``tree_attention: false``), the rest are found when the judge loads, by a probe pack that raises ``Unsupported``
+(``_paths.choose_path``).
 """
 
 from __future__ import annotations

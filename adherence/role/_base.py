@@ -90,7 +90,7 @@ class RoleConfig:
     kl_vocab: int = 500
     kl_beta: float = 1.0
     bertscore_layer: Optional[int] = option(None, type=int, help="hidden layer for bertscore (default: last)")
-    bertscore_idf: bool = option(False, flag="--idf", help="idf-weighted bertscore")
+    bertscore_idf: bool = option(False, aliases=("--idf",), help="idf-weighted bertscore")
     bertscore_baseline: Optional[float] = option(
         None, flag="--baseline", type=float, help="bertscore F1 baseline for rescaling"
     )

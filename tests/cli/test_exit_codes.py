@@ -58,12 +58,12 @@ def test_a_signal_in_the_first_moments_exits_130_or_143_without_a_traceback(tmp_
 
 
 def test_a_file_vanishing_mid_job_is_a_job_failure_not_bad_input(tmp_path, capsys, monkeypatch):
-    from adherence.engine import _engine
+    from adherence.engine import _schedule
 
     def vanish(self, *a, **k):
         raise FileNotFoundError(2, "No such file or directory", str(tmp_path / "gone.parquet"))
 
-    monkeypatch.setattr(_engine.Engine, "_execute", vanish)
+    monkeypatch.setattr(_schedule.Scheduler, "run", vanish)
     assert (
         main(["score", str(example_path("role")), "-o", str(tmp_path / "o.parquet"), "--method", "kl", "--no-progress"])
         == 1
@@ -135,12 +135,12 @@ def test_a_base_url_that_cannot_be_a_server_is_bad_input(tmp_path, capsys, url, 
 def test_a_bug_is_exit_1_with_one_line_and_a_debug_hint_not_bad_input(tmp_path, capsys, monkeypatch):
     """A ValueError adherence did not raise as bad input is a bug: exit 1 (2 would tell the orchestrator to
     fix its input), one line naming the cause, and --debug shows the traceback."""
-    from adherence.engine import _engine
+    from adherence.engine import _schedule
 
     def bug(self, *a, **k):
         raise ValueError("operands could not be broadcast together")  # what a bug in a method looks like
 
-    monkeypatch.setattr(_engine.Engine, "_execute", bug)
+    monkeypatch.setattr(_schedule.Scheduler, "run", bug)
     argv = ["score", str(example_path("role")), "-o", str(tmp_path / "o.parquet"), "--method", "kl", "--no-progress"]
     assert main(argv) == 1
     err = capsys.readouterr().err.strip()

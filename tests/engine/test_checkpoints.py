@@ -205,13 +205,14 @@ def test_progress_lines_keep_their_cadence_between_reports():
     import io
     import time
 
+    from adherence.engine._messages import ShardProgress
     from adherence.engine._progress import JobProgress
 
     stream = io.StringIO()
     progress = JobProgress("scoring (x)", total=10, shards=1, every=0.1, stream=stream)
     time.sleep(0.75)  # no report at all
     silent = stream.getvalue().splitlines()
-    progress.within(0, 4)
+    progress.within(ShardProgress(0, 4))
     progress.shard_done(0, 10)
     progress.close()
     assert 5 <= len(silent) <= 10, silent  # the first line, then about one every 0.1 s

@@ -120,9 +120,9 @@ def _previous_output(tmp_path):
 
 def _fail_on_second_write(monkeypatch, fault):
     """The merge's second table write raises ``fault`` (an exception) or calls it (e.g. sends a signal)."""
-    from adherence.engine import _engine
+    from adherence.engine import _sink
 
-    real, calls = _engine._TableSink.write, []
+    real, calls = _sink.TableSink.write, []
 
     def write(self, t):
         calls.append(1)
@@ -132,7 +132,7 @@ def _fail_on_second_write(monkeypatch, fault):
             fault()
         return real(self, t)
 
-    monkeypatch.setattr(_engine._TableSink, "write", write)
+    monkeypatch.setattr(_sink.TableSink, "write", write)
 
 
 def test_ctrl_c_during_the_merge_publishes_nothing(tmp_path, monkeypatch):
@@ -182,11 +182,11 @@ def test_corrupt_shard_output_is_recomputed_on_resume_and_never_published_short(
 
 def test_shard_outputs_missing_rows_are_never_published(tmp_path, synthetic):
     from adherence.engine import EngineError
-    from adherence.engine._engine import Engine as E
+    from adherence.engine._merge import verify_rows
 
     src = write_table(synthetic(30), tmp_path / "in.parquet")
     with pytest.raises(EngineError, match=r"hold \d+ of the \d+ input rows"):
-        E._verify_rows([write_table(pa.table({"_row": pa.array([0, 1, 2], pa.int64())}), tmp_path / "s.parquet")], 5)
+        verify_rows([write_table(pa.table({"_row": pa.array([0, 1, 2], pa.int64())}), tmp_path / "s.parquet")], 5)
     assert src.exists()
 
 

@@ -202,16 +202,16 @@ def _run_with_midrun(monkeypatch, tmp_path, out, action, *extra):
     """Score with the CLI, running ``action`` after every shard is scored and before the publish."""
     from adherence.cli.main import main
     from adherence.data import example_path
-    from adherence.engine import _engine
+    from adherence.engine import _schedule
 
-    original = _engine.Engine._execute
+    original = _schedule.Scheduler.run
 
     def execute(self, *a, **k):
         res = original(self, *a, **k)
         action()
         return res
 
-    monkeypatch.setattr(_engine.Engine, "_execute", execute)
+    monkeypatch.setattr(_schedule.Scheduler, "run", execute)
     return main(
         [
             "score",

@@ -93,7 +93,7 @@ def test_max_qps_is_the_jobs_rate_over_all_ray_workers(tmp_path, synthetic, ray_
         judge = JudgeConfig(
             model="tiny",
             backend="openai",
-            backend_options={"base_url": server.url, "max_qps": 4.0, "concurrency": 8, "timeout": 30},
+            backend_options={"base_url": server.url, "max_qps": 4.0, "concurrency": 8, "request_timeout": 30},
         )
         res = Engine(
             method="llm_judge", judge=judge, shard_size=12, progress=False, n_bootstrap=0, executor="ray",

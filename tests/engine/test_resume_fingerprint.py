@@ -73,7 +73,7 @@ def test_the_fingerprint_leaves_out_exactly_the_declared_cosmetic_options():
         judge=JudgeConfig(
             model="m",
             backend="openai",
-            backend_options={"base_url": "http://a/v1", "api_key": "k", "concurrency": 4, "timeout": 9, "x": 1},
+            backend_options={"base_url": "http://a/v1", "api_key": "k", "concurrency": 4, "request_timeout": 9, "x": 1},
         ),
     )
     fp = score_fingerprint(base)
@@ -90,7 +90,7 @@ def test_the_fingerprint_leaves_out_exactly_the_declared_cosmetic_options():
     for changed in (
         dataclasses.replace(base, threshold=0.7),
         dataclasses.replace(base, judge=dataclasses.replace(base.judge, backend_options={"x": 2})),
-        dataclasses.replace(base, judge=dataclasses.replace(base.judge, top_k=5)),
+        dataclasses.replace(base, judge=dataclasses.replace(base.judge, top_logprobs=5)),
         dataclasses.replace(base, judge=dataclasses.replace(base.judge, backend="vllm")),
     ):
         assert score_hash(changed) != score_hash(base)

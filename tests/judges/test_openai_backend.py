@@ -65,7 +65,9 @@ def test_provider_without_logprobs(tiny_yes_no_judge, turns):
 def test_unreachable_server_stops_before_any_row(turns):
     from adherence.judges._openai import JudgeUnavailable
 
-    backend = get_backend("openai", model="m", base_url="http://127.0.0.1:9/v1", max_retries=1, backoff=0.01, timeout=2)
+    backend = get_backend(
+        "openai", model="m", base_url="http://127.0.0.1:9/v1", max_retries=1, backoff=0.01, request_timeout=2
+    )
     with pytest.raises(JudgeUnavailable, match=r"cannot reach judge server http://127.0.0.1:9/v1"):
         RoleJudge(JudgeConfig(model="m", backend="openai"), backend=backend)
 
@@ -122,7 +124,7 @@ def test_a_fleet_spreads_requests_and_survives_an_endpoint_killed_mid_run(tiny_y
             backoff=0.01,
             max_retries=2,
             concurrency=2,
-            timeout=5,
+            request_timeout=5,
         )
         assert fleet.model_id.count("http://127.0.0.1:") == 3
         judge = RoleJudge(JudgeConfig(model="tiny", backend="openai"), backend=fleet)
@@ -161,7 +163,12 @@ def test_max_qps_caps_the_request_rate_over_the_fleet(tiny_yes_no_judge, turns):
 def test_a_fleet_with_one_dead_endpoint_warns_and_scores_on_the_others(tiny_yes_no_judge, turns):
     with ChatServer(tiny_yes_no_judge) as a:
         fleet = get_backend(
-            "openai", model="tiny", base_url=[a.url, "http://127.0.0.1:9/v1"], backoff=0.01, max_retries=1, timeout=2
+            "openai",
+            model="tiny",
+            base_url=[a.url, "http://127.0.0.1:9/v1"],
+            backoff=0.01,
+            max_retries=1,
+            request_timeout=2,
         )
         with pytest.warns(UserWarning, match=r"cannot reach judge server http://127.0.0.1:9/v1 .*skipped until"):
             cols = RoleJudge(JudgeConfig(model="tiny", backend="openai"), backend=fleet).score(turns)
@@ -228,7 +235,7 @@ def test_retry_after_is_capped_and_counted_in_the_rows_time(tiny_yes_no_judge, t
         return 429, b'{"error": "rate limited"}', {"Retry-After": "1"}
 
     with ChatServer(tiny_yes_no_judge, after_preflight=always_busy) as server:
-        backend = _backend(server, max_retries=50, timeout=30, max_retry_after=10)
+        backend = _backend(server, max_retries=50, request_timeout=30, max_retry_after=10)
         judge = RoleJudge(JudgeConfig(model="tiny", backend="openai"), backend=backend)  # its preflight is answered
         backend.timeout = 0.05  # a 2.55 s budget per row (the preflight's real answer can take longer than 0.05 s)
         cols = judge.score(turns.slice(0, 2))

@@ -158,15 +158,14 @@ def test_scoring_passes_build_no_key_value_cache(tiny_judge, path):
         pytest.skip("this torch has no FlexAttention")
     caches = []
     hook = tiny_judge.model.base_model.register_forward_hook(lambda m, i, out: caches.append(out.past_key_values))
-    saved = tiny_judge.flex, tiny_judge.tree_attention, tiny_judge.prefix_sharing
+    saved = tiny_judge.attention, tiny_judge.prefix_sharing
     try:
-        tiny_judge.flex = path == "flex"
-        tiny_judge.tree_attention = path in ("flex", "tree")
+        tiny_judge.use_attention({"flex": "flex", "tree": "tree-sdpa"}.get(path, "dense-mask"))
         tiny_judge.prefix_sharing = path != "plain"
         tiny_judge.first_token_logprobs(_requests(None))
     finally:
         hook.remove()
-        tiny_judge.flex, tiny_judge.tree_attention, tiny_judge.prefix_sharing = saved
+        tiny_judge.attention, tiny_judge.prefix_sharing = saved
     assert caches and all(c is None for c in caches)
 
 

@@ -82,18 +82,19 @@ def test_backend_tree_path_equals_dense_mask_and_separate_passes(request, judge_
     reqs = _requests()
     tree = _p_yes(judge.first_token_logprobs(reqs))
     assert judge.tree_attention  # the model went through the interface: no fallback happened
+    chosen = judge.attention
     try:
-        judge.tree_attention = False
+        judge.use_attention("dense-mask")
         dense = _p_yes(judge.first_token_logprobs(reqs))
         judge.prefix_sharing = False
         separate = _p_yes(judge.first_token_logprobs(reqs))
     finally:
-        judge.tree_attention, judge.prefix_sharing = True, True
+        judge.attention, judge.prefix_sharing = chosen, True
     np.testing.assert_allclose(tree, dense, atol=1e-5)
     np.testing.assert_allclose(tree, separate, atol=1e-4)
 
 
-def _tiny(tiny_llama_dir, config_cls, attn, **extra):
+def _tiny(tiny_llama_dir, config_cls, attn, tree_attention=True, **extra):
     from transformers import AutoTokenizer, LlamaConfig
 
     base = LlamaConfig.from_pretrained(tiny_llama_dir).to_dict()
@@ -118,7 +119,10 @@ def _tiny(tiny_llama_dir, config_cls, attn, **extra):
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(cfg, attn_implementation=attn)
     return TransformersBackend(
-        loaded=(model, AutoTokenizer.from_pretrained(tiny_llama_dir), "tiny"), device="cpu", progress=False
+        loaded=(model, AutoTokenizer.from_pretrained(tiny_llama_dir), "tiny"),
+        device="cpu",
+        progress=False,
+        tree_attention=tree_attention,
     )
 
 
@@ -244,41 +248,45 @@ def test_backend_flex_path_equals_dense_mask_and_separate_passes(request, judge_
         pytest.skip("this torch has no FlexAttention")
     judge = request.getfixturevalue(judge_name)
     reqs = _requests(None if judge_name == "tiny_judge" else 4)
-    batch_tokens = judge.batch_tokens
+    batch_tokens, chosen = judge.batch_tokens, judge.attention
     try:
-        judge.flex = True  # the CUDA path, run eagerly on CPU (which materialises T x T scores: short rows)
+        judge.use_attention("flex")  # the CUDA path, run eagerly on CPU (which materialises T x T scores: short rows)
         judge.batch_tokens = 256
         before = judge.stats["forward_tokens"]
         flex = _p_yes(judge.first_token_logprobs(reqs))
-        assert judge.flex  # no fallback happened
         judge.batch_tokens = batch_tokens
         flex_tokens = judge.stats["forward_tokens"] - before
-        judge.flex = False
+        judge.use_attention("tree-sdpa")
         before = judge.stats["forward_tokens"]
         tree = _p_yes(judge.first_token_logprobs(reqs))
         assert judge.stats["forward_tokens"] - before == flex_tokens  # the same tokens, only laid out differently
-        judge.tree_attention = False
+        judge.use_attention("dense-mask")
         dense = _p_yes(judge.first_token_logprobs(reqs))
     finally:
-        judge.tree_attention, judge.flex, judge.batch_tokens = True, False, batch_tokens
+        judge.attention, judge.batch_tokens = chosen, batch_tokens
     np.testing.assert_allclose(flex, tree, atol=1e-5)
     np.testing.assert_allclose(flex, dense, atol=1e-5)
 
 
-def test_backend_flex_refuses_a_sliding_window_and_falls_back(tiny_llama_dir, monkeypatch):
+def test_backend_flex_refuses_a_sliding_window_when_the_judge_loads(tiny_llama_dir, monkeypatch):
+    """Flex asked for, on a model whose window its configuration hides: the probe at load finds that neither flex
+    nor tree attention runs it, so every call takes the dense mask (no path is switched off during a call)."""
     if not _tree_attention.flex_available():
         pytest.skip("this torch has no FlexAttention")
     from transformers import MistralConfig
 
     monkeypatch.setattr(_tree_attention, "config_unsupported", lambda config: None)
-    judge = _tiny(tiny_llama_dir, MistralConfig, "sdpa", sliding_window=16)  # installed despite its window
+    judge = _tiny(tiny_llama_dir, MistralConfig, "sdpa", tree_attention="flex", sliding_window=16)
     monkeypatch.undo()
-    judge.flex = True
+    assert judge.describe()["attention"] == "dense-mask" and not judge.flex and not judge.tree_attention
     reqs = _requests(3)
     packed = _p_yes(judge.first_token_logprobs(reqs))
-    assert not judge.flex and not judge.tree_attention
     judge.prefix_sharing = False
     np.testing.assert_allclose(packed, _p_yes(judge.first_token_logprobs(reqs)), atol=1e-4)
+    judge.use_attention("flex")  # forced past the probe: the pass refuses the window, it is not scored wrongly
+    judge.prefix_sharing = True
+    with pytest.raises(_tree_attention.Unsupported, match="sliding_window"):
+        judge.first_token_logprobs(reqs)
 
 
 def _flex_lengths(monkeypatch) -> list:
@@ -300,17 +308,18 @@ def test_warm_up_runs_every_padded_batch_length_once_and_leaves_no_work_counted(
     seen = _flex_lengths(monkeypatch)
     reqs = _requests(None)
     before = _p_yes(tiny_judge.first_token_logprobs(reqs))
-    batch_tokens = tiny_judge.batch_tokens
+    batch_tokens, chosen = tiny_judge.batch_tokens, tiny_judge.attention
     try:
         assert tiny_judge.warm_up() == {"lengths": [], "s": 0.0}  # no flex path on CPU: nothing to compile
-        tiny_judge.flex, tiny_judge.batch_tokens = True, 512  # the CUDA path, eagerly: lengths of 128 on CPU
+        tiny_judge.use_attention("flex")  # the CUDA path, eagerly: lengths of 128 on CPU
+        tiny_judge.batch_tokens = 512
         seen.clear()
         counted = dict(tiny_judge.stats)
         got = tiny_judge.warm_up()
         assert got["lengths"] == seen == [128, 256, 384, 512] and got["s"] > 0
         assert tiny_judge.flex and tiny_judge.stats == counted  # the warm-up is not counted as work
     finally:
-        tiny_judge.flex, tiny_judge.batch_tokens = False, batch_tokens
+        tiny_judge.attention, tiny_judge.batch_tokens = chosen, batch_tokens
     np.testing.assert_allclose(_p_yes(tiny_judge.first_token_logprobs(reqs)), before, atol=1e-6)
 
 
