@@ -53,7 +53,6 @@ def test_readme_links_into_docs_exist():
 
 
 def test_the_architecture_picture_is_drawn_from_the_code():
-    sys.path.insert(0, str(ROOT / "tools"))
     import architecture
 
     assert architecture.main(["--check"]) == 0, "run: python tools/architecture.py --write"

@@ -1,13 +1,11 @@
 """The package is layered: every import points down (or sideways inside a room), and no module imports
 itself back through a circle. Imports inside functions count too: a lazy import is still a dependency."""
 
-import sys
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tools"))
 import architecture  # noqa: E402  (the layers and the import graph, also drawn on docs/architecture.md)
 
 LEVEL = architecture.LEVEL

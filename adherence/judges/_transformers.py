@@ -113,6 +113,9 @@ class TransformersBackend(JudgeBackend):
         self.stats = {k: 0 for k in self.stats}  # the probe is not the job's work
         self._events.clear()
 
+    #: a conversation's trunk and tails as one packed sequence (``_paths.pack``; a bench check swaps in a wrong one)
+    _pack = staticmethod(pack)
+
     @property
     def tree_attention(self) -> bool:
         """Packed conversations go through tree-shaped attention (flex or SDPA), not the dense mask."""
@@ -386,7 +389,7 @@ class TransformersBackend(JudgeBackend):
                 mark = len(pending)
                 if packs:
                     with self._phase("layout"):
-                        seqs = sorted((pack(trunk, branches) for trunk, branches in packs), key=lambda q: -len(q[0]))
+                        seqs = sorted((self._pack(t, b) for t, b in packs), key=lambda q: -len(q[0]))
                     self.attention.run(self, seqs, top_k, pending, variants)
                 if plain:
                     self._plain_batches(plain, top_k, pending, variants)

@@ -4,7 +4,6 @@ out with their reason; scores exported back to the spans they came from."""
 
 import base64
 import json
-import sys
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -16,7 +15,6 @@ from adherence.data._contracts import TURNS
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "adherence" / "examples" / "role_traces.otlp.jsonl"
-sys.path.insert(0, str(ROOT / "tools"))
 
 
 def _turns(path, **kw):

@@ -23,7 +23,6 @@ pytest.importorskip("moto")
 
 pytestmark = pytest.mark.slow  # a moto S3 server per module, jobs against it
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
 from soak_s3 import s3_bucket  # noqa: E402  (the S3 fault run starts its server the same way)
 
 

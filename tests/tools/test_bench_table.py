@@ -2,11 +2,9 @@
 
 import json
 import re
-import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tools"))
 import bench_table  # noqa: E402
 
 

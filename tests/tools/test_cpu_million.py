@@ -1,13 +1,11 @@
 """tools/cpu_million.py on a small file: each path checked, run on every turn, profiled; --reuse only of the same run."""
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tools"))
 import cpu_million  # noqa: E402
 
 from tests.conftest import REPO  # noqa: E402

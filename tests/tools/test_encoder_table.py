@@ -2,11 +2,9 @@
 
 import html
 import json
-import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tools"))
 import encoder_table  # noqa: E402
 
 from adherence.models._onnx import BF16_BATCH_TOLERANCE  # noqa: E402

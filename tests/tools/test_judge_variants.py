@@ -1,14 +1,12 @@
 """docs/judge.md's layout-and-dtype table is the committed JSON, and the JSON's statistics hold against
 independent references (scikit-learn's AUC, ranks by numpy, the planner's token counts)."""
 
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tools"))
 import judge_variants  # noqa: E402
 
 

@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tools"))
 import llama_cpp_cmake_args as flags  # noqa: E402
 
 AVX2_ONLY = {"sse4_2", "avx", "avx2", "fma", "f16c"}

@@ -195,11 +195,8 @@ def test_export_html_escapes_and_ranks(data, tmp_path, capsys):
 @pytest.mark.slow  # a moto S3 server
 def test_an_output_on_object_storage_is_viewed_where_it_lies(data, tmp_path):
     """An s3:// output (a real S3-compatible server on 127.0.0.1) gives the local file's answers."""
-    import sys
-    from pathlib import Path
 
     pytest.importorskip("moto")
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
     from soak_s3 import s3_bucket
 
     path, _ = data
