@@ -89,7 +89,7 @@ class JobTargets:
             return t
         if self.staging is None:  # pragma: no cover - resolve stages every URI target
             raise EngineError(f"{t} is on object storage but no staging directory was made for it")
-        return self.staging / ("work" if key == "work" else "publish") / Remote(t).name
+        return self.staging / ("work" if key == "work" else "publish") / self.remote[key].name
 
     def final(self, key: str) -> Union[Path, Remote]:
         """Where ``output`` or ``sessions`` is committed: the local path, or the object."""
@@ -160,7 +160,7 @@ def _taken(source, targets: JobTargets, options: EngineOptions, intermediate: bo
     finals = {"output": targets.final("output"), "sessions": targets.final("sessions")}
     if isinstance(source, (str, os.PathLike)):
         _check_file(source)  # a missing file, a FIFO, an unreadable or empty input: one line, before anything
-    check_outputs(source, targets.output, targets.sessions, targets.work)
+    check_outputs(source, finals["output"], finals["sessions"], targets.remote.get("work", work))
     out_path.parent.mkdir(parents=True, exist_ok=True)
     sessions_path.parent.mkdir(parents=True, exist_ok=True)
     with contextlib.ExitStack() as stack:

@@ -14,7 +14,7 @@ from typing import Optional
 
 from .._atomic import temporary_of
 from ..data import DataError, metadata_path
-from ..data._storage import Remote
+from ..data._storage import Remote, is_uri
 from ._commit import check_replaceable, pid_alive
 from ._files import same_file
 
@@ -88,16 +88,17 @@ def _inside(child: Path, parent: Path) -> bool:
 
 def check_outputs(source, output, sessions, work) -> None:
     """Refuse, before any work, every output that would destroy data or collide with another: the one check of a
-    job's targets, each a local ``Path`` or an object-storage URI (``str``).
+    job's targets, each a local ``Path`` or an object on object storage (a ``Remote``).
 
     Raises:
         DataError: one line naming the path and what is wrong.
     """
     for what, t in (("the output", output), ("the sessions output", sessions)):
-        if isinstance(t, str):
-            if output_format(Path(Remote(t).name)) == "directory":
+        if isinstance(t, Remote):
+            if output_format(Path(t.name)) == "directory":
                 raise DataError(
-                    f"{what} on object storage must be one file (.parquet, .jsonl or .csv), not a directory", file=t
+                    f"{what} on object storage must be one file (.parquet, .jsonl or .csv), not a directory",
+                    file=str(t),
                 )
         else:
             output_format(t)
@@ -111,7 +112,7 @@ def check_outputs(source, output, sessions, work) -> None:
         if isinstance(t, Path):  # an object's metadata lies beside it, under the same prefix
             written[what] = metadata_path(t)
     local = {what: p for what, p in written.items() if isinstance(p, Path)}
-    if isinstance(source, (str, os.PathLike)) and not _is_uri(source):
+    if isinstance(source, (str, os.PathLike)) and not is_uri(source):
         src = Path(source)
         for what, p in local.items():
             if same_file(p, src) or (src.is_dir() and _inside(p, src)):
@@ -132,10 +133,6 @@ def check_outputs(source, output, sessions, work) -> None:
     check_replaceable(sessions, "the sessions output")
 
 
-def _is_uri(t) -> bool:
-    return isinstance(t, str) and "://" in t
-
-
 def _same_target(a, b) -> bool:
     if isinstance(a, Path) and isinstance(b, Path):
         return same_file(a, b)
@@ -143,7 +140,7 @@ def _same_target(a, b) -> bool:
 
 
 def _target_inside(child, parent) -> bool:
-    """``child`` is ``parent`` or lies below it: local paths resolved, object-storage URIs by their prefix."""
+    """``child`` is ``parent`` or lies below it: local paths resolved, objects by their URI's prefix."""
     if isinstance(child, Path) and isinstance(parent, Path):
         return _inside(child, parent)
     if isinstance(child, Path) or isinstance(parent, Path):

@@ -98,13 +98,14 @@ class TreePath(DensePath):
 
 
 class FlexPath(AttentionPath):
-    """Packs end to end in one row per batch through FlexAttention; ``bucket``: the padding multiple."""
+    """Packs end to end in one row per batch through FlexAttention, padded to a multiple of ``bucket``."""
 
     name = "flex"
     tree = True
 
-    def __init__(self, bucket: int) -> None:
-        self.bucket = bucket
+    def __init__(self, device) -> None:
+        # on CUDA few padded lengths, so few compiled kernels; elsewhere (eager, a test reference) short rows
+        self.bucket = 1024 if device.type == "cuda" else 128
 
     def padded(self, n: int) -> int:
         """A batch's length: ``n`` tokens rounded up to a multiple of ``bucket``."""
@@ -191,7 +192,7 @@ def choose_path(judge, requested: Any, installed: bool) -> AttentionPath:
             and _tree_attention.flex_available()
             and (requested == "flex" or judge.device.type == "cuda")
         ):
-            candidates.append(FlexPath(1024 if judge.device.type == "cuda" else 128))
+            candidates.append(FlexPath(judge.device))
         candidates.append(TreePath())
     tok = int(judge.tokenizer.pad_token_id or 0)
     probe = ([tok] * 4, [0, 1, 2, 2], [(0, 2), (1, 3)], (2, [(2, 1, 2), (3, 1, 2)]))

@@ -131,11 +131,10 @@ class TransformersBackend(JudgeBackend):
         at its first pass)."""
         from ._paths import DensePath, FlexPath, TreePath
 
-        paths = {"flex": lambda: FlexPath(1024 if self.device.type == "cuda" else 128), "tree-sdpa": TreePath,
-                 "dense-mask": DensePath}  # fmt: skip
+        paths = {"flex": FlexPath, "tree-sdpa": TreePath, "dense-mask": DensePath}
         if name not in paths:
             raise ValueError(f"attention path {name!r}: one of {', '.join(paths)}")
-        self.attention = paths[name]()
+        self.attention = FlexPath(self.device) if name == "flex" else paths[name]()
 
     def warm_up(self) -> dict:
         """Compile the attention for every padded batch length a job can meet (the flex path compiles one
