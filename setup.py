@@ -10,9 +10,9 @@ exec((HERE / "adherence" / "_version.py").read_text(), VERSION)
 
 EXTRAS = {
     "report": ["matplotlib>=3.7"],
-    # --encoder-precision int8 (ONNX Runtime) and bf16 (OpenVINO, on AMX / AVX512-BF16), and onnx to export and
-    # quantise the encoder for them; the default float32 path runs in torch
-    "cpu-encoders": ["onnxruntime>=1.20", "onnx>=1.16", "openvino>=2025.0"],
+    # --encoder-precision int8 (ONNX Runtime) and bf16 (OpenVINO, a core requirement, over an ONNX export): ONNX
+    # Runtime, and onnx to export and quantise the encoder for them
+    "cpu-encoders": ["onnxruntime>=1.20", "onnx>=1.16"],
     "ray": ["ray>=2.9"],
     "triton": ["triton>=3.7.1", "numpy>=2.4"],
     "vllm": ["vllm>=0.6"],  # the CUDA build
@@ -35,7 +35,6 @@ EXTRAS = {
         "pytest-timeout>=2.3",  # a hung test fails alone and the run goes on (pytest.ini: timeout)
         "onnxruntime>=1.20",  # the cpu-encoders extra: the int8 and bf16 paths are tested
         "onnx>=1.16",
-        "openvino>=2025.0",
         "scikit-learn>=1.3",
         "scipy>=1.10",
         "statsmodels>=0.14",
@@ -87,6 +86,7 @@ setup(
         "accelerate>=0.30",
         "pyyaml>=6.0",  # audit rubrics
         "scipy>=1.10",  # sparse TF-IDF / BM25 matrices
+        "openvino>=2025.0",  # the encoder's float32 path on x86-64 CPUs, and bf16's runtime
     ],
     extras_require=EXTRAS,
     entry_points={"console_scripts": ["adherence=adherence.cli.main:console_main"]},

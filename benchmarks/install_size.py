@@ -1,6 +1,6 @@
 """The default install's size, from the distributions installed in this environment (their RECORD files): the
 closure of setup.py's ``install_requires`` and requirements-nodeps.txt, with and without the ``cpu-encoders``
-extra's runtimes (ONNX Runtime, onnx, OpenVINO and what only they pull in).
+extra (as the installed package declares it: ONNX Runtime, onnx, and what only they pull in).
 
     python benchmarks/install_size.py OUT.json
 """
@@ -53,7 +53,8 @@ def main(out_path: str) -> None:
     core = [Requirement(r).name for r in own.requires or [] if "extra ==" not in r]
     nodeps = [ln.split("==")[0].strip() for ln in (ROOT / "requirements-nodeps.txt").read_text().splitlines()
               if ln.strip() and not ln.startswith("#")]  # fmt: skip
-    extra = ["onnxruntime", "onnx", "openvino"]
+    extra = [Requirement(r).name for r in own.requires or [] if Requirement(r).marker
+             and Requirement(r).marker.evaluate({"extra": "cpu-encoders"}) and "extra ==" in r]  # fmt: skip
     now, with_extra = _closure(core + nodeps), _closure(core + nodeps + extra)
     mb = {k: round(_size(d, site) / 2**20, 1) for k, d in with_extra.items()}
     doc = {

@@ -14,7 +14,7 @@ from typing import Optional
 
 from .._errors import OptionError
 
-__all__ = ["cpu_bf16_native", "cpu_features", "pick_device", "pick_dtype"]
+__all__ = ["cpu_bf16_native", "cpu_features", "cpu_kind", "pick_device", "pick_dtype"]
 
 _NAMES = {
     "float32": "float32",
@@ -47,6 +47,24 @@ def cpu_bf16_native(flags: Optional[frozenset] = None) -> bool:
     if platform.machine().lower() in ("aarch64", "arm64"):
         return "bf16" in flags
     return any(f in flags for f in BF16_FLAGS)
+
+
+def cpu_kind(flags: Optional[frozenset] = None) -> str:
+    """The kind of CPU, as the encoder benchmarks name them: ``amx``, ``avx512bf16``, ``avx512``, ``avx2`` (x86-64),
+    ``arm64``, or ``other``. The encoder's float32 runtime is chosen by it (``adherence.models._onnx``)."""
+    flags = cpu_features() if flags is None else flags
+    machine = platform.machine().lower()
+    if machine in ("aarch64", "arm64"):
+        return "arm64"
+    if machine not in ("x86_64", "amd64"):
+        return "other"
+    if "amx_bf16" in flags:
+        return "amx"
+    if "avx512_bf16" in flags:
+        return "avx512bf16"
+    if "avx512f" in flags:
+        return "avx512"
+    return "avx2" if "avx2" in flags else "other"
 
 
 def pick_device(device: Optional[str] = None):

@@ -56,13 +56,17 @@ class Encoder:
         progress: show a progress bar for long encodes.
         cache_bytes: memory of the text -> embedding cache (least recently used texts are
             dropped beyond it; 0 disables it). Default 256 MiB, about 120k texts at 384-d.
-        precision: ``"float32"`` (default: the checkpoint as trained; the run ``dtype`` on a GPU),
+        precision: ``"float32"`` (default: the checkpoint as trained, exact; the run ``dtype`` on a GPU),
             ``"bf16"``: sentence embeddings on the CPU through OpenVINO with bf16 products (a CPU with AMX
             or AVX512-BF16; lowest cosine to float32 >= 0.9999 on the benchmark texts), or ``"int8"``:
             through an int8 copy of the checkpoint run by ONNX Runtime (any CPU; less exact). Both run an
             ONNX export kept in the user's cache (``adherence.models._onnx``; made on first use);
             docs/encoders.md states their speed and distance from float32. Token embeddings (BERTScore)
             stay float32.
+        runtime: what runs float32 sentence embeddings on a CPU: ``"openvino"`` (float32 products) or ``"torch"``;
+            default the fastest measured on this kind of CPU (``adherence.models._onnx.FLOAT32_RUNTIMES``:
+            OpenVINO on x86-64, torch elsewhere). Both are exact; the run metadata records which ran. bf16 runs
+            on OpenVINO, int8 on ONNX Runtime, a GPU on torch.
 
     Example::
 
@@ -82,6 +86,7 @@ class Encoder:
         progress: bool = True,
         cache_bytes: int = 256 << 20,
         precision: str = "float32",
+        runtime: Optional[str] = None,
     ) -> None:
         import torch
         from transformers import AutoConfig, AutoTokenizer
@@ -103,18 +108,24 @@ class Encoder:
             )
         self.precision = precision
         self.dtype = pick_dtype(self.device, dtype)
+        self.runtime = self._pick_runtime(precision, runtime)
         path = self.resolved.path
         self.tokenizer = AutoTokenizer.from_pretrained(str(path))
         self.config = AutoConfig.from_pretrained(str(path))
         self._model: Optional[Any] = None
-        if precision == "float32":
+        if self.runtime == "torch":
             self._model = self._load_model()
         self.pooling = _pooling_mode(path)
         self.max_length = int(max_length) if max_length else _max_length(path, self.tokenizer)
         accel = self.device.type != "cpu"
-        # CPU (texts, padded tokens) per batch by precision, the fastest on 2 cores: int8 16 short texts, 2 of 256
-        # tokens; bf16 64 short texts, 8 of 256 tokens
-        cpu_texts, cpu_tokens = {"float32": (64, None), "bf16": (64, 2048), "int8": (16, 512)}[precision]
+        # CPU (texts, padded tokens) per batch by runtime, the fastest on 2 cores: int8 16 short texts, 2 of 256
+        # tokens; bf16 64 short texts, 8 of 256 tokens; OpenVINO float32 32 short texts (64 and 128 ran slower on
+        # the AVX2 EPYC: a batch's activations stay in cache)
+        cpu_texts, cpu_tokens = {
+            "torch": (64, None),
+            "openvino": (32, None) if precision == "float32" else (64, 2048),
+            "onnxruntime": (16, 512),
+        }[self.runtime]
         self.batch_size = int(batch_size or (4096 if accel else cpu_texts))
         self.batch_tokens = int(batch_tokens) if batch_tokens else (65536 if accel else cpu_tokens)
         self.progress = progress
@@ -126,7 +137,7 @@ class Encoder:
         self._cache: OrderedDict[str, torch.Tensor] = OrderedDict()
         self._cache_used = 0
         self._backends: dict = {}  # max_length -> a fast tokenizer's backend set to truncate there
-        self._runtime: Optional[Any] = None  # the bf16 / int8 CPU runtime (adherence.models._onnx)
+        self._runtime: Optional[Any] = None  # the CPU runtime that is not torch (adherence.models._onnx)
         if precision == "int8":
             from ._onnx import OnnxSentenceModel, encoder_file
 
@@ -135,6 +146,23 @@ class Encoder:
             from ._onnx import OpenVinoSentenceModel, encoder_file
 
             self._runtime = OpenVinoSentenceModel(encoder_file(self, "bf16"))
+        elif self.runtime == "openvino":
+            from ._onnx import OpenVinoSentenceModel, openvino_file
+
+            self._runtime = OpenVinoSentenceModel(openvino_file(self), precision="f32")
+
+    def _pick_runtime(self, precision: str, runtime: Optional[str]) -> str:
+        """The runtime of sentence embeddings: torch on an accelerator, the precision's own for bf16 / int8, and
+        for float32 on a CPU the one named or the fastest measured for this kind of CPU."""
+        from ._onnx import _RUNTIMES, float32_runtime
+
+        if self.device.type != "cpu" or precision != "float32":
+            own = "torch" if self.device.type != "cpu" else _RUNTIMES[precision]
+            if runtime not in (None, own):
+                where = self.device.type if self.device.type != "cpu" else f"--encoder-precision {precision}"
+                raise OptionError(f"`runtime` {runtime!r} cannot run {where}: it runs on {own}")
+            return own
+        return float32_runtime(runtime)
 
     def _load_model(self):
         from transformers import AutoModel
@@ -148,21 +176,25 @@ class Encoder:
 
     @property
     def model(self):
-        """The torch checkpoint: loaded with the encoder on the float32 path; on the bf16 / int8 paths, whose
-        sentence embeddings come from their runtime, only when token embeddings (BERTScore) first need it --
-        importing the architecture and loading it was most of a worker's 4 s start-up."""
+        """The torch checkpoint: loaded with the encoder where torch runs sentences; where another runtime runs
+        them (OpenVINO, ONNX Runtime), only when token embeddings (BERTScore) first need it -- importing the
+        architecture and loading it was most of a worker's 4 s start-up."""
         if self._model is None:
             self._model = self._load_model()
         return self._model
 
     def describe(self) -> dict:
-        """The checkpoint (``ResolvedModel.describe``) and how sentences are encoded, for run metadata."""
-        out = dict(self.resolved.describe(), precision=self.precision)
-        if self._runtime is None:
-            return out
+        """The checkpoint (``ResolvedModel.describe``) and how sentences are encoded (precision, the runtime and its
+        version, the kind of CPU that chose it), for run metadata."""
+        from ._device import cpu_kind
         from ._onnx import runtime_version, weight_levels
 
-        out.update(runtime=runtime_version(self.precision), file=self._runtime.path.name)
+        out = dict(self.resolved.describe(), precision=self.precision, runtime=runtime_version(self.runtime))
+        if self.device.type == "cpu":
+            out["cpu_kind"] = cpu_kind()
+        if self._runtime is None:
+            return out
+        out["file"] = self._runtime.path.name
         if self.precision == "int8":
             out["quantization"] = f"int8 weights per output column (+-{weight_levels()}), 8-bit inputs per token"
         else:

@@ -1,7 +1,13 @@
-"""The encoder's CPU runtimes: the checkpoint exported to ONNX once, then run by OpenVINO (bf16) or, quantised
-to int8, by ONNX Runtime. Both are optional (``pip install 'adherence[cpu-encoders]'``): the default float32 path
-runs the checkpoint in torch (on the AMX Xeon at 0.88 and 0.92 of OpenVINO's float32 on short and long texts:
-docs/encoders.md).
+"""The encoder's CPU runtimes: the checkpoint converted once, then run by OpenVINO (float32, bf16) or, quantised
+to int8, by ONNX Runtime.
+
+The default float32 path runs where it ran fastest on each kind of CPU measured (``FLOAT32_RUNTIMES``, chosen at
+load by ``float32_runtime``): OpenVINO with its float32 inference precision on every x86-64 kind (on the AMX Xeon,
+the AVX2 EPYC and the AVX512-BF16 EPYC it outran torch on short and long texts: docs/encoders.md), over an
+OpenVINO model converted from the torch checkpoint by OpenVINO's own PyTorch front end (no ONNX), so OpenVINO is a
+core requirement; torch elsewhere (Arm, or an install without OpenVINO), and for token embeddings (BERTScore). Both
+are exact (lowest cosine to sentence-transformers' float32 >= 0.9999; measured 0.9999998). The bf16 and int8 paths
+run an ONNX export and need the extra (``pip install 'adherence[cpu-encoders]'``: ONNX Runtime and onnx).
 
 ``Encoder(precision="bf16")`` (``--encoder-precision bf16``) runs the float32 export through OpenVINO with
 its bf16 inference precision (``INFERENCE_PRECISION_HINT``: OpenVINO picks which operations run in bf16 on
@@ -46,9 +52,12 @@ from .._errors import OptionError
 __all__ = [
     "BF16_BATCH_TOLERANCE",
     "CPU_ENCODERS_EXTRA",
+    "FLOAT32_RUNTIMES",
     "PRECISIONS",
     "cache_dir",
     "encoder_file",
+    "float32_runtime",
+    "openvino_file",
     "encoder_precision_option",
     "runtime_version",
     "OnnxSentenceModel",
@@ -63,9 +72,40 @@ PRECISIONS = ("float32", "bf16", "int8")
 #: by ~1e-3 with the texts batched beside it (docs/encoders.md); checks comparing such scores allow this.
 BF16_BATCH_TOLERANCE = 5e-3
 _FORMAT = 3  # bump when the exported graph or the quantisation changes
-#: The extra that installs the bf16 and int8 paths' runtimes (OpenVINO, ONNX Runtime, onnx: about 290 MB that the
-#: default float32 path does not use).
+#: The extra that installs what the bf16 and int8 paths need beyond the core (ONNX Runtime and onnx: about 100 MB
+#: that the default float32 path does not use).
 CPU_ENCODERS_EXTRA = "cpu-encoders"
+#: The float32 path's runtime on each kind of CPU (``adherence.models._device.cpu_kind``), the fastest exact runtime
+#: measured there (``benchmarks/float32_runtimes.py``, ``adherence bench cpu-encoder``: OpenVINO float32 over torch
+#: on AMX, AVX512-BF16 and AVX2; AVX-512 without bf16 is not measured and takes its neighbours' choice). A kind not
+#: listed runs torch.
+FLOAT32_RUNTIMES = {"amx": "openvino", "avx512bf16": "openvino", "avx512": "openvino", "avx2": "openvino"}
+#: The runtimes the float32 path can run on (``Encoder(runtime=...)`` names one; torch also serves GPUs).
+FLOAT32_RUNTIME_NAMES = ("openvino", "torch")
+
+
+def float32_runtime(requested: Optional[str] = None) -> str:
+    """The runtime of the float32 CPU path: ``requested`` when given (``"openvino"`` or ``"torch"``), else this CPU
+    kind's entry of ``FLOAT32_RUNTIMES`` where OpenVINO imports, else torch (Arm, or OpenVINO missing: exact, slower).
+    """
+    from .._optional import is_available
+    from ._device import cpu_kind
+
+    if requested is not None:
+        if requested not in FLOAT32_RUNTIME_NAMES:
+            raise OptionError(
+                f"`runtime` must be one of {', '.join(FLOAT32_RUNTIME_NAMES)} for float32, got {requested!r}"
+            )
+        if requested == "openvino" and not is_available("openvino"):
+            from .._errors import MissingDependencyError
+
+            raise MissingDependencyError(
+                "'openvino' is needed for the encoder's openvino runtime but is not installed; it is a requirement of "
+                "adherence: pip install -c constraints.txt -e ."
+            )
+        return requested
+    chosen = FLOAT32_RUNTIMES.get(cpu_kind(), "torch")
+    return chosen if chosen != "openvino" or is_available("openvino") else "torch"
 
 
 def encoder_precision_option():
@@ -91,12 +131,13 @@ def cache_dir() -> Path:
     return (Path(xdg) if xdg else Path.home() / ".cache") / "adherence"
 
 
-def _checkpoint_key(path: Path, pooling: str, max_length: int) -> str:
-    """A digest of the checkpoint's files (names, sizes, modification times), its pooling and the exporter."""
-    import onnxruntime
+def _checkpoint_key(path: Path, pooling: str, max_length: int, tools: tuple = ("onnxruntime",)) -> str:
+    """A digest of the checkpoint's files (names, sizes, modification times), its pooling, torch's version and the
+    versions of ``tools`` (the modules that convert or rewrite the graph)."""
     import torch
 
-    h = hashlib.sha256(f"{_FORMAT}|{pooling}|{max_length}|{torch.__version__}|{onnxruntime.__version__}".encode())
+    versions = "|".join(__import__(t).__version__ for t in tools)
+    h = hashlib.sha256(f"{_FORMAT}|{pooling}|{max_length}|{torch.__version__}|{versions}".encode())
     for f in sorted(p for p in path.rglob("*") if p.is_file()):
         st = f.stat()
         h.update(f"{f.relative_to(path)}|{st.st_size}|{st.st_mtime_ns}".encode())
@@ -107,8 +148,8 @@ def _publish(tmp: Path, dest: Path) -> None:
     os.replace(tmp, dest)
 
 
-def _export_float(encoder, dest: Path) -> None:
-    """Trace the encoder (forward + pooling + normalisation) into a float32 ONNX file at ``dest``."""
+def _sentence_module(encoder):
+    """The encoder as one torch module: forward, the checkpoint's pooling, normalisation; ``[texts, dim]`` out."""
     import torch
     from transformers import AutoModel
 
@@ -116,7 +157,7 @@ def _export_float(encoder, dest: Path) -> None:
         def __init__(self, enc) -> None:
             super().__init__()
             # Eager attention: its graph runs faster under ONNX Runtime than SDPA's on long texts and
-            # gives the same embeddings.
+            # gives the same embeddings (under OpenVINO the two ran level).
             self.model = AutoModel.from_pretrained(str(enc.resolved.path), attn_implementation="eager").eval()
             self.enc = enc
 
@@ -124,14 +165,44 @@ def _export_float(encoder, dest: Path) -> None:
             hidden = self.model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
             return torch.nn.functional.normalize(self.enc._pool(hidden.float(), attention_mask), dim=-1)
 
-    ids = torch.ones(2, 8, dtype=torch.int64)
-    mask = torch.ones(2, 8, dtype=torch.int64)
+    return Sentence(encoder).eval()
+
+
+def _example_batch():
+    import torch
+
+    return torch.ones(2, 8, dtype=torch.int64), torch.ones(2, 8, dtype=torch.int64)
+
+
+def _export_openvino(encoder, dest: Path) -> None:
+    """Convert the encoder (forward + pooling + normalisation) with OpenVINO's PyTorch front end into a float32
+    OpenVINO model at ``dest`` (``.xml``, its weights beside it in ``.bin``, kept float32: not compressed to fp16)."""
+    import openvino as ov
+    import torch
+
+    ids, mask = _example_batch()
+    shape = ov.PartialShape([-1, -1])
+    with warnings.catch_warnings(), torch.inference_mode(False), torch.no_grad():
+        warnings.simplefilter("ignore")  # the tracer's notes on the checkpoint's Python branches
+        model = ov.convert_model(
+            _sentence_module(encoder),
+            example_input={"input_ids": ids, "attention_mask": mask},
+            input=[("input_ids", shape, ov.Type.i64), ("attention_mask", shape, ov.Type.i64)],
+        )
+    ov.save_model(model, str(dest), compress_to_fp16=False)
+
+
+def _export_float(encoder, dest: Path) -> None:
+    """Trace the encoder (forward + pooling + normalisation) into a float32 ONNX file at ``dest``."""
+    import torch
+
+    ids, mask = _example_batch()
     dynamic = {
         "input_ids": {0: "texts", 1: "tokens"},
         "attention_mask": {0: "texts", 1: "tokens"},
         "embedding": {0: "texts"},
     }
-    model = Sentence(encoder).eval()
+    model = _sentence_module(encoder)
     with warnings.catch_warnings(), torch.inference_mode(False), torch.no_grad():
         warnings.simplefilter("ignore")  # the TorchScript exporter's deprecation and tracer notes
         torch.onnx.export(
@@ -222,14 +293,44 @@ def _rowwise_int8(src: Path, dest: Path, levels: int) -> int:
     return n
 
 
-#: The module that runs each CPU precision.
+#: The module that runs each CPU precision (float32's: ``float32_runtime``).
 _RUNTIMES = {"bf16": "openvino", "int8": "onnxruntime"}
 
 
-def runtime_version(precision: str) -> str:
-    """``"<runtime> <version>"`` of the library that runs ``precision`` (``"openvino 2026.4.1"``), for metadata."""
-    module = _RUNTIMES[precision]
+def runtime_version(module: str) -> str:
+    """``"<runtime> <version>"`` of a runtime module (``"openvino 2026.4.1"``, ``"torch 2.13.0+cpu"``), for metadata;
+    a precision names its runtime (``"bf16"`` -> openvino)."""
+    module = _RUNTIMES.get(module, module)
     return f"{module} {__import__(module).__version__.split('-')[0]}"
+
+
+def _cache_folder(encoder, tools: tuple) -> Path:
+    key = _checkpoint_key(encoder.resolved.path, encoder.pooling, encoder.max_length, tools)
+    safe = re.sub(r"[^\w.-]+", "_", Path(encoder.name).name)  # bundled:name -> bundled_name
+    return cache_dir() / "encoders" / f"{safe}-{key}"
+
+
+def _say_export(encoder, runtime: str, folder: Path) -> None:
+    if getattr(encoder, "progress", False):
+        print(f"converting {encoder.name} for {runtime} into {folder} (once per machine) ...", file=sys.stderr)
+
+
+def openvino_file(encoder) -> Path:
+    """The float32 OpenVINO model (``.xml``; weights in the ``.bin`` beside it) the float32 path runs for
+    ``encoder``'s checkpoint, converted into the cache on first use (seconds). Both files are written under a
+    temporary folder and moved into place weights first, so a process that finds the ``.xml`` finds them whole."""
+    folder = _cache_folder(encoder, ("openvino",))
+    dest = folder / "openvino-float32.xml"
+    if dest.exists():
+        return dest
+    folder.mkdir(parents=True, exist_ok=True)
+    _say_export(encoder, "openvino", folder)
+    with tempfile.TemporaryDirectory(dir=folder, prefix=".export-") as tmp:
+        xml = Path(tmp) / dest.name
+        _export_openvino(encoder, xml)
+        _publish(xml.with_suffix(".bin"), dest.with_suffix(".bin"))
+        _publish(xml, dest)
+    return dest
 
 
 def encoder_file(encoder, precision: str) -> Path:
@@ -237,22 +338,16 @@ def encoder_file(encoder, precision: str) -> Path:
     OpenVINO runs with bf16 products; ``int8``: the quantised graph), exported into the cache on first use."""
     from .._optional import require
 
-    # the runtime, the exporter, and ONNX Runtime's version in the cache key: the extra installs all three
-    for module in dict.fromkeys((_RUNTIMES[precision], "onnx", "onnxruntime")):
+    # the exporter, and ONNX Runtime (int8's runtime; its version is in the cache key): the extra installs both
+    for module in ("onnxruntime", "onnx"):
         require(module, CPU_ENCODERS_EXTRA, f"--encoder-precision {precision}")
     levels = weight_levels()
-    key = _checkpoint_key(encoder.resolved.path, encoder.pooling, encoder.max_length)
-    safe = re.sub(r"[^\w.-]+", "_", Path(encoder.name).name)  # bundled:name -> bundled_name
-    folder = cache_dir() / "encoders" / f"{safe}-{key}"
+    folder = _cache_folder(encoder, ("onnxruntime",))
     dest = folder / ("model-float32.onnx" if precision == "bf16" else f"model-int8-w{levels}.onnx")
     if dest.exists():
         return dest
     folder.mkdir(parents=True, exist_ok=True)
-    if getattr(encoder, "progress", False):
-        print(
-            f"exporting {encoder.name} for {_RUNTIMES[precision]} into {folder} (once per machine) ...",
-            file=sys.stderr,
-        )
+    _say_export(encoder, _RUNTIMES[precision], folder)
     with tempfile.TemporaryDirectory(dir=folder, prefix=".export-") as tmp:
         fp32 = Path(tmp) / "model-float32.onnx"
         _export_float(encoder, fp32)
@@ -329,28 +424,42 @@ STATIC_AFTER_TOKENS = 32_768
 STATIC_MODELS = 4
 
 
+#: OpenVINO's settings per inference precision: bf16 in throughput mode (the threads split into streams, each
+#: running every n-th batch: short texts' matrices are too small to split well over threads); float32 as one
+#: stream over every thread (``PERFORMANCE_HINT: LATENCY``), which outran two streams on the AMX Xeon and the AVX2
+#: EPYC on short and long texts (``benchmarks/float32_runtimes.py``).
+_OPENVINO_MODES = {"bf16": "THROUGHPUT", "f32": "LATENCY"}
+
+
 class OpenVinoSentenceModel:
-    """An OpenVINO compiled model over the float32 export with bf16 products (``INFERENCE_PRECISION_HINT``),
-    in throughput mode: the CPU's threads split into streams, each running every n-th batch of a call
-    (short texts' matrices are too small to split well over threads, as with ONNX Runtime). A batch shape
-    that recurs (``STATIC_AFTER_TOKENS``) runs on a static-shape model compiled for it (``STATIC_MODELS``
-    at most); its embeddings move as little as with another batching (``BF16_BATCH_TOLERANCE``).
+    """An OpenVINO compiled model over a float32 model (an ONNX export, or ``openvino_file``'s conversion) with
+    ``precision``'s products: ``"bf16"`` (``INFERENCE_PRECISION_HINT``), in throughput mode, or ``"f32"``, one stream
+    (``_OPENVINO_MODES``); a call's batches run on the model's streams, each taking every n-th batch. A batch
+    shape that recurs (``STATIC_AFTER_TOKENS``) runs on a static-shape model compiled for it (``STATIC_MODELS``
+    at most); a bf16 embedding moves with it as little as with another batching (``BF16_BATCH_TOLERANCE``),
+    a float32 one by float32 rounding.
 
-    Raises ``OptionError`` on a CPU without bf16 products (OpenVINO would quietly run float32 there)."""
+    Raises ``OptionError`` for bf16 on a CPU without bf16 products (OpenVINO would quietly run float32 there)."""
 
-    def __init__(self, path: Path, threads: Optional[int] = None) -> None:
+    def __init__(self, path: Path, threads: Optional[int] = None, precision: str = "bf16") -> None:
         import openvino as ov
         import torch
 
+        if precision not in _OPENVINO_MODES:
+            raise OptionError(f"OpenVINO precision must be one of {', '.join(_OPENVINO_MODES)}, got {precision!r}")
         core = ov.Core()
-        if "BF16" not in core.get_property("CPU", "OPTIMIZATION_CAPABILITIES"):
+        if precision == "bf16" and "BF16" not in core.get_property("CPU", "OPTIMIZATION_CAPABILITIES"):
             raise OptionError(
                 "--encoder-precision bf16 needs a CPU with bf16 products (AMX or AVX512-BF16); this one has none: "
                 "use float32, or int8 for the fast path"
             )
         n = max(1, int(threads or torch.get_num_threads()))
         self.path = path
-        config = {"INFERENCE_PRECISION_HINT": "bf16", "PERFORMANCE_HINT": "THROUGHPUT", "INFERENCE_NUM_THREADS": n}
+        config = {
+            "INFERENCE_PRECISION_HINT": precision,
+            "PERFORMANCE_HINT": _OPENVINO_MODES[precision],
+            "INFERENCE_NUM_THREADS": n,
+        }
         # OpenVINO pins its threads to the first cores; processes sharing a machine (Spark workers, Ray actors of
         # a CPU or less) would all pin to the same ones and leave the rest idle (two one-thread processes ran at
         # half speed), so threads are pinned only when this process's threads cover every CPU it may use
@@ -358,7 +467,7 @@ class OpenVinoSentenceModel:
         self._core, self._config = core, config
         self.model = core.compile_model(str(path), "CPU", config)
         hint = self.model.get_property("INFERENCE_PRECISION_HINT")
-        self.inference_precision = hint.to_string() if hasattr(hint, "to_string") else str(hint)  # "bf16"
+        self.inference_precision = hint.to_string() if hasattr(hint, "to_string") else str(hint)  # "bf16", "f32"
         self.streams = int(self.model.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS"))
         self._queue = self._queue_of(self.model)
         #: how many static-shape models this one may compile (0: every batch on the dynamic-shape model)
