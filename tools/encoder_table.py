@@ -128,8 +128,13 @@ def render_one(name: str, res: dict) -> str:
             b = w["bound"]
             text = (
                 f"Bound: {b['texts_per_s']:,.0f} texts/s, every product at {b['matmul_flops_per_s'] / 1e12:.2f} "
-                f"TFLOP/s ({b['dtype']}, this CPU's rate on one layer's products, measured in the same run) and "
-                f"every softmax element at {b['exp_per_s'] / 1e9:.1f} G exps/s, nothing else"
+                f"TFLOP/s ({b['dtype']}, this CPU's rate on one layer's products, measured in the same run"
+                + (
+                    "; by library, " + ", ".join(f"{k} {v / 1e12:.3f}" for k, v in b["matmul_by_library"].items())
+                    if "matmul_by_library" in b
+                    else ""
+                )
+                + f") and every softmax element at {b['exp_per_s'] / 1e9:.1f} G exps/s, nothing else"
             )
             if "exact_goal" in w:
                 g = w["exact_goal"]

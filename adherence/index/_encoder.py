@@ -129,6 +129,9 @@ class LateInteractionEncoder:
     ) -> None:
         from ..models import Encoder
 
+        if encoder_options.get("precision", "float32") == "float32":
+            # token embeddings run on torch: no sentence runtime (OpenVINO) to convert and compile
+            encoder_options.setdefault("runtime", "torch")
         self.encoder = Encoder(model, **encoder_options)
         path = self.encoder.resolved.path
         self.dense = _dense_layer(path)

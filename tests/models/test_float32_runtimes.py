@@ -120,3 +120,11 @@ def test_a_runtime_is_named_from_the_runtimes_that_can_run_it():
         Encoder(device="cpu", progress=False, runtime="onnx")
     with pytest.raises(OptionError, match="cannot run --encoder-precision int8: it runs on onnxruntime"):
         Encoder(device="cpu", progress=False, precision="int8", runtime="torch")
+
+
+def test_the_late_interaction_encoder_loads_no_sentence_runtime():
+    from adherence.index import LateInteractionEncoder
+
+    li = LateInteractionEncoder(progress=False)
+    assert li.encoder.runtime == "torch" and li.encoder._runtime is None  # token embeddings run on torch
+    assert li.encoder._model is not None
