@@ -45,5 +45,5 @@ def test_reuse_keeps_only_runs_of_the_same_workload_and_cpu(small_run, tmp_path)
 
 
 def test_paths_are_checked():
-    with pytest.raises(SystemExit, match="--paths takes bf16 and/or int8"):
+    with pytest.raises(SystemExit, match="--paths takes bf16, int8 and/or float32"):
         cpu_million.main(["--paths", "fp4", "--out", "unused.json"])

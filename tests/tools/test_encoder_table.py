@@ -75,8 +75,11 @@ def test_the_million_turn_run_was_checked_and_every_row_came_back():
 def test_the_readmes_million_turn_figures_are_the_jsons():
     _, res = encoder_table.newest_million()
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    # the CPU named as the JSON's: its matrix units and its make
+    cpu = f"{encoder_table._matrix_units(res['cpu'])} {'Xeon' if 'Xeon' in res['cpu']['model'] else 'EPYC'}"
     said = (
-        f"a million mostly unique turns in {res['bf16']['hours']:.2f} h on 2 cores (int8: {res['int8']['hours']:.2f} h)"
+        f"a million mostly unique turns in {res['bf16']['hours']:.2f} h on {res['cpu']['logical_cpus']} {cpu} cores "
+        f"(int8: {res['int8']['hours']:.2f} h)"
     )
     assert said in readme
 
