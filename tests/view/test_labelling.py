@@ -51,7 +51,7 @@ def _start(scored, labels, port, *extra):
         try:
             urllib.request.urlopen(url + "api/label/state", timeout=1).read()
             return proc, url
-        except (urllib.error.URLError, ConnectionError):
+        except (urllib.error.URLError, ConnectionError, TimeoutError):  # not listening yet, or a slow first answer
             if proc.poll() is not None:
                 raise AssertionError(proc.stdout.read().decode()) from None
             time.sleep(0.1)
