@@ -21,15 +21,23 @@ def load_model(model: Optional[str], loaded: Optional[tuple], dtype: Any, progre
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from ..models import ResolvedModel
+    from ..models._export import gguf_checkpoint
 
     if loaded is not None:
         m, tokenizer, name = loaded
         return m, tokenizer, ResolvedModel(name, Path("."), "in-memory")
     resolved = resolve_model(model or DEFAULT_JUDGE)
-    kwargs = {"gguf_file": resolved.gguf_file} if resolved.gguf_file else {}
-    path = str(resolved.path)
+    path, kwargs = str(resolved.path), dict[str, str]()
+    if resolved.gguf_file:
+        # read once, then from its de-quantised checkpoint in the cache (the same weights; seconds, not a minute)
+        with _gguf_bar(progress):
+            cached = gguf_checkpoint(resolved, progress)
+        if cached is None:
+            kwargs["gguf_file"] = resolved.gguf_file
+        else:
+            path = str(cached)
     tokenizer = AutoTokenizer.from_pretrained(path, **kwargs)
-    with _gguf_bar(progress or not resolved.gguf_file):
+    with _gguf_bar(progress or not kwargs):
         try:
             m = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation="sdpa", **kwargs)
         except (ValueError, ImportError):

@@ -189,13 +189,17 @@ def test_a_judge_job_in_a_log_shows_the_jobs_progress_and_no_other_bar(tmp_path,
 def test_the_bundled_judge_loads_without_a_bar_of_its_own(tmp_path):
     """The bundled GGUF judge's de-quantizing bar (a plain tqdm bar of transformers') is off while models load: the
     job's `loading models` / `models ready` lines say it, and a log gets no carriage returns. tqdm is imported
-    before the job starts, as it is when an earlier pass (a cascade's first stage) loaded a model."""
-    from adherence.data import example_path
+    before the job starts, as it is when an earlier pass (a cascade's first stage) loaded a model. A fresh cache:
+    the GGUF file is read (once per machine) and its checkpoint kept there."""
+    from adherence.data import example_path, read_turns
 
-    argv = ["adherence", "score", str(example_path("role")), "-o", str(tmp_path / "j.parquet"), "--bootstrap", "0"]
+    src = write_table(read_turns(example_path("role")).slice(0, 4), tmp_path / "four.jsonl")
+    argv = ["adherence", "score", str(src), "-o", str(tmp_path / "j.parquet"), "--bootstrap", "0"]
     code = f"import sys, tqdm.auto; sys.argv = {argv!r}; from adherence.cli.main import console_main; console_main()"
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    env = dict(os.environ, ADHERENCE_CACHE_DIR=str(tmp_path / "cache"))
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
     assert "\r" not in res.stderr and "de-quantizing" not in res.stderr, res.stderr[-2000:]
+    assert len(list((tmp_path / "cache" / "judges").glob("*/model.safetensors"))) == 1  # read once, kept
     assert re.search(r"models ready in [\d.]+ s", res.stderr)
 
 
