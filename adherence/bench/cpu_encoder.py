@@ -271,9 +271,11 @@ def bench_cpu_encoder(
     repeats: int = 2,
     accuracy: bool = True,
     model: Optional[str] = None,
+    rounds: int = 3,
 ) -> dict:
     """Benchmark dict (``bench="cpu-encoder"``): ours (float32, bf16 where the CPU has bf16 products, int8)
-    and each peer, texts/s per workload."""
+    and each peer, texts/s per workload; the exact path and the fastest exact peer timed in turn ``rounds``
+    times."""
     import torch
 
     from .._errors import OptionError
@@ -368,7 +370,7 @@ def bench_cpu_encoder(
             w["float32_speedup"] = ours["adherence float32"]["texts_per_s"] / top["texts_per_s"]
             # the same two again, alternately (the machine's speed drifts over a run of many minutes)
             w["head_to_head"] = _head_to_head(
-                exact_ours, encoders[exact_ours["name"]], top, corpus, peers_python, path, repeats, ref
+                exact_ours, encoders[exact_ours["name"]], top, corpus, peers_python, path, repeats, ref, rounds
             )
             # the goal: never behind the fastest exact peer, and 1.2x it on short texts where the bound leaves room
             goal = EXACT_GOALS[wname]

@@ -111,9 +111,10 @@ def _tokenizer():
     return tok
 
 
-def random_backend(name: str, *, device=None, dtype=None, **kwargs):
+def random_backend(name: str, *, device=None, dtype=None, layers: Optional[int] = None, **kwargs):
     """A transformers judge with random weights of ``RANDOM_CONFIGS[name]`` (the bundled encoder's
-    tokenizer, a plain chat template); no download."""
+    tokenizer, a plain chat template); no download. ``layers`` keeps the config's layer shapes with fewer
+    (or more) of them."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -122,9 +123,8 @@ def random_backend(name: str, *, device=None, dtype=None, **kwargs):
     if name not in RANDOM_CONFIGS:
         raise OptionError(f"unknown random config {name!r}; available: {', '.join(RANDOM_CONFIGS)}")
     tok = _tokenizer()
-    cfg = LlamaConfig(
-        vocab_size=tok.vocab_size, max_position_embeddings=8192, pad_token_id=tok.pad_token_id, **RANDOM_CONFIGS[name]
-    )
+    shape = dict(RANDOM_CONFIGS[name], **({"num_hidden_layers": int(layers)} if layers else {}))
+    cfg = LlamaConfig(vocab_size=tok.vocab_size, max_position_embeddings=8192, pad_token_id=tok.pad_token_id, **shape)
     torch.manual_seed(0)
     on = device or ("cuda" if torch.cuda.is_available() else "cpu")
     with torch.device(on):

@@ -129,6 +129,9 @@ class BenchCommand(Command):
         cb.add_argument("--batches", default="16,32,64,128", help="batch sizes tried on the short workload")
         cb.add_argument("--long-batches", default="8,32", help="batch sizes tried on the long workload")
         cb.add_argument("--repeats", type=int, default=2, help="timed encodes per batch size (the median is kept)")
+        cb.add_argument(
+            "--rounds", type=int, default=3, help="head-to-head rounds of the exact path and the fastest exact peer"
+        )
         cb.add_argument("--no-accuracy", dest="accuracy", action="store_false", help="skip the AUC changes")
         cb.add_argument("--encoder", type=model_name, help="encoder path (default: bundled all-MiniLM-L6-v2)")
         _device_and_output(cb, device=False)
@@ -363,7 +366,7 @@ class BenchCommand(Command):
         if args.bench == "cpu-encoder":
             from ..bench import bench_cpu_encoder
 
-            _positive(args, "texts", "long", "repeats")
+            _positive(args, "texts", "long", "repeats", "rounds")
             batches, long_batches = (
                 comma_ints(args.batches, "--batches"),
                 comma_ints(args.long_batches, "--long-batches"),

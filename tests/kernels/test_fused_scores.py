@@ -103,8 +103,9 @@ def test_dispatch_and_errors():
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("knn", ["tiles", "rows"])
 def test_knn_paths_match_reference_over_a_shared_pool(dtype, knn):
-    # 70 rows (two row blocks, the second partial), 300 references (three tiles, split across programs)
-    inp = _inputs(70, 384, 300, 16, dtype, False, seed=3)
+    # 70 rows (two row blocks, the second partial), 300 references (three tiles, split across programs), 200
+    # dimensions (two blocks of the dimension loop, the second partial)
+    inp = _inputs(70, 200, 300, 16, dtype, False, seed=3)
     got = fused_scores_triton(inp["x"], refs=inp["refs"], knn=knn)
     want = fused_scores_reference(inp["x"], refs=inp["refs"])
     torch.testing.assert_close(got[:, 1], want[:, 1], **TOL[dtype])
