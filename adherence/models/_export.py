@@ -111,10 +111,9 @@ def gguf_checkpoint(resolved, progress: bool = False) -> Optional[Path]:
     (``$ADHERENCE_CACHE_DIR/judges``) on first use and read from there after; None where the cache cannot be
     written (the caller then reads the GGUF file itself). Two processes exporting at once: the first to publish
     wins, the other reads its copy."""
-    from ._onnx import cache_dir
+    from ._onnx import cache_dir, cache_name
 
-    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in str(resolved.gguf_file))
-    dest = cache_dir() / "judges" / f"{safe}-{_gguf_key(resolved)}"
+    dest = cache_dir() / "judges" / f"{cache_name(str(resolved.gguf_file))}-{_gguf_key(resolved)}"
     if (dest / "adherence_export.json").exists():
         return dest
     if progress:
@@ -122,7 +121,6 @@ def gguf_checkpoint(resolved, progress: bool = False) -> Optional[Path]:
     try:
         dest.parent.mkdir(parents=True, exist_ok=True)
         _write(resolved, "float32", dest)
-    except OSError:
-        if not (dest / "adherence_export.json").exists():
-            return None
+    except OSError:  # an unwritable cache, or another process published first (then its copy is read)
+        pass
     return dest if (dest / "adherence_export.json").exists() else None

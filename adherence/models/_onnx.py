@@ -55,6 +55,7 @@ __all__ = [
     "FLOAT32_RUNTIMES",
     "PRECISIONS",
     "cache_dir",
+    "cache_name",
     "encoder_file",
     "float32_runtime",
     "openvino_file",
@@ -304,10 +305,15 @@ def runtime_version(module: str) -> str:
     return f"{module} {__import__(module).__version__.split('-')[0]}"
 
 
+def cache_name(name: str) -> str:
+    """``name`` as a cache folder's name: its last path part, runs of other characters than word characters,
+    ``.`` and ``-`` as ``_`` (``bundled:name`` -> ``bundled_name``)."""
+    return re.sub(r"[^\w.-]+", "_", Path(name).name)
+
+
 def _cache_folder(encoder, tools: tuple) -> Path:
     key = _checkpoint_key(encoder.resolved.path, encoder.pooling, encoder.max_length, tools)
-    safe = re.sub(r"[^\w.-]+", "_", Path(encoder.name).name)  # bundled:name -> bundled_name
-    return cache_dir() / "encoders" / f"{safe}-{key}"
+    return cache_dir() / "encoders" / f"{cache_name(encoder.name)}-{key}"
 
 
 def _say_export(encoder, runtime: str, folder: Path) -> None:
