@@ -119,3 +119,31 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if any(item.get_closest_marker(m) for m in _SLOW_MARKERS) and not item.get_closest_marker("slow"):
             item.add_marker(pytest.mark.slow)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """Under ``-n N`` (the README's test command), unless another ``--dist`` is named: each file's tests run in one worker, in order, sharing its module
+    fixtures; every file with a Ray test runs in one worker, one after another, since ``ray.init()`` joins the
+    machine's latest Ray instance when there is one. (pytest-xdist's ``--dist loadgroup`` marks do not take with
+    pytest 9.2, which no longer reads the node id they rewrite; a scheduler's scope is read from the id itself.)"""
+    if config.getvalue("dist") != "load":  # another --dist named: xdist's own
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    ray_files: dict = {}
+
+    def has_ray_tests(path: str) -> bool:
+        if path not in ray_files:
+            try:
+                ray_files[path] = "pytest.mark.ray" in (config.rootpath / path).read_text(encoding="utf-8")
+            except OSError:
+                ray_files[path] = False
+        return ray_files[path]
+
+    class FileScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return "ray" if has_ray_tests(path) else path
+
+    return FileScheduling(config, log)

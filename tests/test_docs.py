@@ -6,10 +6,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 
 
+@pytest.mark.slow
 def test_mkdocs_build_strict(tmp_path):
     import importlib.util
 

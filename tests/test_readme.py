@@ -82,6 +82,7 @@ def test_readme_extras_are_setup_py_extras():
     assert listed == set(extras)
 
 
+@pytest.mark.slow
 def test_the_readme_main_job_and_its_fast_commands_run(tmp_path, monkeypatch):
     """The set-up command's cosine job and evaluation, the dry run and the role-paper table, verbatim."""
     setup_cmd = next(

@@ -29,6 +29,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from adherence.bench._hardware import cpu_info
 from adherence.models._onnx import BF16_BATCH_TOLERANCE, PRECISIONS
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -141,6 +142,7 @@ def main() -> int:
         "workers": args.workers,
         "device": "cpu",
         "cpus": os.cpu_count(),
+        "cpu": cpu_info(),  # the CPU's model and kind (avx2, avx512, avx512bf16, amx), as the encoder benches name it
         "platform": platform.platform(),
         "paths": {},
     }

@@ -75,10 +75,11 @@ SIMD_FLAGS = (
 
 
 def cpu_info() -> dict:
-    """The CPU a benchmark ran on: model, logical CPUs, SIMD flags, native bf16, and torch's CPU capability."""
+    """The CPU a benchmark ran on: model, kind (``cpu_kind``), logical CPUs, SIMD flags, native bf16, and torch's
+    CPU capability."""
     import os
 
-    from ..models._device import cpu_bf16_native, cpu_features
+    from ..models._device import cpu_bf16_native, cpu_features, cpu_kind
 
     model = None
     try:
@@ -89,6 +90,7 @@ def cpu_info() -> dict:
     flags = cpu_features()
     out = {
         "model": model or platform.processor() or platform.machine(),
+        "kind": cpu_kind(flags),
         "logical_cpus": os.cpu_count(),
         "simd": [f for f in SIMD_FLAGS if f in flags],
         "bf16_native": cpu_bf16_native(flags),

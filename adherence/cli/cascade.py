@@ -13,8 +13,9 @@ import sys
 from typing import Optional
 
 from .._errors import OptionError
-from .._options import file_path
+from .._options import add_arguments, file_path
 from ..cascade._file import FORMAT, load_cascade
+from ._labelled import LabelledOptions
 from .main import Command
 
 
@@ -102,14 +103,8 @@ class CascadeCommand(Command):
         sub = p.add_subparsers(dest="cascade", metavar="STEP", required=True)
         f = sub.add_parser("fit", help="learn each stage's acceptance threshold on labelled turns, with a guarantee")
         f.add_argument("stages", nargs="+", type=file_path, metavar="STAGE", help="scored turns, cheapest stage first")
-        f.add_argument("--label", help="label column (default: `label`, from the first stage that has one)")
-        f.add_argument(
-            "--labels",
-            type=file_path,
-            metavar="LABELS",
-            help="labels file (what `adherence view OUT --label LABELS` writes), joined on the keys onto stage 1",
-        )
-        f.add_argument("--positive", help="label value of the adherent class (default: read from the values)")
+        # the label options are declared once, as evaluate, calibrate and estimate read them (joined onto stage 1)
+        add_arguments(f, LabelledOptions, ["label", "labels", "positive"])
         f.add_argument("--alpha", type=float, default=0.1, help="error rate allowed on accepted verdicts (default 0.1)")
         f.add_argument("--delta", type=float, default=0.1, help="chance allowed that the guarantee fails (default 0.1)")
         f.add_argument(

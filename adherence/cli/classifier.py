@@ -7,7 +7,8 @@ import argparse
 import sys
 
 from .._errors import OptionError
-from .._options import file_path, model_name
+from .._options import add_arguments, file_path, model_name
+from ._labelled import LabelledOptions
 from .main import Command
 
 
@@ -36,13 +37,7 @@ class ClassifierCommand(Command):
         sub = p.add_subparsers(dest="step", metavar="STEP", required=True)
         f = sub.add_parser("fit", help="train on labelled turns; prints its out-of-fold AUC beside the baselines")
         f.add_argument("input", type=file_path, help="the turns: a log, traces, or a score output of them")
-        f.add_argument(
-            "--labels",
-            type=file_path,
-            metavar="LABELS",
-            help="labels file (what `adherence view OUT --label LABELS` writes; default: the input's label column)",
-        )
-        f.add_argument("--positive", help="label value of the adherent class (default: read from the values)")
+        add_arguments(f, LabelledOptions, ["labels", "positive"])  # declared once, as evaluate, calibrate, estimate
         f.add_argument("-o", "--output", type=file_path, required=True, metavar="CLF.json", help="the classifier file")
         f.add_argument("--role", dest="role_text", metavar="TEXT", help="the role of every turn (logs without one)")
         f.add_argument("--encoder", type=model_name, help="encoder (default: the bundled all-MiniLM-L6-v2)")

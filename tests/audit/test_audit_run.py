@@ -74,6 +74,7 @@ def test_draft_rubric_runs_two_passes(tiny_judge):
     assert isinstance(rubric, Rubric) and all(isinstance(i, RubricItem) for i in rubric.items)
 
 
+@pytest.mark.slow
 def test_cli_audit_run_and_report(tmp_path, tiny_llama_dir, capsys):
     out = tmp_path / "audit"
     assert (

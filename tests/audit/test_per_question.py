@@ -61,6 +61,7 @@ def test_greedy_verdicts_are_p_yes_at_one_half_and_every_answer_parses(rubric, t
     assert first == second  # temperature 0: every run the same
 
 
+@pytest.mark.slow
 def test_sampled_verdicts_follow_the_tempered_p_yes(rubric, tiny_judge):
     runs, t = 40, 1.0
     cfg = AuditConfig(runs=runs, temperature=t, max_tokens=1, answer_format="per-question", progress=False, seed=3)

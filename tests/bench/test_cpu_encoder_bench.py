@@ -58,6 +58,7 @@ def cache(tmp_path_factory):
     return tmp_path_factory.mktemp("encoder-cache")
 
 
+@pytest.mark.slow
 def test_bench_times_ours_and_each_peer_that_runs_and_names_those_that_do_not(tmp_path, capsys, monkeypatch, cache):
     monkeypatch.setenv("ADHERENCE_CACHE_DIR", str(cache))
     out = tmp_path / "enc.json"
@@ -137,6 +138,7 @@ def test_bench_times_ours_and_each_peer_that_runs_and_names_those_that_do_not(tm
         assert variants["ours bf16 (OpenVINO)"]["batch"] == 64
 
 
+@pytest.mark.slow
 def test_without_peers_the_result_says_it_was_not_checked(monkeypatch, cache):
     monkeypatch.setenv("ADHERENCE_CACHE_DIR", str(cache))
     from adherence.bench import bench_cpu_encoder

@@ -10,6 +10,7 @@ from tests.conftest import SHARED
 SPC = SHARED / "data" / "persona" / "Synthetic-Persona-Chat_valid.csv"
 
 
+@pytest.mark.slow
 def test_encoder_bench_checks_against_sentence_transformers_then_times(tmp_path, capsys):
     out = tmp_path / "enc.json"
     assert main(["bench", "encoder", "--texts", "40", "--repeats", "1", "-o", str(out)]) == 0

@@ -1,6 +1,7 @@
 import json
 
 import pyarrow.parquet as pq
+import pytest
 
 from adherence.bench.engine import write_synthetic_parquet
 from adherence.cli.main import main
@@ -14,6 +15,7 @@ def test_synthetic_parquet_streams_in_batches(tmp_path):
     assert t.column("turn_index").to_pylist()[:5] == [0, 1, 2, 3, 0]
 
 
+@pytest.mark.slow
 def test_engine_bench_checks_correctness_then_reports(tmp_path, capsys):
     out = tmp_path / "e.json"
     assert (

@@ -195,6 +195,7 @@ def test_a_stage_may_be_a_judge_endpoint(tmp_path, monkeypatch, tiny_yes_no_judg
         assert "sk-secret-flag" not in text and "sk-from-env" not in text
 
 
+@pytest.mark.slow
 def test_a_signal_during_a_later_pass_publishes_nothing_and_resume_goes_on(tmp_path, tiny_yes_no_judge):
     """SIGTERM while the second stage (a judge endpoint held on its first call) runs: exit 143, no output, the one
     line names the kept work dir (the first pass's committed output is the job's work, not its output); --resume

@@ -136,6 +136,7 @@ def _run(capsys, argv, bad):
 
 
 @pytest.mark.parametrize("command", [c for c in COMMANDS if c != "classifier fit"])
+@pytest.mark.slow
 def test_a_corrupted_score_output_is_exit_2_naming_it_or_read_as_it_is(tmp_path, capsys, base, command):
     for kind in OUTPUT_KINDS:
         bad = tmp_path / f"{kind.replace(' ', '-')}.parquet"
@@ -147,6 +148,7 @@ def test_a_corrupted_score_output_is_exit_2_naming_it_or_read_as_it_is(tmp_path,
 
 
 @pytest.mark.parametrize("command", ["evaluate", "estimate", "calibrate", "cascade fit", "classifier fit"])
+@pytest.mark.slow
 def test_a_corrupted_labels_file_is_exit_2_naming_it_or_read_as_it_is(tmp_path, capsys, base, command):
     for kind in TEXT_KINDS:
         bad = tmp_path / f"{kind.replace(' ', '-')}.jsonl"

@@ -190,6 +190,7 @@ def test_float8_judge_and_chained_layout_from_the_command_line(tmp_path, tiny_ll
     assert np.isfinite(c).all() and not np.allclose(c, _scores(_score(tmp_path, tiny_llama_dir, "user")[1]))
 
 
+@pytest.mark.slow
 def test_job_file_paths_resolve_beside_it_and_an_alias_bomb_is_refused(tmp_path, capsys, monkeypatch):
     import time
 

@@ -9,6 +9,7 @@ EX = example_path("persona")
 FAST = ["--methods", "tfidf,bm25", "--primary", "bm25", "--limit", "20", "--repeats", "3"]
 
 
+@pytest.mark.slow
 def test_persona_json_table_and_html(tmp_path, capsys):
     out = tmp_path / "res" / "persona.json"
     rc = main(

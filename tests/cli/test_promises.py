@@ -43,6 +43,7 @@ def scored(tmp_path_factory):
         ["export", "{out}", "--format", "otel", "-o", "{out}"],
     ],
 )
+@pytest.mark.slow
 def test_no_command_writes_over_its_input(tmp_path, capsys, scored, argv):
     out, labels = scored
     out2 = tmp_path / "again.parquet"
@@ -121,6 +122,7 @@ def test_every_statistical_command_reads_the_labels_file(tmp_path, capsys, score
         assert r["source"]["labels"]["n_matched"] == 150 and r["source"]["labels_digest"].startswith("sha256:")
 
 
+@pytest.mark.slow
 def test_classifier_fit_reads_the_labels_file_and_scores_through_the_engine(tmp_path, capsys, scored):
     out, labels = scored
     clf = tmp_path / "clf.json"

@@ -125,6 +125,7 @@ def test_transcripts_follow_the_same_policy(tmp_path):
         list(iter_batches(src, TURNS, transcripts=TranscriptOptions()))
 
 
+@pytest.mark.slow
 def test_by_default_no_malformed_transcript_vanishes_without_a_record(tmp_path, capsys):
     """Transcripts' default (skip with a warning) writes every line left out to OUTPUT.bad-rows.jsonl with its
     line and reason, and the summary names the file; the dry run says the same before anything is scored; a later

@@ -296,6 +296,7 @@ class _Receiver:
         self.server.server_close()
 
 
+@pytest.mark.slow
 def test_send_delivers_the_events_over_otlp_http_and_fails_loudly(tmp_path, capsys):
     from google.protobuf.json_format import ParseDict
     from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest

@@ -149,6 +149,7 @@ def test_a_kill_mid_shard_loses_at_most_about_one_checkpoint_interval(tmp_path, 
     _same(pq.read_table(out), pq.read_table(tmp_path / "ref.parquet"))
 
 
+@pytest.mark.slow
 def test_progress_lines_in_a_log_and_models_on_their_own_line(tmp_path, synthetic):
     """Standard error not a terminal (a scheduler's log): plain lines with rows scored within the shard,
     turns/s, ETA and shards, never a carriage-return bar; model loading is a line of its own, before them."""
@@ -173,6 +174,7 @@ def test_progress_lines_in_a_log_and_models_on_their_own_line(tmp_path, syntheti
     assert re.search(r"turns/s, ETA \d+:\d\d", err) and "shards 0/1 done" in err and "shards 1/1 done" in err
 
 
+@pytest.mark.slow
 def test_a_judge_job_in_a_log_shows_the_jobs_progress_and_no_other_bar(tmp_path, synthetic, tiny_llama_dir):
     """The judge's own per-batch bar (and any model's) stays off inside a job: in a log it was a line of carriage
     returns under the job's lines, on a terminal it overwrote the job's bar."""
@@ -186,6 +188,7 @@ def test_a_judge_job_in_a_log_shows_the_jobs_progress_and_no_other_bar(tmp_path,
     assert re.search(r"scoring \(llm_judge\): \d+/\d+ turns", res.stderr)
 
 
+@pytest.mark.slow
 def test_the_bundled_judge_loads_without_a_bar_of_its_own(tmp_path):
     """The bundled GGUF judge's de-quantizing bar (a plain tqdm bar of transformers') is off while models load: the
     job's `loading models` / `models ready` lines say it, and a log gets no carriage returns. tqdm is imported

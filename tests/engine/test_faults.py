@@ -428,6 +428,7 @@ def test_an_api_key_never_reaches_disk_or_output(tmp_path, capsys):
     assert json.loads((tmp_path / "p.jsonl.meta.json").read_text())["command"].count("--api-key=<redacted>") == 1
 
 
+@pytest.mark.slow
 def test_the_request_timeout_bounds_the_whole_answer_and_its_size(tmp_path, capsys):
     slow, huge = _assistant(0), _assistant(1)
     out = tmp_path / "o.parquet"
@@ -611,6 +612,7 @@ def test_request_timeout_bounds_a_server_that_never_answers(tmp_path, capsys):
     assert time.perf_counter() - t0 < 30
 
 
+@pytest.mark.slow
 def test_a_killed_judge_run_resumes_from_the_cache(tmp_path, synthetic):
     src = write_table(synthetic(200), tmp_path / "in.parquet")
     n = pq.read_metadata(src).num_rows
@@ -968,6 +970,7 @@ def _unprivileged(cmd: list[str]) -> list[str]:
     os.geteuid() == 0 and not shutil.which("setpriv"),
     reason="root without setpriv: file permissions cannot be enforced",
 )
+@pytest.mark.slow
 def test_unreadable_input_and_read_only_output_dir_give_one_line(tmp_path):
     src = tmp_path / "in.jsonl"
     src.write_bytes(Path(EXAMPLE).read_bytes())

@@ -35,6 +35,7 @@ def test_messages_equal_pygaussias_on_every_record(recorded):
         assert _ours(rec).messages() == rec["messages"], (rec["conversation_id"], rec["turn_index"])
 
 
+@pytest.mark.slow
 def test_tokens_equal_pygaussias_through_the_bundled_judges_template(recorded):
     judge = PromptPlanner.from_model()
     tok = judge.tokenizer

@@ -145,6 +145,7 @@ def test_without_the_fix_the_template_less_prompt_lacks_bos(tmp_path):
     assert judge.plan(req).ids[0] == bos
 
 
+@pytest.mark.slow
 def test_smollm2_prompt_equals_its_own_chat_template():
     """SmolLM2 defines no prefix (its template opens with <|im_start|>): the prompt is exactly what
     apply_chat_template(tokenize=True) gives, on every layout."""

@@ -150,6 +150,7 @@ def test_yes_and_no_variant_sets(tiny_judge):
 
 
 @pytest.mark.parametrize("path", ["flex", "tree", "dense", "plain"])
+@pytest.mark.slow
 def test_scoring_passes_build_no_key_value_cache(tiny_judge, path):
     """A scoring pass is never continued: a cache would only copy every layer's keys and values."""
     from adherence.judges import _tree_attention

@@ -102,6 +102,7 @@ def test_triton_kernel_matches_reference(dtype, nq, nd, dim, max_q, max_d, strid
 
 @pytest.mark.parametrize("group", [True, False])
 @pytest.mark.parametrize("max_q", [20, 200])  # 200: longer than a grouped tile, the per-pair kernel in document order
+@pytest.mark.slow
 def test_triton_pairs_grouped_by_document_land_where_they_were_asked(group, max_q):
     # Pairs that share documents (overlapping pools, repeated pairs, documents out of order, an empty
     # document) are scored grouped by document; every score must still land at its own pair's position.

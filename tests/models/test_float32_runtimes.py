@@ -50,6 +50,7 @@ def test_each_kind_of_cpu_is_named_from_its_flags(flags, kind):
     assert cpu_kind(frozenset(flags)) == kind
 
 
+@pytest.mark.slow
 def test_the_runtime_is_this_kinds_fastest_measured(encoders):
     chosen, torch_path = encoders
     want = FLOAT32_RUNTIMES.get(cpu_kind(), "torch")
@@ -59,6 +60,7 @@ def test_the_runtime_is_this_kinds_fastest_measured(encoders):
         assert chosen.runtime == "openvino" and chosen._runtime.inference_precision == "f32"
 
 
+@pytest.mark.slow
 def test_openvino_float32_equals_torch_float32(encoders):
     chosen, torch_path = encoders
     if chosen.runtime != "openvino":

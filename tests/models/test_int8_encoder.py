@@ -26,6 +26,7 @@ def encoders(cache):
     return exact, fast
 
 
+@pytest.mark.slow
 def test_int8_embeddings_are_unit_norm_and_close_to_float32(encoders):
     exact, fast = encoders
     texts = _texts()

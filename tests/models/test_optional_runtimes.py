@@ -25,6 +25,7 @@ def _score_without(modules, precision, out):
 
 
 @pytest.mark.parametrize("precision, missing", [("bf16", "onnxruntime"), ("int8", "onnxruntime")])
+@pytest.mark.slow
 def test_a_missing_runtime_is_one_line_naming_the_extra(tmp_path, precision, missing):
     res = _score_without(["openvino", "onnxruntime", "onnx"], precision, tmp_path / "o.parquet")
     err = res.stderr.strip().splitlines()
@@ -34,12 +35,14 @@ def test_a_missing_runtime_is_one_line_naming_the_extra(tmp_path, precision, mis
     assert not (tmp_path / "o.parquet").exists()
 
 
+@pytest.mark.slow
 def test_the_default_path_needs_none_of_the_extra(tmp_path):
     res = _score_without(["onnxruntime", "onnx"], "float32", tmp_path / "o.parquet")
     assert res.returncode == 0, res.stderr[-2000:]
     assert (tmp_path / "o.parquet").exists()
 
 
+@pytest.mark.slow
 def test_without_openvino_the_default_path_runs_on_torch_and_says_so(tmp_path):
     res = _score_without(["openvino", "onnxruntime", "onnx"], "float32", tmp_path / "o.parquet")
     assert res.returncode == 0, res.stderr[-2000:]

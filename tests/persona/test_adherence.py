@@ -137,6 +137,7 @@ def test_adherence_separates_faithful_from_drifted_personas():
     assert full_only["score"] != pytest.approx(target_only["score"])
 
 
+@pytest.mark.slow
 def test_late_interaction_and_bi_encoder_run_on_a_small_corpus():
     from adherence.data import example_path
 

@@ -85,6 +85,7 @@ def test_pairs_are_balanced_and_from_the_right_authors():
         assert a[i] == a[n + i] and b[i] != b[n + i]
 
 
+@pytest.mark.slow
 def test_consistency_tells_distinct_voices_apart(rng):
     letters = list("abcdefghijklmnopqrstuvwxyz")
     distinct = _corpus(

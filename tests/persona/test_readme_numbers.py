@@ -23,6 +23,7 @@ def _readme_table() -> dict:
     return rows
 
 
+@pytest.mark.slow
 def test_readme_consistency_table_is_reproduced():
     table = _readme_table()
     assert set(table) == {"human", "sim_faithful", "sim_persona_drift", "sim_voice_swap"}

@@ -42,6 +42,7 @@ def _st_scope(st, role, user, reply):
     return min(max(0.5 * whole + 0.5 * worst, 0.0), 1.0)
 
 
+@pytest.mark.slow
 def test_scope_is_its_formula_on_sentence_transformers_embeddings(encoder, st_model, log):
     t = log[0].slice(0, 40)
     cfg = RoleConfig(method="scope", progress=False)

@@ -22,6 +22,7 @@ def small_run(tmp_path_factory):
     return out, json.loads(out.read_text())
 
 
+@pytest.mark.slow
 def test_each_path_is_checked_then_run_on_every_turn(small_run):
     out, res = small_run
     assert res["correct"] is True and set(res["correctness"]) == {"int8"}

@@ -39,6 +39,7 @@ def test_every_variant_scored_every_turn_and_its_statistics_hold(newest):
     assert "per token" in f8["judge"]["quantization"] and f8["vs_float32"]["max_abs"] > 0
 
 
+@pytest.mark.slow
 def test_layout_agreement_and_token_counts(newest):
     _, res = newest
     a = np.array(res["variants"]["user/float32"]["p_yes"])

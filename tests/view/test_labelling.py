@@ -63,6 +63,7 @@ def _state(url):
     return json.loads(urllib.request.urlopen(url + "api/label/state", timeout=5).read())
 
 
+@pytest.mark.slow
 def test_keys_label_ten_turns_a_kill_loses_none_and_the_sample_resumes(scored, tmp_path, chromium):
     from playwright.sync_api import sync_playwright
 

@@ -129,6 +129,7 @@ def test_only_its_routes_are_served(data):
         assert json.loads(_get(srv.url + "api/summary")[1])["turns"] > 0  # the view is still there
 
 
+@pytest.mark.slow
 def test_the_page_in_a_real_browser(data, tmp_path, chromium):
     from playwright.sync_api import sync_playwright
 
