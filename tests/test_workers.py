@@ -1,5 +1,5 @@
-"""The README's test command runs two pytest-xdist workers (``-n 2``): every file with a Ray test runs in one worker, one test
-after another (``ray.init()`` joins the machine's latest Ray instance when there is one), and each other file's
+"""Under pytest-xdist (``python -m pytest -n 2``), every file with a Ray test runs in one worker, one test after
+another (``ray.init()`` joins the machine's latest Ray instance when there is one), and each other file's
 tests stay together in one worker, in order. Checked on a small tree run the same way, with this suite's hook."""
 
 import json
