@@ -18,6 +18,11 @@ def _requests(n_conversations=None):
     return reqs
 
 
+# The real judge's checks run on the bundled example's first 4 conversations (14 turns, each layout's sharing
+# within and across turns); the random-weight judge runs on all 8.
+REAL_CONVERSATIONS = 4
+
+
 def _p_yes(outputs):
     return np.array([p_yes_from_logprobs(o.top_logprobs)[0] for o in outputs])
 
@@ -30,7 +35,7 @@ def _top(outputs):
 @pytest.mark.parametrize("judge_name", ["tiny_judge", "smollm_judge"])
 def test_packed_equals_separate_forward_passes(request, judge_name):
     judge = request.getfixturevalue(judge_name)
-    reqs = _requests()
+    reqs = _requests(None if judge_name == "tiny_judge" else REAL_CONVERSATIONS)
     judge.prefix_sharing = True
     before = judge.stats["forward_tokens"]
     packed = judge.first_token_logprobs(reqs)
@@ -122,7 +127,7 @@ def _independent_p_yes(judge, requests):
 def test_exact_p_yes_matches_an_independent_full_softmax(smollm_judge):
     from adherence.judges._parse import p_yes_from_sums, variant_sets
 
-    reqs = _requests()  # the bundled example: 28 turns, packed per conversation
+    reqs = _requests(REAL_CONVERSATIONS)  # packed per conversation
     outs = smollm_judge.first_token_logprobs(reqs, variants=variant_sets())
     exact = np.array([p_yes_from_sums(*o.yes_no) for o in outs])
     ref = _independent_p_yes(smollm_judge, reqs)

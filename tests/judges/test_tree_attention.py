@@ -7,7 +7,7 @@ import torch
 from adherence.judges import _tree_attention
 from adherence.judges._transformers import TransformersBackend
 
-from .test_transformers_backend import _p_yes, _requests
+from .test_transformers_backend import REAL_CONVERSATIONS, _p_yes, _requests
 
 
 def _dense_reference(q, k, v, rows, scale):
@@ -79,7 +79,7 @@ def test_attention_features_it_cannot_honour_are_refused():
 def test_backend_tree_path_equals_dense_mask_and_separate_passes(request, judge_name):
     judge = request.getfixturevalue(judge_name)
     assert judge.tree_attention and judge.model.config._attn_implementation == _tree_attention.NAME
-    reqs = _requests()
+    reqs = _requests(None if judge_name == "tiny_judge" else REAL_CONVERSATIONS)
     tree = _p_yes(judge.first_token_logprobs(reqs))
     assert judge.tree_attention  # the model went through the interface: no fallback happened
     chosen = judge.attention
@@ -247,7 +247,8 @@ def test_backend_flex_path_equals_dense_mask_and_separate_passes(request, judge_
     if not _tree_attention.flex_available():
         pytest.skip("this torch has no FlexAttention")
     judge = request.getfixturevalue(judge_name)
-    reqs = _requests(None if judge_name == "tiny_judge" else 4)
+    # FlexAttention run eagerly on CPU is slow: the real judge on the first conversation (4 turns, one tree)
+    reqs = _requests(None if judge_name == "tiny_judge" else 1)
     batch_tokens, chosen = judge.batch_tokens, judge.attention
     try:
         judge.use_attention("flex")  # the CUDA path, run eagerly on CPU (which materialises T x T scores: short rows)

@@ -7,6 +7,8 @@ import sys
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 import pytest
 
 pytest.importorskip("vllm")
@@ -32,7 +34,11 @@ def exported(tmp_path_factory):
 def engine(exported):
     from adherence.judges._vllm import VLLMBackend
 
-    return VLLMBackend(str(exported), dtype="float32", max_model_len=2048, kv_cache_gb=2, progress=False)
+    # eager: the CPU build's compile takes about 3 of its 3.5 minutes to start on 2 cores, and its scores equal the
+    # eager engine's to 5e-6 on the bundled example
+    return VLLMBackend(
+        str(exported), dtype="float32", max_model_len=2048, kv_cache_gb=2, progress=False, enforce_eager=True
+    )
 
 
 @pytest.fixture(scope="session")
@@ -48,6 +54,17 @@ def turns():
     return read_turns(example_path("role"))
 
 
+def _first_conversations(t: pa.Table, n: int) -> pa.Table:
+    """The bundled example's first ``n`` conversations (4: 14 of its 28 turns, each layout's sharing across turns)."""
+    keep = list(dict.fromkeys(t.column("conversation_id").to_pylist()))[:n]
+    return t.filter(pc.is_in(t.column("conversation_id"), pa.array(keep)))
+
+
+@pytest.fixture(scope="module")
+def few(turns):
+    return _first_conversations(turns, 4)
+
+
 def test_engine_uses_what_it_was_given(engine):
     d = engine.describe()
     assert d["dtype"] == "float32" and d["max_model_len"] == 2048 and engine.max_model_len == 2048
@@ -56,49 +73,51 @@ def test_engine_uses_what_it_was_given(engine):
     assert engine.full_vocab  # vLLM 0.32 has SamplingParams.logprob_token_ids
 
 
-def test_exact_p_yes_equals_transformers_in_fp32(engine, reference, turns):
-    got = RoleJudge(JudgeConfig(model="x", backend="vllm"), backend=engine).score(turns)
-    ref = RoleJudge(JudgeConfig(model="x"), backend=reference).score(turns)
+def test_exact_p_yes_equals_transformers_in_fp32(engine, reference, few):
+    got = RoleJudge(JudgeConfig(model="x", backend="vllm"), backend=engine).score(few)
+    ref = RoleJudge(JudgeConfig(model="x"), backend=reference).score(few)
     assert set(got["status"]) == {"ok"} and set(got["p_yes_source"]) == {"full_vocab"}
     np.testing.assert_allclose(got["score"], ref["score"], atol=1e-4)
     np.testing.assert_allclose(got["yes_no_mass"], ref["yes_no_mass"], atol=1e-4)
-    top = RoleJudge(JudgeConfig(model="x", backend="vllm", full_vocab=False), backend=engine).score(turns)
-    reft = RoleJudge(JudgeConfig(model="x", full_vocab=False), backend=reference).score(turns)
+    top = RoleJudge(JudgeConfig(model="x", backend="vllm", full_vocab=False), backend=engine).score(few)
+    reft = RoleJudge(JudgeConfig(model="x", full_vocab=False), backend=reference).score(few)
     assert set(top["p_yes_source"]) == {"logprobs"} and set(top["status"]) == {"ok"}
     np.testing.assert_allclose(top["score"], reft["score"], atol=1e-4)
 
 
-def test_output_order_follows_the_input_not_the_requests(engine, turns):
-    base = RoleJudge(JudgeConfig(model="x", backend="vllm"), backend=engine).score(turns)["score"]
-    perm = np.random.default_rng(1).permutation(turns.num_rows)
-    shuffled = RoleJudge(JudgeConfig(model="x", backend="vllm"), backend=engine).score(turns.take(pa.array(perm)))
-    np.testing.assert_allclose(shuffled["score"], np.array(base)[perm], atol=1e-6)
+def test_output_order_follows_the_input_not_the_requests(engine, few):
+    base = RoleJudge(JudgeConfig(model="x", backend="vllm"), backend=engine).score(few)["score"]
+    perm = np.random.default_rng(1).permutation(few.num_rows)
+    shuffled = RoleJudge(JudgeConfig(model="x", backend="vllm"), backend=engine).score(few.take(pa.array(perm)))
+    # other batches round differently (eager: up to 6e-6 measured); the input's order differs by far more
+    assert np.abs(np.array(base)[perm] - np.array(base)).max() > 1e-2
+    np.testing.assert_allclose(shuffled["score"], np.array(base)[perm], atol=1e-4)
 
 
-def test_binary_and_conversation_modes_with_reasons(engine, reference, turns):
-    got = RoleJudge(JudgeConfig(model="x", backend="vllm", output_mode="binary"), backend=engine).score(turns)
-    ref = RoleJudge(JudgeConfig(model="x", output_mode="binary"), backend=reference).score(turns)
+def test_binary_and_conversation_modes_with_reasons(engine, reference, few):
+    got = RoleJudge(JudgeConfig(model="x", backend="vllm", output_mode="binary"), backend=engine).score(few)
+    ref = RoleJudge(JudgeConfig(model="x", output_mode="binary"), backend=reference).score(few)
     same = sum(a == b for a, b in zip(got["score"], ref["score"]))
-    assert same >= 26, (got["score"], ref["score"])  # greedy decoding, fp32 on both sides
+    assert same >= few.num_rows - 1, (got["score"], ref["score"])  # greedy decoding, fp32 on both sides
     conv = RoleJudge(
         JudgeConfig(model="x", backend="vllm", output_mode="binary", granularity="conversation", include_reason=True),
         backend=engine,
-    ).score(turns)
-    assert len(conv["status"]) == turns.num_rows and set(conv["status"]) <= {"ok", "unscored"}
-    reasons = RoleJudge(JudgeConfig(model="x", backend="vllm", include_reason=True), backend=engine).score(turns)
+    ).score(few)
+    assert len(conv["status"]) == few.num_rows and set(conv["status"]) <= {"ok", "unscored"}
+    reasons = RoleJudge(JudgeConfig(model="x", backend="vllm", include_reason=True), backend=engine).score(few)
     assert all(isinstance(r, str) and r for r in reasons["reason"])
 
 
 def test_history_is_truncated_to_the_engines_context(engine, turns):
     words = " ".join(turns.column("assistant").to_pylist()).split() * 10
-    n = 14
+    n = 7  # 360 words a turn: the first prompt fits in 2048 tokens, the last one's history does not
     long = pa.table(
         {
             "conversation_id": ["long"] * n,
             "turn_index": pa.array(range(n), pa.int32()),
             "role": ["A banking assistant."] * n,
             "user": ["Tell me more."] * n,
-            "assistant": [" ".join(words[i * 180 : (i + 1) * 180]) for i in range(n)],
+            "assistant": [" ".join(words[i * 360 : (i + 1) * 360]) for i in range(n)],
         }
     )
     assert all(long.column("assistant").to_pylist())
@@ -129,6 +148,7 @@ def server(exported, tmp_path_factory):
         "bfloat16",
         "--served-model-name",
         "smollm2",
+        "--enforce-eager",
     ]
     log = tmp_path_factory.mktemp("vllm-server") / "server.log"
     with external_server(cmd, url, log, timeout=420, env=dict(os.environ, VLLM_CPU_KVCACHE_SPACE="2")) as proc:
@@ -138,11 +158,14 @@ def server(exported, tmp_path_factory):
 def test_openai_backend_against_vllm_serve_bf16(server, reference, turns, tmp_path):
     _, url = server
     out = tmp_path / "served.parquet"
+    # bf16 runs emulated on CPUs without bf16 products, on one core: the first 2 conversations (7 turns)
+    two = _first_conversations(turns, 2)
+    pq.write_table(two, tmp_path / "two.parquet")
     assert (
         main(
             [
                 "score",
-                str(example_path("role")),
+                str(tmp_path / "two.parquet"),
                 "-o",
                 str(out),
                 "--backend",
@@ -161,7 +184,7 @@ def test_openai_backend_against_vllm_serve_bf16(server, reference, turns, tmp_pa
     got = read_turn_scores(out)
     assert set(got.column("status").to_pylist()) == {"ok"}
     assert set(got.column("p_yes_source").to_pylist()) == {"logprobs"}  # a server gives top-k
-    ref = RoleJudge(JudgeConfig(model="x", full_vocab=False), backend=reference).score(turns)
+    ref = RoleJudge(JudgeConfig(model="x", full_vocab=False), backend=reference).score(two)
     diff = np.abs(np.array(got.column("score").to_pylist()) - np.array(ref["score"]))
     assert diff.max() < 0.05, diff.max()  # bf16 server vs fp32 in-process: measured max 0.02-0.03
 
