@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import signal
 import subprocess
 import threading
 import time
@@ -131,7 +133,8 @@ def external_server(cmd: list, url: str, log, *, timeout: float, env=None):
     import pytest
 
     with open(log, "w") as fh:
-        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env)
+        # its own process group: a server's workers (vLLM's engine core and worker) go with it
+        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     deadline = time.time() + timeout
     while time.time() < deadline:
         if proc.poll() is not None:
@@ -142,7 +145,7 @@ def external_server(cmd: list, url: str, log, *, timeout: float, env=None):
         except httpx.HTTPError:
             time.sleep(1)
     else:
-        proc.kill()
+        kill_server(proc)
         pytest.fail(f"{cmd[2]} did not answer in {timeout:.0f} s: {log.read_text()[-2000:]}")
     try:
         yield proc
@@ -152,7 +155,15 @@ def external_server(cmd: list, url: str, log, *, timeout: float, env=None):
             try:
                 proc.wait(30)
             except subprocess.TimeoutExpired:
-                proc.kill()
+                pass
+        kill_server(proc)  # whatever of its group is left (a SIGKILLed vLLM server leaves its workers running)
+
+
+def kill_server(proc) -> None:
+    """SIGKILL a server started by ``external_server`` and every process of its group, at once: no goodbye."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
 
 
 def score_while_the_server_dies(proc, url: str, tmp_path, *, after_s: float):
@@ -169,7 +180,7 @@ def score_while_the_server_dies(proc, url: str, tmp_path, *, after_s: float):
     many = many.set_column(many.column_names.index("conversation_id"), "conversation_id", pa.array(cids))
     src = tmp_path / "many.parquet"
     pq.write_table(many, src)
-    threading.Timer(after_s, proc.kill).start()
+    threading.Timer(after_s, kill_server, args=(proc,)).start()
     rc = main(
         [
             "score",
