@@ -43,6 +43,7 @@ def test_ruff_format_check_finds_nothing():
     assert p.returncode == 0, p.stdout + p.stderr
 
 
+@pytest.mark.slow
 def test_mypy_finds_nothing_in_the_package():
     _tool("mypy")
     p = _mypy()

@@ -23,6 +23,7 @@ def test_{k}():
 """
 
 
+@pytest.mark.slow
 def test_ray_files_share_one_worker_and_other_files_stay_whole(tmp_path):
     tree = tmp_path / "tree"
     tree.mkdir()

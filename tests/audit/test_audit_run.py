@@ -49,6 +49,7 @@ def test_repair_and_parse_answers(rubric):
     assert all(v == (None, None) for v in parse_audit_answer("I cannot answer.", items).values())
 
 
+@pytest.mark.slow
 def test_run_audit_with_a_judge(rubric, tiny_judge, tmp_path):
     cfg = AuditConfig(runs=2, temperature=0.0, max_tokens=24, cache=str(tmp_path / "c.sqlite"))
     j = run_audit(rubric, AUDIT / "artifacts.jsonl", tiny_judge, config=cfg)

@@ -96,6 +96,7 @@ def test_a_judge_without_log_probabilities_answers_in_words(rubric, tiny_llama_d
         assert r["answer"] is None and r["justification"].startswith("unparseable judge answer")
 
 
+@pytest.mark.slow
 def test_cli_per_question_exits_zero_with_every_answer_parsed(tmp_path, tiny_llama_dir, capsys):
     out = tmp_path / "audit"
     argv = ["audit", "run", "--rubric", str(AUDIT / "rubric.yaml"), "--artifacts", str(AUDIT / "artifacts.jsonl")]

@@ -7,6 +7,7 @@ from adherence.bench.judge import synthetic_conversations
 from adherence.cli.main import main
 
 
+@pytest.mark.slow
 def test_judge_bench_checks_then_times(tmp_path, capsys):
     out = tmp_path / "j.json"
     assert (

@@ -11,6 +11,7 @@ from adherence.role import score_turns
 BENCH = example_path("role").with_name("role_benchmark.json")
 
 
+@pytest.mark.slow
 def test_role_paper_json_matches_direct_scoring(capsys):
     assert main(["bench", "role-paper", str(BENCH), "--sizes", "15,40", "--json"]) == 0
     res = json.loads(capsys.readouterr().out)

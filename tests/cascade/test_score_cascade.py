@@ -43,6 +43,7 @@ def stages(tmp_path_factory, tiny_llama_dir):
     return {"kl": kl, "judge": judge, "cascade": cascade, "dir": tmp}
 
 
+@pytest.mark.slow
 def test_later_stages_score_only_the_turns_left_as_a_full_run_would(tmp_path, capsys, stages):
     out = tmp_path / "cascade.parquet"
     assert main(["score", str(example_path("role")), "-o", str(out), "--cascade", str(stages["cascade"])]) == 0
@@ -84,6 +85,7 @@ def test_later_stages_score_only_the_turns_left_as_a_full_run_would(tmp_path, ca
         assert row["score"] == (pytest.approx(np.mean(mine)) if mine else None)
 
 
+@pytest.mark.slow
 def test_a_resumed_cascade_reuses_finished_passes(tmp_path, capsys, stages):
     out = tmp_path / "c.parquet"
     args = ["score", str(example_path("role")), "-o", str(out), "--cascade", str(stages["cascade"]), "--no-progress"]
@@ -163,6 +165,7 @@ def test_what_a_cascade_cannot_run_is_refused_in_one_line(tmp_path, capsys, stag
     assert not (tmp_path / "c.parquet").exists()
 
 
+@pytest.mark.slow
 def test_a_stage_may_be_a_judge_endpoint(tmp_path, monkeypatch, tiny_yes_no_judge):
     """The second stage is an OpenAI-compatible server: its recorded options (with the API key redacted) run it
     again; the key comes from the environment and is written nowhere."""

@@ -25,6 +25,7 @@ def _labelled(path, n=200, seed=0):
     return y.astype(int), s
 
 
+@pytest.mark.slow
 def test_calibrate_writes_a_file_that_score_evaluate_understand(tmp_path, capsys):
     y, s = _labelled(tmp_path / "labelled.jsonl")
     cal_path = tmp_path / "cal.json"
@@ -114,6 +115,7 @@ def test_calibrate_refuses_a_score_that_ranks_violations_higher(tmp_path, capsys
     assert "--allow-inverted" in json.loads((tmp_path / "c.json").read_text())["fit"]["note"]
 
 
+@pytest.mark.slow
 def test_score_applies_a_calibration_and_records_it(tmp_path, capsys):
     """Calibrate cosine scores of the bundled example, then score with the file: the threshold decides predictions
     and sessions, `calibrated_score` is the mapped probability, and the metadata names the file."""
@@ -225,6 +227,7 @@ def test_evaluate_table_threshold_predicts_score_at_or_above_it():
         evaluate_table(t, score="score", label="label", positive="adherent", prediction="p", threshold=0.3)
 
 
+@pytest.mark.slow
 def test_a_job_files_calibration_is_the_file_beside_it(tmp_path, capsys, monkeypatch):
     """`calibration: cal.json` in a job file names the file beside the job file, as its other paths do, wherever
     the job is started from."""
@@ -277,6 +280,7 @@ def test_a_calibration_file_edited_out_of_range_is_refused_naming_the_field(tmp_
     assert not out.exists()
 
 
+@pytest.mark.slow
 def test_the_metadata_records_the_calibration_file_not_its_map(tmp_path):
     import hashlib
 
@@ -297,6 +301,7 @@ def test_the_metadata_records_the_calibration_file_not_its_map(tmp_path):
     assert len(knots) > 2 and "x" not in json.dumps(recorded["map"])
 
 
+@pytest.mark.slow
 def test_an_input_column_the_calibration_would_replace_is_refused(tmp_path, capsys):
     first = tmp_path / "cos.parquet"
     assert main(["score", str(example_path("role")), "--method", "cosine", "-o", str(first), "--no-progress"]) == 0
@@ -330,6 +335,7 @@ def test_a_calibration_edited_after_fitting_is_refused(tmp_path, capsys):
     assert "edited after it was fitted" in err and str(cal_path) in err and len(err.splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_a_calibration_of_one_judge_is_refused_for_another(tmp_path, capsys, tiny_llama_dir, tiny_yes_no_judge):
     """A judge calibration applies to the judge (model, backend, prompt layout) whose scores it was fitted on."""
     src = str(example_path("role"))

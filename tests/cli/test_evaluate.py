@@ -177,6 +177,7 @@ def test_command_line_entry_point_and_lazy_imports():
     assert proc.stdout.strip() == "[]"
 
 
+@pytest.mark.slow
 def test_page_says_where_the_scores_come_from_with_a_confusion_matrix(tmp_path, capsys, tiny_llama_dir):
     from sklearn.metrics import confusion_matrix
 

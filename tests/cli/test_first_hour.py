@@ -89,6 +89,7 @@ def test_reference_method_on_a_chat_log_without_references_fails_before_any_mode
     assert sorted(p.name for p in tmp_path.iterdir()) == ["chats.jsonl"]  # no output, no work dir left
 
 
+@pytest.mark.slow
 def test_references_on_assistant_messages_and_from_a_keyed_file_give_the_same_scores(tmp_path, capsys):
     inline = tmp_path / "inline.parquet"
     assert (

@@ -166,6 +166,7 @@ def test_a_corrupted_labels_file_is_exit_2_naming_it_or_read_as_it_is(tmp_path, 
             assert code == 2, (command, kind)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("what", ["cascade", "cal", "clf"])
 def test_a_corrupted_cascade_calibration_or_classifier_file_is_exit_2_naming_it(tmp_path, capsys, base, what):
     for kind in TEXT_KINDS:

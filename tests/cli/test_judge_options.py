@@ -62,6 +62,7 @@ def test_job_file_sets_options_and_flags_override_it(tmp_path, tiny_llama_dir, c
     assert main(["score", "--config", str(job)]) == 2
 
 
+@pytest.mark.slow
 def test_dry_run_counts_what_the_run_uses(tmp_path, tiny_llama_dir, capsys):
     from adherence.judges._dryrun import judge_plan
     from adherence.judges._transformers import TransformersBackend
@@ -105,6 +106,7 @@ def test_usage_is_in_the_summary_and_the_cache_is_counted(tmp_path, tiny_llama_d
         assert f"{28 - expect_hits} judge calls ({expect_hits} from the cache)" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_yes_tokens_template_system_and_layout_change_the_prompts_and_scores(tmp_path, tiny_llama_dir, capsys):
     rc, base = _score(tmp_path, tiny_llama_dir, "base")
     assert rc == 0
@@ -161,6 +163,7 @@ def test_self_consistency_samples(tmp_path, tiny_llama_dir):
             assert "tied vote" in err and agree == 0.5
 
 
+@pytest.mark.slow
 def test_judge_dtype_reaches_the_model_and_the_metadata(tmp_path, tiny_llama_dir):
     rc, fp32 = _score(tmp_path, tiny_llama_dir, "fp32")
     assert rc == 0
@@ -173,6 +176,7 @@ def test_judge_dtype_reaches_the_model_and_the_metadata(tmp_path, tiny_llama_dir
     assert 0 < np.abs(a - b).max() < 0.05  # really ran in bf16: close to fp32, not equal
 
 
+@pytest.mark.slow
 def test_float8_judge_and_chained_layout_from_the_command_line(tmp_path, tiny_llama_dir):
     rc, bf16 = _score(tmp_path, tiny_llama_dir, "bf16", "--judge-dtype", "bfloat16")
     assert rc == 0
@@ -260,6 +264,7 @@ def test_options_that_cannot_combine_are_refused_before_any_model_loads(tmp_path
     assert elapsed < 20, elapsed  # 0.3 s here: no model, no torch import
 
 
+@pytest.mark.slow
 def test_dry_run_estimates_the_time_from_timed_conversations(tiny_llama_dir, capsys):
     """--estimate N times N samples of the input with the judge after a warm-up: the estimate is the mean seconds per
     forward token times the job's forward tokens, and its interval Student's t interval of that mean (checked

@@ -69,6 +69,7 @@ def test_persona_json_table_and_html(tmp_path, capsys):
     assert rc == 0 and "people" in table and "bots" in table and "similarity" in table and "E4s" in table
 
 
+@pytest.mark.slow
 def test_persona_errors(tmp_path, capsys):
     assert main(["persona", "--reference", str(tmp_path / "nope.csv")]) == 2
     assert "nope.csv" in capsys.readouterr().err

@@ -58,6 +58,7 @@ def test_no_command_writes_over_its_input(tmp_path, capsys, scored, argv):
     assert ("would overwrite the input" in err) or ("no trace_id column" in err)
 
 
+@pytest.mark.slow
 def test_no_command_writes_over_a_file_it_did_not_create(tmp_path, capsys, scored):
     out, labels = scored
     mine = tmp_path / "report.html"
@@ -78,6 +79,7 @@ def test_no_command_writes_over_a_file_it_did_not_create(tmp_path, capsys, score
     assert page.read_text().startswith("<!doctype html>")
 
 
+@pytest.mark.slow
 def test_a_corrupt_output_is_one_line_naming_it_in_every_command(tmp_path, capsys, scored):
     out, labels = scored
     bad = tmp_path / "bad.parquet"
@@ -99,6 +101,7 @@ def test_a_corrupt_output_is_one_line_naming_it_in_every_command(tmp_path, capsy
         assert len(err) == 1 and str(bad) in err[0] and "internal error" not in err[0], (argv, err)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", ["evaluate", "calibrate", "estimate"])
 def test_every_statistical_command_reads_the_labels_file(tmp_path, capsys, scored, command):
     out, labels = scored

@@ -57,6 +57,7 @@ def _msgs(*pairs):
     return json.dumps([{"role": r, "parts": [{"type": "text", "content": c}]} for r, c in pairs])
 
 
+@pytest.mark.slow
 def test_the_bundled_trace_example_is_the_flat_example(tmp_path):
     rows, opts = _turns(EXAMPLE)
     flat = {(r["conversation_id"], r["turn_index"]): r for r in read_table(example_path("role")).to_pylist()}

@@ -26,6 +26,7 @@ def _same(got, want):
     assert got.column("score").to_pylist() == pytest.approx(want.column("score").to_pylist(), abs=1e-6)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", ["cosine", "kl", "mahalanobis", "llm_judge"])
 def test_scores_do_not_depend_on_where_checkpoints_fall(tmp_path, synthetic, method, monkeypatch, tiny_llama_dir):
     turns = synthetic(9)
@@ -61,6 +62,7 @@ def _interrupt_after(monkeypatch, k: int) -> list:
     return scored
 
 
+@pytest.mark.slow
 def test_an_interrupted_shard_resumes_from_its_checkpoints(tmp_path, synthetic, monkeypatch):
     """An interrupt in the third checkpoint of the only shard: the resumed job scores only what the first two
     do not hold, counts them as reused, and its output equals an uninterrupted run's."""
@@ -88,6 +90,7 @@ def test_an_interrupted_shard_resumes_from_its_checkpoints(tmp_path, synthetic, 
     assert reference.summary["turns"] == res.summary["turns"]
 
 
+@pytest.mark.slow
 def test_a_checkpoint_that_does_not_match_is_scored_again(tmp_path, synthetic, monkeypatch):
     """A checkpoint whose data was changed after it was written is not trusted, nor any after it."""
     turns = synthetic(6)

@@ -17,6 +17,7 @@ def _by_key(t: pa.Table, col="score"):
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "method,opts",
     [("cosine", {}), ("knn", {"reference_pool": "dataset"}), ("mahalanobis", {}), ("pca_mahalanobis", {}), ("kl", {})],

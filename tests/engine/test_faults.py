@@ -379,6 +379,7 @@ def _assistant(i):
     return list(last.values())[i]["assistant"]
 
 
+@pytest.mark.slow
 def test_an_api_key_never_reaches_disk_or_output(tmp_path, capsys):
     key = "sk-PLANTED-7f3a9c"
     job = tmp_path / "job.yaml"
@@ -946,6 +947,7 @@ def test_work_dir_is_removed_after_success_unless_kept(tmp_path):
     assert mine.is_dir() and list(mine.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_encoder_cache_is_bounded_by_bytes():
     from adherence.models import Encoder
 

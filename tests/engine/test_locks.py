@@ -37,6 +37,7 @@ _HAMMER = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_four_processes_never_hold_the_same_lock(tmp_path):
     lock, inside = tmp_path / ".o.parquet.lock", tmp_path / "inside"
     procs = [

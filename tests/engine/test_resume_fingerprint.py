@@ -31,6 +31,7 @@ def _run(config, out, **kw):
     return Engine(config=config, shard_size=8, n_bootstrap=0, keep_work_dir=True, **kw).run(example_path("role"), out)
 
 
+@pytest.mark.slow
 def test_cosmetic_options_reuse_every_shard_and_score_options_do_not(tmp_path, tiny_llama_dir):
     out = tmp_path / "s.parquet"
     first = _run(_judge_config(tiny_llama_dir), out)
@@ -54,6 +55,7 @@ def test_cosmetic_options_reuse_every_shard_and_score_options_do_not(tmp_path, t
     assert other.summary["shards_resumed"] == 0
 
 
+@pytest.mark.slow
 def test_a_changed_threshold_gives_that_thresholds_predictions(tmp_path, tiny_llama_dir):
     out = tmp_path / "s.parquet"
     _run(_judge_config(tiny_llama_dir), out)

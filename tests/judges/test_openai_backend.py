@@ -106,6 +106,7 @@ class _Counting(ChatServer):
         self.httpd.server_close()
 
 
+@pytest.mark.slow
 def test_a_fleet_spreads_requests_and_survives_an_endpoint_killed_mid_run(tiny_yes_no_judge, turns):
     import threading
 
@@ -218,6 +219,7 @@ def test_an_endpoint_answering_200_with_a_proxys_html_page_is_routed_around(tiny
     assert cols["status"] == ["ok"] * turns.num_rows
 
 
+@pytest.mark.slow
 def test_retry_after_is_capped_and_counted_in_the_rows_time(tiny_yes_no_judge, turns):
     import time
 
@@ -243,6 +245,7 @@ def test_retry_after_is_capped_and_counted_in_the_rows_time(tiny_yes_no_judge, t
     assert all("the row's budget of --request-timeout x (--max-retries + 1)" in e for e in cols["error"])
 
 
+@pytest.mark.slow
 def test_a_fleet_with_no_endpoint_up_for_the_stall_timeout_stops_the_job(tiny_yes_no_judge, tmp_path, capsys):
     """Every endpoint of the fleet dies after the preflight: the job stops after --stall-timeout with one line
     and exit 1 (it ran for half an hour and exited 0 with most rows in error)."""

@@ -111,6 +111,7 @@ def test_knn_paths_match_reference_over_a_shared_pool(dtype, knn):
     torch.testing.assert_close(got[:, 1], want[:, 1], **TOL[dtype])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("knn", ["tiles", "rows", "auto"])
 def test_knn_paths_honour_per_row_ranges(knn):
     inp = _inputs(80, 48, 400, 16, torch.float32, True, seed=5)

@@ -84,6 +84,7 @@ def test_bf16_is_described_and_scores_record_it(encoders, tmp_path):
     assert np.abs(sb - sf).max() < 2e-3 and not np.array_equal(sb, sf)
 
 
+@pytest.mark.slow
 def test_bf16_is_refused_on_a_cpu_without_bf16_products(cache, monkeypatch):
     if BF16:  # this CPU has them: a CPU without them cannot be made here, so OpenVINO is told it has none
         real = ov.Core.get_property

@@ -45,13 +45,14 @@ def test_export_loads_without_gguf_and_scores_the_same(exported, direct):
     got = plain.model.state_dict()
     assert got.keys() == ref.keys()
     assert all(torch.equal(got[k].float(), ref[k]) for k in ref)  # the de-quantised weights, to the bit
-    turns = read_turns(example_path("role")).slice(0, 8)
+    turns = read_turns(example_path("role")).slice(0, 3)  # the weights are equal above: this checks the rest
     gguf = TransformersBackend(loaded=(*direct, "gguf"), device="cpu", progress=False)
     a = RoleJudge(JudgeConfig(), backend=gguf).score(turns)["score"]
     b = RoleJudge(JudgeConfig(model=str(exported)), backend=plain).score(turns)["score"]
     np.testing.assert_allclose(a, b, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_the_in_process_judge_reads_the_gguf_once_then_its_checkpoint_in_the_cache(cache, exported, capsys):
     """The first load of the bundled judge de-quantises it into the cache (the export's checkpoint); later loads
     read that, with the same weights, and the run's model name is still the GGUF's."""
@@ -82,6 +83,7 @@ def test_an_unwritable_cache_reads_the_gguf_file_itself(tmp_path, monkeypatch):
     assert gguf_checkpoint(resolve_model(DEFAULT_JUDGE)) is None
 
 
+@pytest.mark.slow
 def test_export_never_replaces_a_directory(exported, capsys):
     assert main(["models", "export-judge", str(exported)]) == 1
     assert "already exists" in capsys.readouterr().err

@@ -71,6 +71,7 @@ def test_openvino_float32_equals_torch_float32(encoders):
     np.testing.assert_allclose(b, a, atol=2e-4)
 
 
+@pytest.mark.slow
 def test_a_texts_float32_embedding_does_not_move_with_its_batch(encoders):
     chosen, _ = encoders
     texts = _texts()[:120]
@@ -82,6 +83,7 @@ def test_a_texts_float32_embedding_does_not_move_with_its_batch(encoders):
     np.testing.assert_allclose(shuffled, together[order], atol=1e-5)
 
 
+@pytest.mark.slow
 def test_the_converted_model_is_kept_once_in_the_cache(encoders, cache):
     chosen, _ = encoders
     if chosen.runtime != "openvino":
@@ -97,6 +99,7 @@ def test_the_converted_model_is_kept_once_in_the_cache(encoders, cache):
     assert xml.with_suffix(".bin").stat().st_size > 4 * 20_000_000
 
 
+@pytest.mark.slow
 def test_the_runtime_is_recorded_and_scores_equal_torchs(encoders, tmp_path):
     chosen, torch_path = encoders
     d = chosen.describe()

@@ -40,6 +40,7 @@ def test_int8_embeddings_are_unit_norm_and_close_to_float32(encoders):
     assert np.corrcoef(own, own_exact)[0, 1] > 0.98
 
 
+@pytest.mark.slow
 def test_int8_model_is_exported_once_into_the_cache_and_reused(encoders, cache):
     _, fast = encoders
     found = list(cache.rglob("*.onnx"))
@@ -51,6 +52,7 @@ def test_int8_model_is_exported_once_into_the_cache_and_reused(encoders, cache):
     assert again._runtime.path == found[0] and found[0].stat().st_mtime_ns == mtime
 
 
+@pytest.mark.slow
 def test_a_texts_embedding_does_not_depend_on_its_batch(encoders):
     _, fast = encoders
     texts = _texts()
@@ -59,6 +61,7 @@ def test_a_texts_embedding_does_not_depend_on_its_batch(encoders):
     np.testing.assert_allclose(alone, together[:12], atol=1e-6)
 
 
+@pytest.mark.slow
 def test_every_linear_layer_is_rewritten_and_7_bit_weights_stay_close(encoders, tmp_path):
     import onnx
 
@@ -82,6 +85,7 @@ def test_every_linear_layer_is_rewritten_and_7_bit_weights_stay_close(encoders, 
     assert cos.mean() > 0.98 and cos.min() > 0.9
 
 
+@pytest.mark.slow
 def test_sessions_side_by_side_give_the_same_embeddings_in_order(encoders):
     _, fast = encoders
     texts = _texts()
@@ -93,6 +97,7 @@ def test_sessions_side_by_side_give_the_same_embeddings_in_order(encoders):
         np.testing.assert_array_equal(x, y)
 
 
+@pytest.mark.slow
 def test_the_torch_checkpoint_loads_only_when_token_embeddings_need_it(encoders):
     """A worker on the int8 path starts without importing and loading the torch model (its sentence
     embeddings come from ONNX Runtime); BERTScore's token embeddings load it then, and equal float32's."""
@@ -110,6 +115,7 @@ def test_the_torch_checkpoint_loads_only_when_token_embeddings_need_it(encoders)
         torch.testing.assert_close(g, w)
 
 
+@pytest.mark.slow
 def test_precision_is_checked_and_described(encoders):
     exact, fast = encoders
     assert exact.describe()["precision"] == "float32" and exact.describe()["runtime"].split()[0] == exact.runtime
@@ -120,6 +126,7 @@ def test_precision_is_checked_and_described(encoders):
         Encoder(device="cpu", precision="int4")
 
 
+@pytest.mark.slow
 def test_score_records_the_precision_and_its_scores_differ_a_little(tmp_path, cache):
     example = str(files("adherence") / "examples" / "role_turns.jsonl")
     out = tmp_path / "s.parquet"

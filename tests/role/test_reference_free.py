@@ -65,6 +65,7 @@ def test_scope_needs_no_references_and_names_a_missing_role(encoder):
     assert out.column("score").to_pylist()[2] is None
 
 
+@pytest.mark.slow
 def test_scope_ranks_the_support_logs_violations(encoder, log):
     t, y = log
     cfg = RoleConfig(method="scope", progress=False)

@@ -33,11 +33,18 @@ def test_each_path_is_checked_then_run_on_every_turn(small_run):
     assert (out.parent / res["profile"]["file"]).exists()
 
 
-def test_reuse_keeps_only_runs_of_the_same_workload_and_cpu(small_run, tmp_path):
-    out, res = small_run
-    other = dict(res, workload=dict(res["workload"], turns=301))
+@pytest.mark.parametrize("change", ["workload", "cpu"])
+def test_reuse_keeps_only_runs_of_the_same_workload_and_cpu(tmp_path, change):
+    """An earlier JSON of another workload (one turn more) or another CPU is refused before any job runs."""
+    from adherence.bench._hardware import cpu_info
+
+    earlier = {"workload": cpu_million.build(300, PERSONA, tmp_path / "turns.parquet"), "cpu": cpu_info()}
+    if change == "workload":
+        earlier["workload"] = dict(earlier["workload"], turns=301)
+    else:
+        earlier["cpu"] = dict(earlier["cpu"], simd=[*earlier["cpu"]["simd"], "amx_tile"])
     bad = tmp_path / "other.json"
-    bad.write_text(json.dumps(other))
+    bad.write_text(json.dumps(earlier))
     argv = ["--turns", "300", "--exact-turns", "50", "--profile-turns", "50", "--paths", "int8", "--reuse", str(bad),
             "--persona-csv", str(PERSONA), "--out", str(tmp_path / "x.json")]  # fmt: skip
     with pytest.raises(SystemExit, match="another workload or CPU"):

@@ -114,6 +114,7 @@ def test_keys_label_ten_turns_a_kill_loses_none_and_the_sample_resumes(scored, t
                                                                            sample["turns"]].index)  # fmt: skip
 
 
+@pytest.mark.slow
 def test_two_labellers_agreement_is_irrcacs(scored, tmp_path):
     import pyarrow.parquet as pq
 
@@ -139,6 +140,7 @@ def test_two_labellers_agreement_is_irrcacs(scored, tmp_path):
     assert got["n_shared"] == 35 and got["labellers"] == ["ann", "bob"]
 
 
+@pytest.mark.slow
 def test_writes_need_the_token_the_hosts_name_and_its_own_origin(scored, tmp_path):
     labels = tmp_path / "labels.jsonl"
     port = _free_port()
@@ -174,6 +176,7 @@ def test_writes_need_the_token_the_hosts_name_and_its_own_origin(scored, tmp_pat
         proc.wait()
 
 
+@pytest.mark.slow
 def test_a_resumed_file_keeps_its_sample_and_refuses_another(scored, tmp_path):
     import pyarrow.parquet as pq
 
@@ -192,6 +195,7 @@ def test_a_resumed_file_keeps_its_sample_and_refuses_another(scored, tmp_path):
     assert Path(user).read_text().count("\n") == 1
 
 
+@pytest.mark.slow
 def test_a_label_cut_short_by_a_kill_is_dropped_and_the_next_label_reads(scored, tmp_path):
     """A kill in the middle of a label's write leaves a partial last line: the reader leaves it out (and says so),
     and the resumed session removes it before appending (the next label was glued to it: the file became
@@ -226,6 +230,7 @@ def test_uniform_sample_weights_are_population_over_size():
     assert drawn == draw_sample(keys, np.zeros(50), 10, "uniform", 3)  # the seed decides
 
 
+@pytest.mark.slow
 def test_the_pages_estimate_is_what_estimate_gives_on_the_same_labels(scored, tmp_path):
     """The share and interval shown while labelling are `estimate --labels`' on the same file: design-weighted,
     prediction-powered, clustered by conversation."""
