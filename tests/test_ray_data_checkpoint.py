@@ -26,8 +26,9 @@ def _scores(t: pa.Table) -> dict:
     return {f"{r['conversation_id']}#{r['turn_index']}": (r["status"], r["score"]) for r in t.to_pylist()}
 
 
-def _files(folder: Path) -> set:
-    return {p.name for p in folder.glob("*.parquet")} if folder.exists() else set()
+def _files(folder: Path, pattern: str = "*.parquet") -> set:
+    """The names of the files under ``folder`` (none where it is missing or empty)."""
+    return {p.name for p in folder.rglob(pattern) if p.is_file()}
 
 
 @pytest.mark.ray
@@ -56,21 +57,24 @@ def test_the_documented_recipe_rerun_scores_only_what_is_left_and_never_duplicat
 
     ctx = ray.data.DataContext.get_current()
 
-    def recipe(src: Path, out: Path, **keep) -> None:
-        ctx.checkpoint_config = CheckpointConfig(id_column="turn_id", checkpoint_path=str(tmp_path / "ckpt"), **keep)
-        score_dataset(ray.data.read_parquet(str(src)), method="cosine").write_parquet(str(out))
-
-    try:
-        recipe(first, scores, delete_checkpoint_on_success=False)
-        after_first = _files(scores)
-        recipe(every, scores, delete_checkpoint_on_success=False)
-        added = _files(scores) - after_first
+    def run(src: Path, out: Path, checkpoint: str, **options) -> None:
+        ctx.checkpoint_config = CheckpointConfig(
+            id_column="turn_id", checkpoint_path=str(tmp_path / checkpoint), **options
+        )
         try:
-            recipe(every, scores, delete_checkpoint_on_success=False)
-        except Exception as exc:  # noqa: BLE001 - the documented failure of a rerun with nothing left
-            assert "Invalid sort key column" in str(exc), exc
-    finally:
-        ctx.checkpoint_config = None
+            score_dataset(ray.data.read_parquet(str(src)), method="cosine").write_parquet(str(out))
+        finally:
+            ctx.checkpoint_config = None
+
+    recipe = {"checkpoint": "ckpt", "delete_checkpoint_on_success": False}  # docs/platforms.md's
+    run(first, scores, **recipe)
+    after_first = _files(scores)
+    run(every, scores, **recipe)
+    added = _files(scores) - after_first
+    try:
+        run(every, scores, **recipe)
+    except Exception as exc:  # noqa: BLE001 - the documented failure of a rerun with nothing left
+        assert "Invalid sort key column" in str(exc), exc
 
     firsts = pq.read_table([scores / n for n in sorted(after_first)])
     seconds = pq.read_table([scores / n for n in sorted(added)])
@@ -86,12 +90,7 @@ def test_the_documented_recipe_rerun_scores_only_what_is_left_and_never_duplicat
         assert got[k][1] == pytest.approx(score, abs=1e-6), k
 
     # Ray's default: the successful run deletes its checkpoint, so nothing tells a rerun what was written.
-    kept = sorted(str(p.relative_to(tmp_path)) for p in (tmp_path / "ckpt").rglob("*") if p.is_file())
-    assert kept, "the kept checkpoint records the rows written"
-    try:
-        ctx.checkpoint_config = CheckpointConfig(id_column="turn_id", checkpoint_path=str(tmp_path / "ckpt2"))
-        score_dataset(ray.data.read_parquet(str(every)), method="cosine").write_parquet(str(tmp_path / "scores2"))
-    finally:
-        ctx.checkpoint_config = None
+    assert _files(tmp_path / "ckpt", "*"), "the kept checkpoint records the rows written"
+    run(every, tmp_path / "scores2", "ckpt2")
     assert pq.read_table(tmp_path / "scores2").num_rows == len(ids)
-    assert not [p for p in (tmp_path / "ckpt2").rglob("*") if p.is_file()], "Ray's default kept a checkpoint"
+    assert not _files(tmp_path / "ckpt2", "*"), "Ray's default kept a checkpoint"
