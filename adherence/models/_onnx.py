@@ -531,10 +531,15 @@ class OpenVinoSentenceModel:
             # one queue at a time: each has a stream per core, so two at once would oversubscribe them
             for shape, ks in groups.items():
                 queue = self._queue if shape is None else self._static[shape][1]
-                for k in ks:
-                    ids, mask = batches[k]
-                    queue.start_async({"input_ids": ids, "attention_mask": mask}, k)
-                queue.wait_all()
+                try:
+                    for k in ks:
+                        ids, mask = batches[k]
+                        queue.start_async({"input_ids": ids, "attention_mask": mask}, k)
+                finally:
+                    # An interrupt between two submissions (Ctrl-C, SIGTERM) must not leave a request running:
+                    # its callback, on OpenVINO's thread, would call into an interpreter that is exiting and
+                    # abort the process (exit -6 instead of 130 / 143).
+                    queue.wait_all()
                 self.batches_run["dynamic" if shape is None else "static"] += len(ks)
             out, self._out = self._out, []
         if any(o is None for o in out):  # pragma: no cover - a request that ended without its output

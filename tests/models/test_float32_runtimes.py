@@ -133,3 +133,40 @@ def test_the_late_interaction_encoder_loads_no_sentence_runtime():
     li = LateInteractionEncoder(progress=False)
     assert li.encoder.runtime == "torch" and li.encoder._runtime is None  # token embeddings run on torch
     assert li.encoder._model is not None
+
+
+class _InterruptedAfterOne:
+    """The real queue, with an interrupt (Ctrl-C, SIGTERM) arriving right after its first submission: a signal
+    between two calls cannot be timed from outside."""
+
+    def __init__(self, queue) -> None:
+        self.queue = queue
+
+    def start_async(self, inputs, k) -> None:
+        self.queue.start_async(inputs, k)
+        raise KeyboardInterrupt
+
+    def wait_all(self) -> None:
+        self.queue.wait_all()
+
+
+@pytest.mark.slow
+def test_an_interrupt_mid_call_leaves_no_openvino_request_running(encoders):
+    """A request left running when the interrupt ends the process would call back into an exiting interpreter
+    (an abort, -6, instead of the interrupt's 130 / 143): the call waits for what it submitted before it raises."""
+    chosen, _ = encoders
+    if chosen.runtime != "openvino":
+        pytest.skip("this CPU's float32 path is torch: no OpenVINO queue")
+    model = chosen._runtime
+    real, static_models = model._queue, model.static_models
+    model._queue, model.static_models = _InterruptedAfterOne(real), 0  # every batch on the dynamic-shape queue
+    ids = np.full((64, 256), 1000, dtype=np.int64)  # long enough to be still running when the interrupt lands
+    batches = [(ids, np.ones_like(ids)), (ids, np.ones_like(ids))]
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            model.run(batches)
+        assert model._out[0] is not None and model._out[0].shape == (64, chosen.dim)  # its callback has run
+        assert model._out[1] is None and real.is_ready()  # the second never started; nothing is running
+    finally:
+        model._queue, model.static_models, model._out = real, static_models, []
+    assert len(model.run(batches[:1])) == 1  # the model serves the next call
