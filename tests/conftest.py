@@ -6,6 +6,12 @@ import shutil
 if not shutil.which("nvidia-smi"):
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
+# Under ``-n N`` each worker gets its share of the cores for torch's threads (and the subprocesses it starts): N
+# workers each spinning on every core slow one another down. Set before torch is first imported.
+if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
+    _share = (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"])
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, _share)))
+
 from pathlib import Path
 
 import numpy as np
