@@ -1,8 +1,6 @@
-"""Ray Data and Spark give the engine's scores on the same input, and refuse what they cannot do."""
+"""Ray Data gives the engine's scores on the same input, and refuses what it cannot do (Spark: test_spark.py); a
+platform worker's scoring call marks its own rows' errors."""
 
-import os
-import shutil
-import sys
 from collections import Counter
 
 import pyarrow as pa
@@ -10,32 +8,13 @@ import pytest
 
 import adherence
 from adherence.data import example_path, read_turns
-from adherence.judges import JudgeConfig
 from adherence.role import RoleConfig
-
-
-def _by_key(t: pa.Table) -> dict:
-    return {(r["conversation_id"], r["turn_index"]): r for r in t.to_pylist()}
-
-
-def _assert_same_scores(got: pa.Table, ref: pa.Table) -> None:
-    a, b = _by_key(got), _by_key(ref)
-    assert a.keys() == b.keys()
-    for k, want in b.items():
-        assert a[k]["status"] == want["status"] and a[k]["prediction"] == want["prediction"], k
-        if want["score"] is None:
-            assert a[k]["score"] is None
-        else:
-            assert a[k]["score"] == pytest.approx(want["score"], abs=1e-6), k
+from tests._platforms import assert_same_scores, by_key, judge_config
 
 
 @pytest.fixture(scope="module")
 def turns():
     return read_turns(example_path("role"))
-
-
-def _judge(tiny_llama_dir):
-    return JudgeConfig(model=str(tiny_llama_dir), backend_options={"device": "cpu", "progress": False})
 
 
 # --------------------------------------------------------------------------- Ray Data
@@ -61,12 +40,12 @@ def test_ray_data_equals_the_engine(ray_local, turns, tiny_llama_dir):
 
     ref = adherence.score(turns, method="cosine", n_bootstrap=0)
     got = _collect(ray_local, score_dataset(ray.data.from_arrow(turns), method="cosine", concurrency=1))
-    _assert_same_scores(got, ref)
+    assert_same_scores(got, ref)
     assert got.num_rows == turns.num_rows and set(got.column("method").to_pylist()) == {"cosine"}
-    judge = _judge(tiny_llama_dir)
+    judge = judge_config(tiny_llama_dir)
     ref = adherence.score(turns, config=RoleConfig(method="llm_judge", judge=judge), n_bootstrap=0)
     got = _collect(ray_local, score_dataset(ray.data.from_arrow(turns), method="llm_judge", judge=judge))
-    _assert_same_scores(got, ref)
+    assert_same_scores(got, ref)
 
 
 @pytest.mark.ray
@@ -143,86 +122,6 @@ def test_ray_data_counts_the_checkpoint_filter_cpus(ray_local, turns, tmp_path):
     score_dataset(ray.data.from_arrow(turns), method="cosine", concurrency=1)  # planned, not refused
 
 
-# --------------------------------------------------------------------------- Spark
-
-
-@pytest.fixture(scope="module")
-def spark():
-    pytest.importorskip("pyspark")
-    if not shutil.which("java") and not os.environ.get("JAVA_HOME"):
-        pytest.skip("Spark needs Java")
-    from pyspark.sql import SparkSession
-
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("adherence-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "3")
-        .getOrCreate()
-    )
-    yield session
-    session.stop()
-
-
-@pytest.mark.spark
-@pytest.mark.parametrize("chunk_rows", [1, 5, 4096])
-def test_spark_equals_the_engine(spark, turns, chunk_rows):
-    from adherence.spark import score_dataframe
-
-    ref = adherence.score(turns, method="cosine", n_bootstrap=0)
-    out = score_dataframe(spark.createDataFrame(turns.to_pandas()), method="cosine", chunk_rows=chunk_rows)
-    got = pa.Table.from_pandas(out.toPandas(), preserve_index=False)
-    _assert_same_scores(got, ref)
-    assert got.num_rows == turns.num_rows and "rater_score" in got.column_names  # extra columns pass through
-
-
-@pytest.mark.spark
-def test_spark_judge_equals_the_engine(spark, turns, tiny_llama_dir):
-    from adherence.spark import score_dataframe
-
-    judge = _judge(tiny_llama_dir)
-    ref = adherence.score(turns, config=RoleConfig(method="llm_judge", judge=judge), n_bootstrap=0)
-    out = score_dataframe(spark.createDataFrame(turns.to_pandas()), method="llm_judge", judge=judge, chunk_rows=7)
-    _assert_same_scores(pa.Table.from_pandas(out.toPandas(), preserve_index=False), ref)
-
-
-@pytest.mark.spark
-def test_spark_refuses_what_it_cannot_do(spark, turns):
-    from adherence.spark import score_dataframe
-
-    df = spark.createDataFrame(turns.to_pandas())
-    with pytest.raises(ValueError, match="needs the whole job's ground truths"):
-        score_dataframe(df, method="mahalanobis")
-    with pytest.raises(ValueError, match="input column 'score' would be replaced"):
-        score_dataframe(df.withColumnRenamed("rater_score", "score"), method="cosine")
-
-
-@pytest.mark.spark
-def test_spark_a_null_or_repeated_key_is_that_rows_error(spark, turns):
-    """As in the engine's rows: the job completes, the bad rows say why, the others are the engine's scores."""
-    from adherence.spark import score_dataframe
-
-    rows = turns.to_pylist()
-    dup = dict(rows[3], assistant="a second reply under the same key")
-    orphan = dict(rows[5], conversation_id=None)
-    dirty = pa.Table.from_pylist(rows + [dup, orphan], schema=turns.schema)
-    out = score_dataframe(spark.createDataFrame(dirty.to_pandas()), method="cosine", chunk_rows=5)
-    got = pa.Table.from_pandas(out.toPandas(), preserve_index=False).to_pylist()
-    assert len(got) == len(rows) + 2
-    errors = sorted((r["error"] or "") for r in got if r["status"] == "error")
-    assert len(errors) == 2
-    assert errors[0].startswith("duplicate key (conversation_id=") and "null conversation_id" in errors[1]
-    good = pa.Table.from_pylist([r for r in got if r["status"] != "error"])
-    ref = adherence.score(turns, method="cosine", n_bootstrap=0)
-    by_key = _by_key(good)
-    want = _by_key(ref)
-    for k, w in want.items():
-        if w["conversation_id"] == rows[3]["conversation_id"] and w["turn_index"] == rows[3]["turn_index"]:
-            assert by_key[k]["assistant"] in (rows[3]["assistant"],)  # the first of the two keeps the key
-        assert by_key[k]["score"] == pytest.approx(w["score"], abs=1e-6), k
-
-
 def test_a_scoring_call_that_raises_marks_its_rows_and_the_next_call_scores(turns, monkeypatch):
     """A one-off exception inside a platform worker's scoring costs that call's rows (status=error with the
     reason), not the pipeline; the worker keeps its models and scores the next call."""
@@ -273,10 +172,10 @@ def test_ray_data_bad_ids_are_their_rows_errors_and_an_empty_input_is_an_empty_o
     assert len(errors) == 1 and "null conversation_id" in errors[0]["error"]
     assert {r["conversation_id"] for r in got if r["conversation_id"] in ("901", "902")} == {"901", "902"}
     assert all(r["status"] == "ok" for r in got if r["conversation_id"] in ("901", "902"))
-    ref = _by_key(adherence.score(turns, method="cosine", n_bootstrap=0))
-    by_key = {(r["conversation_id"], r["turn_index"]): r for r in got}
+    ref = by_key(adherence.score(turns, method="cosine", n_bootstrap=0))
+    got_by_key = {(r["conversation_id"], r["turn_index"]): r for r in got}
     for k, w in ref.items():
-        assert by_key[k]["score"] == pytest.approx(w["score"], abs=1e-6), k
+        assert got_by_key[k]["score"] == pytest.approx(w["score"], abs=1e-6), k
 
     empty = score_dataset(ray.data.from_arrow(turns.slice(0, 0)), method="cosine")
     assert empty.count() == 0 and {"score", "status", "error"} <= set(empty.schema().names)

@@ -1,5 +1,6 @@
 """Work dirs and outputs on object storage, against a real S3-compatible server on 127.0.0.1 (moto in
-server mode): the same results as a local run, atomic publish, ownership, leases, a kill and a resume."""
+server mode): the same results as a local run, atomic publish, ownership, leases, a kill and a resume. (Ray
+workers on S3: test_ray.py, with the other Ray tests.)"""
 
 import json
 import os
@@ -207,22 +208,6 @@ def test_sigkill_then_resume_on_s3(s3, tmp_path, synthetic):
     assert len(keys) == len(set(keys)) == turns.num_rows  # every turn exactly once
     _same_scores(got, want)
     assert not Remote(out + ".work").walk()  # the work dir's objects are gone after success
-
-
-@pytest.mark.ray
-def test_ray_workers_read_and_write_shards_on_s3(s3, local_reference):
-    ray = pytest.importorskip("ray")
-    src, ref, _ = local_reference
-    out = f"{s3}/t7/scores.parquet"
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, _node_ip_address="127.0.0.1")
-    try:
-        res = Engine(method="cosine", executor="ray", num_workers=2, shard_size=10, progress=False, n_bootstrap=0).run(
-            src, out
-        )
-    finally:
-        ray.shutdown()
-    assert res.summary["executor"] == "ray" and res.summary["shards"] >= 2
-    _same_scores(_read(out), ref)
 
 
 # ---------------------------------------------------------------------------- what the commit protocol guarantees
