@@ -1,17 +1,13 @@
 """Spark (``local[2]``) gives the engine's scores on the same input, and refuses what it cannot do; a bad row is
 that row's error. Its own file, apart from the Ray files (which share one test worker under ``-n 2``)."""
 
-import os
-import shutil
-import sys
-
 import pyarrow as pa
 import pytest
 
 import adherence
 from adherence.data import example_path, read_turns
 from adherence.role import RoleConfig
-from tests._platforms import assert_same_scores, by_key, judge_config
+from tests._platforms import assert_same_scores, by_key, judge_config, spark_session
 
 
 @pytest.fixture(scope="module")
@@ -21,19 +17,7 @@ def turns():
 
 @pytest.fixture(scope="module")
 def spark():
-    pytest.importorskip("pyspark")
-    if not shutil.which("java") and not os.environ.get("JAVA_HOME"):
-        pytest.skip("Spark needs Java")
-    from pyspark.sql import SparkSession
-
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("adherence-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "3")
-        .getOrCreate()
-    )
+    session = spark_session("local[2]", "adherence-tests", 3)
     yield session
     session.stop()
 

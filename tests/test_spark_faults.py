@@ -3,7 +3,6 @@ Spark (``local[N,F]``: up to F attempts per task) and the output still holds eve
 engine's scores."""
 
 import os
-import shutil
 import signal
 import sys
 import threading
@@ -12,6 +11,7 @@ import time
 import pytest
 
 import adherence
+from tests._platforms import spark_session
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -36,10 +36,6 @@ def _scoring_workers(daemon_pids: set) -> list:
 def test_a_python_worker_killed_mid_task_is_retried_and_no_row_is_lost(tmp_path):
     pytest.importorskip("pyspark")
     pytest.importorskip("psutil")
-    if not shutil.which("java") and not os.environ.get("JAVA_HOME"):
-        pytest.skip("Spark needs Java")
-    from pyspark.sql import SparkSession
-
     from adherence.spark import score_dataframe
 
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "engine"))
@@ -47,14 +43,7 @@ def test_a_python_worker_killed_mid_task_is_retried_and_no_row_is_lost(tmp_path)
 
     turns = synthetic_turns(40)
     want = adherence.score(turns, method="cosine", n_bootstrap=0)
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    spark = (
-        SparkSession.builder.master("local[2,4]")
-        .appName("adherence-faults")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .getOrCreate()
-    )
+    spark = spark_session("local[2,4]", "adherence-faults", 2)
     killed: list = []
 
     def kill_one_mid_task():
