@@ -1,7 +1,9 @@
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
-from adherence.data import example_path, read_turns
+from adherence.data import example_path, read_turns, write_table
+from adherence.engine import Engine
 
 
 def synthetic_turns(n_conversations: int, unique: bool = True) -> pa.Table:
@@ -23,3 +25,28 @@ def synthetic_turns(n_conversations: int, unique: bool = True) -> pa.Table:
 @pytest.fixture
 def synthetic():
     return synthetic_turns
+
+
+@pytest.fixture(scope="module")
+def s3():
+    """A moto S3 server on loopback, the process environment pointing pyarrow (and subprocesses) at it; None without
+    moto. Started before a module's Ray instance, its workers get the endpoint's environment too (a node's workers
+    start with the environment the node started with)."""
+    try:
+        import moto  # noqa: F401
+    except ImportError:
+        yield None
+        return
+    from soak_s3 import s3_bucket  # the S3 fault run starts its server the same way
+
+    with s3_bucket("jobs") as uri:
+        yield uri
+
+
+@pytest.fixture
+def local_reference(tmp_path, synthetic):
+    """12 synthetic conversations written to a file, and a local run's scores and sessions of it."""
+    turns = synthetic(12)
+    src = write_table(turns, tmp_path / "in.parquet")
+    Engine(method="cosine", shard_size=10, progress=False, n_bootstrap=0).run(src, tmp_path / "ref.parquet")
+    return src, pq.read_table(tmp_path / "ref.parquet"), pq.read_table(tmp_path / "ref.sessions.parquet")

@@ -24,34 +24,7 @@ pytest.importorskip("moto")
 
 pytestmark = pytest.mark.slow  # a moto S3 server per module, jobs against it
 
-from soak_s3 import s3_bucket  # noqa: E402  (the S3 fault run starts its server the same way)
-
-
-@pytest.fixture(scope="module")
-def s3():
-    """A moto S3 server on loopback, with the process environment pointing pyarrow (and subprocesses) at it."""
-    with s3_bucket("jobs") as uri:
-        yield uri
-
-
-def _same_scores(got, want):
-    assert got.select(["conversation_id", "turn_index", "status"]).equals(
-        want.select(["conversation_id", "turn_index", "status"])
-    )
-    assert got.column("score").to_pylist() == pytest.approx(want.column("score").to_pylist(), abs=1e-6)
-
-
-def _read(uri):
-    obj = Remote(uri)
-    return pq.read_table(obj.path, filesystem=obj.fs)
-
-
-@pytest.fixture
-def local_reference(tmp_path, synthetic):
-    turns = synthetic(12)
-    src = write_table(turns, tmp_path / "in.parquet")
-    Engine(method="cosine", shard_size=10, progress=False, n_bootstrap=0).run(src, tmp_path / "ref.parquet")
-    return src, pq.read_table(tmp_path / "ref.parquet"), pq.read_table(tmp_path / "ref.sessions.parquet")
+from ._s3 import read_remote, same_scores  # noqa: E402
 
 
 def test_outputs_and_work_dir_on_s3_equal_a_local_run(s3, local_reference):
@@ -59,8 +32,8 @@ def test_outputs_and_work_dir_on_s3_equal_a_local_run(s3, local_reference):
     out = f"{s3}/t1/scores.parquet"
     res = Engine(method="cosine", shard_size=10, progress=False, n_bootstrap=0).run(src, out)
     assert res.output == out and res.sessions_output == f"{s3}/t1/scores.sessions.parquet"
-    _same_scores(_read(out), ref)
-    assert _read(res.sessions_output).column("score").to_pylist() == pytest.approx(
+    same_scores(read_remote(out), ref)
+    assert read_remote(res.sessions_output).column("score").to_pylist() == pytest.approx(
         ref_sessions.column("score").to_pylist()
     )
     meta = json.loads(Remote(out + ".meta.json").read_bytes())
@@ -74,7 +47,7 @@ def test_outputs_and_work_dir_on_s3_equal_a_local_run(s3, local_reference):
     ]
     # A second run replaces what the first one wrote (its metadata says it is ours).
     Engine(method="cosine", shard_size=10, progress=False, n_bootstrap=0).run(src, out)
-    _same_scores(_read(out), ref)
+    same_scores(read_remote(out), ref)
 
 
 def test_local_output_with_a_work_dir_on_s3_and_kept(s3, local_reference, tmp_path):
@@ -98,7 +71,7 @@ def test_local_output_with_a_work_dir_on_s3_and_kept(s3, local_reference, tmp_pa
     local = Engine(method="knn", reference_pool="dataset", shard_size=10, progress=False, n_bootstrap=0).run(
         src, tmp_path / "knn-local.parquet"
     )
-    _same_scores(pq.read_table(res.output), pq.read_table(local.output))
+    same_scores(pq.read_table(res.output), pq.read_table(local.output))
 
 
 def test_foreign_objects_are_never_overwritten(s3, local_reference):
@@ -141,7 +114,7 @@ def test_a_live_lease_refuses_a_second_job_and_a_released_one_does_not(s3, local
     finally:
         lease.release()
     Engine(method="cosine", progress=False, n_bootstrap=0, shard_size=10).run(src, out)
-    _same_scores(_read(out), ref)
+    same_scores(read_remote(out), ref)
 
 
 def test_an_unpublished_output_left_by_a_kill_is_ours_to_replace(s3, local_reference):
@@ -153,7 +126,7 @@ def test_an_unpublished_output_left_by_a_kill_is_ours_to_replace(s3, local_refer
     )
     out.write_bytes(b"PAR1 half an upload never shows, but an older object may")
     Engine(method="cosine", progress=False, n_bootstrap=0, shard_size=10).run(src, out.uri)
-    _same_scores(_read(out.uri), ref)
+    same_scores(read_remote(out.uri), ref)
     assert json.loads(out.with_name("scores.parquet.meta.json").read_bytes())["published"] is True
 
 
@@ -203,10 +176,10 @@ def test_sigkill_then_resume_on_s3(s3, tmp_path, synthetic):
     assert res.returncode == 0, res.stderr
     resumed = int(re.search(r"(\d+) resumed", res.stdout + res.stderr).group(1))
     assert resumed >= finished  # shards finished before the kill were not scored again
-    got = _read(out)
+    got = read_remote(out)
     keys = list(zip(got.column("conversation_id").to_pylist(), got.column("turn_index").to_pylist()))
     assert len(keys) == len(set(keys)) == turns.num_rows  # every turn exactly once
-    _same_scores(got, want)
+    same_scores(got, want)
     assert not Remote(out + ".work").walk()  # the work dir's objects are gone after success
 
 
@@ -266,7 +239,7 @@ def test_a_signal_during_the_upload_is_an_interrupted_job_and_resume_finishes_th
     meta = json.loads(out.with_name("scores.parquet.meta.json").read_bytes())
     assert meta["published"] is True and meta["summary"]["shards_resumed"] == meta["summary"]["shards"]
     assert json.loads(Remote(f"{s3}/c2/scores.sessions.parquet.meta.json").read_bytes())["published"] is True
-    _same_scores(_read(out.uri), ref)
+    same_scores(read_remote(out.uri), ref)
 
 
 def test_a_job_that_lost_its_lease_publishes_nothing(s3, local_reference, monkeypatch, capsys):

@@ -7,20 +7,7 @@ pytest.importorskip("ray")
 from adherence.data import example_path  # noqa: E402
 from adherence.engine import Engine, EngineError  # noqa: E402
 
-
-@pytest.fixture(scope="module")
-def s3():
-    """A moto S3 server on loopback, started before the Ray instance so its workers get the endpoint's environment
-    (a node's workers start with the environment the node started with); None without moto."""
-    try:
-        import moto  # noqa: F401
-    except ImportError:
-        yield None
-        return
-    from soak_s3 import s3_bucket
-
-    with s3_bucket("jobs") as uri:
-        yield uri
+from ._s3 import read_remote, same_scores  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -122,23 +109,14 @@ def test_max_qps_is_the_jobs_rate_over_all_ray_workers(tmp_path, synthetic, ray_
 
 
 @pytest.mark.ray
-def test_ray_workers_read_and_write_shards_on_s3(tmp_path, synthetic, s3, ray_cluster):
+def test_ray_workers_read_and_write_shards_on_s3(s3, local_reference, ray_cluster):
     """Shards read and written by Ray workers on object storage (a moto S3 server on loopback) equal a local run."""
-    from adherence.data import write_table
-    from adherence.data._storage import Remote
-
     if s3 is None:
         pytest.skip("the S3 server is moto's (a test requirement): pip install -e '.[test]'")
-    src = write_table(synthetic(12), tmp_path / "in.parquet")
-    Engine(method="cosine", shard_size=10, progress=False, n_bootstrap=0).run(src, tmp_path / "ref.parquet")
-    ref = pq.read_table(tmp_path / "ref.parquet")
-    out = f"{s3}/ray/scores.parquet"
+    src, ref, _ = local_reference
+    out = f"{s3}/t7/scores.parquet"
     res = Engine(method="cosine", executor="ray", num_workers=2, shard_size=10, progress=False, n_bootstrap=0).run(
         src, out
     )
-    obj = Remote(out)
-    got = pq.read_table(obj.path, filesystem=obj.fs)
     assert res.summary["executor"] == "ray" and res.summary["shards"] >= 2
-    keys = ["conversation_id", "turn_index", "status"]
-    assert got.select(keys).equals(ref.select(keys))
-    np.testing.assert_allclose(got["score"].to_numpy(), ref["score"].to_numpy(), atol=1e-6)
+    same_scores(read_remote(out), ref)
