@@ -224,9 +224,9 @@ def console_main() -> None:
     ended (its output published) no longer changes that code."""
     import signal
 
-    signal.signal(signal.SIGTERM, _on_sigterm)
-    sys.stderr = _PipeSafe(sys.stderr)
-    try:
+    try:  # a signal from the moment its handler is in place ends here, never in a traceback
+        sys.stderr = _PipeSafe(sys.stderr)
+        signal.signal(signal.SIGTERM, _on_sigterm)
         code = main()
     except KeyboardInterrupt as exc:  # before or after main's own handlers
         code = _interrupted(exc)
