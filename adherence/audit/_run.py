@@ -9,6 +9,7 @@ from typing import Optional
 import pyarrow as pa
 
 from .._errors import OptionError
+from .._options import option
 from ..data import ARTIFACTS, JUDGMENTS, read_table
 from ._checks import placeholders, run_check
 from ._judge import audit_request, evidence_request, ordered_items, parse_audit_answer, question_requests
@@ -40,14 +41,26 @@ class AuditConfig:
             that verdict is generated: every answer parses, whatever the judge's size.
     """
 
-    runs: int = 5
-    temperature: float = 0.7
-    seed: int = 0
-    max_tokens: Optional[int] = None
+    runs: int = option(5, help="independent judge runs k (default 5)")
+    temperature: float = option(0.7, help="sampling temperature of each run (0: greedy, every run identical)")
+    seed: int = option(0, help="run r samples with seed + r")
+    max_tokens: Optional[int] = option(
+        None,
+        type=int,
+        help="answer budget per artifact and run, in tokens (default: 48 + 72 per judge-answered question; answers "
+        "also end at the close of the requested JSON); with --answer-format per-question: the evidence budget per "
+        "question (default 48)",
+    )
     cache: Optional[str] = None
     stop: tuple = ("]}",)
     progress: bool = True
-    answer_format: str = "json"
+    answer_format: str = option(
+        "json",
+        choices=ANSWER_FORMATS,
+        help="json: one JSON answer per artifact and run, parsed tolerantly (default); per-question: each question "
+        "answered Yes/No from the first token's P(yes), then the evidence generated (every answer parses: for small "
+        "judges)",
+    )
 
     def __post_init__(self) -> None:
         if self.answer_format not in ANSWER_FORMATS:

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from .._errors import OptionError
-from .._options import file_path, model_name
+from .._options import add_arguments, file_path, model_name, values
 from ._common import add_json_flag, write_result
 from .main import Command
 
@@ -124,6 +124,8 @@ class AuditCommand(Command):
     name = "audit"
 
     def add_args(self, p: argparse.ArgumentParser) -> None:
+        from ..audit import AuditConfig
+
         sub = p.add_subparsers(dest="audit", metavar="STEP", required=True)
         r = sub.add_parser("rubric", help="draft objective and subjective rubric questions from a system prompt")
         r.add_argument(
@@ -146,30 +148,9 @@ class AuditCommand(Command):
             required=True,
             help="artifacts table {artifact_id, generator, filled_prompt, output, ...inputs}",
         )
-        run.add_argument("--runs", type=int, default=5, help="independent judge runs k (default 5)")
+        add_arguments(run, AuditConfig, ["runs"])
         run.add_argument("--ks", help="comma-separated k values for the stability tables (default: 1..runs)")
-        run.add_argument(
-            "--temperature",
-            type=float,
-            default=0.7,
-            help="sampling temperature of each run (0: greedy, every run identical)",
-        )
-        run.add_argument("--seed", type=int, default=0, help="run r samples with seed + r")
-        run.add_argument(
-            "--max-tokens",
-            type=int,
-            help="answer budget per artifact and run, in tokens (default: 48 + 72 per judge-answered "
-            "question; answers also end at the close of the requested JSON); with --answer-format "
-            "per-question: the evidence budget per question (default 48)",
-        )
-        run.add_argument(
-            "--answer-format",
-            choices=("json", "per-question"),
-            default="json",
-            help="json: one JSON answer per artifact and run, parsed tolerantly (default); per-question: each "
-            "question answered Yes/No from the first token's P(yes), then the evidence generated (every answer "
-            "parses: for small judges)",
-        )
+        add_arguments(run, AuditConfig, ["temperature", "seed", "max_tokens", "answer_format"])
         run.add_argument(
             "--encoder", type=model_name, help="encoder for reasoning stability (default: bundled all-MiniLM-L6-v2)"
         )
@@ -215,15 +196,7 @@ class AuditCommand(Command):
         from ..models import Encoder
 
         rubric = load_rubric(args.rubric)
-        config = AuditConfig(
-            runs=args.runs,
-            temperature=args.temperature,
-            seed=args.seed,
-            max_tokens=args.max_tokens,
-            cache=args.judge_cache,
-            progress=not args.no_progress,
-            answer_format=args.answer_format,
-        )
+        config = AuditConfig(**values(AuditConfig, args), cache=args.judge_cache, progress=not args.no_progress)
         ks = [int(k) for k in args.ks.split(",")] if args.ks else list(range(1, args.runs + 1))
         if not all(1 <= k <= args.runs for k in ks):
             raise OptionError(f"--ks values must be in [1, {args.runs}], got {args.ks}")
