@@ -124,11 +124,11 @@ class quiet_output:
         return False
 
 
-def add_input(p: argparse.ArgumentParser, what: str, **kw) -> None:
+def add_input(p: argparse.ArgumentParser, what: str, nargs: Optional[str] = None) -> None:
     """The command's input file (positional ``input``; ``what`` says what it holds)."""
     from .._options import file_path
 
-    p.add_argument("input", type=file_path, help=what, **kw)
+    p.add_argument("input", type=file_path, help=what, nargs=nargs)
 
 
 def add_json_flag(p: argparse.ArgumentParser, what: str = "one JSON object instead of the table") -> None:

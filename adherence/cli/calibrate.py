@@ -7,7 +7,7 @@ import dataclasses
 import sys
 
 from .._options import add_arguments, file_path, values
-from ._common import add_input, add_json_flag, json_text, write_result
+from ._common import add_json_flag, json_text, write_result
 from ._labelled import (
     CalibrationOptions,
     LabelledOptions,
@@ -21,13 +21,9 @@ from .main import Command
 
 class CalibrateCommand(Command):
     name = "calibrate"
+    input = "labelled scores (.parquet, .jsonl, .csv): a `score` output with a label column, or any such table"
 
     def add_args(self, p: argparse.ArgumentParser) -> None:
-        add_input(
-            p,
-            "labelled scores: an `adherence score` output with a label column (.parquet, "
-            ".jsonl, .csv), or any table with a score and a label column",
-        )
         p.add_argument(
             "-o",
             "--output",

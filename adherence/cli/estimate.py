@@ -7,7 +7,7 @@ import argparse
 import sys
 
 from .._options import add_arguments, values
-from ._common import add_input, add_result_outputs, json_text, write_result
+from ._common import add_result_outputs, json_text, write_result
 from ._labelled import LabelledOptions, read_labelled, resolve_columns
 from .main import Command
 
@@ -47,13 +47,12 @@ def format_estimate(r: dict) -> str:
 
 class EstimateCommand(Command):
     name = "estimate"
+    input = (
+        "scored turns (an `adherence score` output, or any table with a score column) where a random sample of "
+        "rows carries a label"
+    )
 
     def add_args(self, p: argparse.ArgumentParser) -> None:
-        add_input(
-            p,
-            "scored turns (an `adherence score` output, or any table with a score column) where a random "
-            "sample of rows carries a label",
-        )
         add_arguments(p, LabelledOptions, ["score", "label", "positive", "format", "labels"])
         p.add_argument("--confidence", type=float, default=0.9, help="coverage of the intervals (default 0.9: 90%%)")
         p.add_argument("--by", metavar="COLUMN", help="also one estimate per value of this column (e.g. role)")

@@ -7,16 +7,16 @@ import sys
 
 from .._errors import OptionError
 from .._options import add_arguments, file_path, values
-from ._common import add_input, add_result_outputs, json_text, write_result
+from ._common import add_result_outputs, json_text, write_result
 from ._labelled import LabelledOptions, format_calibration, format_evaluation, labelled_columns, read_labelled
 from .main import Command
 
 
 class EvaluateCommand(Command):
     name = "evaluate"
+    input = "table to read: .parquet, .jsonl, .csv, or an adapter .json"
 
     def add_args(self, p: argparse.ArgumentParser) -> None:
-        add_input(p, "table to read: .parquet, .jsonl, .csv, or an adapter .json")
         add_arguments(p, LabelledOptions)
         p.add_argument(
             "--prediction",

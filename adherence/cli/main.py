@@ -9,7 +9,7 @@ import sys
 from typing import Optional, Sequence
 
 from .._version import __version__
-from ._common import add_common_flags, quiet_output
+from ._common import add_common_flags, add_input, quiet_output
 from ._jobfile import apply_job_file, job_file_argument
 
 # name -> ("module:Class", one-line help). Modules load lazily so `adherence --help` is instant.
@@ -59,6 +59,8 @@ class Command:
     entry in ``COMMANDS``, read without importing it)."""
 
     name: str = ""
+    input: str = ""  # what its positional input file holds (its help); empty: no such argument
+    input_nargs: Optional[str] = None  # "?": the input may be named elsewhere (a job file)
 
     def add_args(self, parser: argparse.ArgumentParser) -> None:  # pragma: no cover - interface
         raise NotImplementedError
@@ -91,6 +93,8 @@ def _parser(selected: Optional[str]) -> _Parser:
         p = sub.add_parser(name, help=help_text, description=help_text)
         if name == selected:
             cmd = _load(name)
+            if cmd.input:
+                add_input(p, cmd.input, cmd.input_nargs)
             cmd.add_args(p)
             add_common_flags(p)
             p.set_defaults(_command=cmd)

@@ -7,7 +7,6 @@ import sys
 
 from .._errors import OptionError
 from .._options import file_path
-from ._common import add_input
 from .main import Command
 
 
@@ -71,6 +70,11 @@ def job_failure(summary: dict, max_error_rate: float = 1.0) -> str:
 
 class ScoreCommand(Command):
     name = "score"
+    input = (
+        "turns or chat transcripts: .parquet (file or directory), .jsonl, .csv, .json, .arrow, or a Hugging Face "
+        "dataset directory (save_to_disk)"
+    )
+    input_nargs = "?"  # or the job file's `input:`
 
     def add_args(self, p: argparse.ArgumentParser) -> None:
         from .._options import add_arguments
@@ -78,12 +82,6 @@ class ScoreCommand(Command):
         from ..judges import JudgeConfig
         from ..role import RoleConfig
 
-        add_input(
-            p,
-            "turns or chat transcripts: .parquet (file or directory), .jsonl, .csv, "
-            ".json, .arrow, or a Hugging Face dataset directory (save_to_disk)",
-            nargs="?",
-        )
         p.add_argument(
             "--config",
             dest="config_file",
