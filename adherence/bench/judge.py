@@ -48,28 +48,24 @@ from ._hardware import device_name, measured_peaks, spread, synchronize
 
 __all__ = ["bench_judge", "synthetic_conversations", "RANDOM_CONFIGS"]
 
+
+def _llama(hidden: int, intermediate: int, layers: int, heads: int, kv_heads: int, **extra: Any) -> dict:
+    """LlamaConfig kwargs of an architecture's shape (its widths, layers and heads; ``extra`` as given)."""
+    return dict(
+        hidden_size=hidden,
+        intermediate_size=intermediate,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        **extra,
+    )
+
+
 # Random-weight configs of real architectures (no download): name -> LlamaConfig kwargs.
 RANDOM_CONFIGS: dict[str, dict[str, Any]] = {
-    "llama-tiny": dict(
-        hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2
-    ),
-    "smollm2-135m": dict(
-        hidden_size=576,
-        intermediate_size=1536,
-        num_hidden_layers=30,
-        num_attention_heads=9,
-        num_key_value_heads=3,
-        rope_theta=100000.0,
-        tie_word_embeddings=True,
-    ),
-    "llama-3-8b": dict(
-        hidden_size=4096,
-        intermediate_size=14336,
-        num_hidden_layers=32,
-        num_attention_heads=32,
-        num_key_value_heads=8,
-        rope_theta=500000.0,
-    ),
+    "llama-tiny": _llama(64, 128, 2, 4, 2),
+    "smollm2-135m": _llama(576, 1536, 30, 9, 3, rope_theta=100000.0, tie_word_embeddings=True),
+    "llama-3-8b": _llama(4096, 14336, 32, 32, 8, rope_theta=500000.0),
 }
 
 _WORDS = (

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Optional, Union
+from typing import Callable, Optional, Union
 
 import pyarrow as pa
 
@@ -20,6 +20,7 @@ from ._contracts import (
     SESSION_SCORES,
     TURN_SCORES,
     TURNS,
+    Contract,
 )
 from ._errors import DataError
 from ._io import Source, check_utf8, detect_format, read_table
@@ -105,24 +106,22 @@ def read_turns(source: Source, *, format: Optional[str] = None) -> pa.Table:
     return read_table(source, TURNS, format=format)
 
 
-def read_turn_scores(source: Source, *, format: Optional[str] = None) -> pa.Table:
-    return read_table(source, TURN_SCORES, format=format)
+def _reader(contract: Contract) -> Callable[..., pa.Table]:
+    """``read_<contract>(source, *, format=None)``: any supported format, validated against ``contract``."""
+
+    def read(source: Source, *, format: Optional[str] = None) -> pa.Table:
+        return read_table(source, contract, format=format)
+
+    read.__name__ = read.__qualname__ = f"read_{contract.name}"
+    read.__doc__ = f"Read a table (any supported format) validated against ``{contract.name.upper()}``."
+    return read
 
 
-def read_session_scores(source: Source, *, format: Optional[str] = None) -> pa.Table:
-    return read_table(source, SESSION_SCORES, format=format)
-
-
-def read_rubric_items(source: Source, *, format: Optional[str] = None) -> pa.Table:
-    return read_table(source, RUBRIC_ITEMS, format=format)
-
-
-def read_artifacts(source: Source, *, format: Optional[str] = None) -> pa.Table:
-    return read_table(source, ARTIFACTS, format=format)
-
-
-def read_judgments(source: Source, *, format: Optional[str] = None) -> pa.Table:
-    return read_table(source, JUDGMENTS, format=format)
+read_turn_scores = _reader(TURN_SCORES)
+read_session_scores = _reader(SESSION_SCORES)
+read_rubric_items = _reader(RUBRIC_ITEMS)
+read_artifacts = _reader(ARTIFACTS)
+read_judgments = _reader(JUDGMENTS)
 
 
 def _is_synthetic_persona_chat(path: Path) -> bool:

@@ -97,9 +97,7 @@ def _part_text(part: Any) -> Optional[str]:
 
 
 def _content_text(content: Any) -> Optional[str]:
-    if content is None:
-        return None
-    if isinstance(content, str):
+    if content is None or isinstance(content, str):
         return content
     if isinstance(content, list):
         texts = [t for t in (_part_text(p) for p in content) if t is not None]

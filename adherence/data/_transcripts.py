@@ -132,9 +132,7 @@ def detect_transcript(record: Any) -> Optional[str]:
 
 
 def _text(content: Any) -> Optional[str]:
-    if content is None:
-        return None
-    if isinstance(content, str):
+    if content is None or isinstance(content, str):
         return content
     if isinstance(content, list):
         parts = []

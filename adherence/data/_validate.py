@@ -48,9 +48,7 @@ def _type_name(t: pa.DataType) -> str:
 
 def _parse_list_value(value: Any) -> Optional[list]:
     """A list column read from CSV arrives as text: accept a JSON array."""
-    if value is None:
-        return None
-    if isinstance(value, list):
+    if value is None or isinstance(value, list):
         return value
     if isinstance(value, str):
         text = value.strip()

@@ -30,6 +30,7 @@ before it writes anything.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import json
@@ -399,20 +400,15 @@ class LocalStore(Store):
             fh.write(data)
 
     def delete(self, t: Path) -> None:
-        try:
-            t.unlink()
-        except FileNotFoundError:
-            pass
+        t.unlink(missing_ok=True)
 
     def delete_tree(self, t: Path) -> None:
         if self.kind(t) == "dir":
             shutil.rmtree(t)
 
     def remove_dir(self, t: Path) -> None:
-        try:
+        with contextlib.suppress(OSError):  # not empty, or gone: left as it is
             t.rmdir()
-        except OSError:
-            pass
 
     def make_dir(self, t: Path) -> None:
         t.mkdir(parents=True, exist_ok=True)
