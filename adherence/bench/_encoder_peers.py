@@ -1,22 +1,27 @@
 """Time the CPU sentence-encoder peers on given texts (run in the peers' own environment).
 
-sentence-transformers' ONNX and OpenVINO backends pin an older transformers than adherence's tests, so
-the peers live in their own virtual environment (``pip install ".[cpu-peers]"`` there) and
-``adherence bench cpu-encoder --peers-python`` runs this file there with the same texts and checkpoint.
-Nothing here imports adherence.
+sentence-transformers' ONNX and OpenVINO backends pin an older transformers than adherence's
+tests, so the peers live in their own virtual environment (``pip install ".[cpu-peers]"`` there) and
+``adherence bench cpu-encoder --peers-python`` starts this file there once, with the checkpoint: its imports
+and the checkpoint's ONNX export take seconds, and a bench asks it for each workload and each head-to-head
+round. Nothing here imports adherence.
 
-Each peer runs at each batch size of ``--batches``: one untimed warm-up encode, then ``--repeats``
-timed encodes of every text (only the peer's encode call in the timer). The embeddings of each
-peer's fastest setting are written to ``--emb-dir`` for the correctness check, which the caller
-does against its own float32 reference. A peer that cannot run here is a row with its error.
+One request a line on standard input (JSON: ``texts``, a file holding the JSON list of texts; ``out``;
+``emb_dir``; ``batches``; ``repeats``; ``only``, the peers to run, all when empty); one line on standard
+output when its ``out`` is written (``{"done": out}``), after a first ``{"ready": ...}`` line. Each peer
+runs at each batch size: one untimed warm-up encode, then ``repeats`` timed encodes of every text (only the
+peer's encode call in the timer). The embeddings of each peer's fastest setting are written to ``emb_dir``
+for the correctness check, which the caller does against its own float32 reference. A peer that cannot run
+here is a row with its error. Standard input closed: the process ends.
 
-    python _encoder_peers.py --model DIR --texts texts.json --out peers.json --emb-dir DIR
+    python _encoder_peers.py --model DIR [--isa avx2]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import statistics
 import sys
@@ -129,49 +134,60 @@ def _peers(model_dir: Path, work: Path, isa: str) -> dict:
     }
 
 
+def _run(peers: dict, req: dict) -> list:
+    """The rows of one request: each wanted peer timed at each batch size, its best embeddings saved."""
+    texts = json.loads(Path(req["texts"]).read_text())
+    emb_dir = Path(req["emb_dir"])
+    emb_dir.mkdir(parents=True, exist_ok=True)
+    wanted = set(req.get("only") or ())
+    rows = []
+    for i, (name, (backend, ver, make)) in enumerate(peers.items()):
+        if wanted and name not in wanted:
+            continue
+        row = {"name": name, "version": ver, "backend": backend}
+        try:
+            encode = make()
+            per_batch = {}
+            for bs in req["batches"]:
+                per_batch[bs] = len(texts) / _timed(lambda bs=bs: encode(texts, bs), req["repeats"])
+            best = max(per_batch, key=per_batch.__getitem__)
+            np.save(emb_dir / f"peer{i}.npy", np.asarray(encode(texts, best), dtype=np.float32))
+            row.update(batch=best, texts_per_s=per_batch[best], per_batch=per_batch, embeddings=f"peer{i}.npy")
+        except Exception as exc:  # a peer that cannot run here is reported, not fatal
+            row["error"] = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+            row["traceback_tail"] = traceback.format_exc().splitlines()[-3:]
+        print(json.dumps({k: v for k, v in row.items() if k != "traceback_tail"}), file=sys.stderr, flush=True)
+        rows.append(row)
+    return rows
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument(
         "--model", required=True, help="sentence-transformers checkpoint directory (copied; exports go to the copy)"
     )
-    ap.add_argument("--texts", required=True, help="JSON list of texts")
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--emb-dir", required=True)
-    ap.add_argument("--batches", default="16,32,64,128")
-    ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument(
         "--isa", default="avx2", help="ISA of sentence-transformers' qint8 export: avx2, avx512, avx512_vnni"
     )
-    ap.add_argument("--only", default="", help="comma-separated peer names to run (default all)")
     args = ap.parse_args(argv)
-    texts = json.loads(Path(args.texts).read_text())
-    emb_dir = Path(args.emb_dir)
-    emb_dir.mkdir(parents=True, exist_ok=True)
-    batches = [int(b) for b in args.batches.split(",")]
-    rows = []
+    # the replies go to the real standard output; whatever the libraries print (Python or C) goes to stderr
+    replies = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+
+    def reply(msg: dict) -> None:
+        replies.write(json.dumps(msg) + "\n")
+        replies.flush()
+
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp) / "model"
         shutil.copytree(args.model, work)
         peers = _peers(work, work, args.isa)
-        wanted = {n.strip() for n in args.only.split(",") if n.strip()}
-        for i, (name, (backend, ver, make)) in enumerate(peers.items()):
-            if wanted and name not in wanted:
-                continue
-            row = {"name": name, "version": ver, "backend": backend}
-            try:
-                encode = make()
-                per_batch = {}
-                for bs in batches:
-                    per_batch[bs] = len(texts) / _timed(lambda bs=bs: encode(texts, bs), args.repeats)
-                best = max(per_batch, key=per_batch.__getitem__)
-                np.save(emb_dir / f"peer{i}.npy", np.asarray(encode(texts, best), dtype=np.float32))
-                row.update(batch=best, texts_per_s=per_batch[best], per_batch=per_batch, embeddings=f"peer{i}.npy")
-            except Exception as exc:  # a peer that cannot run here is reported, not fatal
-                row["error"] = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
-                row["traceback_tail"] = traceback.format_exc().splitlines()[-3:]
-            print(json.dumps({k: v for k, v in row.items() if k != "traceback_tail"}), flush=True)
-            rows.append(row)
-    Path(args.out).write_text(json.dumps({"peers": rows, "versions": _versions()}, indent=2))
+        reply({"ready": True, "versions": _versions()})
+        for line in sys.stdin:
+            req = json.loads(line)
+            Path(req["out"]).write_text(json.dumps({"peers": _run(peers, req)}, indent=2))
+            reply({"done": req["out"]})
     return 0
 
 

@@ -325,73 +325,81 @@ def bench_cpu_encoder(
     dtypes = (torch.float32, torch.bfloat16) if mid is not None else (torch.float32,)
     rates = {dt: _rates(exact.config, dt) for dt in dtypes}
     lengths: dict = {}  # each workload's token counts, for its bound once the end's rates are in
-    for wname, corpus in workloads.items():
-        bsz = batches if wname == "short" else long_batches
-        lens = [len(i) for i in exact.tokenizer(corpus, truncation=True, max_length=exact.max_length)["input_ids"]]
-        w: dict = {"texts": len(corpus), "unique_share": len(set(corpus)) / len(corpus),
-                   "tokens_mean": float(np.mean(lens)), "tokens_max": int(max(lens))}  # fmt: skip
-        ref = exact.encode(corpus).numpy()
-        ours = {}
-        encoders = {label: enc for label, enc, _ in ours_encoders}
-        for label, enc, backend in ours_encoders:
+    peers = _Peers(peers_python, path) if peers_python else None
+    try:
+        for wname, corpus in workloads.items():
+            bsz = batches if wname == "short" else long_batches
+            lens = [len(i) for i in exact.tokenizer(corpus, truncation=True, max_length=exact.max_length)["input_ids"]]
+            w: dict = {"texts": len(corpus), "unique_share": len(set(corpus)) / len(corpus),
+                       "tokens_mean": float(np.mean(lens)), "tokens_max": int(max(lens))}  # fmt: skip
+            ref = exact.encode(corpus).numpy()
+            ours = {}
+            encoders = {label: enc for label, enc, _ in ours_encoders}
+            for label, enc, backend in ours_encoders:
 
-            def run(bs, enc=enc):
-                enc.batch_size = bs
-                return enc.encode(corpus)
+                def run(bs, enc=enc):
+                    enc.batch_size = bs
+                    return enc.encode(corpus)
 
-            default = enc.batch_size
-            bs, tps, per = _best(run, bsz, repeats, len(corpus))
-            lo, mean = _cos(run(bs).numpy(), ref)
-            enc.batch_size = default  # the variants below run each path at its default batch
-            ours[label] = {"name": label, "backend": backend, "batch": bs, "texts_per_s": tps, "per_batch": per,
-                           "min_cosine": lo, "mean_cosine": mean}  # fmt: skip
-        w["ours"] = list(ours.values())
-        w["baselines"] = _peers(peers_python, corpus, path, bsz, repeats, ref) if peers_python else []
-        st = next((b for b in w["baselines"] if b["name"] == "sentence-transformers torch" and "error" not in b), None)
-        if st is not None:
-            if 1 - st["min_cosine"] > 1e-4:
-                raise RuntimeError(
-                    f"our float32 embeddings differ from sentence-transformers: lowest cosine {st['min_cosine']}"
-                )
-            w["st_torch_default_texts_per_s"] = st["per_batch"].get("32")
-        ok = [b for b in w["baselines"] if "error" not in b]
-        exact_peers = [b for b in ok if b["min_cosine"] >= EXACT_MIN_COSINE]
-        # our exact path: the fastest of ours that keeps the bar (cosines to our float32, which matches
-        # sentence-transformers' to 1e-4 above); an ablation row is not a path a user runs
-        paths = {k: r for k, r in ours.items() if "ablation" not in r["backend"]}
-        exact_ours = max(
-            (r for r in paths.values() if r["min_cosine"] >= EXACT_MIN_COSINE), key=lambda r: r["texts_per_s"]
-        )
-        w["exact_path"] = exact_ours["name"]
-        if exact_peers:
-            top = max(exact_peers, key=lambda b: b["texts_per_s"])
-            w["fastest_exact_peer"] = top["name"]
-            w["speedup"] = exact_ours["texts_per_s"] / top["texts_per_s"]
-            w["float32_speedup"] = ours["adherence float32"]["texts_per_s"] / top["texts_per_s"]
-            # the same two again, alternately (the machine's speed drifts over a run of many minutes)
-            w["head_to_head"] = _head_to_head(
-                exact_ours, encoders[exact_ours["name"]], top, corpus, peers_python, path, repeats, ref, rounds
+                default = enc.batch_size
+                bs, tps, per = _best(run, bsz, repeats, len(corpus))
+                lo, mean = _cos(run(bs).numpy(), ref)
+                enc.batch_size = default  # the variants below run each path at its default batch
+                ours[label] = {"name": label, "backend": backend, "batch": bs, "texts_per_s": tps, "per_batch": per,
+                               "min_cosine": lo, "mean_cosine": mean}  # fmt: skip
+            w["ours"] = list(ours.values())
+            w["baselines"] = peers.run(corpus, bsz, repeats, ref) if peers is not None else []
+            st = next(
+                (b for b in w["baselines"] if b["name"] == "sentence-transformers torch" and "error" not in b), None
             )
-            # the goal: never behind the fastest exact peer, and 1.2x it on short texts where the bound leaves room
-            goal = EXACT_GOALS[wname]
-            w["exact_goal"] = {"speedup": goal, "texts_per_s": goal * top["texts_per_s"]}
-        lengths[wname] = lens
-        fast_row = max(paths.values(), key=lambda r: r["texts_per_s"])
-        w["fast_path"] = {"name": fast_row["name"], "texts_per_s": fast_row["texts_per_s"],
-                          "min_cosine": fast_row["min_cosine"], "mean_cosine": fast_row["mean_cosine"]}  # fmt: skip
-        if w.get("st_torch_default_texts_per_s"):
-            w["fast_path"]["speedup"] = fast_row["texts_per_s"] / w["st_torch_default_texts_per_s"]
-            for r in ours.values():
-                r["vs_st_torch_default"] = r["texts_per_s"] / w["st_torch_default_texts_per_s"]
-        for b in ok:
-            if b["mean_cosine"] < 0.9:  # not the same embedding: e.g. another truncation length
-                b["note"] = "embeddings differ from the checkpoint's (mean cosine < 0.9): not compared"
-        comparable = [b for b in ok if "note" not in b]
-        if comparable:
-            top_any = max(comparable, key=lambda b: b["texts_per_s"])
-            w["fast_path"]["fastest_peer"] = top_any["name"]
-            w["fast_path"]["speedup_over_fastest"] = fast_row["texts_per_s"] / top_any["texts_per_s"]
-        result["workloads"][wname] = w
+            if st is not None:
+                if 1 - st["min_cosine"] > 1e-4:
+                    raise RuntimeError(
+                        f"our float32 embeddings differ from sentence-transformers: lowest cosine {st['min_cosine']}"
+                    )
+                w["st_torch_default_texts_per_s"] = st["per_batch"].get("32")
+            ok = [b for b in w["baselines"] if "error" not in b]
+            exact_peers = [b for b in ok if b["min_cosine"] >= EXACT_MIN_COSINE]
+            # our exact path: the fastest of ours that keeps the bar (cosines to our float32, which matches
+            # sentence-transformers' to 1e-4 above); an ablation row is not a path a user runs
+            paths = {k: r for k, r in ours.items() if "ablation" not in r["backend"]}
+            exact_ours = max(
+                (r for r in paths.values() if r["min_cosine"] >= EXACT_MIN_COSINE), key=lambda r: r["texts_per_s"]
+            )
+            w["exact_path"] = exact_ours["name"]
+            if exact_peers and peers is not None:
+                top = max(exact_peers, key=lambda b: b["texts_per_s"])
+                w["fastest_exact_peer"] = top["name"]
+                w["speedup"] = exact_ours["texts_per_s"] / top["texts_per_s"]
+                w["float32_speedup"] = ours["adherence float32"]["texts_per_s"] / top["texts_per_s"]
+                # the same two again, alternately (the machine's speed drifts over a run of many minutes)
+                w["head_to_head"] = _head_to_head(
+                    exact_ours, encoders[exact_ours["name"]], top, corpus, peers, repeats, ref, rounds
+                )
+                # the goal: never behind the fastest exact peer, and 1.2x it on short texts where the bound leaves room
+                goal = EXACT_GOALS[wname]
+                w["exact_goal"] = {"speedup": goal, "texts_per_s": goal * top["texts_per_s"]}
+            lengths[wname] = lens
+            fast_row = max(paths.values(), key=lambda r: r["texts_per_s"])
+            w["fast_path"] = {"name": fast_row["name"], "texts_per_s": fast_row["texts_per_s"],
+                              "min_cosine": fast_row["min_cosine"], "mean_cosine": fast_row["mean_cosine"]}  # fmt: skip
+            if w.get("st_torch_default_texts_per_s"):
+                w["fast_path"]["speedup"] = fast_row["texts_per_s"] / w["st_torch_default_texts_per_s"]
+                for r in ours.values():
+                    r["vs_st_torch_default"] = r["texts_per_s"] / w["st_torch_default_texts_per_s"]
+            for b in ok:
+                if b["mean_cosine"] < 0.9:  # not the same embedding: e.g. another truncation length
+                    b["note"] = "embeddings differ from the checkpoint's (mean cosine < 0.9): not compared"
+            comparable = [b for b in ok if "note" not in b]
+            if comparable:
+                top_any = max(comparable, key=lambda b: b["texts_per_s"])
+                w["fast_path"]["fastest_peer"] = top_any["name"]
+                w["fast_path"]["speedup_over_fastest"] = fast_row["texts_per_s"] / top_any["texts_per_s"]
+            result["workloads"][wname] = w
+    finally:
+        if peers is not None:
+            peers.close()
+
     for dt in dtypes:  # the faster of the start's and the end's rates, each library's too
         again = _rates(exact.config, dt)
         rates[dt]["matmul_by_library"] = {
@@ -415,16 +423,24 @@ def bench_cpu_encoder(
             result["auc_changes"] = _auc_changes(persona_csv, Path(tmp), precisions)
     result["baselines"] = result["workloads"]["short"]["baselines"]
     result["speedup"] = result["workloads"]["short"].get("speedup")
-    result["correct"] = bool(peers_python) and all(
-        any(b["name"] == "sentence-transformers torch" and "error" not in b for b in w["baselines"])
-        for w in result["workloads"].values()
-    )
-    if not peers_python:
-        result["correct_note"] = "no peers ran: our float32 path was not checked against sentence-transformers"
+    result.update(_verdict(result["workloads"]))
     return result
 
 
-def _head_to_head(ours: dict, enc, peer: dict, corpus: list, python, model_dir, repeats: int, ref, rounds: int = 3):
+def _verdict(workloads: dict) -> dict:
+    """``correct``: our float32 path was checked against sentence-transformers' torch backend on every workload
+    (it raised above where they differ); False with a ``correct_note`` where that peer did not run."""
+    checked = all(
+        any(b["name"] == "sentence-transformers torch" and "error" not in b for b in w["baselines"])
+        for w in workloads.values()
+    )
+    if checked:
+        return {"correct": True}
+    return {"correct": False, "correct_note": "sentence-transformers' torch backend did not run on every workload: "
+            "our float32 path was not checked against it"}  # fmt: skip
+
+
+def _head_to_head(ours: dict, enc, peer: dict, corpus: list, peers: _Peers, repeats: int, ref, rounds: int = 3):
     """Our exact path and the fastest exact peer, each at its best batch, timed in turn ``rounds`` times: the
     ratio of each round and their median (a drift of the machine's speed touches both sides alike)."""
 
@@ -435,7 +451,7 @@ def _head_to_head(ours: dict, enc, peer: dict, corpus: list, python, model_dir, 
     out, saved = [], enc.batch_size
     for _ in range(rounds):
         _, a, _ = _best(run, [ours["batch"]], repeats, len(corpus))
-        (row,) = _peers(python, corpus, model_dir, [peer["batch"]], repeats, ref, only=peer["name"])
+        (row,) = peers.run(corpus, [peer["batch"]], repeats, ref, only=(peer["name"],))
         if "error" in row:
             raise RuntimeError(f"{peer['name']} failed on its head-to-head rerun: {row['error']}")
         out.append({"ours": a, "peer": row["texts_per_s"], "speedup": a / row["texts_per_s"]})
@@ -444,30 +460,72 @@ def _head_to_head(ours: dict, enc, peer: dict, corpus: list, python, model_dir, 
             "speedup": statistics.median(r["speedup"] for r in out)}  # fmt: skip
 
 
-def _peers(python: str, corpus: list, model_dir: Path, batches, repeats: int, ref: np.ndarray, only: str = "") -> list:
-    """Run ``_encoder_peers.py`` under ``python`` on ``corpus`` (``only``: those peers); each peer row gains its
-    cosines to ``ref``."""
-    script = Path(__file__).with_name("_encoder_peers.py")
-    with tempfile.TemporaryDirectory() as tmp:
-        t = Path(tmp)
-        (t / "texts.json").write_text(json.dumps(corpus))
+class _Peers:
+    """``_encoder_peers.py`` under the peers' ``python``, started once for a bench (its imports and the
+    checkpoint's ONNX export take seconds) and asked for each workload and each head-to-head round."""
+
+    def __init__(self, python: str, model_dir: Path) -> None:
         flags = set(cpu_info()["simd"])
         isa = "avx512_vnni" if "avx512_vnni" in flags else "avx512" if "avx512f" in flags else "avx2"
-        cmd = [python, str(script), "--model", str(model_dir), "--texts", str(t / "texts.json"),
-               "--out", str(t / "peers.json"), "--emb-dir", str(t / "emb"), "--repeats", str(repeats),
-               "--batches", ",".join(map(str, batches)), "--isa", isa, "--only", only]  # fmt: skip
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=_offline_env())
-        if proc.returncode != 0:
-            raise RuntimeError(f"the peers' run failed ({python}): {proc.stderr.strip().splitlines()[-1:]}")
-        data = json.loads((t / "peers.json").read_text())
-        rows = []
-        for row in data["peers"]:
-            row = {k: v for k, v in row.items() if k != "traceback_tail"}
-            if "embeddings" in row:
-                row["min_cosine"], row["mean_cosine"] = _cos(np.load(t / "emb" / row.pop("embeddings")), ref)
-                row["per_batch"] = {str(k): v for k, v in row["per_batch"].items()}
-            rows.append(row)
-        return rows
+        script = Path(__file__).with_name("_encoder_peers.py")
+        self.python, self._tmp = python, tempfile.TemporaryDirectory()
+        self._err = open(Path(self._tmp.name) / "stderr.txt", "w+")
+        self._proc = subprocess.Popen(
+            [python, str(script), "--model", str(model_dir), "--isa", isa],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._err,
+            text=True,
+            env=_offline_env(),
+        )
+        self._reply()  # ready
+
+    def _reply(self) -> dict:
+        assert self._proc.stdout is not None
+        line = self._proc.stdout.readline()
+        if not line:
+            self._proc.wait()
+            self._err.seek(0)
+            tail = self._err.read().strip().splitlines()[-1:]
+            raise RuntimeError(f"the peers' run failed ({self.python}, exit {self._proc.returncode}): {tail}")
+        return json.loads(line)
+
+    def run(self, corpus: list, batches, repeats: int, ref: np.ndarray, only=()) -> list:
+        """The peers' rows on ``corpus`` (``only``: those peers), each with its cosines to ``ref``."""
+        assert self._proc.stdin is not None
+        with tempfile.TemporaryDirectory(dir=self._tmp.name) as tmp:
+            t = Path(tmp)
+            (t / "texts.json").write_text(json.dumps(corpus))
+            req = {"texts": str(t / "texts.json"), "out": str(t / "peers.json"), "emb_dir": str(t / "emb"),
+                   "batches": list(batches), "repeats": repeats, "only": list(only)}  # fmt: skip
+            try:
+                self._proc.stdin.write(json.dumps(req) + "\n")
+                self._proc.stdin.flush()
+            except BrokenPipeError:
+                pass  # it has ended: its reply says how
+            self._reply()
+            rows = []
+            for row in json.loads((t / "peers.json").read_text())["peers"]:
+                row = {k: v for k, v in row.items() if k != "traceback_tail"}
+                if "embeddings" in row:
+                    row["min_cosine"], row["mean_cosine"] = _cos(np.load(t / "emb" / row.pop("embeddings")), ref)
+                    row["per_batch"] = {str(k): v for k, v in row["per_batch"].items()}
+                rows.append(row)
+            return rows
+
+    def close(self) -> None:
+        if self._proc.stdin is not None and not self._proc.stdin.closed:
+            try:
+                self._proc.stdin.close()  # its loop ends
+            except BrokenPipeError:
+                pass
+        try:
+            self._proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait()
+        self._err.close()
+        self._tmp.cleanup()
 
 
 def _offline_env() -> dict:

@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from adherence.bench.cpu_encoder import EXACT_GOALS, EXACT_MIN_COSINE, _bound, encoder_flops, long_texts
+from adherence.bench.cpu_encoder import EXACT_GOALS, EXACT_MIN_COSINE, _bound, _verdict, encoder_flops, long_texts
 from adherence.cli.main import main
 from adherence.models import Encoder
 from tests.conftest import SHARED
@@ -68,7 +68,11 @@ def test_bench_times_ours_and_each_peer_that_runs_and_names_those_that_do_not(tm
     assert main(argv) == 0
     res = json.loads(out.read_text())
     assert res == json.loads(capsys.readouterr().out)
-    assert res["bench"] == "cpu-encoder" and res["correct"] is True
+    assert res["bench"] == "cpu-encoder" and res["correct"] is True and "correct_note" not in res
+    # without sentence-transformers' torch row on a workload (no peers, or that peer failed) it says so
+    for lost in ([], [{"name": "sentence-transformers torch", "error": "ImportError"}]):
+        verdict = _verdict({**res["workloads"], "long": {**res["workloads"]["long"], "baselines": lost}})
+        assert verdict["correct"] is False and "not checked" in verdict["correct_note"]
     short = res["workloads"]["short"]
     assert short["texts"] == 40 and short["unique_share"] == 1.0
     ours = {r["name"]: r for r in short["ours"]}
@@ -138,12 +142,11 @@ def test_bench_times_ours_and_each_peer_that_runs_and_names_those_that_do_not(tm
         assert variants["ours bf16 (OpenVINO)"]["batch"] == 64
 
 
-@pytest.mark.slow
-def test_without_peers_the_result_says_it_was_not_checked(monkeypatch, cache):
-    monkeypatch.setenv("ADHERENCE_CACHE_DIR", str(cache))
-    from adherence.bench import bench_cpu_encoder
+def test_a_peers_environment_that_cannot_start_is_one_error_naming_it(tmp_path):
+    from adherence.bench.cpu_encoder import _Peers
 
-    res = bench_cpu_encoder(
-        persona_csv=str(SPC), texts=20, long=2, batches=(8,), long_batches=(2,), repeats=1, accuracy=False
-    )
-    assert res["correct"] is False and "not checked" in res["correct_note"] and res["baselines"] == []
+    bad = tmp_path / "python"
+    bad.write_text("#!/bin/sh\necho 'No module named sentence_transformers' >&2\nexit 3\n")
+    bad.chmod(0o755)
+    with pytest.raises(RuntimeError, match=r"peers' run failed \(.*python, exit 3\): \['No module named sentence_"):
+        _Peers(str(bad), tmp_path)
