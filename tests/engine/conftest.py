@@ -22,7 +22,7 @@ def synthetic_turns(n_conversations: int, unique: bool = True) -> pa.Table:
     return pa.Table.from_pylist(rows)
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def synthetic():
     return synthetic_turns
 

@@ -79,15 +79,17 @@ def _kill_when_a_shard_is_done(cluster, node, work: Path):
     return t
 
 
-def _long_job(synthetic):
-    """Cosine over ~600 distinct turns in shards of ~40: each shard is a second or so of encoder work on
-    two busy cores, so that a job runs long enough to lose a node in it."""
-    return synthetic(60)
+@pytest.fixture(scope="module")
+def long_job(synthetic, tmp_path_factory):
+    """Cosine over the turns of 60 conversations in shards of 40: each shard is a second or so of encoder work on
+    two busy cores, so that a job runs long enough to lose a node in it. The turns and their local run's output,
+    made once for the module's fault tests (before any of its clusters starts)."""
+    turns = synthetic(60)
+    return turns, _local(turns, tmp_path_factory.mktemp("local"), "cosine", shard_size=40)
 
 
-def test_a_node_lost_mid_run_moves_its_shard_and_the_output_equals_a_local_run(tmp_path, synthetic, cluster):
-    turns = _long_job(synthetic)
-    want = _local(turns, tmp_path, "cosine", shard_size=40)
+def test_a_node_lost_mid_run_moves_its_shard_and_the_output_equals_a_local_run(tmp_path, long_job, cluster):
+    turns, want = long_job
     c, (worker,) = cluster(1, 1)
     work = tmp_path / "w"
     killer = _kill_when_a_shard_is_done(c, worker, work)
@@ -111,9 +113,8 @@ def test_a_node_lost_mid_run_moves_its_shard_and_the_output_equals_a_local_run(t
     assert time.perf_counter() - start < 450
 
 
-def test_every_node_lost_fails_in_bounded_time_naming_the_resources_then_resume_finishes(tmp_path, synthetic, cluster):
-    turns = _long_job(synthetic)
-    want = _local(turns, tmp_path, "cosine", shard_size=40)
+def test_every_node_lost_fails_in_bounded_time_naming_the_resources_then_resume_finishes(tmp_path, long_job, cluster):
+    turns, want = long_job
     c, (worker,) = cluster(0, 2)
     work = tmp_path / "w"
     killer = _kill_when_a_shard_is_done(c, worker, work)
@@ -229,17 +230,15 @@ def test_gpu_workers_default_to_one_per_gpu_and_stop_at_once_when_cuda_cannot_se
     assert not (tmp_path / "g.parquet").exists()
 
 
-def test_ray_data_survives_a_node_lost_mid_run(tmp_path, synthetic, cluster):
+def test_ray_data_survives_a_node_lost_mid_run(long_job, cluster):
     """Ray Data's own fault tolerance: the lost node's scoring actor is restarted and its task retried; every
     row comes back once, with the engine's scores."""
     import pyarrow as pa
     import ray.data
 
-    import adherence
     from adherence.ray_data import score_dataset
 
-    turns = _long_job(synthetic)
-    want = adherence.score(turns, method="cosine", n_bootstrap=0)
+    turns, want = long_job
     c, (worker,) = cluster(2, 2)
     ds = score_dataset(ray.data.from_arrow(turns), method="cosine", concurrency=2, num_cpus=1, rows_per_call=40)
     batches, start = [], time.perf_counter()

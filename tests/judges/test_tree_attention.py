@@ -86,12 +86,13 @@ def test_backend_tree_path_equals_dense_mask_and_separate_passes(request, judge_
     try:
         judge.use_attention("dense-mask")
         dense = _p_yes(judge.first_token_logprobs(reqs))
-        judge.prefix_sharing = False
-        separate = _p_yes(judge.first_token_logprobs(reqs))
+        if judge_name == "tiny_judge":  # the real judge's tree path against separate passes: test_transformers_backend
+            judge.prefix_sharing = False
+            separate = _p_yes(judge.first_token_logprobs(reqs))
+            np.testing.assert_allclose(tree, separate, atol=1e-4)
     finally:
         judge.attention, judge.prefix_sharing = chosen, True
     np.testing.assert_allclose(tree, dense, atol=1e-5)
-    np.testing.assert_allclose(tree, separate, atol=1e-4)
 
 
 def _tiny(tiny_llama_dir, config_cls, attn, tree_attention=True, **extra):
