@@ -123,7 +123,7 @@ def test_a_kill_mid_shard_loses_at_most_about_one_checkpoint_interval(tmp_path, 
     every = 1.0
     turns = synthetic(400)
     src = write_table(turns, tmp_path / "in.parquet")
-    subprocess.run(_score_cmd(src, tmp_path / "ref.parquet", "--no-progress"), check=True, capture_output=True)
+    Engine(method="cosine", n_bootstrap=0, progress=False).run(turns, tmp_path / "ref.parquet")
     out = tmp_path / "out.parquet"
     proc = subprocess.Popen(
         _score_cmd(src, out, "--no-progress", "--checkpoint-every", str(every)),

@@ -149,7 +149,11 @@ def test_every_node_lost_fails_in_bounded_time_naming_the_resources_then_resume_
     assert res.summary["shards_resumed"] == done_before
 
 
-def test_more_workers_than_cpus_run_as_fewer_with_a_warning(tmp_path, synthetic, cluster):
+def test_more_workers_than_cpus_run_as_fewer_and_relative_paths_are_absolute_for_workers(
+    tmp_path, synthetic, cluster, monkeypatch
+):
+    """Two 1-CPU nodes: six workers asked for run as two, with a warning; then, from another directory than the
+    one the nodes started in, relative output and work-dir paths are made absolute for the workers."""
     turns = synthetic(8)
     want = _local(turns, tmp_path, shard_size=5)
     cluster(1, 1)
@@ -160,11 +164,6 @@ def test_more_workers_than_cpus_run_as_fewer_with_a_warning(tmp_path, synthetic,
     assert pq.read_table(tmp_path / "r.parquet").equals(want)
     assert len({(w["host"], w["pid"]) for w in res.summary["workers"]}) <= 2
 
-
-def test_relative_paths_are_absolute_for_workers_in_other_directories(tmp_path, synthetic, cluster, monkeypatch):
-    turns = synthetic(4)
-    want = _local(turns, tmp_path, shard_size=5)
-    cluster(1, 1)
     elsewhere = tmp_path / "cwd"
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)  # the workers were started in another directory
