@@ -478,7 +478,11 @@ class _Peers:
             text=True,
             env=_offline_env(),
         )
-        self._reply()  # ready
+        try:
+            self._reply()  # ready
+        except BaseException:
+            self.close()  # its temporary folder and stderr file too
+            raise
 
     def _reply(self) -> dict:
         assert self._proc.stdout is not None

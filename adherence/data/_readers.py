@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Callable, Optional, Union
+from typing import Optional, Protocol, Union
 
 import pyarrow as pa
 
@@ -106,7 +106,11 @@ def read_turns(source: Source, *, format: Optional[str] = None) -> pa.Table:
     return read_table(source, TURNS, format=format)
 
 
-def _reader(contract: Contract) -> Callable[..., pa.Table]:
+class _Reader(Protocol):
+    def __call__(self, source: Source, *, format: Optional[str] = None) -> pa.Table: ...
+
+
+def _reader(contract: Contract) -> _Reader:
     """``read_<contract>(source, *, format=None)``: any supported format, validated against ``contract``."""
 
     def read(source: Source, *, format: Optional[str] = None) -> pa.Table:
