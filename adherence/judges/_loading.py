@@ -21,7 +21,7 @@ def load_model(model: Optional[str], loaded: Optional[tuple], dtype: Any, progre
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from ..models import ResolvedModel
-    from ..models._export import gguf_checkpoint
+    from ..models._export import gguf_checkpoint, gguf_model
 
     if loaded is not None:
         m, tokenizer, name = loaded
@@ -37,11 +37,14 @@ def load_model(model: Optional[str], loaded: Optional[tuple], dtype: Any, progre
         else:
             path = str(cached)
     tokenizer = AutoTokenizer.from_pretrained(path, **kwargs)
-    with _gguf_bar(progress or not kwargs):
-        try:
-            m = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation="sdpa", **kwargs)
-        except (ValueError, ImportError):
-            m = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, **kwargs)
+    # a cache that cannot be written: the GGUF file read on every load (its weights by ``gguf_model`` where it can)
+    m = gguf_model(resolved, dtype, attn_implementation="sdpa") if kwargs else None
+    if m is None:
+        with _gguf_bar(progress or not kwargs):
+            try:
+                m = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation="sdpa", **kwargs)
+            except (ValueError, ImportError):
+                m = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, **kwargs)
     return m, tokenizer, resolved
 
 

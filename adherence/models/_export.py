@@ -5,9 +5,9 @@ the de-quantised weights are saved as safetensors with the tokenizer and chat te
 backend can start from the same bundled default.
 
 The in-process judge loads a GGUF checkpoint through the same export, kept in the user's cache
-(``gguf_checkpoint``): transformers' GGUF reader parses the file three times and de-quantises every tensor on
-each load (about 40 s for the bundled 135M judge on 2 cores); the float32 safetensors beside it load in about
-a second, with the same weights to the bit.
+(``gguf_checkpoint``): a GGUF file is de-quantised on every load of it, the float32 safetensors kept beside it
+load in about a second, with the same weights to the bit. A llama-layout file's tensors are read by ``_gguf`` in
+one pass (``gguf_model``); transformers' GGUF loader reads the others.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from .._atomic import atomic_path
 from .._errors import OptionError
 from ._resolve import DEFAULT_JUDGE, resolve_model
 
-__all__ = ["export_judge", "gguf_checkpoint"]
+__all__ = ["export_judge", "gguf_checkpoint", "gguf_model"]
 
 _DTYPES = {
     "float32": "float32",
@@ -76,16 +76,40 @@ def _write(resolved, dtype: str, out: Path) -> None:
 
     path = str(resolved.path)
     tok = AutoTokenizer.from_pretrained(path, gguf_file=resolved.gguf_file)
-    m = AutoModelForCausalLM.from_pretrained(path, gguf_file=resolved.gguf_file, dtype=getattr(torch, dtype))
-    # The weights are de-quantised in memory; drop the GGUF quantizer, which transformers refuses to serialise.
-    m.hf_quantizer = None  # type: ignore[assignment]  # typed as a quantizer; None is what transformers checks for
-    if hasattr(m.config, "quantization_config"):
-        del m.config.quantization_config
+    m = gguf_model(resolved, getattr(torch, dtype))
+    if m is None:  # not the llama layout: transformers reads the file
+        m = AutoModelForCausalLM.from_pretrained(path, gguf_file=resolved.gguf_file, dtype=getattr(torch, dtype))
+        # The weights are de-quantised in memory; drop the GGUF quantizer, which transformers refuses to serialise.
+        m.hf_quantizer = None  # type: ignore[assignment]  # typed as a quantizer; None is what transformers checks
+        if hasattr(m.config, "quantization_config"):
+            del m.config.quantization_config
     with atomic_path(out) as tmp:
         m.save_pretrained(tmp, safe_serialization=True)
         tok.save_pretrained(tmp)
         meta = {"producer": "adherence", "source": resolved.describe(), "gguf_file": resolved.gguf_file, "dtype": dtype}
         (tmp / "adherence_export.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+
+
+def gguf_model(resolved, dtype, **kwargs):
+    """The model of a llama-layout GGUF file in ``dtype``: transformers' config for it (from the file's metadata)
+    and the weights de-quantised by ``_gguf`` (the same bits as transformers' own load, in a fraction of its
+    time); None for another layout. ``kwargs`` go to ``from_config`` (``attn_implementation``)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from ._gguf import llama_state_dict
+
+    weights = llama_state_dict(Path(resolved.path) / str(resolved.gguf_file))
+    if weights is None:
+        return None
+    config = AutoConfig.from_pretrained(str(resolved.path), gguf_file=resolved.gguf_file)
+    m = AutoModelForCausalLM.from_config(config, dtype=dtype, **kwargs)
+    missing, unexpected = m.load_state_dict({k: torch.from_numpy(v) for k, v in weights.items()}, strict=False)
+    tied = {"lm_head.weight"} if config.tie_word_embeddings else set()
+    if unexpected or set(missing) - tied:  # a layout this map does not know after all
+        return None
+    m.tie_weights()
+    return m.eval()
 
 
 def _gguf_key(resolved) -> str:

@@ -73,7 +73,9 @@ def test_the_in_process_judge_reads_the_gguf_once_then_its_checkpoint_in_the_cac
     assert not [p for p in folder.parent.iterdir() if p.name.startswith(".")]  # no temporary left behind
 
 
-def test_an_unwritable_cache_reads_the_gguf_file_itself(tmp_path, monkeypatch):
+@pytest.mark.slow
+def test_an_unwritable_cache_reads_the_gguf_file_itself(tmp_path, monkeypatch, direct):
+    from adherence.judges._transformers import TransformersBackend
     from adherence.models import DEFAULT_JUDGE, resolve_model
     from adherence.models._export import gguf_checkpoint
 
@@ -81,6 +83,9 @@ def test_an_unwritable_cache_reads_the_gguf_file_itself(tmp_path, monkeypatch):
     blocked.write_text("a file where the cache folder would be")
     monkeypatch.setenv("ADHERENCE_CACHE_DIR", str(blocked))
     assert gguf_checkpoint(resolve_model(DEFAULT_JUDGE)) is None
+    got = TransformersBackend(device="cpu", progress=False).model.state_dict()  # from the GGUF file, no cache
+    ref = direct[0].state_dict()
+    assert got.keys() == ref.keys() and all(torch.equal(got[k], ref[k]) for k in ref)
 
 
 @pytest.mark.slow
