@@ -80,7 +80,7 @@ def _write(resolved, dtype: str, out: Path) -> None:
     if m is None:  # not the llama layout: transformers reads the file
         m = AutoModelForCausalLM.from_pretrained(path, gguf_file=resolved.gguf_file, dtype=getattr(torch, dtype))
         # The weights are de-quantised in memory; drop the GGUF quantizer, which transformers refuses to serialise.
-        m.hf_quantizer = None  # type: ignore[assignment]  # typed as a quantizer; None is what transformers checks
+        m.hf_quantizer = None  # None is what transformers checks for
         if hasattr(m.config, "quantization_config"):
             del m.config.quantization_config
     with atomic_path(out) as tmp:
