@@ -24,7 +24,7 @@ def test_persona_bench_times_the_parts_and_checks_a_baseline(tmp_path, capsys):
                 "tfidf,bm25,late_interaction",
                 "--no-progress",
                 "--limit",
-                "30",
+                "12",
                 "-o",
                 str(base),
             ]
@@ -46,7 +46,7 @@ def test_persona_bench_times_the_parts_and_checks_a_baseline(tmp_path, capsys):
                 "--device",
                 "cpu",
                 "--limit",
-                "30",
+                "12",
                 "-o",
                 str(out),
             ]
@@ -62,4 +62,4 @@ def test_persona_bench_times_the_parts_and_checks_a_baseline(tmp_path, capsys):
         res["wall_s"] >= sum(v for v in res["parts_s"].values() if v > 0) - 1e-6 - res["parts_s"]["loading_and_models"]
     )
     assert {"adherence/late_interaction/scoring", "adherence/bm25/mrr_curve", "consistency"} <= set(res["parts_s"])
-    assert res["speedup"] > 0 and res["args"]["n_documents"] == 30 == res["args"]["limit"]
+    assert res["speedup"] > 0 and res["args"]["n_documents"] == 12 == res["args"]["limit"]
