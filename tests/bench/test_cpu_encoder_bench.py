@@ -52,15 +52,10 @@ def test_the_encoders_work_is_what_torchs_flop_counter_counts():
     assert b["texts_per_s"] == pytest.approx(len(lengths) / seconds, rel=1e-12) and b["work"] == work
 
 
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    """One fresh encoder cache for the module's benches (each export made once here, not per test)."""
-    return tmp_path_factory.mktemp("encoder-cache")
-
-
 @pytest.mark.slow
-def test_bench_times_ours_and_each_peer_that_runs_and_names_those_that_do_not(tmp_path, capsys, monkeypatch, cache):
-    monkeypatch.setenv("ADHERENCE_CACHE_DIR", str(cache))
+def test_bench_times_ours_and_each_peer_that_runs_and_names_those_that_do_not(tmp_path, capsys):
+    # the encoder cache the other tests use: exports they made are not made again (the export path's own tests
+    # start from an empty cache, tests/models)
     out = tmp_path / "enc.json"
     argv = ["bench", "cpu-encoder", str(SPC), "--peers-python", sys.executable, "--texts", "40", "--long", "3",
             "--batches", "16,32", "--long-batches", "4", "--repeats", "1", "--rounds", "2", "--no-accuracy",
