@@ -18,9 +18,9 @@ def _requests(n_conversations=None):
     return reqs
 
 
-# The real judge's checks run on the bundled example's first 4 conversations (14 turns, each layout's sharing
+# The real judge's checks run on the bundled example's first 2 conversations (7 turns, each layout's sharing
 # within and across turns); the random-weight judge runs on all 8.
-REAL_CONVERSATIONS = 4
+REAL_CONVERSATIONS = 2
 
 
 def _p_yes(outputs):
