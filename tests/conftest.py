@@ -138,26 +138,35 @@ def pytest_xdist_make_scheduler(config, log):
         return None
     from xdist.scheduler import LoadScopeScheduling
 
-    ray_files: dict = {}
+    texts: dict = {}
 
-    def has_ray_tests(path: str) -> bool:
-        if path not in ray_files:
+    def text(path: str) -> str:
+        if path not in texts:
             try:
-                ray_files[path] = "pytest.mark.ray" in (config.rootpath / path).read_text(encoding="utf-8")
+                texts[path] = (config.rootpath / path).read_text(encoding="utf-8")
             except OSError:
-                ray_files[path] = False
-        return ray_files[path]
+                texts[path] = ""
+        return texts[path]
+
+    def rank(scope: str) -> int:
+        """The Ray files first, then files with slow tests, then the rest (xdist's order by test count within)."""
+        if scope == "ray":
+            return 0
+        return 1 if any(f"pytest.mark.{m}" in text(scope) for m in ("slow", *_SLOW_MARKERS)) else 2
 
     class FileScheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
             path = nodeid.split("::", 1)[0]
-            return "ray" if has_ray_tests(path) else path
+            return "ray" if "pytest.mark.ray" in text(path) else path
 
         def _assign_work_unit(self, node) -> None:
-            # The Ray files (about 14 of the suite's 42 worker-minutes) go first: started last, as xdist's order by
-            # test count had them, they ran alone for most of their length while the other worker sat idle.
-            if "ray" in self.workqueue:
-                self.workqueue.move_to_end("ray", last=False)
+            # The longest work first: started last, as xdist's order by test count had them, the Ray files (about a
+            # quarter of the suite's worker-time) ran alone for most of their length while the other worker sat
+            # idle, and a file of one long test (the labels walkthrough, the Spark fault) ended the run alone.
+            if not getattr(self, "_ranked", False):
+                for scope in sorted(self.workqueue, key=rank):  # stable: each rank keeps xdist's order
+                    self.workqueue.move_to_end(scope)
+                self._ranked = True
             super()._assign_work_unit(node)
 
     return FileScheduling(config, log)
