@@ -21,7 +21,8 @@ def load_model(model: Optional[str], loaded: Optional[tuple], dtype: Any, progre
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from ..models import ResolvedModel
-    from ..models._export import gguf_checkpoint, gguf_model
+    from ..models._export import gguf_checkpoint
+    from ..models._gguf import gguf_model
 
     if loaded is not None:
         m, tokenizer, name = loaded

@@ -6,8 +6,8 @@ backend can start from the same bundled default.
 
 The in-process judge loads a GGUF checkpoint through the same export, kept in the user's cache
 (``gguf_checkpoint``): a GGUF file is de-quantised on every load of it, the float32 safetensors kept beside it
-load in about a second, with the same weights to the bit. A llama-layout file's tensors are read by ``_gguf`` in
-one pass (``gguf_model``); transformers' GGUF loader reads the others.
+load in about a second, with the same weights to the bit. A llama-layout file's tensors are read by
+``_gguf.gguf_model`` in one pass; transformers' GGUF loader reads the others.
 """
 
 from __future__ import annotations
@@ -22,9 +22,10 @@ from typing import Optional, Union
 
 from .._atomic import atomic_path
 from .._errors import OptionError
+from ._gguf import gguf_model
 from ._resolve import DEFAULT_JUDGE, resolve_model
 
-__all__ = ["export_judge", "gguf_checkpoint", "gguf_model"]
+__all__ = ["export_judge", "gguf_checkpoint"]
 
 _DTYPES = {
     "float32": "float32",
@@ -88,28 +89,6 @@ def _write(resolved, dtype: str, out: Path) -> None:
         tok.save_pretrained(tmp)
         meta = {"producer": "adherence", "source": resolved.describe(), "gguf_file": resolved.gguf_file, "dtype": dtype}
         (tmp / "adherence_export.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
-
-
-def gguf_model(resolved, dtype, **kwargs):
-    """The model of a llama-layout GGUF file in ``dtype``: transformers' config for it (from the file's metadata)
-    and the weights de-quantised by ``_gguf`` (the same bits as transformers' own load, in a fraction of its
-    time); None for another layout. ``kwargs`` go to ``from_config`` (``attn_implementation``)."""
-    import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    from ._gguf import llama_state_dict
-
-    weights = llama_state_dict(Path(resolved.path) / str(resolved.gguf_file))
-    if weights is None:
-        return None
-    config = AutoConfig.from_pretrained(str(resolved.path), gguf_file=resolved.gguf_file)
-    m = AutoModelForCausalLM.from_config(config, dtype=dtype, **kwargs)
-    missing, unexpected = m.load_state_dict({k: torch.from_numpy(v) for k, v in weights.items()}, strict=False)
-    tied = {"lm_head.weight"} if config.tie_word_embeddings else set()
-    if unexpected or set(missing) - tied:  # a layout this map does not know after all
-        return None
-    m.tie_weights()
-    return m.eval()
 
 
 def _gguf_key(resolved) -> str:
