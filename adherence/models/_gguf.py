@@ -180,10 +180,12 @@ def gguf_model(resolved, dtype, **kwargs):
     if weights is None:
         return None
     config = AutoConfig.from_pretrained(str(resolved.path), gguf_file=resolved.gguf_file)
-    m = AutoModelForCausalLM.from_config(config, dtype=dtype, **kwargs)
+    # built in float32 and cast after loading, as transformers casts its de-quantised weights (and without the
+    # `dtype` keyword, which `from_config` takes only from transformers 4.56)
+    m = AutoModelForCausalLM.from_config(config, **kwargs).float()
     missing, unexpected = m.load_state_dict({k: torch.from_numpy(v) for k, v in weights.items()}, strict=False)
     tied = {"lm_head.weight"} if config.tie_word_embeddings else set()
     if unexpected or set(missing) - tied:  # a layout this map does not know after all
         return None
     m.tie_weights()
-    return m.eval()
+    return m.to(dtype=dtype).eval()

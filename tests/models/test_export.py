@@ -53,6 +53,19 @@ def test_export_loads_without_gguf_and_scores_the_same(exported, direct):
 
 
 @pytest.mark.slow
+def test_a_bfloat16_load_is_the_float32_weights_rounded_once(direct):
+    """The GGUF file read straight into bfloat16 (``export-judge --dtype bf16``): transformers' float32 weights
+    rounded to bfloat16, nothing computed in between."""
+    from adherence.models import DEFAULT_JUDGE, resolve_model
+    from adherence.models._gguf import gguf_model
+
+    got = gguf_model(resolve_model(DEFAULT_JUDGE), torch.bfloat16).state_dict()
+    ref = direct[0].state_dict()
+    assert got.keys() == ref.keys()
+    assert all(got[k].dtype == torch.bfloat16 and torch.equal(got[k], ref[k].to(torch.bfloat16)) for k in ref)
+
+
+@pytest.mark.slow
 def test_the_in_process_judge_reads_the_gguf_once_then_its_checkpoint_in_the_cache(cache, exported, capsys):
     """The first load of the bundled judge de-quantises it into the cache (the export's checkpoint); later loads
     read that, with the same weights, and the run's model name is still the GGUF's."""
