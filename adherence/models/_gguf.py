@@ -143,7 +143,10 @@ def llama_state_dict(path: Path) -> Optional[dict]:
     from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
     from gguf.quants import dequantize
 
-    meta, tensors = read_header(path)
+    try:
+        meta, tensors = read_header(path)
+    except ValueError:  # not a little-endian GGUF v2/v3 file: transformers reads it or says why
+        return None
     if meta.get("general.architecture") != "llama":
         return None
     heads = int(meta["llama.attention.head_count"])
@@ -160,7 +163,9 @@ def llama_state_dict(path: Path) -> Optional[dict]:
         row = t.dims[0] // block * size
         rows = int(np.prod(t.dims[1:], dtype=np.int64))
         raw = data[t.offset : t.offset + rows * row].reshape(*t.dims[:0:-1], row)
-        w = np.array(dequantize(raw, qtype), dtype=np.float32)
+        w = dequantize(raw, qtype)
+        if w.dtype != np.float32 or not w.flags.writeable:  # float tensors come back as views of the file
+            w = np.array(w, dtype=np.float32)
         if name.endswith("q_proj.weight"):
             w = _unrotate(w, heads)
         elif name.endswith("k_proj.weight"):

@@ -74,8 +74,14 @@ def test_another_layout_is_left_to_transformers(tmp_path, arch, names):
     assert llama_state_dict(_write(tmp_path / "other.gguf", arch, names)) is None
 
 
-def test_a_file_that_is_not_gguf_is_refused(tmp_path):
+def test_a_file_that_is_not_gguf_is_refused_and_left_to_transformers(tmp_path):
     bad = tmp_path / "x.gguf"
     bad.write_bytes(b"GGML" + bytes(60))
     with pytest.raises(ValueError, match="not a GGUF file"):
         read_header(bad)
+    assert llama_state_dict(bad) is None
+    big_endian = tmp_path / "be.gguf"
+    big_endian.write_bytes(b"GGUF" + (3).to_bytes(4, "big") + bytes(16))
+    with pytest.raises(ValueError, match="GGUF version 50331648 is not read here"):
+        read_header(big_endian)
+    assert llama_state_dict(big_endian) is None
