@@ -163,10 +163,8 @@ def pytest_xdist_make_scheduler(config, log):
             # The longest work first: started last, as xdist's order by test count had them, the Ray files (about a
             # quarter of the suite's worker-time) ran alone for most of their length while the other worker sat
             # idle, and a file of one long test (the labels walkthrough, the Spark fault) ended the run alone.
-            if not getattr(self, "_ranked", False):
-                for scope in sorted(self.workqueue, key=rank):  # stable: each rank keeps xdist's order
-                    self.workqueue.move_to_end(scope)
-                self._ranked = True
+            for scope in sorted(self.workqueue, key=rank):  # stable: each rank keeps xdist's order
+                self.workqueue.move_to_end(scope)
             super()._assign_work_unit(node)
 
     return FileScheduling(config, log)

@@ -3,10 +3,11 @@ built from them (``gguf_model``).
 
 transformers' GGUF loader parses the whole file's metadata (the tokenizer's vocabulary included) twice for the
 weights and builds its tensor-name map again for each tensor: most of a first load of the bundled 135M judge went
-there, not into de-quantising (profiled: 23 s for the weights, 2 of them de-quantising, on 2 cores). Here the header is walked once with ``struct`` (its tokenizer arrays
-skipped over, not parsed) and each tensor goes through ``gguf.quants.dequantize``, the function transformers calls,
-so the weights are the same to the bit (tests/models/test_export.py compares them with transformers' load). Only
-the llama layout (SmolLM2's) is mapped; any other architecture or tensor name returns None and the caller uses
+there, not into de-quantising (profiled: 23 s for the weights, 2 of them de-quantising, on 2 cores). Here the
+header is walked once with ``struct`` (its tokenizer arrays skipped over, not parsed) and each tensor goes through
+``gguf.quants.dequantize``, the function transformers calls, so the weights are the same to the bit
+(tests/models/test_export.py compares them with transformers' load). Only the llama layout (SmolLM2's) is mapped;
+any other architecture or tensor name, or a file this does not read, returns None and the caller uses
 transformers' loader.
 """
 
@@ -54,8 +55,8 @@ class _Cursor:
     def skip_string(self) -> None:
         self.pos += 8 + struct.unpack_from("<Q", self.buf, self.pos)[0]
 
-    def value(self, vtype: int, keep: bool) -> Any:
-        """The value of type ``vtype`` (arrays only skipped over unless ``keep``)."""
+    def value(self, vtype: int) -> Any:
+        """The value of type ``vtype``; an array is skipped over (None)."""
         if vtype in _SCALARS:
             return self.take(_SCALARS[vtype])
         if vtype == _STRING:
@@ -63,14 +64,15 @@ class _Cursor:
         if vtype != _ARRAY:
             raise ValueError(f"unknown GGUF value type {vtype}")
         etype, n = self.take("I"), self.take("Q")
-        if etype in _SCALARS and not keep:
+        if etype in _SCALARS:
             self.pos += n * struct.calcsize(_SCALARS[etype])
-            return None
-        if etype == _STRING and not keep:
+        elif etype == _STRING:
             for _ in range(n):
                 self.skip_string()
-            return None
-        return [self.value(etype, keep) for _ in range(n)]
+        else:  # arrays of arrays
+            for _ in range(n):
+                self.value(etype)
+        return None
 
 
 def read_header(path: Path) -> tuple[dict, list[GGUFTensor]]:
@@ -89,7 +91,7 @@ def read_header(path: Path) -> tuple[dict, list[GGUFTensor]]:
     meta = {}
     for _ in range(n_kv):
         key = c.string()
-        value = c.value(c.take("I"), keep=False)
+        value = c.value(c.take("I"))
         if value is not None:
             meta[key] = value
     infos = []

@@ -21,6 +21,8 @@ def _write(path, arch="llama", names=("token_embd.weight", "blk.0.attn_q.weight"
     w.add_int32("x.neg", -7)
     w.add_token_list([f"tok{i}" for i in range(50)])  # an array of strings: skipped over
     w.add_array("x.numbers", [1, 2, 3])
+    w.add_array("x.nested", [[1, 2], [3]])
+    w.add_string("x.after", "read after the arrays")
     qtypes = [gguf.GGMLQuantizationType.Q4_1, gguf.GGMLQuantizationType.Q8_0, gguf.GGMLQuantizationType.F32]
     for name, qtype in zip(names, qtypes):
         x = rng.standard_normal((16, 64)).astype(np.float32) if qtype != qtypes[2] else rng.standard_normal(64)
@@ -47,6 +49,7 @@ def test_the_header_walk_equals_ggufs_reader(tmp_path):
     for k, v in scalars.items():
         assert meta[k] == pytest.approx(v) if isinstance(v, float) else meta[k] == v, k
     assert meta["general.name"] == "tiny ünïcode" and meta["x.big"] == 2**40 + 3 and meta["x.neg"] == -7
+    assert meta["x.after"] == "read after the arrays" and "x.nested" not in meta
     assert [(t.name, t.dims, t.qtype, t.offset) for t in tensors] == [
         (t.name, tuple(int(d) for d in t.shape), int(t.tensor_type), int(t.data_offset)) for t in ref.tensors
     ]
