@@ -437,6 +437,16 @@ STATIC_MODELS = 4
 _OPENVINO_MODES = {"bf16": "THROUGHPUT", "f32": "LATENCY"}
 
 
+class _Outputs:
+    """The embeddings of the call in progress, written by the inference queues' callback, batch ``k`` at ``k``."""
+
+    def __init__(self) -> None:
+        self.items: list = []
+
+    def done(self, request, k: int) -> None:
+        self.items[k] = request.get_output_tensor(0).data.copy()
+
+
 class OpenVinoSentenceModel:
     """An OpenVINO compiled model over a float32 model (an ONNX export, or ``openvino_file``'s conversion) with
     ``precision``'s products: ``"bf16"`` (``INFERENCE_PRECISION_HINT``), in throughput mode, or ``"f32"``, one stream
@@ -475,6 +485,7 @@ class OpenVinoSentenceModel:
         hint = self.model.get_property("INFERENCE_PRECISION_HINT")
         self.inference_precision = hint.to_string() if hasattr(hint, "to_string") else str(hint)  # "bf16", "f32"
         self.streams = int(self.model.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS"))
+        self._out = _Outputs()
         self._queue = self._queue_of(self.model)
         #: how many static-shape models this one may compile (0: every batch on the dynamic-shape model)
         self.static_models = STATIC_MODELS
@@ -482,7 +493,6 @@ class OpenVinoSentenceModel:
         self._seen: Counter = Counter()  # tokens carried by each batch shape so far
         #: batches run on a static-shape model and on the dynamic one, over this model's life
         self.batches_run: Counter = Counter()
-        self._out: list = []
         self._lock = threading.Lock()  # one call at a time owns the queues and their outputs
 
     @property
@@ -499,7 +509,10 @@ class OpenVinoSentenceModel:
         import openvino as ov
 
         queue = ov.AsyncInferQueue(compiled, self.streams)
-        queue.set_callback(self._done)
+        # The callback is a method of the outputs, not of this model: the queue keeps its callback alive from C++,
+        # where Python's collector cannot see it, so a callback of this model's would keep the model, its compiled
+        # models and their queues alive after the last reference to it was gone (a job's worth of memory per job).
+        queue.set_callback(self._out.done)
         return queue
 
     def _compile_static(self, shape: tuple) -> None:
@@ -507,9 +520,6 @@ class OpenVinoSentenceModel:
         model.reshape({"input_ids": list(shape), "attention_mask": list(shape)})
         compiled = self._core.compile_model(model, "CPU", self._config)
         self._static[shape] = (compiled, self._queue_of(compiled))
-
-    def _done(self, request, k: int) -> None:
-        self._out[k] = request.get_output_tensor(0).data.copy()
 
     def run(self, batches: list) -> list:
         """``[texts, dim]`` float32 unit-norm embeddings of each padded batch ``(input_ids, attention_mask)``."""
@@ -527,7 +537,7 @@ class OpenVinoSentenceModel:
             groups: dict = {}
             for k, (ids, _) in enumerate(batches):
                 groups.setdefault(ids.shape if ids.shape in self._static else None, []).append(k)
-            self._out = [None] * len(batches)
+            self._out.items = [None] * len(batches)
             # one queue at a time: each has a stream per core, so two at once would oversubscribe them
             for shape, ks in groups.items():
                 queue = self._queue if shape is None else self._static[shape][1]
@@ -541,7 +551,7 @@ class OpenVinoSentenceModel:
                     # abort the process (exit -6 instead of 130 / 143).
                     queue.wait_all()
                 self.batches_run["dynamic" if shape is None else "static"] += len(ks)
-            out, self._out = self._out, []
+            out, self._out.items = self._out.items, []
         if any(o is None for o in out):  # pragma: no cover - a request that ended without its output
             raise RuntimeError(f"OpenVINO returned no embedding for {sum(o is None for o in out)} batch(es)")
         return out
