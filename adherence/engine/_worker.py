@@ -23,6 +23,7 @@ from ..data._storage import (
     write_json,
     write_parquet,
 )
+from ..models._quiet import quiet_loading
 from ..role import Resources, RoleConfig, get_method, score_turns
 from ._messages import CheckpointRecord, ShardProgress, ShardResult, ShardTask
 
@@ -235,7 +236,7 @@ class ShardWorker:
                 try:
                     # Models load once per worker; configuration errors surface here and stop the job. The job's
                     # own line says models are loading: transformers' per-tensor bar would overwrite the job's.
-                    with _quiet_loading():
+                    with quiet_loading():
                         get_method(self.config.method).prepare(self.config, self.resources)
                 except Exception as exc:  # noqa: BLE001 - one line to the driver, not a retried crash
                     if not self.remote:
@@ -340,22 +341,3 @@ class ShardWorker:
         self.progress = ShardProgress(shard_id, rows, reused)
         if self.on_progress is not None:
             self.on_progress(self.progress)
-
-
-class _quiet_loading:
-    """transformers' weight-loading bar off while models load (restored after)."""
-
-    def __enter__(self):
-        self._hf = None
-        try:
-            from transformers.utils import logging as hf_logging
-        except ImportError:
-            return self
-        if hf_logging.is_progress_bar_enabled():
-            self._hf = hf_logging
-            hf_logging.disable_progress_bar()
-        return self
-
-    def __exit__(self, *_) -> None:
-        if self._hf is not None:
-            self._hf.enable_progress_bar()

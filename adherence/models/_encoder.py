@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import json
 from collections import OrderedDict
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from .._errors import OptionError
 from ._device import pick_device, pick_dtype
+from ._quiet import quiet_loading
 from ._resolve import ResolvedModel, resolve_model
 
 __all__ = ["Encoder"]
@@ -107,6 +109,7 @@ class Encoder:
                 "option, or add --device cpu)"
             )
         self.precision = precision
+        self.progress = progress
         self.dtype = pick_dtype(self.device, dtype)
         self.runtime = self._pick_runtime(precision, runtime)
         path = self.resolved.path
@@ -128,7 +131,6 @@ class Encoder:
         }[self.runtime]
         self.batch_size = int(batch_size or (4096 if accel else cpu_texts))
         self.batch_tokens = int(batch_tokens) if batch_tokens else (65536 if accel else cpu_tokens)
-        self.progress = progress
         self.dim = int(self.config.hidden_size)
         self.num_layers = int(getattr(self.config, "num_hidden_layers", 0))
         # Text -> embedding, least recently used first; bounded by bytes so a job over millions of
@@ -168,10 +170,11 @@ class Encoder:
         from transformers import AutoModel
 
         path, kwargs = str(self.resolved.path), {"dtype": self.dtype}
-        try:
-            model = AutoModel.from_pretrained(path, attn_implementation="sdpa", **kwargs)
-        except (ValueError, ImportError):  # architectures without SDPA support
-            model = AutoModel.from_pretrained(path, **kwargs)
+        with quiet_loading() if not self.progress else nullcontext():  # progress=False: no bar of transformers'
+            try:
+                model = AutoModel.from_pretrained(path, attn_implementation="sdpa", **kwargs)
+            except (ValueError, ImportError):  # architectures without SDPA support
+                model = AutoModel.from_pretrained(path, **kwargs)
         return model.eval().to(self.device)
 
     @property

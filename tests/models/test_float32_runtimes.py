@@ -191,3 +191,15 @@ def test_an_encoder_let_go_frees_its_openvino_models(cache):
     assert alive() == before + 1
     del enc
     assert alive() == before
+
+
+def test_the_torch_runtime_without_progress_shows_no_bar_of_transformers(capfd):
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.enable_progress_bar()  # as a fresh process has it
+    capfd.readouterr()
+    Encoder(device="cpu", progress=False, runtime="torch")
+    assert "Loading weights" not in capfd.readouterr().err
+    assert hf_logging.is_progress_bar_enabled()  # given back as it was
+    Encoder(device="cpu", progress=True, runtime="torch")
+    assert "Loading weights" in capfd.readouterr().err  # the bar this test would catch
