@@ -23,6 +23,7 @@ def load_model(model: Optional[str], loaded: Optional[tuple], dtype: Any, progre
     from ..models import ResolvedModel
     from ..models._export import gguf_checkpoint
     from ..models._gguf import gguf_model
+    from ..models._quiet import quiet_loading
 
     if loaded is not None:
         m, tokenizer, name = loaded
@@ -41,7 +42,7 @@ def load_model(model: Optional[str], loaded: Optional[tuple], dtype: Any, progre
     # a cache that cannot be written: the GGUF file read on every load (its weights by ``gguf_model`` where it can)
     m = gguf_model(resolved, dtype, attn_implementation="sdpa") if kwargs else None
     if m is None:
-        with _gguf_bar(progress or not kwargs):
+        with _gguf_bar(progress or not kwargs), quiet_loading() if not progress else contextlib.nullcontext():
             try:
                 m = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation="sdpa", **kwargs)
             except (ValueError, ImportError):

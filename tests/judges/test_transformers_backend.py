@@ -224,3 +224,17 @@ def test_requests_prepared_in_chunks_of_whole_conversations_give_the_same_answer
     assert [kind for kind, _ in events].index("forward") < [kind for kind, _ in events].index("tokenise", 1)
     np.testing.assert_allclose(_p_yes(chunked), _p_yes(whole), atol=1e-6)
     assert [o.truncated for o in chunked] == [o.truncated for o in whole]
+
+
+def test_a_judge_loaded_without_progress_shows_no_bar_of_transformers(tiny_llama_dir, capfd):
+    from transformers.utils import logging as hf_logging
+
+    from adherence.judges._transformers import TransformersBackend
+
+    hf_logging.enable_progress_bar()  # as a fresh process has it
+    capfd.readouterr()
+    TransformersBackend(str(tiny_llama_dir), device="cpu", progress=False)
+    assert "Loading weights" not in capfd.readouterr().err
+    assert hf_logging.is_progress_bar_enabled()  # given back as it was
+    TransformersBackend(str(tiny_llama_dir), device="cpu", progress=True)
+    assert "Loading weights" in capfd.readouterr().err  # the bar this test would catch
