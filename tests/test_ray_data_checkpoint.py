@@ -89,8 +89,17 @@ def test_the_documented_recipe_rerun_scores_only_what_is_left_and_never_duplicat
         assert got[k][0] == status
         assert got[k][1] == pytest.approx(score, abs=1e-6), k
 
-    # Ray's default: the successful run deletes its checkpoint, so nothing tells a rerun what was written.
+    # Ray's default: the successful run deletes its checkpoint, so nothing tells a rerun what was written. Ray's
+    # own behaviour, the same for every pipeline: seen on a plain copy of the rows (no scoring actor to start),
+    # beside the same copy with the recipe's setting, which keeps it.
     assert _files(tmp_path / "ckpt", "*"), "the kept checkpoint records the rows written"
-    run(every, tmp_path / "scores2", "ckpt2")
-    assert pq.read_table(tmp_path / "scores2").num_rows == len(ids)
-    assert not _files(tmp_path / "ckpt2", "*"), "Ray's default kept a checkpoint"
+    for keep in (False, True):
+        ctx.checkpoint_config = CheckpointConfig(
+            id_column="turn_id", checkpoint_path=str(tmp_path / f"ckpt-{keep}"), delete_checkpoint_on_success=not keep
+        )
+        try:
+            ray.data.read_parquet(str(every)).write_parquet(str(tmp_path / f"copy-{keep}"))
+        finally:
+            ctx.checkpoint_config = None
+        assert pq.read_table(tmp_path / f"copy-{keep}").num_rows == len(ids)
+        assert bool(_files(tmp_path / f"ckpt-{keep}", "*")) == keep, keep
