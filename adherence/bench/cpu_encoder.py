@@ -303,6 +303,7 @@ def bench_cpu_encoder(
         one._runtime.static_models = 0
         ours_encoders.append(("adherence bf16, dynamic shapes only", one, "openvino bf16 (ablation)"))
     ours_encoders.append(("adherence int8", fast, "onnxruntime int8"))
+    rate_repeats = min(10, 5 * repeats)  # the CPU's rates: the fastest of 10 timings (5 with repeats=1)
     workloads = {
         "short": persona_chat_utterances(persona_csv, texts),
         "long": long_texts(persona_csv, exact.tokenizer, long),
@@ -312,7 +313,7 @@ def bench_cpu_encoder(
         "device": device_name("cpu"),
         "cpu": cpu_info(),
         "args": {"model": exact.name, "texts": texts, "long": long, "repeats": repeats, "batches": list(batches),
-                 "long_batches": list(long_batches), "source": Path(persona_csv).name},
+                 "long_batches": list(long_batches), "rate_repeats": rate_repeats, "source": Path(persona_csv).name},
         "versions": {"torch": torch.__version__, "python": platform.python_version(),
                      "onnxruntime": __import__("onnxruntime").__version__,
                      "openvino": __import__("openvino").__version__.split("-")[0]},
@@ -323,7 +324,7 @@ def bench_cpu_encoder(
         result["bf16_note"] = bf16_note
     # this CPU's rates, measured before and after everything else (a bound takes the faster of the two)
     dtypes = (torch.float32, torch.bfloat16) if mid is not None else (torch.float32,)
-    rates = {dt: _rates(exact.config, dt) for dt in dtypes}
+    rates = {dt: _rates(exact.config, dt, repeats=rate_repeats) for dt in dtypes}
     lengths: dict = {}  # each workload's token counts, for its bound once the end's rates are in
     peers = _Peers(peers_python, path) if peers_python else None
     try:
@@ -401,7 +402,7 @@ def bench_cpu_encoder(
             peers.close()
 
     for dt in dtypes:  # the faster of the start's and the end's rates, each library's too
-        again = _rates(exact.config, dt)
+        again = _rates(exact.config, dt, repeats=rate_repeats)
         rates[dt]["matmul_by_library"] = {
             lib: max(v, again["matmul_by_library"].get(lib, 0.0)) for lib, v in rates[dt]["matmul_by_library"].items()
         }

@@ -64,6 +64,7 @@ def test_bench_times_ours_and_each_peer_that_runs_and_names_those_that_do_not(tm
     res = json.loads(out.read_text())
     assert res == json.loads(capsys.readouterr().out)
     assert res["bench"] == "cpu-encoder" and res["correct"] is True and "correct_note" not in res
+    assert res["args"]["rate_repeats"] == 5  # --repeats 1: a smoke run times the CPU's rates 5 times, not 10
     # without sentence-transformers' torch row on a workload (no peers, or that peer failed) it says so
     for lost in ([], [{"name": "sentence-transformers torch", "error": "ImportError"}]):
         verdict = _verdict({**res["workloads"], "long": {**res["workloads"]["long"], "baselines": lost}})
