@@ -33,7 +33,7 @@ EXTRAS = {
     "test": [
         "pytest>=9.0",
         "pytest-timeout>=2.3",  # a hung test fails alone and the run goes on (pytest.ini: timeout)
-        "pytest-xdist>=3.5",  # `python -m pytest -n 2`: tests/conftest.py keeps each file, and all Ray files, in one worker
+        "pytest-xdist>=3.5",  # `python -m pytest -n 3`: tests/conftest.py keeps each file, and all Ray files, in one worker
         "onnxruntime>=1.20",  # the cpu-encoders extra: the int8 and bf16 paths are tested
         "onnx>=1.16",
         "scikit-learn>=1.3",

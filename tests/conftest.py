@@ -129,7 +129,7 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
-    """Under ``-n N`` (``python -m pytest -n 2``), unless another ``--dist`` is named: each file's tests run in one
+    """Under ``-n N`` (``python -m pytest -n 3``), unless another ``--dist`` is named: each file's tests run in one
     worker, in order, sharing its module fixtures; every file with a Ray test runs in one worker, one after another,
     first, since ``ray.init()`` joins the machine's latest Ray instance when there is one. (pytest-xdist's
     ``--dist loadgroup`` marks do not take with pytest 9.2, which no longer reads the node id they rewrite; a
@@ -161,7 +161,7 @@ def pytest_xdist_make_scheduler(config, log):
 
         def _assign_work_unit(self, node) -> None:
             # The longest work first: started last, as xdist's order by test count had them, the Ray files (about a
-            # quarter of the suite's worker-time) ran alone for most of their length while the other worker sat
+            # quarter of the suite's worker-time) ran alone for most of their length while the other workers sat
             # idle, and a file of one long test (the labels walkthrough, the Spark fault) ended the run alone.
             for scope in sorted(self.workqueue, key=rank):  # stable: each rank keeps xdist's order
                 self.workqueue.move_to_end(scope)

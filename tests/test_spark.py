@@ -1,5 +1,5 @@
 """Spark (``local[2]``) gives the engine's scores on the same input, and refuses what it cannot do; a bad row is
-that row's error. Its own file, apart from the Ray files (which share one test worker under ``-n 2``)."""
+that row's error. Its own file, apart from the Ray files (which share one test worker under ``-n 3``)."""
 
 import pyarrow as pa
 import pytest

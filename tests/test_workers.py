@@ -1,4 +1,4 @@
-"""Under pytest-xdist (``python -m pytest -n 2``), every file with a Ray test runs in one worker, one test after
+"""Under pytest-xdist (``python -m pytest -n 3``), every file with a Ray test runs in one worker, one test after
 another and before that worker's other files (``ray.init()`` joins the machine's latest Ray instance when there is
 one), and each other file's tests stay together in one worker, in order. Checked on a small tree run the same way,
 with this suite's hook."""
