@@ -57,12 +57,13 @@ def test_the_documented_recipe_rerun_scores_only_what_is_left_and_never_duplicat
 
     ctx = ray.data.DataContext.get_current()
 
-    def run(src: Path, out: Path, checkpoint: str, **options) -> None:
+    def run(src: Path, out: Path, checkpoint: str, scored: bool = True, **options) -> None:
         ctx.checkpoint_config = CheckpointConfig(
             id_column="turn_id", checkpoint_path=str(tmp_path / checkpoint), **options
         )
         try:
-            score_dataset(ray.data.read_parquet(str(src)), method="cosine").write_parquet(str(out))
+            ds = ray.data.read_parquet(str(src))
+            (score_dataset(ds, method="cosine") if scored else ds).write_parquet(str(out))
         finally:
             ctx.checkpoint_config = None
 
@@ -94,12 +95,6 @@ def test_the_documented_recipe_rerun_scores_only_what_is_left_and_never_duplicat
     # beside the same copy with the recipe's setting, which keeps it.
     assert _files(tmp_path / "ckpt", "*"), "the kept checkpoint records the rows written"
     for keep in (False, True):
-        ctx.checkpoint_config = CheckpointConfig(
-            id_column="turn_id", checkpoint_path=str(tmp_path / f"ckpt-{keep}"), delete_checkpoint_on_success=not keep
-        )
-        try:
-            ray.data.read_parquet(str(every)).write_parquet(str(tmp_path / f"copy-{keep}"))
-        finally:
-            ctx.checkpoint_config = None
+        run(every, tmp_path / f"copy-{keep}", f"ckpt-{keep}", scored=False, delete_checkpoint_on_success=not keep)
         assert pq.read_table(tmp_path / f"copy-{keep}").num_rows == len(ids)
         assert bool(_files(tmp_path / f"ckpt-{keep}", "*")) == keep, keep
