@@ -19,7 +19,7 @@ import torch
 from adherence.bench._hardware import cpu_info
 from adherence.bench.encoder import persona_chat_utterances
 from adherence.models import Encoder
-from adherence.models._onnx import encoder_file
+from adherence.models._onnx import encoder_file, openvino_core
 
 
 def _timed(fn, texts, repeats=3):
@@ -81,9 +81,9 @@ def main(csv_path: str, out_path: str, n_texts: int = 2000) -> None:
         return [ort.InferenceSession(str(path), o, providers=["CPUExecutionProvider"]) for _ in range(count)]
 
     def ov_requests(streams):
-        cm = ov.Core().compile_model(str(path), "CPU", {"INFERENCE_PRECISION_HINT": "f32",
-                                                       "PERFORMANCE_HINT": "THROUGHPUT",
-                                                       "NUM_STREAMS": str(streams)})  # fmt: skip
+        cm = openvino_core().compile_model(str(path), "CPU", {"INFERENCE_PRECISION_HINT": "f32",
+                                                             "PERFORMANCE_HINT": "THROUGHPUT",
+                                                             "NUM_STREAMS": str(streams)})  # fmt: skip
         requests = [cm.create_infer_request() for _ in range(streams)]
         # One inference on this thread first: two threads' first inferences at once deadlocked in OpenVINO's Python
         # binding (both in its first use of numpy's API; seen on the AVX512-BF16 EPYC). The engine's encoder, too,

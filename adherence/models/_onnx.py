@@ -436,6 +436,25 @@ STATIC_MODELS = 4
 #: EPYC on short and long texts (``benchmarks/float32_runtimes.py``).
 _OPENVINO_MODES = {"bf16": "THROUGHPUT", "f32": "LATENCY"}
 
+_CORE: list = []  # the process's one OpenVINO Core (see openvino_core)
+_CORE_LOCK = threading.Lock()
+
+
+def openvino_core():
+    """The process's one OpenVINO ``Core``, made on first use and kept until the process exits.
+
+    Each ``Core`` loads its own CPU plugin, and the plugin points the calling thread's signal stack at memory of its
+    own while it lives, putting back the stack it found when it is destroyed. Two plugins released in the order they
+    were made (two encoders loaded, then dropped, in a notebook or a worker) left the stack pointing at the freed
+    memory of the first: the next signal with a Python handler (Ctrl-C, an orchestrator's SIGTERM) then killed the
+    process with a segmentation fault instead of ending it with 130 / 143. One plugin, never released, cannot."""
+    with _CORE_LOCK:
+        if not _CORE:
+            import openvino as ov
+
+            _CORE.append(ov.Core())
+        return _CORE[0]
+
 
 class _Outputs:
     """The embeddings of the call in progress, written by the inference queues' callback, batch ``k`` at ``k``."""
@@ -458,12 +477,11 @@ class OpenVinoSentenceModel:
     Raises ``OptionError`` for bf16 on a CPU without bf16 products (OpenVINO would quietly run float32 there)."""
 
     def __init__(self, path: Path, threads: Optional[int] = None, precision: str = "bf16") -> None:
-        import openvino as ov
         import torch
 
         if precision not in _OPENVINO_MODES:
             raise OptionError(f"OpenVINO precision must be one of {', '.join(_OPENVINO_MODES)}, got {precision!r}")
-        core = ov.Core()
+        core = openvino_core()
         if precision == "bf16" and "BF16" not in core.get_property("CPU", "OPTIMIZATION_CAPABILITIES"):
             raise OptionError(
                 "--encoder-precision bf16 needs a CPU with bf16 products (AMX or AVX512-BF16); this one has none: "

@@ -15,7 +15,9 @@ from tests.conftest import REPO
 from tests.models.conftest import cosines_to_float32
 
 ov = pytest.importorskip("openvino")
-BF16 = "BF16" in ov.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES")
+from adherence.models._onnx import openvino_core  # noqa: E402
+
+BF16 = "BF16" in openvino_core().get_property("CPU", "OPTIMIZATION_CAPABILITIES")
 needs_bf16 = pytest.mark.skipif(not BF16, reason="this CPU has no bf16 products (AMX / AVX512-BF16)")
 PERSONA = REPO / "tests" / "fixtures" / "synthetic_persona_chat_head.csv"  # Jandaghi et al. 2023, CC BY 4.0
 

@@ -193,6 +193,46 @@ def test_an_encoder_let_go_frees_its_openvino_models(cache):
     assert alive() == before
 
 
+_LET_GO_THEN_SIGNALLED = """
+import gc, os, signal
+from adherence.models import Encoder
+first = Encoder(device="cpu", progress=False, cache_bytes=0, runtime="openvino")
+second = Encoder(device="cpu", progress=False, cache_bytes=0, runtime="openvino")
+assert first.encode(["a first text"]).shape == second.encode(["a second one"]).shape
+del first; gc.collect(); del second; gc.collect()  # let go in the order made
+for sig in (signal.SIGINT, signal.SIGTERM):
+    def stop(signum, frame):
+        raise KeyboardInterrupt
+    signal.signal(sig, stop)
+    try:
+        os.kill(os.getpid(), sig)
+    except KeyboardInterrupt:
+        print("handled", signal.Signals(sig).name, flush=True)
+"""
+
+
+def test_signals_after_two_openvino_encoders_are_let_go_reach_their_python_handlers(cache):
+    """Each OpenVINO ``Core`` loads a CPU plugin that points the thread's signal stack at memory of its own and puts
+    back what it found when destroyed: two released in the order made left the stack on freed memory, and the next
+    signal with a Python handler (Ctrl-C, an orchestrator's SIGTERM) killed the process with SIGSEGV (-11) instead
+    of raising in it. In a process of its own: the failure is the process's death."""
+    import os
+    import subprocess
+    import sys
+
+    if not X86:
+        pytest.skip("OpenVINO's CPU plugin runs on x86-64 here")
+    res = subprocess.run(
+        [sys.executable, "-c", _LET_GO_THEN_SIGNALLED],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=dict(os.environ, ADHERENCE_CACHE_DIR=str(cache)),
+    )
+    assert res.returncode == 0, (res.returncode, res.stderr[-2000:])
+    assert res.stdout.split() == ["handled", "SIGINT", "handled", "SIGTERM"]
+
+
 def test_the_torch_runtime_without_progress_shows_no_bar_of_transformers(capfd):
     from transformers.utils import logging as hf_logging
 
