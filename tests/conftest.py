@@ -127,6 +127,45 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.slow)
 
 
+_TEXTS: dict = {}
+
+
+def _text(config, path: str) -> str:
+    """The text of the test file at ``path`` (relative to the root), read once; empty where it cannot be read."""
+    if path not in _TEXTS:
+        try:
+            _TEXTS[path] = (config.rootpath / path).read_text(encoding="utf-8")
+        except OSError:
+            _TEXTS[path] = ""
+    return _TEXTS[path]
+
+
+def _ray_file(config, path: str) -> bool:
+    """Whether the test file at ``path`` has a Ray test: all such files run in one worker (the scheduler below)."""
+    return "pytest.mark.ray" in _text(config, path)
+
+
+# Ray starts its worker processes at nice 15 (its `worker_niceness`), so that its own daemons stay responsive on a
+# busy node. Under ``-n N`` that put every Ray test's actors behind the other workers' tests: the Ray files (one
+# worker's whole share, one after another) took 1.8x as long under three workers as under two and ended the run
+# alone. In the tests Ray's workers run at 0 (set before any Ray instance starts: a node's workers get the
+# environment it started with), and under ``-n N`` the other workers step back (nice 5, which their subprocesses
+# and servers inherit) once they start a file without Ray, so Ray's processes get the cores first and the workers
+# end near the same time. Lowering a nice value needs privileges, so a worker never returns to 0.
+os.environ.setdefault("RAY_worker_niceness", "0")
+_NICE_OTHERS = 5
+
+
+def pytest_runtest_setup(item):
+    if (
+        os.environ.get("PYTEST_XDIST_WORKER")
+        and not getattr(item.config, "_adherence_niced", False)
+        and not _ray_file(item.config, item.nodeid.split("::", 1)[0])
+    ):
+        os.nice(_NICE_OTHERS)
+        item.config._adherence_niced = True
+
+
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
     """Under ``-n N`` (``python -m pytest -n 3``), unless another ``--dist`` is named: each file's tests run in one
@@ -138,26 +177,16 @@ def pytest_xdist_make_scheduler(config, log):
         return None
     from xdist.scheduler import LoadScopeScheduling
 
-    texts: dict = {}
-
-    def text(path: str) -> str:
-        if path not in texts:
-            try:
-                texts[path] = (config.rootpath / path).read_text(encoding="utf-8")
-            except OSError:
-                texts[path] = ""
-        return texts[path]
-
     def rank(scope: str) -> int:
         """The Ray files first, then files with slow tests, then the rest (xdist's order by test count within)."""
         if scope == "ray":
             return 0
-        return 1 if any(f"pytest.mark.{m}" in text(scope) for m in ("slow", *_SLOW_MARKERS)) else 2
+        return 1 if any(f"pytest.mark.{m}" in _text(config, scope) for m in ("slow", *_SLOW_MARKERS)) else 2
 
     class FileScheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
             path = nodeid.split("::", 1)[0]
-            return "ray" if "pytest.mark.ray" in text(path) else path
+            return "ray" if _ray_file(config, path) else path
 
         def _assign_work_unit(self, node) -> None:
             # The longest work first: started last, as xdist's order by test count had them, the Ray files (about a

@@ -53,7 +53,10 @@ def head(src: Path, n: int, dest: Path) -> Path:
 
 
 def run_job(src: Path, out: Path, precision: str) -> float:
-    cmd = ["adherence", "score", str(src), "-o", str(out), "--method", "cosine", "--encoder-precision", precision]
+    # this interpreter's package, as the other tools run it: a bare `adherence` is not on PATH when the tool is run
+    # with a virtualenv's python that is not activated
+    cmd = [sys.executable, "-m", "adherence", "score", str(src), "-o", str(out), "--method", "cosine",
+           "--encoder-precision", precision]  # fmt: skip
     t = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True)
     wall = time.perf_counter() - t
