@@ -170,7 +170,7 @@ def pytest_runtest_setup(item):
 def pytest_xdist_make_scheduler(config, log):
     """Under ``-n N`` (``python -m pytest -n 3``), unless another ``--dist`` is named: each file's tests run in one
     worker, in order, sharing its module fixtures; every file with a Ray test runs in one worker, one after another,
-    first, since ``ray.init()`` joins the machine's latest Ray instance when there is one. (pytest-xdist's
+    first (several Ray instances at once did more work: docs/development.md). (pytest-xdist's
     ``--dist loadgroup`` marks do not take with pytest 9.2, which no longer reads the node id they rewrite; a
     scheduler's scope is read from the id itself.)"""
     if config.getvalue("dist") != "load":  # another --dist named: xdist's own

@@ -1,6 +1,6 @@
 """Under pytest-xdist (``python -m pytest -n 3``), every file with a Ray test runs in one worker, one test after
-another and before that worker's other files (``ray.init()`` joins the machine's latest Ray instance when there is
-one), and each other file's tests stay together in one worker, in order. Checked on a small tree run the same way,
+another and before that worker's other files (several Ray instances at once did more work), and each other file's
+tests stay together in one worker, in order. Checked on a small tree run the same way,
 with this suite's hook."""
 
 import json
