@@ -1,5 +1,6 @@
 """``adherence classifier fit INPUT --labels LABELS -o CLF.json``: a regularised logistic model over the bundled
-encoder's features, trained on the user's labels, measured out of fold beside the trivial baselines."""
+encoder's features, trained on the user's labels with both classes weighed equally, measured out of fold (whole
+conversations held out) beside the trivial baselines, with a decision threshold chosen on those out-of-fold scores."""
 
 from __future__ import annotations
 
@@ -13,12 +14,13 @@ from .main import Command
 
 
 def format_fit(doc: dict, n: int, n_pos: int) -> str:
-    """The cross-validated AUC beside the trivial baselines', and the gain over them."""
+    """The out-of-fold AUC beside the trivial baselines', and what the decision threshold will do on new turns."""
     cv = doc["cv"]
     b = cv.get("baselines") or {}
+    how = "conversations kept whole" if cv.get("grouped") else "turns dealt into folds: too few conversations hold a violation to keep them whole"
     lines = [
         f"classifier on {n} labelled turns ({n_pos} adherent, {n - n_pos} violation): {cv['folds']}-fold "
-        f"out-of-fold AUC {cv['auc']:.4f}",
+        f"out-of-fold AUC {cv['auc']:.4f} ({how})",
     ]
     if b:
         aucs = "  ".join(f"{k.replace('_', ' ')} {v:.4f}" for k, v in b["auc"].items())
@@ -27,7 +29,44 @@ def format_fit(doc: dict, n: int, n_pos: int) -> str:
             f"  {cv['folds']}-fold logistic on the baselines alone {b['cv_auc_baselines']:.4f}; the classifier's gain "
             f"over it {cv['auc'] - b['cv_auc_baselines']:+.4f}",
         ]
+    d = doc["decision"]
+    r = d["out_of_fold"]
+    goal = (
+        "best balanced accuracy" if d["objective"] == "balanced_accuracy" else f"catch >= {d['target_recall']:.0%} of violations"
+    )
+    lines.append(
+        f"decision: a turn with P(adherent) < {d['threshold']:.4f} is flagged ({goal}, chosen out of fold); on new "
+        f"turns like these expect {r['violations_caught']:.0%} of violations caught and {r['adherent_flagged']:.0%} "
+        f"of adherent turns flagged (balanced accuracy {r['balanced_accuracy']:.3f})"
+    )
+    for name, rates in (d.get("baselines_at_same_catch") or {}).items():
+        lines.append(
+            f"  {name.replace('_', ' ')} cut to catch as many would flag {rates['adherent_flagged']:.0%} of adherent turns"
+        )
     return "\n".join(lines)
+
+
+def baselines_at_same_catch(y, oof, threshold: float, baselines: dict) -> dict:
+    """Each trivial baseline (turned its better way) cut to catch at least the classifier's share of violations
+    out of fold: the share of adherent turns it would flag there."""
+    import numpy as np
+
+    from ..role._classifier import decision_rates
+    from ..stats._ranking import roc_auc_score
+
+    y = np.asarray(y, dtype=np.int8)
+    caught = decision_rates(y, oof, threshold)["violations_caught"]
+    out = {}
+    for name, v in baselines.items():
+        v = np.asarray(v, dtype=np.float64)
+        s = v if roc_auc_score(y, v) >= 0.5 else -v
+        viol = np.sort(s[y == 0])
+        need = int(np.ceil(caught * len(viol) - 1e-9))
+        if need == 0:
+            continue
+        cut = float(np.nextafter(viol[need - 1], np.inf))  # flag s < cut: the `need` lowest-scored violations
+        out[name] = decision_rates(y, s, cut)
+    return out
 
 
 class ClassifierCommand(Command):
@@ -44,6 +83,13 @@ class ClassifierCommand(Command):
         f.add_argument("--l2", type=float, default=1.0, help="ridge penalty on the standardised coefficients")
         f.add_argument("--folds", type=int, default=5, help="folds of the out-of-fold check (default 5)")
         f.add_argument("--seed", type=int, default=42, help="seed of the folds (default 42)")
+        f.add_argument(
+            "--target-recall",
+            type=float,
+            metavar="R",
+            help="decision threshold that catches at least this share of violations out of fold, with the fewest "
+            "false flags there (default: the threshold of best balanced accuracy)",
+        )
 
     def run(self, args: argparse.Namespace) -> int:
         import numpy as np
@@ -51,7 +97,7 @@ class ClassifierCommand(Command):
         from ..data import DataError, file_digest, read_turns
         from ..engine._files import open_scores
         from ..models import Encoder
-        from ..role._classifier import classifier_document, classifier_features, fit_classifier
+        from ..role._classifier import classifier_document, classifier_features, fit_classifier, training_record
         from ..stats._baselines import baseline_report, text_baselines
         from ._common import write_result
         from ._labelled import read_metadata, resolve_columns
@@ -60,6 +106,8 @@ class ClassifierCommand(Command):
             raise OptionError(f"--l2 must be > 0, got {args.l2}")
         if args.folds < 2:
             raise OptionError(f"--folds must be >= 2, got {args.folds}")
+        if args.target_recall is not None and not 0 < args.target_recall <= 1:
+            raise OptionError(f"--target-recall must be in (0, 1], got {args.target_recall}")
         src = str(args.input)
         # a score output of ours through the one reader; a log (transcripts, traces, a turns table) through the turns'
         table = open_scores(args.input, score_columns=()).table if read_metadata(args.input) else read_turns(args.input)
@@ -96,11 +144,16 @@ class ClassifierCommand(Command):
         enc = Encoder(args.encoder, progress=not args.no_progress)
         ra, rr, ru = [a[i] for i in rows], [r[i] for i in rows], [u[i] for i in rows]
         x = classifier_features(enc, rr, ru, ra)
-        fit = fit_classifier(x, y, l2=args.l2, folds=args.folds, seed=args.seed)
-        base = baseline_report(
-            y, np.asarray(fit["cv"]["oof"]), text_baselines({"assistant": ra, "role": rr, "user": ru}),
-            folds=args.folds, seed=args.seed,
+        cids = [str(c) for c in table.column("conversation_id").to_pylist()]
+        tidx = table.column("turn_index").to_pylist()
+        fit = fit_classifier(
+            x, y, groups=[cids[i] for i in rows], l2=args.l2, folds=args.folds, seed=args.seed,
+            target_recall=args.target_recall,
         )  # fmt: skip
+        trivial = text_baselines({"assistant": ra, "role": rr, "user": ru})
+        oof = np.asarray(fit["cv"]["oof"])
+        base = baseline_report(y, oof, trivial, folds=args.folds, seed=args.seed)
+        fit["decision"]["baselines_at_same_catch"] = baselines_at_same_catch(y, oof, fit["decision"]["threshold"], trivial)
         dim = x.shape[1] - 5
         source = {
             "input": src,
@@ -111,7 +164,8 @@ class ClassifierCommand(Command):
             "n": len(rows),
             "n_positive": int(y.sum()),
         }
-        doc = classifier_document(fit, encoder=enc, dim=dim, source=source, baselines=base)
+        training = training_record([cids[i] for i in rows], [tidx[i] for i in rows], ra)
+        doc = classifier_document(fit, encoder=enc, dim=dim, source=source, baselines=base, training=training)
         write_result(args.output, doc, inputs=[args.input, args.labels], what="the classifier file")
         print(format_fit(doc, len(rows), int(y.sum())))
         if base is not None and (not base["beats_baselines"] or fit["cv"]["auc"] <= base["cv_auc_baselines"]):

@@ -22,7 +22,11 @@ def _read(path: str) -> tuple:
     from ..data import DataError
     from ..engine._files import open_scores
 
+    import sys
+
     out = open_scores(path, require_ours=True)
+    for note in out.notes:
+        print(f"{path}: {note}", file=sys.stderr)
     t = out.table
     for col in (*_KEYS, "score"):
         if col not in t.column_names:

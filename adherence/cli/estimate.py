@@ -23,13 +23,15 @@ def format_estimate(r: dict) -> str:
     lines = [
         f"adherent share: {r['label_column']!r} = {r['positive']!r}, judge score {r['score_column']!r} "
         f"({level}% intervals{clustered})",
-        f"  {'prediction-powered (PPI++)':<30}{r['estimate']:>8.4f}  [{r['ci_low']:.4f}, {r['ci_high']:.4f}]  "
+        f"  {('cross-fitted PPI++' if r.get('cross_fitted') else 'prediction-powered (PPI++)'):<30}{r['estimate']:>8.4f}  [{r['ci_low']:.4f}, {r['ci_high']:.4f}]  "
         f"lambda {r['lam']:.2f}" + (f", worth {eff:,.0f} labels" if eff is not None else ""),
         f"  {labels_only:<30}{c['estimate']:>8.4f}  [{c['ci_low']:.4f}, {c['ci_high']:.4f}]",
         f"  {judge_only:<30}{r['judge_only']:>8.4f}  (mean score; no interval: it carries the judge's errors)",
     ]
     if r.get("n_unscored"):
         lines.append(f"  {r['n_unscored']:,} rows without a score were left out")
+    if r.get("effective_labels_capped"):
+        lines.append(f"  (the judge's worth is capped at the {r['n']:,} scored rows: labelling them all is an exact count)")
     groups = (r.get("by") or {}).get("groups") or {}
     if groups:
         lines += ["", f"by {r['by']['column']}:"]
@@ -45,6 +47,23 @@ def format_estimate(r: dict) -> str:
     return "\n".join(lines)
 
 
+def cross_fit_column(table, score: str, label: str):
+    """``(column, n, k)`` when ``table`` is a classifier's score output some of whose labelled turns trained it (the
+    estimate must then be cross-fitted: ``classifier_crossfit`` holds each training turn's out-of-fold score and every
+    other turn's mean over the ``k`` fold models), else None."""
+    import pyarrow.compute as pc
+
+    cols = table.column_names
+    if score != "score" or not {"classifier_fold", "classifier_crossfit", label} <= set(cols):
+        return None
+    both = pc.and_(pc.is_valid(table.column("classifier_fold")), pc.is_valid(table.column(label)))
+    n = pc.sum(pc.cast(both, "int64")).as_py() or 0
+    if not n:
+        return None
+    k = (pc.max(table.column("classifier_fold")).as_py() or 0) + 1
+    return "classifier_crossfit", int(n), int(k)
+
+
 class EstimateCommand(Command):
     name = "estimate"
     input = (
@@ -54,7 +73,9 @@ class EstimateCommand(Command):
 
     def add_args(self, p: argparse.ArgumentParser) -> None:
         add_arguments(p, LabelledOptions, ["score", "label", "positive", "format", "labels"])
-        p.add_argument("--confidence", type=float, default=0.9, help="coverage of the intervals (default 0.9: 90%%)")
+        p.add_argument(
+            "--confidence", type=float, default=0.95, help="coverage of the intervals (default 0.95: 95%%, as every command)"
+        )
         p.add_argument("--by", metavar="COLUMN", help="also one estimate per value of this column (e.g. role)")
         add_result_outputs(p, page="the three estimates drawn")
 
@@ -70,10 +91,22 @@ class EstimateCommand(Command):
             table, meta, lab["score"], lab["label"], lab["positive"], "none", file=str(args.input)
         )
         weight = "label_weight" if "label_weight" in table.column_names else None
+        cross = cross_fit_column(table, score, label)
+        if cross is not None:
+            print(
+                f"{args.input}: {cross[1]} labelled turn(s) trained the classifier that scored it: a cross-fitted "
+                f"estimate (each labelled turn scored by the fold model that did not see it, every other turn by the "
+                f"{cross[2]} fold models' mean; Zrnic and Candes, 2024)",
+                file=sys.stderr,
+            )
         result = estimate_table(
-            table, score=score, label=label, positive=positive, confidence=args.confidence, by=args.by,
-            file=str(args.input), weight=weight,
+            table, score=score if cross is None else cross[0], label=label, positive=positive,
+            confidence=args.confidence, by=args.by, file=str(args.input), weight=weight,
         )  # fmt: skip
+        result["cross_fitted"] = cross is not None
+        if cross is not None:
+            result.update(score_column=score, cross_fit={"column": cross[0], "labelled_training_turns": cross[1],
+                                                         "folds": cross[2]})  # fmt: skip
         result["input"] = str(args.input)
         if join is not None:
             result["labels"] = join.describe()

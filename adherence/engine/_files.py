@@ -34,6 +34,7 @@ __all__ = [
     "inspect_output",
     "open_scores",
     "same_file",
+    "training_turns",
     "write_owned",
 ]
 
@@ -362,4 +363,19 @@ def open_scores(
     check_score_types(table.schema, str(t), tuple(score_columns) or ("score", "calibrated_score"), text_scores=True)
     check_unique_keys(table, str(t))
     table, notes = _clean_scores(table, score_columns, str(t))
+    trained = training_turns(table)
+    if trained:
+        notes.append(f"{trained} turn(s) trained the classifier that scored it: their scores are out of fold (each "
+                     "from the model fit without its fold), never in-sample")  # fmt: skip
     return ScoreOutput(str(path), table, meta, ours, published, notes)
+
+
+#: The column a classifier's score output marks its training turns with (their fold; null for every other turn).
+TRAINING_FOLD = "classifier_fold"
+
+
+def training_turns(table: pa.Table) -> int:
+    """How many rows of a score output a classifier was trained on (``classifier_fold`` set)."""
+    if TRAINING_FOLD not in table.column_names:
+        return 0
+    return table.num_rows - table.column(TRAINING_FOLD).null_count

@@ -57,8 +57,8 @@ class RoleConfig:
             instead of the scored table's own ground truths (the engine writes it so
             every shard of a job sees the whole job's references).
         judge: options of the ``llm_judge`` method (``adherence.judges.JudgeConfig``).
-        threshold: turn/session decision threshold (None: the method's ``default_threshold``, 0.5 for every
-            method whose score reads as a probability; ``scope``, a similarity whose best cut differs from one log
+        threshold: turn/session decision threshold (None: the method's ``decision_threshold``: the classifier
+            file's own, else 0.5 for every method whose score reads as a probability; ``scope``, a similarity whose best cut differs from one log
             to the next, has none and makes no decision unless given one); ``strict_mode`` makes a session
             score 1 only if every turn was scored and reaches it.
         session_mode: ``mean`` (mean turn score) or ``threshold_mean`` (mean of the
@@ -151,23 +151,6 @@ class RoleConfig:
             raise OptionError(f"`alpha` must be a positive number or 'median', got {self.alpha!r}")
         if self.session_mode not in ("mean", "threshold_mean"):
             raise OptionError(f"`session_mode` must be 'mean' or 'threshold_mean', got {self.session_mode!r}")
-        if self.calibration is not None:
-            from ._calibration import resolve_calibration
-
-            self.threshold, self.calibration = resolve_calibration(self)
-        if self.threshold is None:
-            self.threshold = get_method(self.method).default_threshold
-        if self.threshold is not None and not 0.0 <= self.threshold <= 1.0:
-            raise OptionError(f"`threshold` must be in [0, 1], got {self.threshold}")
-        if self.threshold is None and (self.strict_mode or self.session_mode == "threshold_mean"):
-            raise OptionError(
-                f"method {self.method!r} makes no decision without a threshold: --strict and --session-mode "
-                "threshold_mean need --threshold (or --calibration from labelled turns)"
-            )
-        if self.lam < 0:
-            raise OptionError(f"`lam` must be >= 0, got {self.lam}")
-        if self.pca_components < 1 or self.kl_vocab < 1 or (self.batch_size is not None and self.batch_size < 1):
-            raise OptionError("`pca_components`, `kl_vocab` and `batch_size` must be >= 1")
         if self.classifier is not None:
             import os
 
@@ -180,6 +163,23 @@ class RoleConfig:
             self.classifier_digest = load_classifier(self.classifier).digest
         elif self.method == "classifier":
             raise OptionError("--method classifier needs --classifier CLF.json (from `adherence classifier fit`)")
+        if self.calibration is not None:
+            from ._calibration import resolve_calibration
+
+            self.threshold, self.calibration = resolve_calibration(self)
+        if self.threshold is None:
+            self.threshold = get_method(self.method).decision_threshold(self)
+        if self.threshold is not None and not 0.0 <= self.threshold <= 1.0:
+            raise OptionError(f"`threshold` must be in [0, 1], got {self.threshold}")
+        if self.threshold is None and (self.strict_mode or self.session_mode == "threshold_mean"):
+            raise OptionError(
+                f"method {self.method!r} makes no decision without a threshold: --strict and --session-mode "
+                "threshold_mean need --threshold (or --calibration from labelled turns)"
+            )
+        if self.lam < 0:
+            raise OptionError(f"`lam` must be >= 0, got {self.lam}")
+        if self.pca_components < 1 or self.kl_vocab < 1 or (self.batch_size is not None and self.batch_size < 1):
+            raise OptionError("`pca_components`, `kl_vocab` and `batch_size` must be >= 1")
         if self.bertscore_baseline is not None and not self.bertscore_baseline < 1:
             raise OptionError(f"`bertscore_baseline` must be < 1, got {self.bertscore_baseline}")
 
@@ -275,6 +275,11 @@ class Method(ABC):
     # Compares turns with reference replies (each turn's ground_truth_assistant, knn's references, or the set's
     # ground truths as a pool): an input without any cannot be scored at all.
     needs_reference_texts: bool = True
+
+    def decision_threshold(self, config: RoleConfig) -> Optional[float]:
+        """The threshold a turn's score is decided at when the job gives none (``default_threshold``, unless the
+        method's own artifact carries one: a classifier file's, chosen on out-of-fold scores)."""
+        return self.default_threshold
 
     def uses_dataset_references(self, config: RoleConfig) -> bool:
         """Whether scores depend on the whole scored set's ground truths (sharded runs share them)."""

@@ -7,11 +7,14 @@ Features of a turn (``FEATURES``, in this order, standardised with the training 
 - ``reply_length`` (log of 1 + words), ``role_overlap``, ``user_overlap``: the trivial baselines themselves, so the
   model is never worse than they are for lack of them.
 
-``fit_classifier`` fits it by ridge-penalised Newton steps, the embedding's coefficients shrunk more than the
-scalars' by a factor chosen on the out-of-fold AUC (``stats.fit_logistic``; scikit-learn's
-``LogisticRegression(C=1/l2)`` finds the same coefficients, as its tests check) and reports its stratified k-fold
-out-of-fold AUC beside the trivial baselines'. A classifier file records the encoder, its digest, the features,
-the labels' digest and the cross-validated figures, and ``load_classifier`` refuses one that does not add up.
+``fit_classifier`` fits it by ridge-penalised Newton steps with both classes weighed equally, the embedding's
+coefficients shrunk more than the scalars' by a factor chosen on the out-of-fold AUC (``stats.fit_logistic``;
+scikit-learn's ``LogisticRegression(C=1/l2, class_weight="balanced")`` finds the same coefficients, as its tests
+check), scores every labelled turn out of fold with conversations kept whole, and chooses the decision threshold on
+those out-of-fold scores. A classifier file records the encoder, its digest, the features, the fold models, the
+turns it was trained on with their out-of-fold scores, the threshold and what it does, the labels' digest and the
+cross-validated figures, and ``load_classifier`` refuses one that does not add up. Nothing the model learned from
+is ever scored by it: a training turn met again is scored by the fold model that did not see it.
 """
 
 from __future__ import annotations
@@ -19,10 +22,19 @@ from __future__ import annotations
 from typing import Any, Optional
 
 import numpy as np
+import pyarrow as pa
 
 from .._errors import OptionError
 from ._base import Method, MethodResult, _blank, text_column
-from ._classifier_file import CLASSIFIER_FORMAT, FEATURES, Classifier, encoder_digest, load_classifier, model_digest
+from ._classifier_file import (
+    CLASSIFIER_FORMAT,
+    FEATURES,
+    Classifier,
+    encoder_digest,
+    load_classifier,
+    model_digest,
+    reply_digest,
+)
 
 __all__ = [
     "CLASSIFIER_FORMAT",
@@ -30,10 +42,13 @@ __all__ = [
     "Classifier",
     "ClassifierMethod",
     "classifier_features",
+    "decision_rates",
+    "decision_threshold",
     "encoder_digest",
     "fit_classifier",
     "load_classifier",
     "model_digest",
+    "training_record",
 ]
 
 
@@ -79,37 +94,101 @@ def _standardise(x: np.ndarray, dim: int, shrink: float) -> tuple:
     return mu, sd
 
 
-def _out_of_fold(x, y, fold, folds, dim, shrink, l2) -> np.ndarray:
-    from ..stats._baselines import fit_logistic
+def _fit_one(x, y, dim, shrink, l2, balanced) -> dict:
+    from ..stats._baselines import balanced_weights, fit_logistic
 
+    mu, sd = _standardise(x, dim, shrink)
+    coef, b = fit_logistic((x - mu) / sd, y, l2=l2, sample_weight=balanced_weights(y) if balanced else None)
+    return {"mean": mu.tolist(), "scale": sd.tolist(), "coef": coef.tolist(), "intercept": float(b)}
+
+
+def _probability(m: dict, x: np.ndarray) -> np.ndarray:
+    z = ((x - np.asarray(m["mean"])) / np.asarray(m["scale"])) @ np.asarray(m["coef"]) + m["intercept"]
+    return 1.0 / (1.0 + np.exp(-np.clip(z, -35, 35)))
+
+
+def _out_of_fold(x, y, fold, folds, dim, shrink, l2, balanced) -> tuple:
     oof = np.empty(len(y))
+    models = []
     for k in range(folds):
         test, train = fold == k, fold != k
-        mu, sd = _standardise(x[train], dim, shrink)
-        coef, b = fit_logistic((x[train] - mu) / sd, y[train], l2=l2)
-        oof[test] = 1.0 / (1.0 + np.exp(-np.clip(((x[test] - mu) / sd) @ coef + b, -35, 35)))
-    return oof
+        m = _fit_one(x[train], y[train], dim, shrink, l2, balanced)
+        oof[test] = _probability(m, x[test])
+        models.append(m)
+    return oof, models
+
+
+def decision_threshold(y: np.ndarray, oof: np.ndarray, *, target_recall: Optional[float] = None) -> dict:
+    """The cut on P(adherent) below which a turn is flagged a violation, chosen on out-of-fold scores: the one with
+    the best balanced accuracy (the mean of the share of violations caught and of adherent turns passed), or, with
+    ``target_recall``, the lowest that catches at least that share of the violations (fewest false flags there).
+    Returns the threshold and what it does on the out-of-fold scores: ``violations_caught`` (recall of the
+    violations) and ``adherent_flagged`` (the false-flag rate), the figures to expect on new turns."""
+    from ..stats._calibration import fit_threshold
+
+    y = np.asarray(y, dtype=np.int8)
+    s = np.asarray(oof, dtype=np.float64)
+    if target_recall is None:
+        thr = fit_threshold(y, s, "youden")
+    else:
+        # the violations' recall rule on the reversed score; adherent is strictly above the violations' cut
+        thr = float(np.nextafter(-fit_threshold(1 - y, -s, "recall", target_recall), np.inf))
+    return {
+        "threshold": float(thr),
+        "objective": "balanced_accuracy" if target_recall is None else "violation_recall",
+        "target_recall": target_recall,
+        "out_of_fold": decision_rates(y, s, thr),
+    }
+
+
+def decision_rates(y: np.ndarray, score: np.ndarray, threshold: float) -> dict:
+    """What flagging ``score < threshold`` does on labelled rows (``y``: 1 adherent, 0 violation)."""
+    y = np.asarray(y, dtype=np.int8)
+    flagged = np.asarray(score, dtype=np.float64) < threshold
+    caught = float(flagged[y == 0].mean()) if (y == 0).any() else float("nan")
+    false_flag = float(flagged[y == 1].mean()) if (y == 1).any() else float("nan")
+    return {
+        "violations_caught": caught,
+        "adherent_flagged": false_flag,
+        "balanced_accuracy": (caught + 1.0 - false_flag) / 2.0,
+        "flagged_share": float(flagged.mean()),
+    }
 
 
 def fit_classifier(
-    x: np.ndarray, y: np.ndarray, *, l2: float = 1.0, shrinks=SHRINKS, folds: int = 5, seed: int = 42
+    x: np.ndarray,
+    y: np.ndarray,
+    *,
+    groups=None,
+    l2: float = 1.0,
+    shrinks=SHRINKS,
+    folds: int = 5,
+    seed: int = 42,
+    balanced: bool = True,
+    target_recall: Optional[float] = None,
 ) -> dict:
-    """Fit the model on every labelled row and measure it by stratified k-fold out-of-fold AUC.
+    """Fit the model on every labelled row, measure it out of fold, and choose its decision threshold there.
 
     Args:
         x: ``classifier_features`` of the labelled turns.
         y: 1 adherent, 0 violation.
+        groups: each row's conversation: folds keep conversations whole (``stratified_group_folds``); without them,
+            or when the violations sit in too few conversations for that, rows are dealt into stratified folds
+            (``cv.grouped`` says which).
         l2: the ridge penalty on the standardised scalar features' coefficients (the intercept is not penalised).
         shrinks: the embedding's extra shrinkage factors to choose from, by out-of-fold AUC on the same folds
             (the reported AUC is the chosen one's: with three candidates, a little optimistic; ``adherence bench
             labels`` measures on held-out turns).
+        balanced: weigh both classes equally in the fit (scikit-learn's ``class_weight="balanced"``).
+        target_recall: choose the threshold that catches this share of violations (default: best balanced
+            accuracy); see ``decision_threshold``.
 
     Returns:
-        ``{"mean", "scale", "coef", "intercept", "l2", "shrink", "cv": {"folds", "seed", "auc", "oof",
-        "by_shrink"}}`` (``oof``: each row's out-of-fold probability, in order).
+        ``{"mean", "scale", "coef", "intercept", "l2", "shrink", "balanced", "folds": [each fold's model],
+        "cv": {"folds", "seed", "grouped", "auc", "oof", "fold", "by_shrink"}, "decision": {...}}`` (``oof``: each
+        row's out-of-fold P(adherent), from ``folds[fold[i]]``, the model fit without the row's fold).
     """
-    from ..stats._baselines import fit_logistic
-    from ..stats._calibration import _stratified_folds
+    from ..stats._calibration import _stratified_folds, stratified_group_folds
     from ..stats._ranking import roc_auc_score
 
     y = np.asarray(y, dtype=np.int8)
@@ -120,50 +199,65 @@ def fit_classifier(
             f"{n_pos} adherent and {n_neg} violation(s): label more turns (or lower --folds)"
         )
     dim = x.shape[1] - (len(FEATURES) - 1)
-    fold = _stratified_folds(y, folds, seed)
-    tried = {float(s): _out_of_fold(x, y, fold, folds, dim, float(s), l2) for s in shrinks}
-    aucs = {s: float(roc_auc_score(y, oof)) for s, oof in tried.items()}
+    fold = None if groups is None else stratified_group_folds(y, groups, folds, seed)
+    grouped = fold is not None
+    if fold is None:
+        fold = _stratified_folds(y, folds, seed)
+    tried = {float(s): _out_of_fold(x, y, fold, folds, dim, float(s), l2, balanced) for s in shrinks}
+    aucs = {s: float(roc_auc_score(y, oof)) for s, (oof, _) in tried.items()}
     shrink = max(aucs, key=lambda s: (aucs[s], s))  # ties: the stronger shrinkage
-    mu, sd = _standardise(x, dim, shrink)
-    coef, b = fit_logistic((x - mu) / sd, y, l2=l2)
-    return {
-        "mean": mu.tolist(),
-        "scale": sd.tolist(),
-        "coef": coef.tolist(),
-        "intercept": float(b),
-        "l2": l2,
-        "shrink": shrink,
-        "cv": {
+    oof, fold_models = tried[shrink]
+    return dict(
+        _fit_one(x, y, dim, shrink, l2, balanced),
+        l2=l2,
+        shrink=shrink,
+        balanced=balanced,
+        folds=fold_models,
+        cv={
             "folds": folds,
             "seed": seed,
+            "grouped": grouped,
             "auc": aucs[shrink],
-            "oof": tried[shrink].tolist(),
+            "oof": oof.tolist(),
+            "fold": fold.tolist(),
             "by_shrink": {str(k): v for k, v in aucs.items()},
-        },  # fmt: skip
-    }
+        },
+        decision=decision_threshold(y, oof, target_recall=target_recall),
+    )
 
 
 _LOADED: dict = {}
 
 
-def _loaded(path: str) -> Classifier:
-    if path not in _LOADED:
+def _loaded(config) -> Classifier:
+    """The job's classifier file, loaded once per process (again when the file's digest changed)."""
+    key = (config.classifier, config.classifier_digest)
+    if key not in _LOADED:
         _LOADED.clear()
-        _LOADED[path] = load_classifier(path)
-    return _LOADED[path]
+        _LOADED[key] = load_classifier(config.classifier)
+    return _LOADED[key]
 
 
 class ClassifierMethod(Method):
-    """P(adherent) from a classifier file (``adherence classifier fit``) over the bundled encoder's features."""
+    """P(adherent) from a classifier file (``adherence classifier fit``) over the bundled encoder's features.
+
+    A turn the classifier was trained on (its key and reply as recorded in the file) is scored by the model fit
+    without that turn's fold, so no score in the output is in-sample: ``classifier_fold`` names the fold (null for
+    every other turn), and ``classifier_crossfit`` holds the fold models' mean P(adherent) (for a training turn, its
+    out-of-fold score), what a cross-fitted estimate reads. The decision threshold is the file's (chosen on
+    out-of-fold scores), unless ``--threshold`` or ``--calibration`` gives another."""
 
     name = "classifier"
     needs_ground_truth = False
     needs_reference_texts = False
 
+    def decision_threshold(self, config) -> Optional[float]:
+        return _loaded(config).threshold if config.classifier else self.default_threshold
+
     def prepare(self, config, resources):
         if not config.classifier:
             raise OptionError("--method classifier needs --classifier CLF.json (from `adherence classifier fit`)")
-        _loaded(config.classifier).check_encoder(resources.encoder)
+        _loaded(config).check_encoder(resources.encoder)
 
     def row_errors(self, turns, config):
         out = super().row_errors(turns, config)
@@ -173,30 +267,67 @@ class ClassifierMethod(Method):
         return out
 
     def score(self, turns, config, resources):
-        clf = _loaded(config.classifier)
+        clf = _loaded(config)
         errors = self.row_errors(turns, config)
         ok = np.array([e is None for e in errors], dtype=bool)
         score = np.full(turns.num_rows, np.nan)
+        cross = np.full(turns.num_rows, np.nan)
+        fold = np.full(turns.num_rows, -1, dtype=np.int64)
         if ok.any():
             idx = np.flatnonzero(ok)
             a, r, u = (text_column(turns, c) for c in ("assistant", "role", "user"))
             x = classifier_features(resources.encoder, [r[i] for i in idx], [u[i] for i in idx], [a[i] for i in idx])
             score[idx] = clf.probability(x)
-        return MethodResult(score, errors)
+            cross[idx] = clf.crossfit_probability(x)
+            fold[idx] = clf.training_folds(
+                text_column(turns, "conversation_id"), text_column(turns, "turn_index"), a, idx
+            )
+            for k in np.unique(fold[idx][fold[idx] >= 0]):
+                at = np.flatnonzero(fold[idx] == k)
+                score[idx[at]] = cross[idx[at]] = clf.fold_probability(int(k), x[at])
+        return MethodResult(
+            score,
+            errors,
+            extra={
+                "classifier_fold": pa.array([int(f) if f >= 0 else None for f in fold], pa.int32()),
+                "classifier_crossfit": pa.array([float(c) if k else None for c, k in zip(cross, ok)], pa.float64()),
+            },
+        )
 
 
-def classifier_document(fit: dict, *, encoder, dim: int, source: dict, baselines: Optional[dict]) -> dict:
-    """The classifier file's document: the model, the features, the encoder and its digest, what the labels were,
-    and the cross-validated figures beside the trivial baselines'."""
+def training_record(conversation_ids: list, turn_indices: list, replies: list) -> dict:
+    """Which turns trained a classifier, as its file records them: each turn's key and its reply's digest (a turn
+    of another log under the same key is not taken for a training turn)."""
+    return {
+        "conversation_id": [str(c) for c in conversation_ids],
+        "turn_index": [int(t) for t in turn_indices],
+        "reply_digest": [reply_digest(a) for a in replies],
+    }
+
+
+def classifier_document(
+    fit: dict, *, encoder, dim: int, source: dict, baselines: Optional[dict], training: Optional[dict] = None
+) -> dict:
+    """The classifier file's document: the model, its fold models, the turns it was trained on with their
+    out-of-fold scores, the decision threshold, the features, the encoder and its digest, what the labels were, and
+    the cross-validated figures beside the trivial baselines'."""
     from .._version import __version__
 
     cv = dict(fit["cv"])
-    cv.pop("oof", None)
+    oof, fold = cv.pop("oof"), cv.pop("fold")
+    train = dict(training or {"conversation_id": [], "turn_index": [], "reply_digest": []})
+    if train["conversation_id"]:
+        train.update(fold=list(fold), oof=list(oof))
+    else:
+        train.update(fold=[], oof=[])
     doc: dict[str, Any] = {
         "format": CLASSIFIER_FORMAT,
         "features": list(FEATURES),
         "encoder": {"name": encoder.describe().get("name"), "digest": encoder_digest(encoder), "dim": dim},
-        "model": {k: fit[k] for k in ("mean", "scale", "coef", "intercept", "l2", "shrink")},
+        "model": {k: fit[k] for k in ("mean", "scale", "coef", "intercept", "l2", "shrink", "balanced")},
+        "folds": fit["folds"],
+        "decision": fit["decision"],
+        "training": train,
         "cv": dict(cv, baselines=baselines),
         "source": source,
         "adherence": __version__,

@@ -10,15 +10,24 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Union
+from typing import Optional, Union
 
 import numpy as np
 
-__all__ = ["CLASSIFIER_FORMAT", "FEATURES", "Classifier", "encoder_digest", "load_classifier", "model_digest"]
+__all__ = [
+    "CLASSIFIER_FORMAT",
+    "FEATURES",
+    "Classifier",
+    "encoder_digest",
+    "load_classifier",
+    "model_digest",
+    "reply_digest",
+]
 
-CLASSIFIER_FORMAT = "adherence-classifier/1"
+CLASSIFIER_FORMAT = "adherence-classifier/2"
+_OLD_FORMATS = ("adherence-classifier/1",)
 FEATURES = (
     "reply",
     "role_similarity",
@@ -56,6 +65,7 @@ class Classifier:
     data: dict
     file: str
     digest: str
+    _keys: Optional[dict] = field(default=None, repr=False)
 
     @property
     def mean(self) -> np.ndarray:
@@ -74,9 +84,39 @@ class Classifier:
         return float(self.data["model"]["intercept"])
 
     def probability(self, x: np.ndarray) -> np.ndarray:
-        """P(adherent) of feature rows ``x``."""
-        z = ((x - self.mean) / self.scale) @ self.coef + self.intercept
-        return 1.0 / (1.0 + np.exp(-np.clip(z, -35, 35)))
+        """P(adherent) of feature rows ``x`` by the model fit on every label."""
+        return _sigmoid(self.data["model"], x)
+
+    def fold_probability(self, k: int, x: np.ndarray) -> np.ndarray:
+        """P(adherent) of ``x`` by the model fit without fold ``k`` (the out-of-fold score of fold ``k``'s turns)."""
+        return _sigmoid(self.data["folds"][k], x)
+
+    def crossfit_probability(self, x: np.ndarray) -> np.ndarray:
+        """The fold models' mean P(adherent) of ``x``: what cross-prediction scores the turns no label covers by."""
+        return np.mean([_sigmoid(m, x) for m in self.data["folds"]], axis=0)
+
+    @property
+    def threshold(self) -> float:
+        """The decision threshold chosen on out-of-fold scores: a turn below it is flagged a violation."""
+        return float(self.data["decision"]["threshold"])
+
+    def training_folds(self, conversation_ids: list, turn_indices: list, replies: list, rows) -> np.ndarray:
+        """For each of ``rows``, the fold its turn was held out of when the classifier was trained on it (its key and
+        reply as recorded), else -1."""
+        t = self.data["training"]
+        if self._keys is None:
+            self._keys = {
+                (c, int(i), d): int(f)
+                for c, i, d, f in zip(t["conversation_id"], t["turn_index"], t["reply_digest"], t["fold"])
+            }
+        out = np.full(len(rows), -1, dtype=np.int64)
+        if not self._keys:
+            return out
+        for j, i in enumerate(rows):
+            if turn_indices[i] is not None and conversation_ids[i] is not None:
+                key = (str(conversation_ids[i]), int(turn_indices[i]), reply_digest(replies[i]))
+                out[j] = self._keys.get(key, -1)
+        return out
 
     def check_encoder(self, encoder) -> None:
         """Refuse to score with another encoder than the one the model was trained over."""
@@ -92,7 +132,13 @@ class Classifier:
             )
 
     def describe(self) -> dict:
-        return {"file": self.file, "digest": self.digest, "cv_auc": self.data["cv"]["auc"]}
+        return {
+            "file": self.file,
+            "digest": self.digest,
+            "cv_auc": self.data["cv"]["auc"],
+            "threshold": self.threshold,
+            "training_turns": len(self.data["training"]["conversation_id"]),
+        }
 
 
 def load_classifier(path: Union[str, os.PathLike]) -> Classifier:
@@ -107,6 +153,12 @@ def load_classifier(path: Union[str, os.PathLike]) -> Classifier:
         raise DataError("no such classifier file", file=p) from None
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise DataError(f"not a classifier file ({str(exc).splitlines()[0]})", file=p) from None
+    if isinstance(data, dict) and data.get("format") in _OLD_FORMATS:
+        raise DataError(
+            f"a classifier file of an older format ({data['format']}): it does not record which turns trained it, "
+            "so its scores on them cannot be told from held-out ones; fit it again with `adherence classifier fit`",
+            file=p,
+        )
     if not isinstance(data, dict) or data.get("format") != CLASSIFIER_FORMAT:
         raise DataError(
             f'not a classifier file (no "format": "{CLASSIFIER_FORMAT}"; write one with `adherence classifier fit`)',
@@ -142,6 +194,37 @@ def load_classifier(path: Union[str, os.PathLike]) -> Classifier:
     shrink = model.get("shrink", 1)
     if isinstance(shrink, bool) or not isinstance(shrink, (int, float)) or not shrink >= 1:
         raise bad(f"model.shrink must be a number >= 1, got {shrink!r}")
+    if not isinstance(model.get("balanced", False), bool):
+        raise bad("model.balanced must be true or false")
+    folds = data.get("folds")
+    if not (isinstance(folds, list) and len(folds) >= 2 and all(isinstance(m, dict) for m in folds)):
+        raise bad("folds must list the fold models (two or more)")
+    for k, m in enumerate(folds):
+        try:
+            fa = [np.asarray(m[key], dtype=np.float64) for key in ("mean", "scale", "coef")]
+            fb = float(m["intercept"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise bad(f"folds[{k}]: {exc}") from None
+        if any(a.shape != (width,) or not np.isfinite(a).all() for a in fa) or not (fa[1] > 0).all():
+            raise bad(f"folds[{k}] must hold {width} finite numbers in mean, scale (> 0) and coef")
+        if not np.isfinite(fb):
+            raise bad(f"folds[{k}].intercept must be finite")
+    decision = data.get("decision")
+    thr = decision.get("threshold") if isinstance(decision, dict) else None
+    if isinstance(thr, bool) or not isinstance(thr, (int, float)) or not 0.0 <= thr <= 1.0:
+        raise bad(f"decision.threshold must be a number in [0, 1], got {thr!r}")
+    train = data.get("training")
+    cols = ("conversation_id", "turn_index", "reply_digest", "fold", "oof")
+    if not (isinstance(train, dict) and all(isinstance(train.get(c), list) for c in cols)):
+        raise bad(f"training must hold the lists {', '.join(cols)}")
+    if len({len(train[c]) for c in cols}) != 1:
+        raise bad("training's lists must be of one length, a turn each")
+    if not all(isinstance(f, int) and not isinstance(f, bool) and 0 <= f < len(folds) for f in train["fold"]):
+        raise bad(f"training.fold must hold fold numbers in [0, {len(folds)})")
+    if not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in train["turn_index"]):
+        raise bad("training.turn_index must hold non-negative integers")
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v <= 1 for v in train["oof"]):
+        raise bad("training.oof must hold probabilities in [0, 1]")
     auc = cv.get("auc")
     if not (isinstance(auc, (int, float)) and 0.0 <= auc <= 1.0):
         raise bad(f"cv.auc must be in [0, 1], got {auc!r}")
@@ -155,13 +238,29 @@ def load_classifier(path: Union[str, os.PathLike]) -> Classifier:
 
 
 def model_digest(doc: dict) -> str:
-    """sha256 of what decides a score: the model, the features and the encoder's digest."""
+    """sha256 of what decides a score or a decision: the model and its fold models, the turns it was trained on,
+    the threshold and what it does, the features and the encoder's digest."""
     body = json.dumps(
         {
             "model": doc.get("model"),
+            "folds": doc.get("folds"),
+            "training": doc.get("training"),
+            "decision": doc.get("decision"),
             "features": doc.get("features"),
             "encoder": (doc.get("encoder") or {}).get("digest"),
         },
         sort_keys=True,
     )
     return "sha256:" + hashlib.sha256(body.encode("utf-8")).hexdigest()
+
+
+def reply_digest(text) -> str:
+    """A short digest of a reply's text: a training turn is known by its key and this."""
+    return hashlib.sha256(str(text or "").encode("utf-8")).hexdigest()[:16]
+
+
+def _sigmoid(m: dict, x: np.ndarray) -> np.ndarray:
+    z = ((x - np.asarray(m["mean"], dtype=np.float64)) / np.asarray(m["scale"], dtype=np.float64)) @ np.asarray(
+        m["coef"], dtype=np.float64
+    ) + float(m["intercept"])
+    return 1.0 / (1.0 + np.exp(-np.clip(z, -35, 35)))

@@ -17,7 +17,7 @@ import numpy as np
 from ._checks import UndefinedMetricError
 from ._ranking import roc_auc_score
 
-__all__ = ["baseline_report", "fit_logistic", "text_baselines"]
+__all__ = ["balanced_weights", "baseline_report", "fit_logistic", "text_baselines"]
 
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 
@@ -44,25 +44,40 @@ def text_baselines(columns: dict) -> dict:
     return out
 
 
-def fit_logistic(x: np.ndarray, y: np.ndarray, *, l2: float = 1e-6, max_iter: int = 100) -> tuple:
-    """Logistic regression by Newton's method: ``(coef, intercept)`` maximising the log-likelihood minus
-    ``l2 / 2 * |coef|^2`` (a whisker of ridge keeps separable data finite)."""
+def fit_logistic(
+    x: np.ndarray, y: np.ndarray, *, l2: float = 1e-6, max_iter: int = 100, sample_weight: Optional[np.ndarray] = None
+) -> tuple:
+    """Logistic regression by Newton's method: ``(coef, intercept)`` maximising the (``sample_weight``-weighted)
+    log-likelihood minus ``l2 / 2 * |coef|^2`` (a whisker of ridge keeps separable data finite). With
+    ``sample_weight`` it is scikit-learn's ``LogisticRegression(C=1/l2)`` fitted with the same weights
+    (``class_weight="balanced"`` is ``balanced_weights(y)``)."""
     x = np.asarray(x, dtype=np.float64)
     y = np.asarray(y, dtype=np.float64)
     n, d = x.shape
+    sw = np.ones(n) if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
     a = np.hstack([x, np.ones((n, 1))])
     w = np.zeros(d + 1)
     ridge = np.full(d + 1, l2)
     ridge[-1] = 0.0  # the intercept is not shrunk
     for _ in range(max_iter):
         p = 1.0 / (1.0 + np.exp(-np.clip(a @ w, -35, 35)))
-        grad = a.T @ (p - y) + ridge * w
-        hess = (a * (p * (1 - p))[:, None]).T @ a + np.diag(ridge)
+        grad = a.T @ (sw * (p - y)) + ridge * w
+        hess = (a * (sw * p * (1 - p))[:, None]).T @ a + np.diag(ridge)
         step = np.linalg.solve(hess + 1e-12 * np.eye(d + 1), grad)
         w -= step
         if np.max(np.abs(step)) < 1e-10:
             break
     return w[:-1], float(w[-1])
+
+
+def balanced_weights(y: np.ndarray) -> np.ndarray:
+    """Each row's weight so both classes weigh the same in total: ``n / (2 * n_class)``, scikit-learn's
+    ``class_weight="balanced"`` (a few violations among many adherent turns would otherwise pull every
+    probability towards adherent, and a cut at 0.5 would flag almost none)."""
+    y = np.asarray(y)
+    n_pos = int((y == 1).sum())
+    counts = np.array([len(y) - n_pos, n_pos], dtype=np.float64)
+    return len(y) / (2.0 * counts[(y == 1).astype(np.int64)])
 
 
 def _cv_auc(x: np.ndarray, y: np.ndarray, folds: int, seed: int) -> float:

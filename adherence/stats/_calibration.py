@@ -335,6 +335,37 @@ def _stratified_folds(y: np.ndarray, k: int, seed: int) -> np.ndarray:
     return fold
 
 
+def stratified_group_folds(y: np.ndarray, groups: Any, k: int, seed: int) -> Optional[np.ndarray]:
+    """Fold number of each row with every group (a conversation) whole in one fold, the rarer class spread evenly:
+    groups shuffled by ``seed``, then dealt, those holding most of the rarer class first, each to the fold with
+    fewest of that class so far (then fewest rows). None when some fold would lack a class (the rarer class sits in
+    fewer than ``k`` groups): the caller falls back to row folds and says so.
+
+    Turns of one conversation share its role, its user and often its wording; a model that saw a conversation's
+    other turns scores the rest of it better than it will score a new conversation, so out-of-fold figures are
+    honest only when conversations are kept whole (scikit-learn's ``StratifiedGroupKFold`` keeps them whole too).
+    """
+    y = np.asarray(y)
+    _, g = np.unique(np.asarray([str(v) for v in groups]), return_inverse=True)
+    n_groups = int(g.max()) + 1 if len(g) else 0
+    rare = 1 if (y == 1).sum() <= (y == 0).sum() else 0
+    rare_per_group = np.bincount(g, weights=(y == rare).astype(np.float64), minlength=n_groups)
+    size = np.bincount(g, minlength=n_groups).astype(np.float64)
+    order = np.random.default_rng(seed).permutation(n_groups)
+    order = order[np.argsort(-rare_per_group[order], kind="stable")]
+    fold_rare, fold_size = np.zeros(k), np.zeros(k)
+    fold_of_group = np.empty(n_groups, dtype=np.int64)
+    for grp in order:
+        f = int(np.lexsort((fold_size, fold_rare))[0])
+        fold_of_group[grp] = f
+        fold_rare[f] += rare_per_group[grp]
+        fold_size[f] += size[grp]
+    fold = fold_of_group[g]
+    if any(len(set(y[fold == f].tolist())) < 2 for f in range(k)):
+        return None
+    return fold
+
+
 def _in_unit(s: np.ndarray) -> bool:
     return bool(len(s)) and float(s.min()) >= 0.0 and float(s.max()) <= 1.0
 

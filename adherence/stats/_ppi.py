@@ -12,6 +12,14 @@ It is unbiased whatever the judge's quality (a useless judge gets ``lam`` near 0
 normal interval is valid as the labelled sample grows. Rows of one conversation are not independent, so the
 variance of each mean is the cluster-robust one (the sum over conversations of their summed deviations,
 squared); with one row per conversation it is the usual ``var / n`` and equals ``ppi_py.ppi_mean_ci``.
+
+When the judge was trained on the labelled rows (a classifier fit on these labels), its scores on them are
+in-sample and the rectifier above is biased towards zero: the interval is too narrow and misses. The estimate is
+then cross-fitted (cross-prediction-powered inference, Zrnic and Candes, PNAS 2024): the labels are split into
+the classifier's K folds, each labelled row is scored by the model fit without its fold, and every unlabelled row by
+the mean of the K fold models. ``ppi_mean`` on those two score sets with ``lam=1`` and no clusters equals
+``ppi_py.crossppi_mean_ci``; ``adherence estimate`` does it whenever a classifier's output says its labelled turns
+trained it.
 """
 
 from __future__ import annotations
@@ -53,7 +61,7 @@ def ppi_mean(
     f_labelled,
     f_unlabelled,
     *,
-    confidence: float = 0.9,
+    confidence: float = 0.95,
     clusters_labelled=None,
     clusters_unlabelled=None,
     lam: Optional[float] = None,
@@ -65,7 +73,7 @@ def ppi_mean(
         y: the labels of the labelled rows (0/1, or any number).
         f_labelled: the judge's score on those rows.
         f_unlabelled: the judge's score on the rows without a label.
-        confidence: the intervals' coverage (0.9: a 90% interval).
+        confidence: the intervals' coverage (0.95: a 95% interval).
         clusters_labelled, clusters_unlabelled: each row's conversation (None: rows are independent).
         lam: the weight of the judge (None: tuned for the smallest variance and clipped to [0, 1] as
             ``ppi_py`` does; 0 is the labels alone, 1 plain PPI).
@@ -76,8 +84,9 @@ def ppi_mean(
 
     Returns:
         ``{"estimate", "ci_low", "ci_high", "se", "lam", "classical": {...}, "judge_only",
-        "effective_labels", "n_labelled", "n_unlabelled", "confidence"}``; ``effective_labels`` is how many
-        labels alone would give an interval as narrow (``n_labelled`` x the labels-only variance / ours).
+        "effective_labels", "effective_labels_capped", "n_labelled", "n_unlabelled", "confidence"}``;
+        ``effective_labels`` is how many labels alone would give an interval as narrow (``n_labelled`` x the
+        labels-only variance / ours), capped at the number of rows (labelling them all is an exact count).
 
     Example:
         >>> r = ppi_mean([1, 0, 1, 1], [0.9, 0.2, 0.8, 0.7], [0.9, 0.1, 0.8, 0.6, 0.95])
@@ -113,11 +122,18 @@ def ppi_mean(
     variance = _mean_variance(lam * fu, cu) + _mean_variance(w * (y - lam * f), cl)
     classical_var = _mean_variance(w * y, cl)
     out = _interval(estimate, variance, confidence)
+    # labels are worth no more than labelling every row (an exact count): the ratio is capped there
+    rows = big_n if weights is not None else n + big_n
+    effective = float(n * classical_var / variance) if variance > 0 else None
+    capped = effective is not None and effective > rows
+    if capped:
+        effective = float(rows)
     out.update(
         lam=lam,
         classical=_interval(float((w * y).mean()), classical_var, confidence),
         judge_only=float(np.concatenate([f, fu]).mean()),
-        effective_labels=float(n * classical_var / variance) if variance > 0 else None,
+        effective_labels=effective,
+        effective_labels_capped=capped,
         n_labelled=n,
         n_unlabelled=big_n,
         confidence=confidence,
@@ -131,7 +147,7 @@ def estimate_table(
     score: str,
     label: str,
     positive,
-    confidence: float = 0.9,
+    confidence: float = 0.95,
     by: Optional[str] = None,
     cluster: Optional[str] = "conversation_id",
     file: Optional[str] = None,
