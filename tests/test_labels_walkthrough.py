@@ -1,8 +1,10 @@
 """docs/labels.md, run as written: every `adherence` command on the page, in order, in a directory holding the
 bundled examples. Two things a test cannot hold fixed are stood in for: the person at the labelling page is a
 script that answers each sampled turn from the log's truth file through the page's own endpoints (with the token
-the page carries), and the served judge is a local OpenAI-compatible server of a tiny random-weight model, whose URL
-replaces the page's http://127.0.0.1:8000/v1."""
+the page carries), and the served judge is a local OpenAI-compatible server that answers as a strong judge would
+(YES or NO from the truth file, with log-probabilities), whose URL replaces the page's http://127.0.0.1:8000/v1.
+The classifier's verdicts on its own labels are out of fold, so the cascade cannot certify them all: a judge that
+decides nothing (a random-weight model) would leave every turn abstained."""
 
 import json
 import os
@@ -51,8 +53,41 @@ def _label_as_the_truth_says(url: str) -> int:
     return state["size"]
 
 
-def test_the_page_runs_as_written(tmp_path, monkeypatch, capsys, tiny_yes_no_judge):
+def _truth_by_reply() -> dict:
+    truth = {}
+    for line in (EXAMPLES / "support_log.truth.jsonl").read_text().splitlines():
+        r = json.loads(line)
+        truth[(r["conversation_id"], r["turn_index"])] = r["label"] == "adherent"
+    out = {}
+    for line in (EXAMPLES / "support_log.jsonl").read_text().splitlines():
+        rec = json.loads(line)
+        replies = [m["content"] for m in rec["messages"] if m["role"] == "assistant"]
+        for i, text in enumerate(replies):
+            out[text] = truth[(rec["conversation_id"], i)]
+    return out
+
+
+def _strong_judge_server():
+    """An OpenAI-compatible server whose first token is YES for an adherent reply and NO for a violation."""
     from tests.judges._server import ChatServer
+
+    truth = sorted(_truth_by_reply().items(), key=lambda kv: -len(kv[0]))  # the longest reply found in a prompt
+
+    class StrongJudge(ChatServer):
+        def answer(self, path, body):
+            content = body["messages"][-1]["content"]
+            yes = True if content == self.PREFLIGHT else next((v for k, v in truth if k in content), True)
+            top = [("YES", -0.02), ("NO", -4.0)] if yes else [("NO", -0.02), ("YES", -4.0)]
+            logprobs = {"content": [{"token": top[0][0], "logprob": top[0][1],
+                                     "top_logprobs": [{"token": t, "logprob": v} for t, v in top]}]}  # fmt: skip
+            choice = {"message": {"role": "assistant", "content": top[0][0]}, "logprobs": logprobs}
+            return 200, {"id": "x", "object": "chat.completion",
+                         "choices": [dict(index=0, finish_reason="stop", **choice)]}  # fmt: skip
+
+    return StrongJudge(None)
+
+
+def test_the_page_runs_as_written(tmp_path, monkeypatch, capsys):
 
     (tmp_path / "adherence").mkdir()
     os.symlink(EXAMPLES, tmp_path / "adherence" / "examples")
@@ -60,7 +95,7 @@ def test_the_page_runs_as_written(tmp_path, monkeypatch, capsys, tiny_yes_no_jud
     commands = _page_commands()
     assert [c.split()[1] for c in commands] == ["score", "view", "classifier", "score", "estimate", "score",
                                                 "cascade", "score", "score", "export", "calibrate", "score"]  # fmt: skip
-    with ChatServer(tiny_yes_no_judge) as server:
+    with _strong_judge_server() as server:
         for command in commands:
             command = command.replace("http://127.0.0.1:8000/v1", server.url)
             args = shlex.split(command)[1:]

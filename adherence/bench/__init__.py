@@ -8,6 +8,7 @@ from .judge_race import bench_judge_race
 from .kernels import bench_kernels
 from .labels import bench_labels
 from .maxsim import bench_maxsim
+from .own_logs import bench_own_logs
 from .persona import bench_persona
 from .role_paper import DEFAULT_METHODS, role_paper
 
@@ -21,6 +22,7 @@ __all__ = [
     "bench_kernels",
     "bench_labels",
     "bench_maxsim",
+    "bench_own_logs",
     "bench_persona",
     "role_paper",
 ]

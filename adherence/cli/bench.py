@@ -167,6 +167,23 @@ class BenchCommand(Command):
         lb.add_argument("--judge-turns", type=int, default=120, help="turns the bundled judge scores (0: none)")
         lb.add_argument("--throughput-turns", type=int, default=3000, help="turns of the timed classifier job")
         _device_and_output(lb, device=False)
+        ob = sub.add_parser(
+            "own-logs",
+            help="the hand-written logs with on-topic violations: the classifier's AUC and decision on unlabelled "
+            "turns at 50/100/150/200 labels, estimate coverage cross-fitted vs in-sample, beside scope and the "
+            "trivial baselines (JSON)",
+        )
+        ob.add_argument("--sizes", default="50,100,150,200", help="label counts the classifier is trained on")
+        ob.add_argument("--draws", type=int, default=50, help="label draws per count (default 50)")
+        ob.add_argument(
+            "--finetune-sizes",
+            default="",
+            help="also compare with a fine-tuned bi-encoder and a cross-encoder at these label counts (slow; needs "
+            "sentence-transformers)",
+        )
+        ob.add_argument("--finetune-draws", type=int, default=3, help="draws per fine-tuned label count (default 3)")
+        ob.add_argument("--pairs-per-turn", type=int, default=4, help="contrastive pairs per labelled turn and class")
+        _device_and_output(ob, device=False)
         eb = sub.add_parser("engine", help="engine turns/s, local vs ray, and peak memory (JSON)")
         eb.add_argument("--turns", type=int, default=1_000_000, help="synthetic turns in the large input")
         eb.add_argument("--small", type=int, help="the smaller input for the memory comparison (default turns/10)")
@@ -396,6 +413,15 @@ class BenchCommand(Command):
             sizes = comma_ints(args.sizes, "--sizes")
             _positive(args, "seeds", "support_conversations", "throughput_turns")
             return self._emit(_call(bench_labels, args, sizes=tuple(sizes)), args.output)
+        if args.bench == "own-logs":
+            from ..bench import bench_own_logs
+
+            _positive(args, "draws", "finetune_draws", "pairs_per_turn")
+            ft = tuple(comma_ints(args.finetune_sizes, "--finetune-sizes")) if args.finetune_sizes else ()
+            return self._emit(
+                _call(bench_own_logs, args, sizes=tuple(comma_ints(args.sizes, "--sizes")), finetune_sizes=ft),
+                args.output,
+            )
         if args.bench == "maxsim":
             from ..bench import bench_maxsim
 
