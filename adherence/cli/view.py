@@ -51,12 +51,24 @@ class ViewCommand(Command):
         g.add_argument("--sample", type=int, metavar="N", help="turns to sample (default 100; a new labels file only)")
         g.add_argument(
             "--design",
-            choices=("uniform", "by-score"),
-            help="uniform (default: estimates from it are plain) or by-score (the same number from each of five "
-            "equal-width score ranges, each turn's weight recorded so estimates stay unbiased)",
+            choices=("uniform", "by-score", "by-uncertainty"),
+            help="uniform (default: estimates from it are plain), by-score (the same number from each of five "
+            "equal-width score ranges) or by-uncertainty (most from the turns scored nearest the decision "
+            "threshold, what a classifier learns most from); each turn's weight is recorded so estimates stay "
+            "unbiased",
         )
         g.add_argument("--seed", type=int, help="seed of the sample (default 0; recorded in the labels file)")
-        g.add_argument("--labeller", help="your name, kept on every label (default: the login name)")
+        g.add_argument(
+            "--labeller",
+            help="your name, kept on every label (default: the labeller of a reopened file when it has one, else the "
+            "login name)",
+        )
+        g.add_argument(
+            "--show-scores",
+            action="store_true",
+            help="show each turn's score while labelling (hidden by default: a label made looking at the score "
+            "agrees with it more than it should)",
+        )
 
     def run(self, args: argparse.Namespace) -> int:
         from ..view import ScoreStore, export_html, serve
@@ -74,8 +86,8 @@ class ViewCommand(Command):
         session = None
         if args.label:
             session = _label_session(args)
-        elif any(v is not None for v in (args.sample, args.design, args.seed, args.labeller)):
-            raise OptionError("--sample, --design, --seed and --labeller go with --label LABELS.jsonl")
+        elif any(v is not None for v in (args.sample, args.design, args.seed, args.labeller)) or args.show_scores:
+            raise OptionError("--sample, --design, --seed, --labeller and --show-scores go with --label LABELS.jsonl")
         try:
             serve(args.outputs, args.host, args.port, session=session, allow_unpublished=args.allow_unpublished)
         except KeyboardInterrupt:
@@ -85,8 +97,6 @@ class ViewCommand(Command):
 
 def _label_session(args: argparse.Namespace):
     """The labelling session of ``--label``: the first output's turns through the one reader of score outputs."""
-    import getpass
-
     import numpy as np
 
     from ..data import DataError
@@ -109,11 +119,12 @@ def _label_session(args: argparse.Namespace):
         if "score" in t.column_names
         else np.full(len(keys), np.nan)
     )
-    try:
-        who = args.labeller or getpass.getuser()
-    except (KeyError, OSError):
-        who = "labeller"
-    return LabelSession(
-        args.label, keys, scores, labeller=who, source=str(args.outputs[0]), sample=args.sample,
-        design=args.design, seed=args.seed,
+    threshold = ((out.meta or {}).get("config") or {}).get("threshold")
+    session = LabelSession(
+        args.label, keys, scores, labeller=args.labeller, source=str(args.outputs[0]), sample=args.sample,
+        design=args.design, seed=args.seed, show_scores=args.show_scores,
+        threshold=float(threshold) if isinstance(threshold, (int, float)) and not isinstance(threshold, bool) else None,
     )  # fmt: skip
+    for note in session.notes:
+        print(note, file=sys.stderr)
+    return session

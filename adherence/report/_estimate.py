@@ -49,8 +49,9 @@ def estimate_html(r: dict, *, title: str = "adherence estimate") -> str:
         + (f": the judge's scores were worth about {eff:,.0f} labels." if eff is not None else ".")
         + "</p>"
     )
+    ppi = "cross-fitted PPI++" if r.get("cross_fitted") else "prediction-powered (PPI++)"
     rows = [
-        ["prediction-powered (PPI++)", r["estimate"], r["ci_low"], r["ci_high"], r["n"]],
+        [ppi, r["estimate"], r["ci_low"], r["ci_high"], r["n"]],
         ["labels only", c["estimate"], c["ci_low"], c["ci_high"], r["n_labelled"]],
         ["judge only (mean score)", r["judge_only"], None, None, r["n"]],
     ]
@@ -62,9 +63,19 @@ def estimate_html(r: dict, *, title: str = "adherence estimate") -> str:
         + (f", and its intervals are clustered by {html.escape(r['clustered_by'])}" if r.get("clustered_by") else "")
         + " (Angelopoulos, Duchi and Zrnic, PPI++, 2023).</p>"
     )
+    if r.get("cross_fitted"):
+        cf = r.get("cross_fit") or {}
+        how += (
+            f"<p>{cf.get('labelled_training_turns', 'Some')} of the labelled turns trained the classifier that scored "
+            "the table, so the estimate is cross-fitted (Zrnic and Candes, 2024): each labelled turn is scored by the "
+            f"fold model that did not see it, every other turn by the mean of the {cf.get('folds', 'K')} fold models. "
+            "Its scores on its own training turns would have made the interval too narrow.</p>"
+        )
     scores = html.escape(str(r.get("input") or "SCORES"))
+    labels_file = (r.get("labels") or {}).get("file")
+    with_labels = f" --labels {html.escape(str(labels_file))}" if labels_file else ""
     next_steps = [
-        f"Per role: <code>adherence estimate {scores} --by role --html by-role.html</code>.",
+        f"Per role: <code>adherence estimate {scores}{with_labels} --by role --html by-role.html</code>.",
         "Narrow the interval: label more turns drawn at random (the interval shrinks with the square root of "
         "their number), or give the judge's calibrated score with <code>--score calibrated_score</code>.",
     ]

@@ -14,6 +14,13 @@ Designs:
   stratum of their own), the same number of turns from each: the rare low scores are drawn far more often than
   their share, for training and calibration. Each turn records its weight (stratum size / turns drawn from it) so
   ``estimate`` stays unbiased.
+- ``by-uncertainty``: the turns the scorer is least sure of drawn most: five strata of equal size by how close the
+  score lies to the decision threshold (the output's own, else 0.5 for probabilities), the turns drawn from each in
+  proportion to its size times its mean closeness (every stratum at least one). Labels there teach a classifier
+  most; each turn records its weight (stratum size / turns drawn from it), so estimates stay unbiased.
+
+The page is blind by default: it shows the turn, its role and the conversation so far, never the scorer's score (a
+label made looking at the score agrees with it more than it should); ``--show-scores`` shows it.
 """
 
 from __future__ import annotations
@@ -34,14 +41,57 @@ from ..data._labels import LABELS_HEADER, SKIP, read_labels
 
 __all__ = ["DESIGNS", "LABEL_VALUES", "LabelSession", "draw_sample"]
 
-DESIGNS = ("uniform", "by-score")
+DESIGNS = ("uniform", "by-score", "by-uncertainty")
 LABEL_VALUES = ("adherent", "violation", SKIP)
 _STRATA = 5
 
 
-def draw_sample(keys: list, scores: np.ndarray, n: int, design: str, seed: int) -> list:
+def closeness(scores: np.ndarray, threshold: Optional[float] = None) -> np.ndarray:
+    """How unsure the scorer is of each turn, in [0, 1]: 1 at the decision threshold, 0 at the score range's far end
+    (``threshold``: the output's; None: 0.5 for scores in [0, 1], else the median). NaN stays NaN."""
+    s = np.asarray(scores, dtype=np.float64)
+    finite = s[np.isfinite(s)]
+    if not len(finite):
+        return s.copy()
+    lo, hi = float(finite.min()), float(finite.max())
+    if threshold is None:
+        threshold = 0.5 if lo >= 0.0 and hi <= 1.0 else float(np.median(finite))
+    reach = max(threshold - min(lo, threshold), max(hi, threshold) - threshold)
+    if reach <= 0:
+        return np.where(np.isfinite(s), 1.0, np.nan)
+    return 1.0 - np.abs(s - threshold) / reach
+
+
+def _allocate(sizes: list, wants: list, n: int) -> list:
+    """Turns to draw from each stratum: ``n`` in proportion to ``wants`` (largest remainders), at least one from
+    every stratum while ``n`` allows, never more than a stratum holds; what one cannot take goes to the others."""
+    order = sorted((i for i in range(len(sizes)) if sizes[i]), key=lambda i: -wants[i])
+    take = [0] * len(sizes)
+    for i in order[:n]:
+        take[i] = 1
+    left = n - sum(take)
+    while left > 0:
+        open_ = [i for i in range(len(sizes)) if take[i] < sizes[i]]
+        if not open_:
+            break
+        w = np.array([max(float(wants[i]), 0.0) for i in open_])
+        w = w if w.sum() > 0 else np.ones(len(open_))
+        quota = w / w.sum() * left
+        add = np.floor(quota).astype(np.int64)
+        add[np.argsort(-(quota - add), kind="stable")[: left - int(add.sum())]] += 1
+        for j, i in enumerate(open_):
+            got = min(int(add[j]), sizes[i] - take[i])
+            take[i] += got
+            left -= got
+    return take
+
+
+def draw_sample(
+    keys: list, scores: np.ndarray, n: int, design: str, seed: int, *, threshold: Optional[float] = None
+) -> list:
     """``[(conversation_id, turn_index, weight), ...]`` in the order to label them: ``n`` of ``keys`` drawn by
-    ``design`` with ``numpy.random.default_rng(seed)``; ``weight`` is 1 / the turn's inclusion probability."""
+    ``design`` with ``numpy.random.default_rng(seed)``; ``weight`` is 1 / the turn's inclusion probability
+    (``threshold``: the decision threshold ``by-uncertainty`` centres on)."""
     if design not in DESIGNS:
         raise OptionError(f"--design must be one of {', '.join(DESIGNS)}, got {design!r}")
     big_n = len(keys)
@@ -55,6 +105,18 @@ def draw_sample(keys: list, scores: np.ndarray, n: int, design: str, seed: int) 
     s = np.asarray(scores, dtype=np.float64)
     finite = np.isfinite(s)
     stratum = np.full(big_n, _STRATA)  # unscored turns: a stratum of their own
+    if design == "by-uncertainty":
+        near = closeness(s, threshold)
+        if finite.any():  # equal-size strata by closeness (ranks: ties split evenly)
+            order = np.argsort(near[finite], kind="stable")
+            ranks = np.empty(int(finite.sum()), dtype=np.int64)
+            ranks[order] = np.arange(len(order))
+            stratum[finite] = ranks * _STRATA // len(order)
+        groups = [np.flatnonzero(stratum == h) for h in range(_STRATA + 1)]
+        groups = [g for g in groups if len(g)]
+        wants = [len(g) * (float(np.nanmean(near[g])) if np.isfinite(near[g]).any() else 0.5) for g in groups]
+        take = _allocate([len(g) for g in groups], wants, n)
+        return _draw(keys, groups, take, rng)
     if finite.any():
         lo, hi = float(s[finite].min()), float(s[finite].max())
         edges = np.linspace(lo, hi, _STRATA + 1)[1:-1]  # equal widths: rare scores get strata of their own
@@ -72,6 +134,12 @@ def draw_sample(keys: list, scores: np.ndarray, n: int, design: str, seed: int) 
             left -= add
             if not left:
                 break
+    return _draw(keys, groups, take, rng)
+
+
+def _draw(keys: list, groups: list, take: list, rng) -> list:
+    """``take[h]`` turns from each stratum ``groups[h]`` without replacement, each weighted by its stratum's size
+    over the turns drawn from it, in a shuffled order."""
     out = []
     for g, k in zip(groups, take):
         if k:
@@ -106,14 +174,17 @@ class LabelSession:
         keys: list,
         scores: np.ndarray,
         *,
-        labeller: str,
+        labeller: Optional[str],
         source: str,
         sample: Optional[int] = None,
         design: Optional[str] = None,
         seed: Optional[int] = None,
+        show_scores: bool = False,
+        threshold: Optional[float] = None,
     ) -> None:
         self.path = Path(path)
-        self.labeller = labeller
+        self.show_scores = show_scores
+        self.notes: list = []  # what the command should say once (a kept labeller, another source output)
         self._lock = threading.Lock()
         self.scores = {k: float(s) for k, s in zip(keys, scores)}
         scored = np.isfinite(np.asarray(scores, dtype=np.float64))
@@ -145,11 +216,19 @@ class LabelSession:
                     file=str(self.path),
                 )
             self.record = rec
+            if rec.get("source") and str(rec["source"]) != str(source):
+                self.notes.append(f"{self.path}: its sample was drawn from {rec['source']}; labelling it over {source}")
+            if labeller is None:
+                names = sorted(labels.by_labeller())
+                if len(names) == 1:
+                    labeller = names[0]
+                    self.notes.append(f"labelling as {labeller!r}, the labeller of {self.path} (--labeller NAME to "
+                                      "label as another)")  # fmt: skip
         else:
             size = 100 if sample is None else sample
             design = design or "uniform"
             seed = 0 if seed is None else seed
-            drawn = draw_sample(keys, scores, size, design, seed)
+            drawn = draw_sample(keys, scores, size, design, seed, threshold=threshold)
             self.record = {
                 "size": size,
                 "design": design,
@@ -163,6 +242,14 @@ class LabelSession:
 
             header = json.dumps({LABELS_HEADER: 1, "sample": self.record}, ensure_ascii=False) + "\n"
             write_owned(self.path, header, what="the labels file", inputs=[source])
+        if labeller is None:
+            import getpass
+
+            try:
+                labeller = getpass.getuser()
+            except (KeyError, OSError):
+                labeller = "labeller"
+        self.labeller = labeller
         self.turns = [(str(c), int(t)) for c, t, _ in self.record["turns"]]
         self.weights = {(str(c), int(t)): float(w) for c, t, w in self.record["turns"]}
 
@@ -203,12 +290,25 @@ class LabelSession:
             "labels": {f"{c}\x00{t}": v for (c, t), v in mine.items()},
             "estimate": self._estimate(labels),
             "agreement": _agreement(labels),
+            "blind": not self.show_scores,
+            "next": self._next_steps() if done + sum(v == SKIP for v in mine.values()) >= len(self.turns) else [],
         }
+
+    def _next_steps(self) -> list:
+        """The commands that use the finished sample, as the finish screen prints them."""
+        import shlex
+
+        src, lab = shlex.quote(str(self.record.get("source") or "SCORES")), shlex.quote(str(self.path))
+        return [
+            f"adherence classifier fit {src} --labels {lab} -o clf.json",
+            f"adherence evaluate {src} --labels {lab}",
+            f"adherence estimate {src} --labels {lab}",
+        ]
 
     def _estimate(self, labels) -> Optional[dict]:
         """The adherent share the labels give now, as ``estimate`` would: prediction-powered with the output's
         scores on every scored turn when the labelled ones all have one, from the labels alone otherwise; weighted
-        by the design, clustered by conversation (90% interval)."""
+        by the design, clustered by conversation (95% interval, as every command's)."""
         from ..stats._ppi import ppi_mean
 
         resolved, _, _ = labels.resolved()
@@ -221,10 +321,10 @@ class LabelSession:
         cl = np.array([k[0] for k in keys])
         if np.isfinite(f).all() and len(self._scored) > len(keys):
             r = ppi_mean(y, f, self._scored, weights=w, clusters_labelled=cl, clusters_unlabelled=self._scored_cids)
-            how = "prediction-powered, 90%"
+            how = "prediction-powered, 95%"
         else:  # lam 0: the labels alone (the judge's part, here zeros, carries no weight)
             r = ppi_mean(y, np.zeros(len(y)), np.zeros(1), weights=w, lam=0.0, clusters_labelled=cl)
-            how = "labels only, 90%"
+            how = "labels only, 95%"
         # a share lies in [0, 1]: the normal interval is cut there (``estimate`` reports it uncut)
         return {"estimate": min(max(r["estimate"], 0.0), 1.0), "ci_low": max(r["ci_low"], 0.0),
                 "ci_high": min(r["ci_high"], 1.0), "n": len(keys), "how": how}  # fmt: skip

@@ -125,8 +125,10 @@ class _Handler(BaseHTTPRequestHandler):
             ],
             "user": this.get("user"),
             "assistant": this.get("assistant"),
-            "score": this.get("score"),
-            "method": this.get("method"),
+            # blind by default: the scorer's verdict beside the turn would pull the label towards it
+            "score": this.get("score") if s.show_scores else None,
+            "method": this.get("method") if s.show_scores else None,
+            "blind": not s.show_scores,
             "label": s.mine().get((cid, ti)),
         }
 

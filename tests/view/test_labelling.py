@@ -257,3 +257,82 @@ def test_the_pages_estimate_is_what_estimate_gives_on_the_same_labels(scored, tm
         assert shown["estimate"] == pytest.approx(want["estimate"], abs=1e-12)
         assert shown["ci_low"] == pytest.approx(max(want["ci_low"], 0.0), abs=1e-12)
         assert shown["ci_high"] == pytest.approx(min(want["ci_high"], 1.0), abs=1e-12)
+
+
+@pytest.mark.slow
+def test_the_page_is_blind_by_default_and_the_finish_screen_gives_the_next_commands(scored, tmp_path, chromium):
+    """No score beside the turn unless --show-scores (the page and its API alike); a reopened file keeps its
+    labeller; the finish screen counts the skipped turns and prints the commands that use the labels."""
+    from playwright.sync_api import sync_playwright
+
+    labels = tmp_path / "labels.jsonl"
+    port = _free_port()
+    proc, url = _start(scored, labels, port, "--sample", "3", "--seed", "2", "--labeller", "bo")
+    try:
+        turn = json.loads(urllib.request.urlopen(url + "api/label/turn?index=0", timeout=5).read())
+        assert turn["blind"] and turn["score"] is None and turn["method"] is None
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=chromium, args=["--no-sandbox", "--disable-gpu"])
+            page = browser.new_page(viewport={"width": 1100, "height": 900}, bypass_csp=True)
+            page.goto(url + "label")
+            page.wait_for_function("document.querySelector('#where').textContent.startsWith('turn 1 of 3')")
+            assert "hidden while labelling" in page.inner_text("#facts")
+            assert not any(c.isdigit() for c in page.inner_text("#facts"))
+            for i, k in enumerate("avs"):
+                page.keyboard.press(k)
+                page.wait_for_function(
+                    f"document.querySelector('#where').textContent.startsWith('{'turn ' + str(i + 2) if i < 2 else 'All'}')"
+                )
+            page.wait_for_function("document.querySelector('#next').textContent.includes('classifier fit')")
+            done = page.inner_text("#where")
+            assert "2 labelled" in done and "1 skipped" in done
+            nxt = page.inner_text("#next")
+            assert page.is_hidden("#turn-now")
+            assert f"adherence classifier fit {scored} --labels {labels} -o clf.json" in nxt
+            assert f"adherence estimate {scored} --labels {labels}" in nxt
+            page.screenshot(path=str(tmp_path / "finished.png"), full_page=True)
+            browser.close()
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    # reopened without --labeller: the file's labeller, said in one line; with --show-scores the score is shown
+    port = _free_port()
+    proc, url = _start(scored, labels, port, "--show-scores")
+    try:
+        assert _state(url)["labeller"] == "bo" and _state(url)["labelled"] == 2
+        turn = json.loads(urllib.request.urlopen(url + "api/label/turn?index=0", timeout=5).read())
+        assert not turn["blind"] and isinstance(turn["score"], float) and turn["method"] == "scope"
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert "labelling as 'bo', the labeller of" in proc.stdout.read().decode()
+
+
+def test_the_by_uncertainty_design_draws_near_the_threshold_and_its_weighted_estimates_are_unbiased():
+    """2,000 turns whose adherence depends on the score; 400 samples of 80 by-uncertainty draws: turns near the
+    threshold are drawn far more often than their share, the labels' plain mean is off, and the design-weighted
+    (Hajek) mean of the labels is unbiased -- what `estimate` computes from the weights the file records."""
+    from adherence.view._labelling import closeness
+
+    rng = np.random.default_rng(0)
+    n_pop = 2000
+    s = rng.beta(5, 1.5, n_pop)
+    y = (rng.random(n_pop) < s).astype(float)  # adherent with probability = score
+    keys = [(f"c{i // 4}", i % 4) for i in range(n_pop)]
+    pos = {k: i for i, k in enumerate(keys)}
+    near = closeness(s, 0.5)
+    plain, weighted, closeness_drawn = [], [], []
+    for seed in range(400):
+        drawn = draw_sample(keys, s, 80, "by-uncertainty", seed, threshold=0.5)
+        idx = np.array([pos[(c, t)] for c, t, _ in drawn])
+        w = np.array([w for _, _, w in drawn])
+        assert len(set(idx.tolist())) == 80
+        assert w.sum() == pytest.approx(n_pop)  # stratum sizes over draws: every turn counted once in all
+        plain.append(y[idx].mean())
+        weighted.append((w * y[idx]).sum() / w.sum())
+        closeness_drawn.append(near[idx].mean())
+    truth = y.mean()
+    se = np.std(weighted) / np.sqrt(len(weighted))
+    assert abs(np.mean(weighted) - truth) < max(4 * se, 0.005), (np.mean(weighted), truth)
+    assert np.mean(plain) < truth - 0.05  # the uncertain turns are the violations' neighbourhood
+    assert np.mean(closeness_drawn) > near.mean() + 0.1

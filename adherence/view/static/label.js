@@ -38,11 +38,19 @@ function showState(s) {
 async function show(i) {
   if (i >= state.size) {
     index = state.size;
-    text("where", `All ${state.size} sampled turns are done.`);
+    const skipped = state.skipped ? ` ${state.skipped} skipped (left out of every estimate; b goes back to them).` : "";
+    text("where", `All ${state.size} sampled turns are done: ${state.labelled} labelled.${skipped}`);
     for (const id of ["role", "user", "assistant", "facts"]) text(id, "");
+    text("next", (state.next || []).join("\n"));
+    document.getElementById("finished").hidden = !(state.next || []).length;
+    document.getElementById("turn-now").hidden = true;
+    document.getElementById("role-box").hidden = true;
     document.getElementById("history").replaceChildren();
     return;
   }
+  document.getElementById("finished").hidden = true;
+  document.getElementById("turn-now").hidden = false;
+  document.getElementById("role-box").hidden = false;
   index = Math.max(0, i);
   const t = await getJSON(`/api/label/turn?index=${index}`);
   text("where", `turn ${index + 1} of ${state.size}: conversation ${t.conversation_id}, turn ${t.turn_index}`);
@@ -60,7 +68,8 @@ async function show(i) {
   }
   text("user", t.user);
   text("assistant", t.assistant);
-  const score = t.score == null ? "none" : Number(t.score).toFixed(4);
+  const score = t.blind ? "hidden while labelling (--show-scores shows it)"
+    : (t.score == null ? "none" : Number(t.score).toFixed(4));
   text("facts", `score ${score}` + (t.method ? ` (${t.method})` : "") + (t.label ? ` · your label: ${t.label}` : ""));
 }
 
