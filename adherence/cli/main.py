@@ -318,6 +318,11 @@ def _run(args) -> int:
             if quiet:
                 sys.stderr = _ErrorsOnly(real_stderr)
             with quiet_output(bool(getattr(args, "no_progress", False)), quiet):
+                from ..data._metadata import set_command_name
+
+                steps = ("step", "cascade", "audit", "models", "bench")
+                set_command_name(" ".join([args.command, *(str(getattr(args, k)) for k in steps if getattr(args, k, None)
+                                                          and isinstance(getattr(args, k), str))]))  # fmt: skip
                 return int(args._command.run(args) or 0)
         finally:
             sys.stderr = real_stderr

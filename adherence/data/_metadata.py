@@ -184,6 +184,21 @@ def run_metadata(
     }
 
 
+#: The command this process runs ("score", "classifier fit", ...; "api" for a call from Python): each file a command
+#: writes records it, and a command replaces only a file of its own kind that the same command wrote.
+_COMMAND = ["api"]
+
+
+def set_command_name(name: str) -> None:
+    """Record the command this process runs (the CLI sets it before running one)."""
+    _COMMAND[0] = name
+
+
+def command_name() -> str:
+    """The command this process runs (``set_command_name``), ``"api"`` by default."""
+    return _COMMAND[0]
+
+
 #: The run metadata of an output ``x`` is ``x`` + this suffix, beside it (on disk and on object storage alike).
 METADATA_SUFFIX = ".meta.json"
 

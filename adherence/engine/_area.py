@@ -141,7 +141,10 @@ class JobArea:
         meta["summary"] = summary
         if job:
             meta["job"] = job
-        meta["outputs"] = {"turns": self.names["turns"], "sessions": self.names["sessions"], "rows": rows}
+        from ..data._metadata import command_name
+
+        meta["outputs"] = {"turns": self.names["turns"], "sessions": self.names["sessions"], "rows": rows,
+                           "command": command_name()}  # fmt: skip
         meta = redact_secrets(meta)  # an API key given as a flag or option never reaches disk
         text = json.dumps(meta, indent=2, ensure_ascii=False, default=repr) + "\n"
         for final in (self.commit.output, self.commit.sessions):

@@ -543,17 +543,103 @@ def _target(t: Any) -> Target:
     return Remote(a) if isinstance(a, str) else a
 
 
-def check_replaceable(t: Any, what: str) -> None:
-    """Refuse (one line) to replace ``t`` unless adherence wrote it and nothing else lives in it.
+#: What each kind of file adherence writes is called in a refusal.
+FILE_KINDS = {
+    "scores": "a score output",
+    "sessions": "a score job's sessions file",
+    "labels": "a labels file (human work)",
+    "page": "an HTML page",
+    "result": "a result file",
+    "calibration": "a calibration file",
+    "cascade": "a cascade file",
+    "decided": "a cascade's decided turns",
+    "classifier": "a classifier file",
+    "export": "an export",
+    "metrics": "an audit's metrics",
+}
+# what an older release's file was, from the command that wrote it (its -o)
+_LEGACY_KINDS = {"calibrate": "calibration", "cascade fit": "cascade", "cascade apply": "decided",
+                 "classifier fit": "classifier", "export": "export", "audit run": "metrics"}  # fmt: skip
+
+
+def _legacy_command(meta: dict) -> str:
+    argv = [str(a) for a in (meta.get("command") or [])][1:]
+    words = []
+    for a in argv:
+        if a.startswith("-") or "/" in a or "." in a or len(words) == 2:
+            break
+        words.append(a)
+    return " ".join(words) or "api"
+
+
+def written_kind(meta: dict, t: Any) -> tuple:
+    """``(kind, command)`` of an existing file of ours at ``t``, from its run metadata: what it is (``FILE_KINDS``, or
+    ``"unknown"``) and the command that wrote it."""
+    out = meta.get("outputs") or {}
+    command = str(out.get("command") or _legacy_command(meta))
+    if out.get("kind"):
+        return str(out["kind"]), command
+    name = getattr(t, "name", str(t).rstrip("/").rsplit("/", 1)[-1])
+    for key, kind in (("turns", "scores"), ("sessions", "sessions")):
+        if out.get(key) and str(out[key]).rstrip("/").rsplit("/", 1)[-1] == name:
+            return kind, command
+    argv = [str(a) for a in (meta.get("command") or [])]
+    for flag, value in zip(argv, argv[1:]):  # an older page: the path followed --html
+        if flag in ("--html", "--export-html") and value.rstrip("/").rsplit("/", 1)[-1] == name:
+            return "page", command
+    if _holds_labels(t):
+        return "labels", command
+    return _LEGACY_KINDS.get(command, "result" if command in ("evaluate", "estimate", "compare") else "unknown"), command
+
+
+def _holds_labels(t: Any) -> bool:
+    """Whether ``t`` is a labels file: its first line is the viewer's sample record."""
+    from ..data._labels import LABELS_HEADER
+
+    if isinstance(t, Remote):
+        return False
+    try:
+        with open(t, "rb") as fh:
+            first = fh.readline(1 << 20)
+    except OSError:
+        return False
+    return f'"{LABELS_HEADER}"'.encode() in first
+
+
+def check_replaceable(t: Any, what: str, kind: Optional[str] = None) -> None:
+    """Refuse (one line) to replace ``t`` unless adherence wrote it and nothing else lives in it; with ``kind``, also
+    unless it is a file of that kind that the same command wrote (a score output is never replaced by a page, a
+    calibration by an estimate, ...), and never a labels file: labels are human work.
 
     Raises:
         DataError: naming the path and what is wrong.
     """
+    from ..data._metadata import command_name
+
     t = _target(t)
     store = store_of(t)
     meta = metadata_path(t)
-    kind = store.kind(t)
+    kind_here = store.kind(t)
     where = str(t)
+    if kind_here != "missing" and kind is not None:
+        have = store.read_json(meta)
+        if _written_by_adherence(have):
+            was, by = written_kind(have, t)
+            now = command_name()
+            if was == "labels":
+                raise DataError(
+                    f"{what} would replace a labels file (human work, written by `adherence {by}`); adherence never "
+                    "replaces labels: choose another path",
+                    file=where,
+                )
+            if was != kind or (by != now and "api" not in (by, now)):
+                raise DataError(
+                    f"{what} would replace {FILE_KINDS.get(was, 'a file')} written by `adherence {by}`; a command "
+                    f"replaces only {FILE_KINDS.get(kind, 'a file of its own kind')} that `adherence {now}` wrote "
+                    "there: choose another path",
+                    file=where,
+                )
+    kind = kind_here
     if kind == "other":
         raise DataError(f"{what} exists and is not a regular file or directory; refusing to replace it", file=where)
     if kind == "dir" and isinstance(t, Remote):

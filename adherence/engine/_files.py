@@ -7,7 +7,8 @@ for), one row per key, NaN and infinite scores read as "no score".
 
 ``write_owned`` is how they write (HTML pages, JSON results, calibration / cascade / classifier files, exports):
 through the commit protocol's ownership rule (an existing file is replaced only when the run metadata beside it
-says adherence wrote it), never onto one of the command's inputs, complete or not at all, with run metadata
+says the same command wrote a file of the same kind there, and a labels file never), never onto one of the
+command's inputs, complete or not at all, with run metadata
 beside it, locally or on object storage.
 """
 
@@ -22,7 +23,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..data import DataError
-from ..data._metadata import metadata_path
+from ..data._metadata import command_name, metadata_path
 from ..data._storage import Remote
 from ._commit import Publisher, _target, _written_by_adherence, check_replaceable, store_of
 
@@ -62,6 +63,19 @@ def _inside(child: Target, parent: Target) -> bool:
 
 # ---------------------------------------------------------------------------- the writer
 
+#: The kind of file each writer's ``what`` is (``engine._commit.FILE_KINDS``): recorded beside it, and a command
+#: replaces only a file of its own kind that the same command wrote.
+_KIND_OF = {
+    "the HTML page": "page",
+    "the calibration file": "calibration",
+    "the cascade file": "cascade",
+    "the decided turns": "decided",
+    "the classifier file": "classifier",
+    "the export": "export",
+    "the audit's metrics": "metrics",
+    "the labels file": "labels",
+}
+
 
 def write_owned(
     path: Union[str, os.PathLike, Remote],
@@ -70,6 +84,7 @@ def write_owned(
     what: str = "the output",
     inputs: Sequence[Any] = (),
     config: Optional[dict] = None,
+    kind: Optional[str] = None,
 ) -> Target:
     """Write ``data`` at ``path`` as the commit protocol publishes a score output; returns where it went.
 
@@ -102,7 +117,8 @@ def write_owned(
         s = _target(src)
         if same_file(t, s) or same_file(metadata_path(t), s) or _inside(t, s):
             raise DataError(f"{what} would overwrite the input {src}; choose another path", file=str(t))
-    check_replaceable(t, what)
+    kind = kind or _KIND_OF.get(what, "result")
+    check_replaceable(t, what, kind)
     store = store_of(t)
     if not isinstance(t, Remote):
         t.parent.mkdir(parents=True, exist_ok=True)
@@ -110,7 +126,7 @@ def write_owned(
     body = data.encode("utf-8") if isinstance(data, str) else bytes(data)
     local_inputs = [str(x) for x in inputs if x is not None and not isinstance(_target(x), Remote)]
     meta = run_metadata(config=config or {}, inputs=[p for p in local_inputs if Path(p).is_file()], hash_inputs=False)
-    meta["outputs"] = {"file": str(t)}
+    meta["outputs"] = {"file": str(t), "kind": kind, "command": command_name()}
     staging = Path(tempfile.mkdtemp(prefix="adherence-write-")) if isinstance(t, Remote) else None
     pub = Publisher(seen, staging=staging)
     try:

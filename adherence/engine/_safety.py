@@ -129,8 +129,8 @@ def check_outputs(source, output, sessions, work) -> None:
     for what, p in local.items():
         if p.parent.exists() and not os.access(p.parent, os.W_OK | os.X_OK):
             raise DataError(f"cannot write the {what}: directory {p.parent} is not writable", file=p)
-    check_replaceable(output, "the output")
-    check_replaceable(sessions, "the sessions output")
+    check_replaceable(output, "the output", "scores")
+    check_replaceable(sessions, "the sessions output", "sessions")
 
 
 def _same_target(a, b) -> bool:

@@ -150,3 +150,63 @@ def test_classifier_fit_reads_the_labels_file_and_scores_through_the_engine(tmp_
     assert main(["score", str(LOG), "-o", str(tmp_path / "x.parquet"), "--method", "classifier", "--classifier",
                  str(clf)]) == 2  # fmt: skip
     assert "edited after it was fitted" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_a_command_replaces_only_a_file_of_its_own_kind_and_never_labels(tmp_path, capsys, scored):
+    """One file of each kind adherence writes, and every command's -o / --html pointed at each of another kind:
+    refused, the file untouched (the issue's repro: `evaluate a.parquet --html b.parquet` made b.parquet a page;
+    `calibrate -o labels.jsonl` replaced the viewer's labels). A command's own kind, made by it, is replaced."""
+    from adherence.view._labelling import LabelSession
+
+    out, labels = scored
+    d = tmp_path
+    made = {
+        "scores": d / "scores.parquet",
+        "sessions": d / "scores.sessions.parquet",
+        "page": d / "page.html",
+        "result": d / "result.json",
+        "calibration": d / "cal.json",
+        "cascade": d / "cascade.json",
+        "labels": d / "viewer-labels.jsonl",
+    }
+    assert main(["score", str(example_path("role")), "-o", str(made["scores"]), "--method", "kl", "--no-progress"]) == 0
+    assert main(["evaluate", str(out), "--labels", str(labels), "--html", str(made["page"]), "--bootstrap", "0"]) == 0
+    assert main(["evaluate", str(out), "--labels", str(labels), "-o", str(made["result"]), "--bootstrap", "0"]) == 0
+    assert main(["calibrate", str(out), "--labels", str(labels), "-o", str(made["calibration"]),
+                 "--bootstrap", "0"]) == 0  # fmt: skip
+    assert main(["cascade", "fit", str(out), "--labels", str(labels), "-o", str(made["cascade"])]) == 0
+    t = pq.read_table(out)
+    keys = list(zip(t.column("conversation_id").to_pylist(), t.column("turn_index").to_pylist()))
+    LabelSession(str(made["labels"]), keys, t.column("score").to_numpy(), labeller="ann", source=str(out), sample=5)
+    writers = {
+        "page": [["evaluate", str(out), "--labels", str(labels), "--bootstrap", "0", "--html"],
+                 ["estimate", str(out), "--labels", str(labels), "--html"],
+                 ["view", str(out), "--export-html"]],
+        "result": [["evaluate", str(out), "--labels", str(labels), "--bootstrap", "0", "-o"],
+                   ["estimate", str(out), "--labels", str(labels), "-o"]],
+        "calibration": [["calibrate", str(out), "--labels", str(labels), "--bootstrap", "0", "-o"]],
+        "cascade": [["cascade", "fit", str(out), "--labels", str(labels), "-o"]],
+        "scores": [["score", str(example_path("role")), "--method", "kl", "--no-progress", "-o"]],
+    }  # fmt: skip
+    before = {k: p.read_bytes() for k, p in made.items()}
+    for kind, argvs in writers.items():
+        for argv in argvs:
+            for target_kind, target in made.items():
+                if target_kind == kind and argv[0] in ("evaluate", "calibrate", "cascade", "score") and not (
+                    argv[0] == "evaluate" and kind == "page" and "--html" not in argv
+                ):
+                    continue  # its own kind, made by the same command: replaceable
+                capsys.readouterr()
+                code = main([*argv, str(target)])
+                err = capsys.readouterr().err
+                assert code == 2, (argv, target_kind, err)
+                assert "would replace" in err or "cannot write scores as" in err, (argv, target_kind, err)
+                if target_kind == "labels":
+                    assert "never replaces labels" in err
+                assert target.read_bytes() == before[target_kind], (argv, target_kind)
+    # a command's own file is its own to replace
+    for _ in range(2):
+        assert main(["evaluate", str(out), "--labels", str(labels), "--html", str(made["page"]), "--bootstrap",
+                     "0"]) == 0  # fmt: skip
+    assert main(["score", str(example_path("role")), "-o", str(made["scores"]), "--method", "kl", "--no-progress"]) == 0
