@@ -623,20 +623,23 @@ def check_replaceable(t: Any, what: str, kind: Optional[str] = None) -> None:
     where = str(t)
     if kind_here != "missing" and kind is not None:
         have = store.read_json(meta)
-        if _written_by_adherence(have):
+        if _written_by_adherence(have) and not (have.get("published") is False and not have.get("outputs")):
+            # (an object-storage output whose upload a kill cut short is no finished file of any kind: replaceable)
             was, by = written_kind(have, t)
             now = command_name()
+            def who(c: str) -> str:
+                return "through the Python API" if c == "api" else f"by `adherence {c}`"
+
             if was == "labels":
                 raise DataError(
-                    f"{what} would replace a labels file (human work, written by `adherence {by}`); adherence never "
-                    "replaces labels: choose another path",
+                    f"{what} would replace a labels file (human work, written {who(by)}); adherence never replaces "
+                    "labels: choose another path",
                     file=where,
                 )
             if was != kind or (by != now and "api" not in (by, now)):
                 raise DataError(
-                    f"{what} would replace {FILE_KINDS.get(was, 'a file')} written by `adherence {by}`; a command "
-                    f"replaces only {FILE_KINDS.get(kind, 'a file of its own kind')} that `adherence {now}` wrote "
-                    "there: choose another path",
+                    f"{what} would replace {FILE_KINDS.get(was, 'a file')} written {who(by)}; a command replaces only "
+                    f"{FILE_KINDS.get(kind, 'a file of its own kind')} that it wrote itself: choose another path",
                     file=where,
                 )
     kind = kind_here
