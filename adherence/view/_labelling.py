@@ -199,7 +199,7 @@ class LabelSession:
                     "--label`; give a new file to label into",
                     file=str(self.path),
                 )
-            _drop_torn_tail(self.path)
+            fixed = _drop_torn_tail(self.path)
             rec = labels.sample
             for name, given in (("size", sample), ("design", design), ("seed", seed)):
                 if given is not None and rec.get(name) != given:
@@ -216,6 +216,8 @@ class LabelSession:
                     file=str(self.path),
                 )
             self.record = rec
+            if fixed:
+                self.notes.append(fixed)
             if rec.get("source") and str(rec["source"]) != str(source):
                 self.notes.append(f"{self.path}: its sample was drawn from {rec['source']}; labelling it over {source}")
             if labeller is None:
@@ -352,24 +354,41 @@ class LabelSession:
         return self.state()
 
 
-def _drop_torn_tail(path: Path) -> None:
-    """A labelling session's file whose last line a kill cut short (the label being written was never made, and
-    the reader leaves it out): that line is removed before anything is appended, or the next label would be
-    joined to it."""
+def _drop_torn_tail(path: Path) -> Optional[str]:
+    """Before anything is appended: a last line without its newline is completed when it is a whole record (an editor
+    or a script that saved the file without a final newline: the label is kept), or, when a kill cut it short (the
+    label being written was never made, and the reader leaves it out), moved to ``<file>.torn`` and removed, or the
+    next label would be joined to it. Returns a line to print when something was changed (None when nothing)."""
     with open(path, "r+b") as f:
         size = f.seek(0, os.SEEK_END)
         if size == 0:
-            return
+            return None
         f.seek(max(0, size - 65_536))
         tail = f.read()
         if tail.endswith(b"\n"):
-            return
+            return None
         cut = tail.rfind(b"\n")
         if cut < 0 and size > len(tail):
-            return  # a last line longer than 64 KiB is no label of ours: left for the reader to name
+            return None  # a last line longer than 64 KiB is no label of ours: left for the reader to name
+        last = tail[cut + 1 :]
+        try:
+            whole = isinstance(json.loads(last.decode("utf-8")), dict)
+        except (UnicodeDecodeError, ValueError):
+            whole = False
+        if whole:  # a whole record without its newline: completed, never dropped
+            f.write(b"\n")
+            f.flush()
+            os.fsync(f.fileno())
+            return f"{path}: its last line had no final newline; completed (the label on it is kept)"
+        torn = path.with_name(path.name + ".torn")
+        with open(torn, "ab") as out:
+            out.write(last + b"\n")
+            out.flush()
+            os.fsync(out.fileno())
         f.truncate(size - len(tail) + cut + 1)
         f.flush()
         os.fsync(f.fileno())
+        return f"{path}: its last line was cut short (a writer stopped mid-line); moved to {torn.name}"
 
 
 def _now() -> str:

@@ -336,3 +336,36 @@ def test_the_by_uncertainty_design_draws_near_the_threshold_and_its_weighted_est
     assert abs(np.mean(weighted) - truth) < max(4 * se, 0.005), (np.mean(weighted), truth)
     assert np.mean(plain) < truth - 0.05  # the uncertain turns are the violations' neighbourhood
     assert np.mean(closeness_drawn) > near.mean() + 0.1
+
+
+def test_a_restart_never_deletes_a_whole_label_and_keeps_a_torn_line_aside(scored, tmp_path):
+    """The issue's repros: a labels file saved without a final newline lost its last (valid) label at the next start,
+    and a header-only file without a newline was truncated to nothing. Now a whole last line is completed, and only a
+    line a kill cut short is removed -- into `<file>.torn`, not into nothing."""
+    import pyarrow.parquet as pq
+
+    t = pq.read_table(scored)
+    keys = list(zip(t.column("conversation_id").to_pylist(), t.column("turn_index").to_pylist()))
+    scores = t.column("score").to_numpy()
+    path = tmp_path / "l.jsonl"
+    s = LabelSession(str(path), keys, scores, labeller="ann", source=str(scored), sample=10, seed=1)
+    s.write(0, "adherent")
+    s.write(1, "violation")
+    path.write_bytes(path.read_bytes().rstrip(b"\n"))  # an editor saved it without the final newline
+    s = LabelSession(str(path), keys, scores, labeller=None, source=str(scored))
+    assert s.labeller == "ann" and s.state()["labelled"] == 2
+    assert path.read_bytes().endswith(b"\n") and any("completed" in n for n in s.notes)
+    s.write(2, "adherent")
+    assert s.state()["labelled"] == 3
+    # a torn tail goes to .torn, the labels before it stay
+    path.write_bytes(path.read_bytes() + b'{"conversation_id": "x", "turn_')
+    s = LabelSession(str(path), keys, scores, labeller="ann", source=str(scored))
+    assert s.state()["labelled"] == 3
+    assert (tmp_path / "l.jsonl.torn").read_bytes() == b'{"conversation_id": "x", "turn_\n'
+    # a header-only file without its newline is resumed, not emptied
+    head = tmp_path / "h.jsonl"
+    LabelSession(str(head), keys, scores, labeller="bo", source=str(scored), sample=5, seed=2)
+    head.write_bytes(head.read_bytes().rstrip(b"\n"))
+    size = head.stat().st_size
+    s = LabelSession(str(head), keys, scores, labeller="bo", source=str(scored))
+    assert head.stat().st_size == size + 1 and s.state()["size"] == 5
