@@ -36,10 +36,18 @@ def _read(path: str) -> tuple:
         "turn_index": t.column("turn_index").cast(pa.int64()),
         "score": t.column("score").cast(pa.float64()),
     }
-    for extra, typ in (("prediction", pa.float64()), ("status", pa.string()), ("label", pa.string()),
-                       ("role", pa.string())):  # fmt: skip
+    for extra, typ in (("prediction", pa.float64()), ("status", pa.string()), ("error", pa.string()),
+                       ("label", pa.string()), ("role", pa.string())):  # fmt: skip
         if extra in t.column_names:
             cols[extra] = t.column(extra).cast(typ)
+    if "status" in cols:
+        # a row that is not `ok` decides nothing, whatever score or prediction it still carries
+        import pyarrow.compute as pc
+
+        ok = pc.fill_null(pc.equal(cols["status"], "ok"), False)
+        for name in ("score", "prediction"):
+            if name in cols:
+                cols[name] = pc.if_else(ok, cols[name], pa.scalar(None, pa.float64()))
     return pa.table(cols), out.method
 
 
@@ -56,6 +64,19 @@ def _problems(a, both, old_scored, new_scored) -> dict:
     }
 
 
+def _old_problems(both) -> int:
+    """OLD's rows that are `error` or `unscored` where NEW did not fail alike (same status and error): a broken
+    baseline, on which no gate can pass. A turn both sides refuse with the same error is the input's, not a scorer's."""
+    cols = both.column_names
+    if "status_old" not in cols:
+        return 0
+    so = both.column("status_old").to_pylist()
+    sn = both.column("status_new").to_pylist() if "status_new" in cols else [None] * len(so)
+    eo = both.column("error_old").to_pylist() if "error_old" in cols else [None] * len(so)
+    en = both.column("error_new").to_pylist() if "error_new" in cols else [None] * len(so)
+    return sum(1 for a, b, x, y in zip(so, sn, eo, en) if a in ("error", "unscored") and (a, x) != (b, y))
+
+
 def compare_outputs(old: str, new: str, *, n_bootstrap: int = 2000, seed: int = 0, level: float = 0.95,
                     top: int = 20, by: tuple = ("label", "role"), count_problems: bool = False) -> dict:  # fmt: skip
     """The comparison ``adherence compare`` prints: overall, per label and per role, McNemar, the rows present in
@@ -67,7 +88,10 @@ def compare_outputs(old: str, new: str, *, n_bootstrap: int = 2000, seed: int = 
     from ..stats._compare import compare_paired
 
     (a, method_old), (b, method_new) = _read(old), _read(new)
-    both = a.join(b, list(_KEYS), join_type="inner", left_suffix="_old", right_suffix="_new")
+    # with count_problems every turn of OLD is compared: one NEW lacks counts as NEW's violation below
+    marked = b.append_column("in_new", pa.array(np.ones(b.num_rows, dtype=bool)))
+    both = a.join(marked, list(_KEYS), join_type="left outer" if count_problems else "inner", left_suffix="_old",
+                  right_suffix="_new")  # fmt: skip
     # counted and listed, never dropped
     only_old = a.join(b.select(list(_KEYS)), list(_KEYS), join_type="left anti").select(list(_KEYS))
     only_new = b.join(a.select(list(_KEYS)), list(_KEYS), join_type="left anti").select(list(_KEYS))
@@ -82,7 +106,9 @@ def compare_outputs(old: str, new: str, *, n_bootstrap: int = 2000, seed: int = 
     po, pn = col("prediction_old"), col("prediction_new")
     assert so is not None and sn is not None  # every score output has a score column
     kw: dict[str, Any] = {"n_bootstrap": n_bootstrap, "seed": seed, "level": level}
-    problems = _problems(a, both, np.isfinite(so), np.isfinite(sn))
+    present = np.asarray(both.column("in_new").is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+    problems = _problems(a, both.filter(pa.array(present)), np.isfinite(so)[present], np.isfinite(sn)[present])
+    problems["old_broken"] = _old_problems(both)
     if count_problems and (po is not None and pn is not None):
         # what NEW lost counts against it: a turn OLD decided that NEW failed to score is a violation in NEW
         lost = np.isfinite(po) & ~np.isfinite(sn)
@@ -150,11 +176,13 @@ def format_compare(r: dict) -> str:
     for note in r.get("notes") or []:
         lines.append(f"  note: {note}")
     pr = r.get("new_problems") or {}
-    if any(pr.values()):
+    if any(v for k, v in pr.items() if k != "old_broken"):
         lines.append(
             f"  NEW failed to score what OLD scored: {pr['missing']} turn(s) missing, {pr['error']} error row(s), "
             f"{pr['unscored']} unscored"
         )
+    if pr.get("old_broken"):
+        lines.append(f"  OLD itself has {pr['old_broken']} error or unscored row(s) that NEW does not share")
     row("mean score", r.get("score"))
     row("violation rate", r.get("violation_rate"))
     m = r.get("mcnemar")
@@ -230,7 +258,12 @@ class CompareCommand(Command):
         reason = None
         if args.fail_if_worse_by is not None:
             pr = result["new_problems"]
-            if any(pr.values()) and not args.allow_missing:
+            if pr.get("old_broken"):
+                reason = (
+                    f"OLD has {pr['old_broken']} error or unscored row(s) that NEW does not share: a gate never passes "
+                    "on a broken baseline (score OLD again)"
+                )
+            elif any(v for k, v in pr.items() if k != "old_broken") and not args.allow_missing:
                 reason = (
                     f"NEW failed to score what OLD scored ({pr['missing']} turn(s) missing, {pr['error']} error "
                     f"row(s), {pr['unscored']} unscored): a gate never passes on broken input (--allow-missing "

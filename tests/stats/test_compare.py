@@ -189,3 +189,37 @@ def test_compare_never_writes_its_page_over_an_input_or_reads_a_foreign_table(tm
     pq.write_table(pq.read_table(outputs["cosine"]), foreign)
     assert main(["compare", str(outputs["kl"]), str(foreign)]) == 2
     assert "not a score output of adherence" in capsys.readouterr().err
+
+
+def test_the_gate_checks_both_sides_and_counts_missing_turns_when_allowed(tmp_path, capsys, outputs):
+    """The issue's repros: with --allow-missing, 18 of 28 turns missing from NEW passed (missing turns were left out,
+    not counted as violations); an OLD output with 21 of 28 rows `error` passed on the 7 left; NEW rows `unscored`
+    that still carried scores and predictions passed. Each fails now."""
+    old = outputs["kl"]
+    # 18 of 28 turns missing, allowed: each counts as NEW's violation
+    cut = _broken(tmp_path, outputs, "cut", lambda t: t.iloc[:10])
+    capsys.readouterr()
+    code = main(["compare", str(old), str(cut), "--fail-if-worse-by", "0.2", "--allow-missing", "--json",
+                 "--bootstrap", "200"])  # fmt: skip
+    r = json.loads(capsys.readouterr().out)
+    a = pq.read_table(old).to_pandas()
+    kept = (a["prediction"].iloc[:10] == 0).sum()
+    assert r["new_problems"]["missing"] == 18
+    assert r["violation_rate"]["new"] == pytest.approx((kept + 18) / 28)
+    assert code == 1
+    # a broken baseline: 21 of 28 OLD rows error
+    broken_old = _broken(tmp_path, outputs, "old-errors", lambda t: t.assign(
+        status=["error" if i % 4 else s for i, s in enumerate(t.status)],
+        error=["judge failed" if i % 4 else None for i in range(len(t))]))  # fmt: skip
+    capsys.readouterr()
+    assert main(["compare", str(broken_old), str(old), "--fail-if-worse-by", "0.5", "--bootstrap", "50"]) == 1
+    assert "failed: OLD has 21 error or unscored row(s)" in capsys.readouterr().err
+    # NEW rows all unscored with their scores and predictions left in: no decisions
+    left_in = _broken(tmp_path, outputs, "left-in", lambda t: t.assign(status="unscored"))
+    assert main(["compare", str(old), str(left_in), "--fail-if-worse-by", "0.5", "--bootstrap", "50"]) == 1
+    assert "28 unscored" in capsys.readouterr().err
+    # a turn both sides refuse alike is the input's: not a broken baseline
+    same = _broken(tmp_path, outputs, "same-error", lambda t: t.assign(
+        status=["error" if i == 0 else s for i, s in enumerate(t.status)],
+        error=["empty assistant turn" if i == 0 else None for i in range(len(t))]))  # fmt: skip
+    assert main(["compare", str(same), str(same), "--fail-if-worse-by", "0.5", "--bootstrap", "50"]) == 0
