@@ -30,6 +30,11 @@ def format_estimate(r: dict) -> str:
     ]
     if r.get("n_unscored"):
         lines.append(f"  {r['n_unscored']:,} rows without a score were left out")
+    if r.get("census"):
+        lines.append("  every scored turn is labelled: the share is counted, not estimated")
+    if r.get("one_class"):
+        lines.append(f"  every label is {'one class'}: exact binomial (Clopper-Pearson) bounds from the labels alone; "
+                     "label more turns")
     if r.get("effective_labels_capped"):
         lines.append(f"  (the judge's worth is capped at the {r['n']:,} scored rows: labelling them all is an exact count)")
     groups = (r.get("by") or {}).get("groups") or {}

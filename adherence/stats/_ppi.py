@@ -183,6 +183,13 @@ def estimate_table(
 
     def one(mask: np.ndarray) -> dict:
         lab, unl = mask & scored & has_label, mask & scored & ~has_label
+        if unl.sum() == 0 and lab.sum() >= 1:  # a census: every scored turn labelled, the share is counted
+            share = float(y[lab].mean())
+            exact = {"estimate": share, "ci_low": share, "ci_high": share, "se": 0.0}
+            return dict(exact, lam=0.0, classical=dict(exact), judge_only=float(s[lab].mean()), effective_labels=None,
+                        effective_labels_capped=False, n_labelled=int(lab.sum()), n_unlabelled=0,
+                        confidence=confidence, census=True, n=int((mask & scored).sum()),
+                        n_unscored=int((mask & ~scored).sum()))  # fmt: skip
         if lab.sum() < 2 or unl.sum() < 1:
             raise DataError(
                 f"{int(lab.sum())} scored rows with a label and {int(unl.sum())} without: a prediction-powered "
@@ -202,6 +209,16 @@ def estimate_table(
         )
         r["n"] = int((mask & scored).sum())
         r["n_unscored"] = int((mask & ~scored).sum())
+        k, n = int(y[lab].sum()), int(lab.sum())
+        if k in (0, n):  # one class: a normal interval has no width; exact binomial bounds on the labels instead
+            from scipy.stats import beta
+
+            a = 1.0 - confidence
+            low = 0.0 if k == 0 else float(beta.ppf(a / 2, k, n - k + 1))
+            high = 1.0 if k == n else float(beta.ppf(1 - a / 2, k + 1, n - k))
+            exact = {"estimate": k / n, "ci_low": low, "ci_high": high, "se": None}
+            r.update(exact, lam=0.0, classical=dict(exact), effective_labels=None, effective_labels_capped=False,
+                     one_class=True)  # fmt: skip
         return r
 
     out = one(np.ones(len(s), dtype=bool))

@@ -256,3 +256,23 @@ def test_effective_labels_never_exceed_the_rows():
     assert r["effective_labels"] == 160 and r["effective_labels_capped"]
     r = ppi_mean(y, np.full(100, 0.5) + rng.normal(0, 0.1, 100), fu)
     assert r["effective_labels"] < 160 and not r["effective_labels_capped"]
+
+
+def test_a_census_gives_the_exact_share_and_one_class_labels_exact_binomial_bounds():
+    """Every turn labelled: the share counted (it was refused); every label one class: not the zero-width
+    1.0000 [1.0000, 1.0000] of a normal interval but Clopper-Pearson bounds, statsmodels' `beta` method."""
+    from statsmodels.stats.proportion import proportion_confint
+
+    rng = np.random.default_rng(3)
+    n = 60
+    cid = [f"c{i // 3}" for i in range(n)]
+    y = rng.random(n) < 0.7
+    t = pa.table({"conversation_id": cid, "score": rng.random(n), "label": ["adherent" if v else "violation" for v in y]})
+    r = estimate_table(t, score="score", label="label", positive="adherent")
+    assert r["census"] and r["estimate"] == r["ci_low"] == r["ci_high"] == pytest.approx(y.mean())
+    labels = ["adherent" if i < 12 else None for i in range(n)]  # twelve labels, all adherent
+    r = estimate_table(t.set_column(2, "label", pa.array(labels)), score="score", label="label", positive="adherent",
+                       confidence=0.9)  # fmt: skip
+    low, high = proportion_confint(12, 12, alpha=0.1, method="beta")
+    assert r["one_class"] and (r["ci_low"], r["ci_high"]) == pytest.approx((low, high), abs=1e-12)
+    assert r["ci_high"] - r["ci_low"] > 0.1
