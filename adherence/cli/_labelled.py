@@ -259,6 +259,7 @@ def resolve_columns(
                 column=label,
             )
         positive = hits[0]
+    _check_label_values(table, label, positive, file)
     # an output whose method decides nothing without a threshold (scope) has a prediction column of nulls: no F1
     if (
         prediction is None
@@ -270,6 +271,41 @@ def resolve_columns(
     elif prediction is not None and prediction.lower() == "none":
         prediction = None
     return score, label, positive, prediction
+
+
+_NEGATIONS = ("non", "not", "un", "in", "dis", "no", "mis")
+
+
+def _check_label_values(table, label: str, positive, file: str) -> None:
+    """Every label other than the adherent class counts as a violation: a value that is the adherent class misspelt
+    or in another case (``adherant``, ``Adherent``) would be counted as one in silence, and a ``--positive`` that no
+    label carries makes every label a violation. Both are a one-line ``DataError`` naming the value and its rows."""
+    import difflib
+
+    from ..data import DataError
+
+    if label not in table.column_names:
+        return
+    values = [None if v is None else str(v) for v in table.column(label).to_pylist()]
+    present = sorted({v for v in values if v is not None})
+    pos = str(positive)
+    if present and pos not in present:
+        raise DataError(
+            f"--positive {pos!r} is no label here; the labels are: {', '.join(present[:20])}", file=file, column=label
+        )
+    for v in present:
+        low, want = v.strip().lower(), pos.strip().lower()
+        if v == pos or low.startswith(_NEGATIONS) and not want.startswith(_NEGATIONS):
+            continue
+        if low == want or (abs(len(low) - len(want)) <= 2 and difflib.SequenceMatcher(None, low, want).ratio() >= 0.8):
+            rows = [i + 1 for i, x in enumerate(values) if x == v]
+            raise DataError(
+                f"label {v!r} on {len(rows)} row(s) (first: {rows[0]}) looks like the adherent class {pos!r} misspelt "
+                "or in another case, and would count as a violation: correct it in the labels",
+                file=file,
+                row=rows[0],
+                column=label,
+            )
 
 
 def _cell(m: dict, key: str) -> str:

@@ -266,7 +266,14 @@ def test_evaluate_refuses_what_it_cannot_tell(tmp_path, capsys):
     capsys.readouterr()
     assert main(["evaluate", str(out), "--positive", "yes"]) == 2  # no positive row is an error, not exit 0
     err = capsys.readouterr().err
-    assert "no scored row has label 'yes'" in err and "adherent" in err and len(err.strip().splitlines()) == 1
+    assert "--positive 'yes' is no label here" in err and "adherent" in err and len(err.strip().splitlines()) == 1
+    # a label that is the adherent class misspelt would count as a violation in silence: refused, its row named
+    typo = tmp_path / "typo.csv"
+    typo.write_text("score,label\n0.1,violation\n0.9,adherent\n0.8,adherant\n0.7,Adherent\n")
+    for argv in (["evaluate", str(typo), "--positive", "adherent"], ["estimate", str(typo), "--positive", "adherent"]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert "looks like the adherent class 'adherent' misspelt" in err and "row 3" in err, err
     two = tmp_path / "two.csv"
     two.write_text("score,label\n0.1,scope\n0.9,tone\n")
     assert main(["evaluate", str(two)]) == 2

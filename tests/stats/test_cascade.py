@@ -213,7 +213,7 @@ def test_a_positive_that_matches_no_label_certifies_nothing(tmp_path, capsys):
     capsys.readouterr()
     argv = ["cascade", "fit", str(tmp_path / "a.parquet"), "-o", str(tmp_path / "c.json"), "--positive", "good"]
     assert main(argv) == 2
-    assert "--positive 'good' must be one of the labels" in capsys.readouterr().err
+    assert "--positive 'good' is no label here; the labels are: adherent, violation" in capsys.readouterr().err
     assert not (tmp_path / "c.json").exists()
 
 
