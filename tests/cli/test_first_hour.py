@@ -273,7 +273,7 @@ def test_evaluate_refuses_what_it_cannot_tell(tmp_path, capsys):
     for argv in (["evaluate", str(typo), "--positive", "adherent"], ["estimate", str(typo), "--positive", "adherent"]):
         assert main(argv) == 2
         err = capsys.readouterr().err
-        assert "looks like the adherent class 'adherent' misspelt" in err and "row 3" in err, err
+        assert "looks like the adherent class 'adherent' misspelt" in err and "row 4" in err, err
     two = tmp_path / "two.csv"
     two.write_text("score,label\n0.1,scope\n0.9,tone\n")
     assert main(["evaluate", str(two)]) == 2
