@@ -1,7 +1,8 @@
 """Chat transcripts as turns: OpenAI ``{"messages": [...]}`` and ShareGPT ``{"conversations": [...]}``.
 
 One transcript (a JSONL line, a Parquet row, a JSON array item) becomes one conversation; every
-assistant message with text becomes one turn, in order. The system (or developer) messages are the
+assistant message becomes one turn, in order (one with no text and no tool call is a turn with an empty reply,
+which scoring reports as an error row, never dropped). The system (or developer) messages are the
 role definition (several are joined; ``role`` is used for logs without one). ``user`` holds what
 the assistant answers: the user messages since the previous assistant turn, with the tool calls and
 tool results of that window kept in place and marked (``[tool call] name(arguments)``,
@@ -214,11 +215,13 @@ def transcript_turns(record: dict, fmt: str, *, conversation_id: str, role: Opti
             calls = [_call_text(c) for c in tool_calls]
             if m.get("function_call"):
                 calls.append(_call_text(m["function_call"]))
-            if text is not None and text.strip():
+            if (text is not None and text.strip()) or not calls:
+                # an empty reply with no tool call is a turn that said nothing: kept, it is scored as an error
+                # ("empty assistant turn") instead of vanishing with no row and no record
                 turns.append(
                     {
                         "user": "\n\n".join(pending) if pending else None,
-                        "assistant": text,
+                        "assistant": text or "",
                         "label": _label(m.get("label")),
                         "weight": _weight(m.get("weight")),
                         "ground_truth_assistant": m.get("reference"),

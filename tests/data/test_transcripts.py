@@ -88,6 +88,15 @@ EXPECTED = [
         "label": None,
         "weight": None,
     },
+    {  # a blank reply is a turn of its own (scored as an error row), never dropped
+        "conversation_id": "2",
+        "turn_index": 1,
+        "role": "Fallback role.",
+        "user": None,
+        "assistant": "   ",
+        "label": None,
+        "weight": None,
+    },
 ]
 
 SHAREGPT = [
@@ -292,7 +301,9 @@ def test_cli_scores_transcripts_end_to_end(tmp_path, tiny_llama_dir, capsys):
     assert rc == 0
     assert "skipped 1 malformed input record(s) (record 3)" in capsys.readouterr().out
     t = pq.read_table(out)
-    assert _rows(t) == EXPECTED and set(t.column("status").to_pylist()) == {"ok"}
+    assert _rows(t) == EXPECTED
+    assert t.column("status").to_pylist() == ["ok", "ok", "ok", "error"]  # the blank reply: a row, an error
+    assert t.column("error").to_pylist()[-1] == "empty assistant turn"
     meta = json.loads((tmp_path / "o.parquet.meta.json").read_text())
     assert meta["summary"]["skipped_records"]["count"] == 1
     assert main(["score", str(src), "-o", str(tmp_path / "p.parquet"), "--method", "kl", "--strict-input"]) == 2
@@ -327,12 +338,13 @@ def test_dirty_transcripts_cost_their_record_only_and_are_counted(tmp_path):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         turns = pa.concat_tables(list(iter_batches(path, TURNS, transcripts=opts)))
-    assert turns.column("conversation_id").to_pylist() == ["good-1", "9", "good-2"]
+    # a blank reply is a turn (scored as an error row), not a malformed record
+    assert turns.column("conversation_id").to_pylist() == ["good-1", "blank", "9", "good-2"]
     assert turns.column("label").to_pylist()[-1] == "1" and turns.column("weight").to_pylist()[-1] == 2.0
     reasons = dict(opts.skipped)
-    assert len(opts.skipped) == 8 and "skipped 8 malformed transcript(s)" in str(caught[-1].message)
+    assert len(opts.skipped) == 7 and "skipped 7 malformed transcript(s)" in str(caught[-1].message)
     assert "tool_calls must be a list" in reasons["record 2"]
-    assert all("no assistant message with text" in reasons[f"record {i}"] for i in (3, 4, 5))
+    assert all("no assistant message with text" in reasons[f"record {i}"] for i in (3, 4))
     assert "label must be text" in reasons["record 6"] and "weight must be a finite number" in reasons["record 7"]
     assert "'good-1' was already used by record 1" in reasons["record 8"]
     assert "'9' was already used by record 9" in reasons["record 10"] and "record number" in reasons["record 10"]
@@ -353,3 +365,27 @@ def test_an_overlong_jsonl_line_is_one_error_before_it_is_held_in_memory(tmp_pat
     )
     with pytest.raises(DataError, match=r"dump.jsonl: row 2, line 2: a line longer than 0 MiB"):
         list(iter_batches(path, TURNS))
+
+
+def test_an_empty_reply_mid_transcript_is_a_row_with_an_error_not_a_vanished_turn(tmp_path):
+    """The issue's repro: an empty or null assistant reply in the middle of a transcript left no row, no status and
+    no record. It is a turn now, scored as an error; an assistant message with only tool calls stays history."""
+    rec = {"conversation_id": "e1", "messages": [
+        {"role": "system", "content": "You help with bank cards."},
+        {"role": "user", "content": "hi"}, {"role": "assistant", "content": "Hello, how can I help?"},
+        {"role": "user", "content": "lost it"}, {"role": "assistant", "content": ""},
+        {"role": "user", "content": "hello?"}, {"role": "assistant", "content": None},
+        {"role": "assistant", "content": None, "tool_calls": [{"function": {"name": "block", "arguments": "{}"}}]},
+        {"role": "user", "content": "?"}, {"role": "assistant", "content": "Blocked."},
+    ]}  # fmt: skip
+    path = tmp_path / "t.jsonl"
+    path.write_text(json.dumps(rec) + "\n")
+    t = read_turns(path)
+    assert t.column("assistant").to_pylist() == ["Hello, how can I help?", "", "", "Blocked."]
+    assert t.column("turn_index").to_pylist() == [0, 1, 2, 3]
+    assert "[tool call] block" in t.column("user").to_pylist()[3]
+    from adherence.role import RoleConfig
+    from adherence.role._base import get_method
+
+    errors = get_method("scope").row_errors(t, RoleConfig(method="scope"))
+    assert errors == [None, "empty assistant turn", "empty assistant turn", None]
