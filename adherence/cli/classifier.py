@@ -102,12 +102,17 @@ class ClassifierCommand(Command):
         from ._common import write_result
         from ._labelled import read_metadata, resolve_columns
 
-        if not args.l2 > 0:
-            raise OptionError(f"--l2 must be > 0, got {args.l2}")
+        import math
+
+        from ..engine._files import check_writable
+
+        if not (args.l2 > 0 and math.isfinite(args.l2)):
+            raise OptionError(f"--l2 must be a finite number > 0, got {args.l2}")
         if args.folds < 2:
             raise OptionError(f"--folds must be >= 2, got {args.folds}")
         if args.target_recall is not None and not 0 < args.target_recall <= 1:
             raise OptionError(f"--target-recall must be in (0, 1], got {args.target_recall}")
+        check_writable(args.output, what="the classifier file", inputs=[args.input, args.labels])  # before any work
         src = str(args.input)
         # a score output of ours through the one reader; a log (transcripts, traces, a turns table) through the turns'
         table = open_scores(args.input, score_columns=()).table if read_metadata(args.input) else read_turns(args.input)

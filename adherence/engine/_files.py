@@ -30,6 +30,7 @@ from ._commit import Publisher, _target, _written_by_adherence, check_replaceabl
 __all__ = [
     "ScoreOutput",
     "check_score_types",
+    "check_writable",
     "check_unique_keys",
     "first_line",
     "inspect_output",
@@ -111,14 +112,7 @@ def write_owned(
     from ..data import run_metadata
 
     t = _target(path)
-    for src in inputs:
-        if src is None:
-            continue
-        s = _target(src)
-        if same_file(t, s) or same_file(metadata_path(t), s) or _inside(t, s):
-            raise DataError(f"{what} would overwrite the input {src}; choose another path", file=str(t))
-    kind = kind or _KIND_OF.get(what, "result")
-    check_replaceable(t, what, kind)
+    kind = check_writable(path, what=what, inputs=inputs, kind=kind)
     store = store_of(t)
     if not isinstance(t, Remote):
         t.parent.mkdir(parents=True, exist_ok=True)
@@ -147,6 +141,24 @@ def write_owned(
         if staging is not None:
             shutil.rmtree(staging, ignore_errors=True)
     return t
+
+
+def check_writable(
+    path: Union[str, os.PathLike, Remote], *, what: str = "the output", inputs: Sequence[Any] = (),
+    kind: Optional[str] = None,
+) -> str:  # fmt: skip
+    """What ``write_owned`` checks before it writes, alone: a command calls it before any work, so a path it may not
+    write is refused at once, not after a long fit. Returns the file's kind."""
+    t = _target(path)
+    for src in inputs:
+        if src is None:
+            continue
+        s = _target(src)
+        if same_file(t, s) or same_file(metadata_path(t), s) or _inside(t, s):
+            raise DataError(f"{what} would overwrite the input {src}; choose another path", file=str(t))
+    kind = kind or _KIND_OF.get(what, "result")
+    check_replaceable(t, what, kind)
+    return kind
 
 
 # ---------------------------------------------------------------------------- the reader

@@ -131,3 +131,22 @@ def test_cascade_fit_certifies_on_out_of_fold_verdicts(fitted, capsys):
     assert stage["reaching"] == 150
     # what it accepts, it accepts on the errors a new turn would see: none certified, or errors counted
     assert stage["accepted"] == 0 or stage["errors"] > 0
+
+
+def test_classifier_fit_refuses_a_bad_output_or_penalty_before_any_work(tmp_path, capsys, monkeypatch):
+    """`-o` onto the labels file or the input, and `--l2 inf`, were refused only after the whole fit (45 s)."""
+    import adherence.models
+
+    def no_encoder(*a, **k):
+        raise AssertionError("the encoder was loaded before the options were checked")
+
+    monkeypatch.setattr(adherence.models, "Encoder", no_encoder)
+    labels = tmp_path / "labels.jsonl"
+    labels.write_text("\n".join(TRUTH.read_text().splitlines()[:60]) + "\n")
+    for argv, message in (
+        (["-o", str(labels)], "would overwrite the input"),
+        (["-o", str(tmp_path / "c.json"), "--l2", "inf"], "--l2 must be a finite number > 0"),
+    ):
+        capsys.readouterr()
+        assert main(["classifier", "fit", str(LOG), "--labels", str(labels), *argv]) == 2
+        assert message in capsys.readouterr().err
