@@ -29,6 +29,7 @@ from ._commit import Publisher, _target, _written_by_adherence, check_replaceabl
 
 __all__ = [
     "ScoreOutput",
+    "check_key_types",
     "check_score_types",
     "check_writable",
     "check_unique_keys",
@@ -306,6 +307,58 @@ def _clean_scores(table: pa.Table, columns: Sequence[str], file: str = "<table>"
     return table, notes
 
 
+def check_key_types(table: pa.Table, file: str) -> None:
+    """The columns every command joins and decides on, of the types they are read as: ``conversation_id`` text or
+    an integer, ``turn_index`` a non-negative int32, ``prediction`` 0 or 1, ``label`` text, a boolean or an integer.
+    Anything else is one ``DataError`` naming the file, the column and (for a value) the first row -- a list-typed id
+    or a text prediction made commands fail inside their arithmetic ("internal error")."""
+    import pyarrow.compute as pc
+
+    def first(mask) -> int:
+        return int(np.flatnonzero(np.asarray(mask.to_numpy(zero_copy_only=False), dtype=bool))[0]) + 1
+
+    def text_or_int(t: pa.DataType) -> bool:
+        if pa.types.is_dictionary(t):
+            t = t.value_type
+        return pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_integer(t) or pa.types.is_null(t)
+
+    cols = table.column_names
+    twice = sorted({c for c in cols if cols.count(c) > 1})
+    if twice:
+        raise DataError(f"column {twice[0]!r} appears more than once", file=file, column=twice[0])
+    if "conversation_id" in cols and not text_or_int(table.schema.field("conversation_id").type):
+        raise DataError(f"column 'conversation_id' holds {table.schema.field('conversation_id').type}: a "
+                        "conversation id is text or an integer", file=file, column="conversation_id")  # fmt: skip
+    if "turn_index" in cols and table.num_rows and pa.types.is_integer(table.schema.field("turn_index").type):
+        ti = table.column("turn_index")
+        bad = pc.fill_null(pc.or_(pc.less(ti, 0), pc.greater(ti, 2**31 - 1)), False)
+        if pc.any(bad).as_py():
+            row = first(bad)
+            raise DataError(f"turn_index {ti[row - 1].as_py()} is not a turn's index (0 to 2^31 - 1)", file=file,
+                            row=row, column="turn_index")  # fmt: skip
+    if "prediction" in cols:
+        typ = table.schema.field("prediction").type
+        if not (pa.types.is_integer(typ) or pa.types.is_floating(typ) or pa.types.is_boolean(typ)
+                or pa.types.is_null(typ)):  # fmt: skip
+            raise DataError(f"column 'prediction' holds {typ}: a prediction is 0 or 1", file=file, column="prediction")
+        if table.num_rows and not pa.types.is_boolean(typ) and not pa.types.is_null(typ):
+            p = table.column("prediction").cast(pa.float64())
+            bad = pc.and_(pc.and_(pc.is_valid(p), pc.invert(pc.is_nan(p))),
+                          pc.invert(pc.is_in(p, value_set=pa.array([0.0, 1.0]))))  # fmt: skip
+            bad = pc.fill_null(bad, False)  # null and NaN are "no prediction"
+            if pc.any(bad).as_py():
+                row = first(bad)
+                raise DataError(f"prediction {p[row - 1].as_py()!r} is not 0 or 1", file=file, row=row,
+                                column="prediction")  # fmt: skip
+    if "label" in cols:
+        typ = table.schema.field("label").type
+        if pa.types.is_dictionary(typ):
+            typ = typ.value_type
+        if not (text_or_int(typ) or pa.types.is_boolean(typ)):
+            raise DataError(f"column 'label' holds {typ}: a label is text, a boolean or an integer", file=file,
+                            column="label")  # fmt: skip
+
+
 def check_unique_keys(table: pa.Table, file: str, keys: Sequence[str] = ("conversation_id", "turn_index")) -> None:
     """One row per key (with ``method`` in the key when the table holds several methods); the first repeated key
     is a ``DataError`` naming the file and row. Counted in Arrow; rows are walked only to name a repeat."""
@@ -389,6 +442,7 @@ def open_scores(
     )
     table = _read(t, format)
     check_score_types(table.schema, str(t), tuple(score_columns) or ("score", "calibrated_score"), text_scores=True)
+    check_key_types(table, str(t))
     check_unique_keys(table, str(t))
     table, notes = _clean_scores(table, score_columns, str(t))
     trained = training_turns(table)

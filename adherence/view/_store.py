@@ -214,9 +214,14 @@ class ScoreStore:
                 from ..engine._files import first_line
 
                 raise DataError(f"cannot read it as a score output ({first_line(exc)})", file=path) from None
-        cur = self.con.execute(f"SELECT * FROM {name} LIMIT 0")
-        # DuckDB 2 names it to_arrow_table, 1.x fetch_arrow_table
-        return (getattr(cur, "to_arrow_table", None) or cur.fetch_arrow_table)().schema
+        # a relation's Arrow table (not a DB-API result's, which DuckDB warns copies the rows); DuckDB 2 names it
+        # to_arrow_table, 1.x arrow
+        rel = self.con.sql(f"SELECT * FROM {name} LIMIT 0")
+        schema = (getattr(rel, "to_arrow_table", None) or rel.arrow)().schema
+        from ..engine._files import check_key_types
+
+        check_key_types(schema.empty_table(), path)  # the key and decision columns' types, as the one reader checks
+        return schema
 
     def _query(self, sql: str, params: Optional[list] = None) -> list[dict]:
         with self._lock:  # one DuckDB connection; the HTTP server's threads take turns
