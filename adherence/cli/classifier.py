@@ -17,7 +17,11 @@ def format_fit(doc: dict, n: int, n_pos: int) -> str:
     """The out-of-fold AUC beside the trivial baselines', and what the decision threshold will do on new turns."""
     cv = doc["cv"]
     b = cv.get("baselines") or {}
-    how = "conversations kept whole" if cv.get("grouped") else "turns dealt into folds: too few conversations hold a violation to keep them whole"
+    how = (
+        "conversations kept whole"
+        if cv.get("grouped")
+        else "turns dealt into folds: too few conversations hold a violation to keep them whole"
+    )
     lines = [
         f"classifier on {n} labelled turns ({n_pos} adherent, {n - n_pos} violation): {cv['folds']}-fold "
         f"out-of-fold AUC {cv['auc']:.4f} ({how})",
@@ -32,7 +36,9 @@ def format_fit(doc: dict, n: int, n_pos: int) -> str:
     d = doc["decision"]
     r = d["out_of_fold"]
     goal = (
-        "best balanced accuracy" if d["objective"] == "balanced_accuracy" else f"catch >= {d['target_recall']:.0%} of violations"
+        "best balanced accuracy"
+        if d["objective"] == "balanced_accuracy"
+        else f"catch >= {d['target_recall']:.0%} of violations"
     )
     lines.append(
         f"decision: a turn with P(adherent) < {d['threshold']:.4f} is flagged ({goal}, chosen out of fold); on new "
@@ -92,19 +98,17 @@ class ClassifierCommand(Command):
         )
 
     def run(self, args: argparse.Namespace) -> int:
+        import math
+
         import numpy as np
 
         from ..data import DataError, file_digest, read_turns
-        from ..engine._files import open_scores
+        from ..engine._files import check_writable, open_scores
         from ..models import Encoder
         from ..role._classifier import classifier_document, classifier_features, fit_classifier, training_record
         from ..stats._baselines import baseline_report, text_baselines
         from ._common import write_result
         from ._labelled import read_metadata, resolve_columns
-
-        import math
-
-        from ..engine._files import check_writable
 
         if not (args.l2 > 0 and math.isfinite(args.l2)):
             raise OptionError(f"--l2 must be a finite number > 0, got {args.l2}")
@@ -158,7 +162,9 @@ class ClassifierCommand(Command):
         trivial = text_baselines({"assistant": ra, "role": rr, "user": ru})
         oof = np.asarray(fit["cv"]["oof"])
         base = baseline_report(y, oof, trivial, folds=args.folds, seed=args.seed)
-        fit["decision"]["baselines_at_same_catch"] = baselines_at_same_catch(y, oof, fit["decision"]["threshold"], trivial)
+        fit["decision"]["baselines_at_same_catch"] = baselines_at_same_catch(
+            y, oof, fit["decision"]["threshold"], trivial
+        )
         dim = x.shape[1] - 5
         source = {
             "input": src,

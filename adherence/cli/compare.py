@@ -17,12 +17,12 @@ _KEYS = ("conversation_id", "turn_index")
 def _read(path: str) -> tuple:
     """``(table, method)``: the output through the one reader of score outputs (ours, published, one row per turn,
     NaN scores as none), narrowed to the columns compared."""
+    import sys
+
     import pyarrow as pa
 
     from ..data import DataError
     from ..engine._files import open_scores
-
-    import sys
 
     out = open_scores(path, require_ours=True)
     for note in out.notes:

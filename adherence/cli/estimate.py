@@ -33,10 +33,14 @@ def format_estimate(r: dict) -> str:
     if r.get("census"):
         lines.append("  every scored turn is labelled: the share is counted, not estimated")
     if r.get("one_class"):
-        lines.append(f"  every label is {'one class'}: exact binomial (Clopper-Pearson) bounds from the labels alone; "
-                     "label more turns")
+        lines.append(
+            f"  every label is {'one class'}: exact binomial (Clopper-Pearson) bounds from the labels alone; "
+            "label more turns"
+        )
     if r.get("effective_labels_capped"):
-        lines.append(f"  (the judge's worth is capped at the {r['n']:,} scored rows: labelling them all is an exact count)")
+        lines.append(
+            f"  (the judge's worth is capped at the {r['n']:,} scored rows: labelling them all is an exact count)"
+        )
     groups = (r.get("by") or {}).get("groups") or {}
     if groups:
         lines += ["", f"by {r['by']['column']}:"]
@@ -79,7 +83,10 @@ class EstimateCommand(Command):
     def add_args(self, p: argparse.ArgumentParser) -> None:
         add_arguments(p, LabelledOptions, ["score", "label", "positive", "format", "labels"])
         p.add_argument(
-            "--confidence", type=float, default=0.95, help="coverage of the intervals (default 0.95: 95%%, as every command)"
+            "--confidence",
+            type=float,
+            default=0.95,
+            help="coverage of the intervals (default 0.95: 95%%, as every command)",
         )
         p.add_argument("--by", metavar="COLUMN", help="also one estimate per value of this column (e.g. role)")
         add_result_outputs(p, page="the three estimates drawn")

@@ -564,7 +564,7 @@ _LEGACY_KINDS = {"calibrate": "calibration", "cascade fit": "cascade", "cascade 
 
 def _legacy_command(meta: dict) -> str:
     argv = [str(a) for a in (meta.get("command") or [])][1:]
-    words = []
+    words: list[str] = []
     for a in argv:
         if a.startswith("-") or "/" in a or "." in a or len(words) == 2:
             break
@@ -589,7 +589,9 @@ def written_kind(meta: dict, t: Any) -> tuple:
             return "page", command
     if _holds_labels(t):
         return "labels", command
-    return _LEGACY_KINDS.get(command, "result" if command in ("evaluate", "estimate", "compare") else "unknown"), command
+    return _LEGACY_KINDS.get(
+        command, "result" if command in ("evaluate", "estimate", "compare") else "unknown"
+    ), command
 
 
 def _holds_labels(t: Any) -> bool:
@@ -623,10 +625,15 @@ def check_replaceable(t: Any, what: str, kind: Optional[str] = None) -> None:
     where = str(t)
     if kind_here != "missing" and kind is not None:
         have = store.read_json(meta)
-        if _written_by_adherence(have) and not (have.get("published") is False and not have.get("outputs")):
+        if (
+            have is not None
+            and _written_by_adherence(have)
+            and not (have.get("published") is False and not have.get("outputs"))
+        ):
             # (an object-storage output whose upload a kill cut short is no finished file of any kind: replaceable)
             was, by = written_kind(have, t)
             now = command_name()
+
             def who(c: str) -> str:
                 return "through the Python API" if c == "api" else f"by `adherence {c}`"
 

@@ -24,7 +24,7 @@ trained it.
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional
 
 import numpy as np
 
@@ -216,8 +216,8 @@ def estimate_table(
             a = 1.0 - confidence
             low = 0.0 if k == 0 else float(beta.ppf(a / 2, k, n - k + 1))
             high = 1.0 if k == n else float(beta.ppf(1 - a / 2, k + 1, n - k))
-            exact = {"estimate": k / n, "ci_low": low, "ci_high": high, "se": None}
-            r.update(exact, lam=0.0, classical=dict(exact), effective_labels=None, effective_labels_capped=False,
+            bounds: dict[str, Any] = {"estimate": k / n, "ci_low": low, "ci_high": high, "se": None}
+            r.update(bounds, lam=0.0, classical=dict(bounds), effective_labels=None, effective_labels_capped=False,
                      one_class=True)  # fmt: skip
         return r
 

@@ -6,7 +6,6 @@ in one line, and `estimate` is cross-fitted (checked against the formula compute
 import json
 import re
 
-import numpy as np
 import pyarrow.parquet as pq
 import pytest
 from sklearn.metrics import roc_auc_score
@@ -44,7 +43,10 @@ def test_evaluate_on_the_training_labels_prints_the_out_of_fold_auc_and_says_so(
     assert re.search(r"150 turn\(s\) trained the classifier that scored it: their scores are out of fold", out.err)
     # and by scikit-learn from the output's own columns: every labelled turn scored by its fold model
     t = pq.read_table(d / "clf.parquet").to_pylist()
-    truth = {(x["conversation_id"], x["turn_index"]): x["label"] for x in map(json.loads, TRUTH.read_text().splitlines()[:150])}
+    truth = {
+        (x["conversation_id"], x["turn_index"]): x["label"]
+        for x in map(json.loads, TRUTH.read_text().splitlines()[:150])
+    }
     rows = [x for x in t if (x["conversation_id"], x["turn_index"]) in truth]
     assert all(x["classifier_fold"] is not None for x in rows)
     assert sum(x["classifier_fold"] is not None for x in t) == 150
@@ -81,7 +83,10 @@ def test_estimate_is_cross_fitted_when_its_labels_trained_the_classifier(fitted,
                                                     "folds": 5}  # fmt: skip
     assert "a cross-fitted estimate" in out.err and r["confidence"] == 0.95
     t = pq.read_table(d / "clf.parquet").to_pylist()
-    truth = {(x["conversation_id"], x["turn_index"]): x["label"] for x in map(json.loads, TRUTH.read_text().splitlines()[:150])}
+    truth = {
+        (x["conversation_id"], x["turn_index"]): x["label"]
+        for x in map(json.loads, TRUTH.read_text().splitlines()[:150])
+    }
     lab = [x for x in t if (x["conversation_id"], x["turn_index"]) in truth]
     unl = [x for x in t if (x["conversation_id"], x["turn_index"]) not in truth]
     # labelled turns: their out-of-fold score (= score); the rest: the fold models' mean, not the full model's score
@@ -122,7 +127,10 @@ def test_cascade_fit_certifies_on_out_of_fold_verdicts(fitted, capsys):
     out = capsys.readouterr()
     assert "trained the classifier" in out.err
     t = pq.read_table(d / "clf.parquet").to_pylist()
-    truth = {(x["conversation_id"], x["turn_index"]): x["label"] for x in map(json.loads, TRUTH.read_text().splitlines()[:150])}
+    truth = {
+        (x["conversation_id"], x["turn_index"]): x["label"]
+        for x in map(json.loads, TRUTH.read_text().splitlines()[:150])
+    }
     wrong = sum(int(x["prediction"]) != int(truth[(x["conversation_id"], x["turn_index"])] == "adherent")
                 for x in t if (x["conversation_id"], x["turn_index"]) in truth)  # fmt: skip
     assert wrong > 0  # out of fold the classifier errs on some of its own labels; in-sample it erred on none

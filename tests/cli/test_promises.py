@@ -193,8 +193,10 @@ def test_a_command_replaces_only_a_file_of_its_own_kind_and_never_labels(tmp_pat
     for kind, argvs in writers.items():
         for argv in argvs:
             for target_kind, target in made.items():
-                if target_kind == kind and argv[0] in ("evaluate", "calibrate", "cascade", "score") and not (
-                    argv[0] == "evaluate" and kind == "page" and "--html" not in argv
+                if (
+                    target_kind == kind
+                    and argv[0] in ("evaluate", "calibrate", "cascade", "score")
+                    and not (argv[0] == "evaluate" and kind == "page" and "--html" not in argv)
                 ):
                     continue  # its own kind, made by the same command: replaceable
                 capsys.readouterr()

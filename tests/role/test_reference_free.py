@@ -186,7 +186,9 @@ def _doc(encoder, log, tmp_path, n=120):
 
 
 def _p(m, x):
-    return 1 / (1 + np.exp(-(((x - np.array(m["mean"])) / np.array(m["scale"])) @ np.array(m["coef"]) + m["intercept"])))
+    return 1 / (
+        1 + np.exp(-(((x - np.array(m["mean"])) / np.array(m["scale"])) @ np.array(m["coef"]) + m["intercept"]))
+    )
 
 
 def test_classifier_method_scores_training_turns_out_of_fold_and_decides_at_its_threshold(encoder, log, tmp_path):

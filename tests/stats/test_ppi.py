@@ -267,7 +267,9 @@ def test_a_census_gives_the_exact_share_and_one_class_labels_exact_binomial_boun
     n = 60
     cid = [f"c{i // 3}" for i in range(n)]
     y = rng.random(n) < 0.7
-    t = pa.table({"conversation_id": cid, "score": rng.random(n), "label": ["adherent" if v else "violation" for v in y]})
+    t = pa.table(
+        {"conversation_id": cid, "score": rng.random(n), "label": ["adherent" if v else "violation" for v in y]}
+    )
     r = estimate_table(t, score="score", label="label", positive="adherent")
     assert r["census"] and r["estimate"] == r["ci_low"] == r["ci_high"] == pytest.approx(y.mean())
     labels = ["adherent" if i < 12 else None for i in range(n)]  # twelve labels, all adherent
