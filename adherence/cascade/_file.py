@@ -9,7 +9,7 @@ from typing import Any, Union
 
 from .._errors import OptionError
 
-__all__ = ["FORMAT", "load_cascade", "stage_configs"]
+__all__ = ["FORMAT", "cascade_digest", "load_cascade", "stage_configs"]
 
 FORMAT = "adherence-cascade/1"
 
@@ -50,7 +50,23 @@ def load_cascade(path: Union[str, os.PathLike]) -> dict:
         st = s.get("score_threshold", 0.5)
         if isinstance(st, bool) or not isinstance(st, (int, float)) or not 0 <= st <= 1:
             raise DataError(f"malformed cascade file (stage {i}: score_threshold {st!r})", file=str(path))
+    if doc.get("digest") != cascade_digest(doc):
+        # an in-range alpha, p-value or error count edited by hand would claim a guarantee nobody tested
+        raise DataError(
+            "this cascade file was edited after it was fitted (its content no longer matches the digest written with "
+            "it; a file of an older release has none): fit it again with `adherence cascade fit`",
+            file=str(path),
+        )
     return doc
+
+
+def cascade_digest(doc: dict) -> str:
+    """sha256 over everything a cascade file says (its guarantee, each stage's threshold, errors and p-value, the
+    outputs' digests), but the digest itself."""
+    import hashlib
+
+    body = json.dumps({k: v for k, v in doc.items() if k != "digest"}, sort_keys=True, default=repr)
+    return "sha256:" + hashlib.sha256(body.encode("utf-8")).hexdigest()
 
 
 #: Options recorded under an earlier name by the cascade files of earlier versions.

@@ -186,6 +186,9 @@ class CascadeCommand(Command):
         }
         if data["join"] is not None:
             doc["labels"] = data["join"].describe()
+        from ..cascade._file import cascade_digest
+
+        doc["digest"] = cascade_digest(doc)
         inputs = [*args.stages, args.labels]
         write_result(args.output, doc, inputs=inputs, what="the cascade file")
         if args.html:

@@ -122,6 +122,13 @@ class Classifier:
         """Refuse to score with another encoder than the one the model was trained over."""
         from ..data import DataError
 
+        dim = getattr(encoder, "dim", None)
+        if isinstance(dim, int) and dim != self.data["encoder"]["dim"]:
+            raise DataError(
+                f"this classifier is over {self.data['encoder']['dim']}-d embeddings; the encoder loaded now makes "
+                f"{dim}-d ones: fit it again with `adherence classifier fit`, or score with its encoder",
+                file=self.file,
+            )
         want, have = self.data["encoder"].get("digest"), encoder_digest(encoder)
         if want != have:
             raise DataError(

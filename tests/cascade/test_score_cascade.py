@@ -15,6 +15,15 @@ from adherence.data import example_path
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
 
+def _signed(doc: dict) -> dict:
+    """A cascade file edited here on purpose (thresholds that route turns, options left out) and signed again as
+    `cascade fit` signs it: an edit that is not signed is refused (tests/stats/test_cascade.py)."""
+    from adherence.cascade._file import cascade_digest
+
+    doc["digest"] = cascade_digest(doc)
+    return doc
+
+
 def _score(tmp_path, name, *extra):
     out = tmp_path / f"{name}.parquet"
     assert main(["score", str(example_path("role")), "-o", str(out), "--no-progress", *extra]) == 0
@@ -39,7 +48,7 @@ def stages(tmp_path_factory, tiny_llama_dir):
     for st, path in zip(doc["stages"], (kl, judge)):  # each stage accepts the upper half of its confidences
         s = pq.read_table(path).column("score").to_numpy()
         st["threshold"] = float(np.median(np.abs(s - st["score_threshold"])))
-    cascade.write_text(json.dumps(doc))
+    cascade.write_text(json.dumps(_signed(doc)))
     return {"kl": kl, "judge": judge, "cascade": cascade, "dir": tmp}
 
 
@@ -155,7 +164,7 @@ def test_what_a_cascade_cannot_run_is_refused_in_one_line(tmp_path, capsys, stag
     doc = json.loads(stages["cascade"].read_text())
     doc["stages"][1]["options"] = None
     bad = tmp_path / "bad.json"
-    bad.write_text(json.dumps(doc))
+    bad.write_text(json.dumps(_signed(doc)))
     assert main(["score", str(example_path("role")), "-o", out, "--cascade", str(bad)]) == 2
     err = capsys.readouterr().err
     assert "stage 2" in err and "no recorded scoring options" in err and len(err.strip().splitlines()) == 1
@@ -185,7 +194,7 @@ def test_a_stage_may_be_a_judge_endpoint(tmp_path, monkeypatch, tiny_yes_no_judg
         s = pq.read_table(kl).column("score").to_numpy()
         doc["stages"][0]["threshold"] = float(np.median(np.abs(s - 0.5)))
         doc["stages"][1]["threshold"] = 0.0
-        cascade.write_text(json.dumps(doc))
+        cascade.write_text(json.dumps(_signed(doc)))
         out = tmp_path / "c.parquet"
         assert (
             main(["score", str(example_path("role")), "-o", str(out), "--cascade", str(cascade), "--no-progress"]) == 0
@@ -229,7 +238,7 @@ def test_a_signal_during_a_later_pass_publishes_nothing_and_resume_goes_on(tmp_p
         s = pq.read_table(kl).column("score").to_numpy()
         doc["stages"][0]["threshold"] = float(np.median(np.abs(s - 0.5)))
         doc["stages"][1]["threshold"] = 0.0
-        cascade.write_text(json.dumps(doc))
+        cascade.write_text(json.dumps(_signed(doc)))
         ref = tmp_path / "ref.parquet"
         assert (
             main(["score", str(example_path("role")), "-o", str(ref), "--cascade", str(cascade), "--no-progress"]) == 0

@@ -258,3 +258,20 @@ def test_a_classifier_of_another_encoder_is_refused(encoder, log, tmp_path):
     clf = load_classifier(path)
     with pytest.raises(DataError, match="trained over encoder"):
         clf.check_encoder(encoder)
+
+
+def test_a_classifier_of_another_size_edited_consistently_is_refused_before_any_shard(encoder, log, tmp_path):
+    """The issue's repro: a 10-d model with its digest recomputed loaded, and every shard died on a numpy broadcast
+    error; it is refused when the job checks the classifier against the encoder."""
+    from adherence.role._classifier import model_digest
+
+    doc, path, _ = _doc(encoder, log, tmp_path)
+    small = lambda m: dict(m, mean=m["mean"][-15:], scale=m["scale"][-15:], coef=m["coef"][-15:])  # noqa: E731
+    doc["model"] = small(doc["model"])
+    doc["folds"] = [small(m) for m in doc["folds"]]
+    doc["encoder"]["dim"] = 10
+    doc["digest"] = model_digest(doc)
+    path.write_text(json.dumps(doc))
+    clf = load_classifier(path)
+    with pytest.raises(DataError, match="over 10-d embeddings; the encoder loaded now makes 384-d"):
+        clf.check_encoder(encoder)

@@ -176,6 +176,11 @@ def _fitted(tmp_path, n=400):
         (lambda d: d["stages"][0].__setitem__("threshold", float("nan")), "not a confidence in [0, 1]"),
         (lambda d: d.__setitem__("alpha", 2), "alpha must be in (0, 1)"),
         (lambda d: d["stages"].reverse(), "is numbered"),
+        # in range, consistent, and still refused: each would claim a guarantee nobody tested
+        (lambda d: d.__setitem__("alpha", 0.01), "edited after it was fitted"),
+        (lambda d: d["stages"][0].__setitem__("errors", 0), "edited after it was fitted"),
+        (lambda d: d["stages"][0].__setitem__("p_value", 1e-9), "edited after it was fitted"),
+        (lambda d: d.pop("digest"), "edited after it was fitted"),
     ],
 )
 def test_an_edited_cascade_file_is_refused(tmp_path, capsys, edit, what):
