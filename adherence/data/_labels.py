@@ -68,9 +68,13 @@ class Labels:
         (None when the file gives none), and the keys the labellers disagree on."""
         votes: dict = {}
         weights: dict = {}
-        for (cid, ti, _), e in self.latest().items():
+        # a row without a labeller is a plain table's, not an action in a labeller's log: every such row is a vote
+        # (two rows of one key that disagree are disputed, not settled by their order)
+        plain = [e for e in self.events if not e.get("labeller")]
+        for e in [e for k, e in self.latest().items() if k[2]] + plain:
             if e.get("label") in (None, SKIP):
                 continue
+            cid, ti = e["conversation_id"], e["turn_index"]
             votes.setdefault((cid, ti), set()).add(str(e["label"]))
             if e.get("weight") is not None:
                 weights[(cid, ti)] = float(e["weight"])
@@ -167,7 +171,14 @@ def read_labels(path: Union[str, os.PathLike], *, format: Optional[str] = None) 
     from ._io import read_table
 
     try:
-        table = read_table(p, format=format)
+        if (fmt or p.suffix.lower().lstrip(".")) == "csv":
+            import pyarrow.csv as pacsv
+
+            # ids and labels as written ("007" stays "007", as a CSV score input keeps it, or nothing would join)
+            text = {c: pa.string() for c in ("conversation_id", "label", "labeller", "labelled_at")}
+            table = pacsv.read_csv(p, convert_options=pacsv.ConvertOptions(column_types=text))
+        else:
+            table = read_table(p, format=format)
     except DataError:
         raise
     except (pa.ArrowException, OSError, ValueError) as exc:
@@ -205,7 +216,7 @@ class LabelJoin:
             out.append(f"warning: {len(self.unmatched)} label(s) match no turn and are left out: {first}")
         if self.disputed:
             first = ", ".join(f"{c}/{t}" for c, t in self.disputed[:5]) + (", ..." if len(self.disputed) > 5 else "")
-            out.append(f"warning: {len(self.disputed)} turn(s) have conflicting labels from different labellers and "
+            out.append(f"warning: {len(self.disputed)} turn(s) have conflicting labels (two labellers, or two rows of one key) and "
                        f"are left out: {first}")  # fmt: skip
         if self.replaced_column:
             out.append("note: the table's own `label` column is replaced by the labels file")

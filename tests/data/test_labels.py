@@ -92,3 +92,25 @@ def test_the_join_counts_and_names_labels_that_match_no_turn(tmp_path):
     assert join.replaced_column
     with pytest.raises(DataError, match="none of the 3 labels"):
         join_labels(pa.table({"conversation_id": ["q"], "turn_index": [0]}), read_labels(path), file="s.parquet")
+
+
+def test_conflicting_rows_of_one_key_are_disputed_and_csv_ids_keep_their_text(tmp_path):
+    """The issue's repros: two rows of one key with different labels in a file without labellers resolved to the
+    last row ("120 of 120 joined"); a CSV labels file's id "007" was read as 7 and nothing joined."""
+    import pyarrow as pa
+
+    from adherence.data._labels import join_labels, read_labels
+
+    path = tmp_path / "l.jsonl"
+    rows = [{"conversation_id": "a", "turn_index": 0, "label": "adherent"},
+            {"conversation_id": "a", "turn_index": 0, "label": "violation"},
+            {"conversation_id": "a", "turn_index": 1, "label": "adherent"},
+            {"conversation_id": "a", "turn_index": 1, "label": "adherent"}]  # fmt: skip
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    labels, _, disputed = read_labels(path).resolved()
+    assert disputed == [("a", 0)] and labels == {("a", 1): "adherent"}
+    csv = tmp_path / "l.csv"
+    csv.write_text("conversation_id,turn_index,label\n007,0,adherent\n007,1,violation\n")
+    table = pa.table({"conversation_id": ["007", "007"], "turn_index": [0, 1]})
+    joined, join = join_labels(table, read_labels(csv), file="scores")
+    assert join.n_matched == 2 and joined.column("label").to_pylist() == ["adherent", "violation"]
