@@ -150,8 +150,13 @@ class ClassifierCommand(Command):
                 column="role",
             )
         y = np.array([int(str(labels[i]) == str(positive)) for i in rows], dtype=np.int8)
-        enc = Encoder(args.encoder, progress=not args.no_progress)
         ra, rr, ru = [a[i] for i in rows], [r[i] for i in rows], [u[i] for i in rows]
+        from ..models._language import language_note
+
+        said = language_note(ra, what="labelled replies")
+        if said:
+            print(f"WARNING: {said}", file=sys.stderr)
+        enc = Encoder(args.encoder, progress=not args.no_progress)
         x = classifier_features(enc, rr, ru, ra)
         cids = [str(c) for c in table.column("conversation_id").to_pylist()]
         tidx = table.column("turn_index").to_pylist()

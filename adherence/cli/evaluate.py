@@ -53,6 +53,13 @@ class EvaluateCommand(Command):
             if cfg_method:
                 cal.check_method(cfg_method)
         args.prediction = prediction
+        if "assistant" in table.column_names:
+            from ..models._language import language_note
+
+            said = language_note(v for v, lab_ in zip(table.column("assistant").to_pylist(),
+                                                     table.column(label).to_pylist()) if lab_ is not None)  # fmt: skip
+            if said:
+                print(f"warning: {said}", file=sys.stderr)
         result, labels, scores = evaluate_table(
             table,
             score=score,

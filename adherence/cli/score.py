@@ -286,7 +286,7 @@ class ScoreCommand(Command):
 
         engine = Engine(config=config, options=_engine_options(args, role_text), job=_job(args))
         result = engine.run(args.input, args.output, sessions_output=args.sessions_output)
-        return _finish(result, _summary(result.summary), args.max_error_rate)
+        return _finish(result, _summary(result.summary), args.max_error_rate, config.method)
 
     # Options that never change a score, and the job's own: what a --cascade run may still set (the stages'
     # scoring options are the cascade file's).
@@ -356,11 +356,33 @@ def _engine_options(args: argparse.Namespace, role_text):
     return EngineOptions(role=role_text, progress=not args.no_progress, **values(EngineOptions, args))
 
 
-def _finish(result, summary_text: str, max_error_rate: float) -> int:
+#: The methods whose scores come from the bundled (English) encoder's embeddings.
+_ENCODER_METHODS = ("scope", "classifier", "cosine", "knn", "mahalanobis", "pca_mahalanobis")
+
+
+def _language_warning(output) -> None:
+    """A warning line when the replies of a finished output (its first 5,000) look written in another language than
+    the bundled encoder reads."""
+    try:
+        import pyarrow.parquet as pq
+
+        from ..models._language import language_note
+
+        t = pq.read_table(str(output), columns=["assistant"])
+        note = language_note(t.column("assistant").slice(0, 5000).to_pylist())
+    except Exception:  # an output not on local disk as Parquet: the check is a courtesy, never a failure
+        return
+    if note:
+        print(f"warning: {note}", file=sys.stderr)
+
+
+def _finish(result, summary_text: str, max_error_rate: float, method: str = "") -> int:
     """Print a finished job's summary and what it wrote; its exit code."""
     print(summary_text)
     done = "kept" if result.summary.get("already_published") else "wrote"
     print(f"{done} {result.output} and {result.sessions_output}", file=sys.stderr)
+    if method in _ENCODER_METHODS:
+        _language_warning(result.output)
     failure = job_failure(result.summary, max_error_rate)
     if failure:
         print(f"adherence score: failed: {failure}", file=sys.stderr)
