@@ -200,7 +200,7 @@ class LabelSession:
                     file=str(self.path),
                 )
             fixed = _drop_torn_tail(self.path)
-            rec = labels.sample
+            rec = _checked_sample(labels.sample, str(self.path))
             for name, given in (("size", sample), ("design", design), ("seed", seed)):
                 if given is not None and rec.get(name) != given:
                     raise OptionError(
@@ -352,6 +352,32 @@ class LabelSession:
             finally:
                 os.close(fd)
         return self.state()
+
+
+def _checked_sample(rec: Any, file: str) -> dict:
+    """A labels file's sample record as the session uses it, or a one-line ``DataError``: its ``turns`` a list of
+    ``[conversation_id, turn_index, weight]`` with an id, an index >= 0 and a design weight >= 1 (1 / an inclusion
+    probability), the labels the session writes with it being ones its own reader takes."""
+    if not isinstance(rec, dict):
+        raise DataError("the sample record (its first line) is not an object", file=file, row=1)
+    turns = rec.get("turns")
+    if not isinstance(turns, list) or not turns:
+        raise DataError("the sample record (its first line) has no turns: start a new labels file", file=file, row=1)
+    for j, t in enumerate(turns, start=1):
+        ok = isinstance(t, list) and len(t) == 3
+        if ok:
+            cid, ti, w = t
+            ok = (isinstance(cid, (str, int)) and not isinstance(cid, bool) and str(cid).strip() != ""
+                  and isinstance(ti, int) and not isinstance(ti, bool) and ti >= 0
+                  and isinstance(w, (int, float)) and not isinstance(w, bool) and np.isfinite(w) and w >= 1)  # fmt: skip
+        if not ok:
+            raise DataError(
+                f"the sample record's turn {j} is {t!r}, not [conversation_id, turn_index >= 0, weight >= 1]: the file "
+                "was edited; start a new labels file or restore it",
+                file=file,
+                row=1,
+            )
+    return rec
 
 
 def _drop_torn_tail(path: Path) -> Optional[str]:

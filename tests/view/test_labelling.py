@@ -369,3 +369,68 @@ def test_a_restart_never_deletes_a_whole_label_and_keeps_a_torn_line_aside(score
     size = head.stat().st_size
     s = LabelSession(str(head), keys, scores, labeller="bo", source=str(scored))
     assert head.stat().st_size == size + 1 and s.state()["size"] == 5
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        lambda r: r["turns"][0].__setitem__(2, 0.5),
+        lambda r: r["turns"][0].__setitem__(2, 0),
+        lambda r: r["turns"][0].__setitem__(2, -3),
+        lambda r: r["turns"][0].__setitem__(2, "abc"),
+        lambda r: r["turns"][0].__setitem__(2, None),
+        lambda r: r.pop("turns"),
+        lambda r: r["turns"].__setitem__(0, ["x"]),
+    ],
+)
+def test_an_edited_sample_record_is_one_line_before_the_page_starts(scored, tmp_path, capsys, edit):
+    """The issue's repros: weights of 0.5 / 0 / -3 started a session that wrote labels its own reader refused, and
+    "abc" / null weights, a missing `turns` or a turn ["x"] gave "internal error"."""
+    import pyarrow.parquet as pq
+
+    from adherence.cli.main import main
+
+    t = pq.read_table(scored)
+    keys = list(zip(t.column("conversation_id").to_pylist(), t.column("turn_index").to_pylist()))
+    path = tmp_path / "l.jsonl"
+    LabelSession(str(path), keys, t.column("score").to_numpy(), labeller="ann", source=str(scored), sample=5)
+    lines = path.read_text().splitlines()
+    head = json.loads(lines[0])
+    edit(head["sample"])
+    path.write_text(json.dumps(head) + "\n")
+    capsys.readouterr()
+    assert main(["view", str(scored), "--label", str(path), "--port", "0"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and str(path) in err[0] and "internal error" not in err[0], err
+    assert path.read_text() == json.dumps(head) + "\n"  # nothing written
+
+
+@pytest.mark.slow
+def test_a_key_pressed_while_a_label_is_saved_labels_no_turn_twice(scored, tmp_path, chromium):
+    """The issue's repro: a key pressed during the first (slow) save labelled the same turn twice and skipped the
+    next. The page takes one action at a time: the second press is dropped, every turn gets one label."""
+    from playwright.sync_api import sync_playwright
+
+    labels = tmp_path / "labels.jsonl"
+    port = _free_port()
+    proc, url = _start(scored, labels, port, "--sample", "5", "--seed", "3", "--labeller", "cy")
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=chromium, args=["--no-sandbox", "--disable-gpu"])
+            page = browser.new_page(bypass_csp=True)
+            # every request answered 0.8 s late, as the first save on a slow disk was
+            page.add_init_script("const f = window.fetch; window.fetch = (...a) => "
+                                 "new Promise(r => setTimeout(() => r(f(...a)), 800));")  # fmt: skip
+            page.goto(url + "label")
+            page.wait_for_function("document.querySelector('#where').textContent.startsWith('turn 1 of 5')")
+            page.keyboard.press("a")
+            page.keyboard.press("v")  # at once, while the first label is being saved
+            page.wait_for_function("document.querySelector('#where').textContent.startsWith('turn 2 of 5')")
+            page.wait_for_timeout(500)
+            assert page.inner_text("#where").startswith("turn 2 of 5")
+            browser.close()
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    events = read_labels(labels).events
+    assert [e["label"] for e in events] == ["adherent"]

@@ -102,8 +102,14 @@ async function undo() {
   await show(i);
 }
 
+// One action at a time: a key pressed while a label is being saved (or a turn loaded) is dropped, never applied to
+// the turn the page is about to leave -- one label per turn, none skipped.
+let busy = false;
+
 async function act(fn) {
-  try { await fn(); } catch (err) { text("status", `error: ${err.message}`); }
+  if (busy) return;
+  busy = true;
+  try { await fn(); } catch (err) { text("status", `error: ${err.message}`); } finally { busy = false; }
 }
 
 document.addEventListener("keydown", (ev) => {
