@@ -65,6 +65,7 @@ __all__ = [
     "RemoteLease",
     "Store",
     "WorkDir",
+    "bad_rows_header",
     "check_replaceable",
     "pid_alive",
     "published",
@@ -514,19 +515,36 @@ def quarantine_of(t: Target) -> Target:
     return t.with_name(t.name + ".bad-rows.jsonl")
 
 
+#: The first line of a bad-rows file: whose it is (the output it belongs to, and the run that wrote it).
+BAD_ROWS_HEADER = "adherence_bad_rows"
+
+
+def bad_rows_header(output: Target) -> str:
+    """The header line a job writes first in ``<output>.bad-rows.jsonl``: it owns the file by its content."""
+    import datetime as _dt
+
+    run = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    return json.dumps({BAD_ROWS_HEADER: {"output": str(output), "run": run}}) + "\n"
+
+
 def check_quarantine(output: Target) -> None:
-    """Refuse a job whose ``<output>.bad-rows.jsonl`` exists unless the output's own (adherence) metadata
-    names it: it is then the earlier run's, replaced with the output; anything else is not ours to overwrite."""
+    """Refuse a job whose ``<output>.bad-rows.jsonl`` exists unless its first line is the header a job writes for
+    this output: it is then an earlier run's, replaced with the output. Anything else -- a user's notes put there
+    after the file was deleted, a file of another output -- is not ours to overwrite (ownership by content, not by a
+    path an earlier run's metadata recorded)."""
     q = quarantine_of(output)
     store = store_of(q)
     if store.kind(q) == "missing":
         return
-    meta = store.read_json(metadata_path(output))
-    named = ((meta or {}).get("summary") or {}).get("bad_rows") or {}
-    if not (_written_by_adherence(meta) and named.get("file") == str(q)):
+    try:
+        first = (q.read_bytes() if isinstance(q, Remote) else Path(q).read_bytes()).split(b"\n", 1)[0]
+        head = json.loads(first.decode("utf-8")).get(BAD_ROWS_HEADER)
+    except (OSError, ValueError, AttributeError):
+        head = None
+    if not (isinstance(head, dict) and head.get("output") == str(output)):
         raise DataError(
-            "exists and is not the bad-rows file of this output's earlier run; refusing to overwrite it: move it "
-            "away or write the output elsewhere",
+            "exists and is not the bad-rows file of this output's earlier run (its first line is not the header a "
+            "job writes); refusing to overwrite it: move it away or write the output elsewhere",
             file=str(q),
         )
 

@@ -25,7 +25,7 @@ from ..role import RoleConfig, get_method
 from ..role._base import missing_references
 from ..role._judge import tensor_parallel_config
 from ._area import Job, JobArea, JobResult
-from ._commit import quarantine_of
+from ._commit import bad_rows_header, quarantine_of
 from ._merge import JobSummary, merge_shards, summarise
 from ._options import EngineOptions
 from ._plan import job_fingerprint, plan_job
@@ -245,7 +245,8 @@ class Engine(Job):
                 # every row left out, with its file, line and reason (with --bad-rows skip, written even when there
                 # is none; by default, for transcripts, whenever one was left out)
                 q = quarantine_of(out_final)
-                publisher.add_text(q, Path(plan.quarantine).read_text(encoding="utf-8") if plan.quarantine else "")
+                rows = Path(plan.quarantine).read_text(encoding="utf-8") if plan.quarantine else ""
+                publisher.add_text(q, bad_rows_header(out_final) + rows)  # the header owns the file by content
                 summary["bad_rows"] = {"count": plan.quarantined, "file": str(q)}
             # The plan hashed the input already (resume by content): record that digest, do not hash it again.
             models: dict = next((r.models for r in results.values() if r.models), {})

@@ -63,7 +63,8 @@ def test_skip_writes_every_bad_line_to_the_quarantine_and_every_good_row_to_the_
     captured = capsys.readouterr()
     quarantine = tmp_path / "o.parquet.bad-rows.jsonl"
     assert f"3 bad row(s) left out, each with its file, line and reason in {quarantine}" in captured.out
-    records = [json.loads(x) for x in quarantine.read_text(encoding="utf-8").splitlines()]
+    records = _records(quarantine)
+    assert json.loads(quarantine.read_text().splitlines()[0])["adherence_bad_rows"]["output"] == str(out)
     assert sorted(r["line"] for r in records) == sorted(bad)
     lines = src.read_text(encoding="utf-8").splitlines()
     for r in records:
@@ -99,7 +100,7 @@ def test_skip_and_fail_in_csv_name_the_line(tmp_path, capsys):
     assert _score(src, tmp_path / "o.parquet") == 2
     assert f"dirty.csv: line 6: expected {len(keys)} fields, got 3" in capsys.readouterr().err
     assert _score(src, tmp_path / "o.parquet", "--bad-rows", "skip") == 0
-    q = [json.loads(x) for x in (tmp_path / "o.parquet.bad-rows.jsonl").read_text().splitlines()]
+    q = _records(tmp_path / "o.parquet.bad-rows.jsonl")
     assert [(r["line"], r["error"]) for r in q] == [(6, f"expected {len(keys)} fields, got 3")]
     assert q[0]["text"].startswith(f"{rows[4]['conversation_id']},")
     assert pq.read_table(tmp_path / "o.parquet").num_rows == len(rows) - 1
@@ -140,7 +141,7 @@ def test_by_default_no_malformed_transcript_vanishes_without_a_record(tmp_path, 
     with pytest.warns(UserWarning, match="skipped 2 malformed"):
         assert _score(src, out) == 0
     q = tmp_path / "o.parquet.bad-rows.jsonl"
-    kept = [json.loads(line) for line in q.read_text().splitlines()]
+    kept = _records(q)
     assert [k["line"] for k in kept] == [2, 3] and all(k["error"] for k in kept)
     assert f"2 bad row(s) left out, each with its file, line and reason in {q}" in capsys.readouterr().out
     assert pq.read_table(out).num_rows == 2
@@ -152,4 +153,17 @@ def test_by_default_no_malformed_transcript_vanishes_without_a_record(tmp_path, 
     src.write_text(json.dumps(good) + "\n")
     for _ in range(2):
         assert _score(src, out) == 0
-        assert q.read_text() == ""
+        assert _records(q) == [] and len(q.read_text().splitlines()) == 1  # the header alone
+
+    # the user deletes it and keeps notes of their own there: the next run refuses rather than replace them
+    q.unlink()
+    q.write_text("my notes\n")
+    assert _score(src, out) == 2
+    assert q.read_text() == "my notes\n" and "refusing to overwrite" in capsys.readouterr().err
+
+
+def _records(path):
+    """The rows a bad-rows file records (after its header line, which names the output it belongs to)."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    assert lines and "adherence_bad_rows" in json.loads(lines[0])
+    return [json.loads(x) for x in lines[1:]]
