@@ -15,6 +15,7 @@ from ._labelled import (
     format_calibration,
     labelled_columns,
     read_labelled,
+    refuse_unequal_design,
 )
 from .main import Command
 
@@ -55,6 +56,7 @@ class CalibrateCommand(Command):
         lab = LabelledOptions(**values(LabelledOptions, args))
         fit = CalibrationOptions(**values(CalibrationOptions, args))
         table, meta, join = read_labelled(args.input, format=lab.format, labels=lab.labels)
+        refuse_unequal_design(table, str(args.input), "calibrating")
         score, label, positive, _, note = labelled_columns(
             table, meta, lab, "none", file=str(args.input), doing="calibrating"
         )

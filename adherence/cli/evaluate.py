@@ -8,7 +8,14 @@ import sys
 from .._errors import OptionError
 from .._options import add_arguments, file_path, values
 from ._common import add_result_outputs, json_text, write_result
-from ._labelled import LabelledOptions, format_calibration, format_evaluation, labelled_columns, read_labelled
+from ._labelled import (
+    LabelledOptions,
+    format_calibration,
+    format_evaluation,
+    labelled_columns,
+    read_labelled,
+    refuse_unequal_design,
+)
 from .main import Command
 
 
@@ -38,6 +45,7 @@ class EvaluateCommand(Command):
 
         lab = LabelledOptions(**values(LabelledOptions, args))
         table, meta, join = read_labelled(args.input, format=lab.format, labels=lab.labels)
+        refuse_unequal_design(table, str(args.input), "evaluating")
         cal = None
         if args.calibration:
             from ..role._calibration import load_calibration

@@ -434,3 +434,28 @@ def test_a_key_pressed_while_a_label_is_saved_labels_no_turn_twice(scored, tmp_p
         proc.wait()
     events = read_labels(labels).events
     assert [e["label"] for e in events] == ["adherent"]
+
+
+def test_evaluate_and_calibrate_refuse_labels_drawn_with_unequal_probabilities(scored, tmp_path, capsys):
+    """The issue's repro: `evaluate` on a by-score sample printed AUC 0.928 [0.878, 0.973] against 0.845 on all
+    turns, with no word of the design. It is refused with the reason (and `estimate`, which weights, goes on)."""
+    import pyarrow.parquet as pq
+
+    from adherence.cli.main import main
+
+    t = pq.read_table(scored)
+    keys = list(zip(t.column("conversation_id").to_pylist(), t.column("turn_index").to_pylist()))
+    truth = {(r["conversation_id"], r["turn_index"]): r["label"]
+             for r in map(json.loads, (LOG.parent / "support_log.truth.jsonl").read_text().splitlines())}  # fmt: skip
+    path = tmp_path / "by-score.jsonl"
+    s = LabelSession(str(path), keys, t.column("score").to_numpy(), labeller="ann", source=str(scored), sample=60,
+                     design="by-score", seed=1)  # fmt: skip
+    for i, k in enumerate(s.turns):
+        s.write(i, truth[k])
+    for argv in (["evaluate", str(scored), "--labels", str(path)],
+                 ["calibrate", str(scored), "--labels", str(path), "-o", str(tmp_path / "c.json")]):  # fmt: skip
+        capsys.readouterr()
+        assert main(argv) == 2
+        assert "drawn with unequal probabilities" in capsys.readouterr().err
+    assert not (tmp_path / "c.json").exists()
+    assert main(["estimate", str(scored), "--labels", str(path)]) == 0
