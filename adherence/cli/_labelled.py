@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Optional
 
@@ -15,6 +16,7 @@ __all__ = [
     "format_calibration",
     "format_evaluation",
     "labelled_columns",
+    "map_labels",
     "read_labelled",
     "read_metadata",
     "resolve_columns",
@@ -51,6 +53,13 @@ class LabelledOptions:
         aliases=("--bootstrap",),
         metavar="N",
         help="bootstrap resamples for the intervals (0: none; default 1000)",
+    )
+    label_map: Optional[str] = option(
+        None,
+        metavar="FROM=TO,...",
+        help="read label values as others (e.g. maybe=violation,good=adherent): a label that is neither the adherent "
+        "class nor a violation word (violation, *_violation, *_failure, no, false, 0, fail, ...) is refused unless "
+        "mapped",
     )
     seed: int = option(42, help="seed of the bootstrap (and of calibrate's folds; default 42)")
     level: float = option(0.95, help="confidence level (default 0.95)")
@@ -295,12 +304,43 @@ def resolve_columns(
 
 
 _NEGATIONS = ("non", "not", "un", "in", "dis", "no", "mis")
+# label values that read as a violation: anything else beside the adherent class is refused unless --label-map says
+_NEGATIVE_WORDS = {"violation", "violations", "violating", "no", "false", "0", "fail", "failed", "failure", "negative",
+                   "bad", "wrong", "off_role", "off-role", "out_of_role", "out-of-role", "off_topic", "off-topic",
+                   "incorrect", "reject", "rejected", "unsafe"}  # fmt: skip
+_NEGATIVE_END = re.compile(r"(violation|violations|failure|failed|fail)$")
+
+
+def parse_label_map(text: Optional[str]) -> dict:
+    """``--label-map a=b,c=d`` as ``{"a": "b", "c": "d"}``; a one-line ``OptionError`` when malformed."""
+    if not text:
+        return {}
+    out = {}
+    for part in text.split(","):
+        if "=" not in part or not part.split("=", 1)[0].strip() or not part.split("=", 1)[1].strip():
+            raise OptionError(f"--label-map takes FROM=TO pairs separated by commas, got {part!r}")
+        a, b = part.split("=", 1)
+        out[a.strip()] = b.strip()
+    return out
+
+
+def map_labels(table, label: Optional[str], label_map: Optional[str]):
+    """``table`` with its label column's values renamed by ``--label-map`` (unchanged without one)."""
+    import pyarrow as pa
+
+    mapping = parse_label_map(label_map)
+    col = label or "label"
+    if not mapping or col not in table.column_names:
+        return table
+    values = [None if v is None else mapping.get(str(v), str(v)) for v in table.column(col).to_pylist()]
+    return table.set_column(table.column_names.index(col), col, pa.array(values, pa.string()))
 
 
 def _check_label_values(table, label: str, positive, file: str) -> None:
     """Every label other than the adherent class counts as a violation: a value that is the adherent class misspelt
-    or in another case (``adherant``, ``Adherent``) would be counted as one in silence, and a ``--positive`` that no
-    label carries makes every label a violation. Both are a one-line ``DataError`` naming the value and its rows."""
+    or in another case (``adherant``, ``Adherent``) would be counted as one in silence, a value that is no violation
+    word either (``maybe``) would too, and a ``--positive`` that no label carries makes every label a violation. Each
+    is a one-line ``DataError`` naming the value and its rows (``--label-map`` says what a value of one's own is)."""
     import difflib
 
     from ..data import DataError
@@ -314,15 +354,29 @@ def _check_label_values(table, label: str, positive, file: str) -> None:
         raise DataError(
             f"--positive {pos!r} is no label here; the labels are: {', '.join(present[:20])}", file=file, column=label
         )
+    want = pos.strip().lower()
+    flipped = want in _NEGATIVE_WORDS or bool(_NEGATIVE_END.search(want))  # --positive a violation class, on purpose
     for v in present:
-        low, want = v.strip().lower(), pos.strip().lower()
-        if v == pos or low.startswith(_NEGATIONS) and not want.startswith(_NEGATIONS):
+        low = v.strip().lower()
+        if v == pos:
             continue
-        if low == want or (abs(len(low) - len(want)) <= 2 and difflib.SequenceMatcher(None, low, want).ratio() >= 0.8):
-            rows = [i + 1 for i, x in enumerate(values) if x == v]
+        rows = [i + 1 for i, x in enumerate(values) if x == v]
+        negated = low.startswith(_NEGATIONS) and want in low  # non_adherent, not-adherent, nonadherent
+        if not negated and (
+            low == want or (abs(len(low) - len(want)) <= 2 and difflib.SequenceMatcher(None, low, want).ratio() >= 0.8)
+        ):
             raise DataError(
                 f"label {v!r} on {len(rows)} row(s) (first: {rows[0]}) looks like the adherent class {pos!r} misspelt "
                 "or in another case, and would count as a violation: correct it in the labels",
+                file=file,
+                row=rows[0],
+                column=label,
+            )
+        if not (flipped or negated or low in _NEGATIVE_WORDS or _NEGATIVE_END.search(low)):
+            raise DataError(
+                f"label {v!r} on {len(rows)} row(s) (first: {rows[0]}) is neither the adherent class {pos!r} nor a "
+                f"violation word (violation, *_violation, *_failure, no, false, 0, fail, ...): say what it is with "
+                f"--label-map '{v}=violation' (or '{v}={pos}')",
                 file=file,
                 row=rows[0],
                 column=label,

@@ -14,6 +14,7 @@ from ._labelled import (
     baseline_lines,
     format_calibration,
     labelled_columns,
+    map_labels,
     read_labelled,
     refuse_unequal_design,
 )
@@ -56,6 +57,7 @@ class CalibrateCommand(Command):
         lab = LabelledOptions(**values(LabelledOptions, args))
         fit = CalibrationOptions(**values(CalibrationOptions, args))
         table, meta, join = read_labelled(args.input, format=lab.format, labels=lab.labels)
+        table = map_labels(table, lab.label, lab.label_map)
         refuse_unequal_design(table, str(args.input), "calibrating")
         score, label, positive, _, note = labelled_columns(
             table, meta, lab, "none", file=str(args.input), doing="calibrating"

@@ -20,7 +20,11 @@ from .main import Command
 
 
 def _stage_arrays(
-    paths: list, label: Optional[str], positive: Optional[str], labels_file: Optional[str] = None
+    paths: list,
+    label: Optional[str],
+    positive: Optional[str],
+    labels_file: Optional[str] = None,
+    label_map: Optional[str] = None,
 ) -> dict:
     """The stages' scores, keyed by (conversation_id, turn_index), each stage opened through the one reader of score
     outputs (an `adherence score` output, published, one row per turn); the labels from ``labels_file`` when given,
@@ -29,7 +33,7 @@ def _stage_arrays(
 
     from ..data import DataError, file_digest
     from ..engine._files import open_scores
-    from ._labelled import resolve_columns
+    from ._labelled import map_labels, resolve_columns
 
     stages: list[dict] = []
     labels: Optional[dict] = None
@@ -72,6 +76,7 @@ def _stage_arrays(
             }
         )
         if labels is None and (label or "label") in t.column_names and (i == 0 or labels_file is None):
+            t = map_labels(t, label, label_map)
             _, label_col, positive_value, _ = resolve_columns(t, meta, None, label, positive, "none", file=str(path))
             labels = dict(zip(k, t.column(label_col).to_pylist()))
             label = label_col
@@ -104,7 +109,7 @@ class CascadeCommand(Command):
         f = sub.add_parser("fit", help="learn each stage's acceptance threshold on labelled turns, with a guarantee")
         f.add_argument("stages", nargs="+", type=file_path, metavar="STAGE", help="scored turns, cheapest stage first")
         # the label options are declared once, as evaluate, calibrate and estimate read them (joined onto stage 1)
-        add_arguments(f, LabelledOptions, ["label", "labels", "positive"])
+        add_arguments(f, LabelledOptions, ["label", "labels", "positive", "label_map"])
         f.add_argument("--alpha", type=float, default=0.1, help="error rate allowed on accepted verdicts (default 0.1)")
         f.add_argument("--delta", type=float, default=0.1, help="chance allowed that the guarantee fails (default 0.1)")
         f.add_argument(
@@ -138,7 +143,7 @@ class CascadeCommand(Command):
 
         if len(args.stages) < 1:
             raise OptionError("give at least one stage")
-        data = _stage_arrays(args.stages, args.label, args.positive, args.labels)
+        data = _stage_arrays(args.stages, args.label, args.positive, args.labels, args.label_map)
         if data["labels"] is None:
             raise DataError("no stage has a label column; give --label or --labels", file=str(args.stages[0]))
         keys = [

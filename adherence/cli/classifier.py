@@ -82,7 +82,9 @@ class ClassifierCommand(Command):
         sub = p.add_subparsers(dest="step", metavar="STEP", required=True)
         f = sub.add_parser("fit", help="train on labelled turns; prints its out-of-fold AUC beside the baselines")
         f.add_argument("input", type=file_path, help="the turns: a log, traces, or a score output of them")
-        add_arguments(f, LabelledOptions, ["labels", "positive"])  # declared once, as evaluate, calibrate, estimate
+        add_arguments(
+            f, LabelledOptions, ["labels", "positive", "label_map"]
+        )  # declared once, as evaluate, calibrate, estimate
         f.add_argument("-o", "--output", type=file_path, required=True, metavar="CLF.json", help="the classifier file")
         f.add_argument("--role", dest="role_text", metavar="TEXT", help="the role of every turn (logs without one)")
         f.add_argument("--encoder", type=model_name, help="encoder (default: the bundled all-MiniLM-L6-v2)")
@@ -108,7 +110,7 @@ class ClassifierCommand(Command):
         from ..role._classifier import classifier_document, classifier_features, fit_classifier, training_record
         from ..stats._baselines import baseline_report, text_baselines
         from ._common import write_result
-        from ._labelled import read_metadata, resolve_columns
+        from ._labelled import map_labels, read_metadata, resolve_columns
 
         if not (args.l2 > 0 and math.isfinite(args.l2)):
             raise OptionError(f"--l2 must be a finite number > 0, got {args.l2}")
@@ -133,6 +135,7 @@ class ClassifierCommand(Command):
             table, join = join_labels(table, read_labels(args.labels), file=src)
             for line in join.lines():
                 print(line, file=sys.stderr)
+        table = map_labels(table, None, args.label_map)
         _, label, positive, _ = resolve_columns(table, None, "assistant", None, args.positive, "none", file=src)
         labels = table.column(label).to_pylist()
         rows = [i for i, v in enumerate(labels) if v is not None]

@@ -8,7 +8,7 @@ import sys
 
 from .._options import add_arguments, values
 from ._common import add_result_outputs, json_text, write_result
-from ._labelled import LabelledOptions, read_labelled, resolve_columns
+from ._labelled import LabelledOptions, map_labels, read_labelled, resolve_columns
 from .main import Command
 
 
@@ -81,7 +81,7 @@ class EstimateCommand(Command):
     )
 
     def add_args(self, p: argparse.ArgumentParser) -> None:
-        add_arguments(p, LabelledOptions, ["score", "label", "positive", "format", "labels"])
+        add_arguments(p, LabelledOptions, ["score", "label", "positive", "format", "labels", "label_map"])
         p.add_argument(
             "--confidence",
             type=float,
@@ -97,8 +97,9 @@ class EstimateCommand(Command):
 
         if not 0 < args.confidence < 1:
             raise OptionError(f"--confidence must be in (0, 1), got {args.confidence}")
-        lab = values(LabelledOptions, args, ["score", "label", "positive", "format", "labels"])
+        lab = values(LabelledOptions, args, ["score", "label", "positive", "format", "labels", "label_map"])
         table, meta, join = read_labelled(args.input, format=lab["format"], labels=lab["labels"])
+        table = map_labels(table, lab["label"], lab["label_map"])
         score, label, positive, _ = resolve_columns(
             table, meta, lab["score"], lab["label"], lab["positive"], "none", file=str(args.input)
         )

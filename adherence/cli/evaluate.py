@@ -13,6 +13,7 @@ from ._labelled import (
     format_calibration,
     format_evaluation,
     labelled_columns,
+    map_labels,
     read_labelled,
     refuse_unequal_design,
 )
@@ -45,6 +46,7 @@ class EvaluateCommand(Command):
 
         lab = LabelledOptions(**values(LabelledOptions, args))
         table, meta, join = read_labelled(args.input, format=lab.format, labels=lab.labels)
+        table = map_labels(table, lab.label, lab.label_map)
         refuse_unequal_design(table, str(args.input), "evaluating")
         cal = None
         if args.calibration:

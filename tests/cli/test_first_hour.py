@@ -274,6 +274,17 @@ def test_evaluate_refuses_what_it_cannot_tell(tmp_path, capsys):
         assert main(argv) == 2
         err = capsys.readouterr().err
         assert "looks like the adherent class 'adherent' misspelt" in err and "row 4" in err, err
+    # a value that is neither the adherent class nor a violation word is refused, unless --label-map says what it is
+    own = tmp_path / "own.csv"
+    own.write_text("score,label\n0.1,violation\n0.9,adherent\n0.8,maybe\n0.2,tone_violation\n0.7,adherent\n")
+    assert main(["estimate", str(own)]) == 2
+    err = capsys.readouterr().err
+    assert "label 'maybe' on 1 row(s) (first: 3) is neither the adherent class" in err and "--label-map" in err
+    assert main(["evaluate", str(own), "--label-map", "maybe=violation", "--json", "--bootstrap", "0"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert (r["n_positive"], r["n_negative"]) == (2, 3)
+    assert main(["evaluate", str(own), "--label-map", "maybe"]) == 2
+    assert "FROM=TO" in capsys.readouterr().err
     two = tmp_path / "two.csv"
     two.write_text("score,label\n0.1,scope\n0.9,tone\n")
     assert main(["evaluate", str(two)]) == 2
