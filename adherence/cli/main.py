@@ -310,6 +310,43 @@ def _names_an_argument(filename, args) -> bool:
         return False
 
 
+#: What each command's ``-o`` writes (the writer's ``what``, whose kind the ownership check reads); ``--html`` and
+#: ``--export-html`` are pages everywhere. Commands not named check their own outputs (score: the engine, before any
+#: work; the labelling session: its file).
+_OUTPUT_WHAT = {
+    "evaluate": "the JSON output",
+    "estimate": "the JSON output",
+    "compare": "the JSON output",
+    "calibrate": "the calibration file",
+    "cascade fit": "the cascade file",
+    "cascade apply": "the decided turns",
+    "classifier fit": "the classifier file",
+    "export": "the export",
+}
+_INPUT_DESTS = ("input", "old", "new", "stages", "outputs", "labels", "cascade", "calibration")
+
+
+def _preflight(args, command: str) -> None:
+    """Every file a command will write, checked before any work as its writer will check it (never an input, never
+    a file of another kind or made by another command, never labels): a refusal comes first, not after the work."""
+    if command not in _OUTPUT_WHAT and command != "view":
+        return
+    from ..engine._files import check_writable
+
+    inputs: list = []
+    for dest in _INPUT_DESTS:
+        v = getattr(args, dest, None)
+        if isinstance(v, (list, tuple)):
+            inputs.extend(x for x in v if isinstance(x, str))
+        elif isinstance(v, str):
+            inputs.append(v)
+    targets = [(getattr(args, "output", None), _OUTPUT_WHAT.get(command))]
+    targets += [(getattr(args, d, None), "the HTML page") for d in ("html", "export_html")]
+    for path, what in targets:
+        if isinstance(path, str) and what:
+            check_writable(path, what=what, inputs=inputs)
+
+
 def _run(args) -> int:
     quiet = bool(getattr(args, "quiet", False))
     try:
@@ -321,8 +358,11 @@ def _run(args) -> int:
                 from ..data._metadata import set_command_name
 
                 steps = ("step", "cascade", "audit", "models", "bench")
-                set_command_name(" ".join([args.command, *(str(getattr(args, k)) for k in steps if getattr(args, k, None)
-                                                          and isinstance(getattr(args, k), str))]))  # fmt: skip
+                # a step is a word (`cascade apply` names its file --cascade, the same dest as its step)
+                words = [getattr(args, k, None) for k in steps]
+                name = " ".join([args.command, *(w for w in words if isinstance(w, str) and w.isalpha())])
+                set_command_name(name)
+                _preflight(args, name)
                 return int(args._command.run(args) or 0)
         finally:
             sys.stderr = real_stderr

@@ -212,3 +212,27 @@ def test_a_command_replaces_only_a_file_of_its_own_kind_and_never_labels(tmp_pat
         assert main(["evaluate", str(out), "--labels", str(labels), "--html", str(made["page"]), "--bootstrap",
                      "0"]) == 0  # fmt: skip
     assert main(["score", str(example_path("role")), "-o", str(made["scores"]), "--method", "kl", "--no-progress"]) == 0
+
+
+@pytest.mark.slow
+def test_every_refusal_to_write_comes_before_any_work(tmp_path, capsys, scored):
+    """A command whose -o / --html it may not write is refused before it reads anything: given a corrupt input as
+    well, it names the output it will not write, not the input it could not read (it used to compute first)."""
+    out, labels = scored
+    bad = tmp_path / "bad.parquet"
+    bad.write_bytes(out.read_bytes()[:100])
+    shutil.copy(str(out) + ".meta.json", str(bad) + ".meta.json")
+    for argv in (
+        ["evaluate", str(bad), "--labels", str(labels), "--html", str(out)],
+        ["estimate", str(bad), "--labels", str(labels), "-o", str(labels)],
+        ["calibrate", str(bad), "--labels", str(labels), "-o", str(out)],
+        ["compare", str(out), str(bad), "--html", str(labels)],
+        ["cascade", "fit", str(bad), "--labels", str(labels), "-o", str(out)],
+        ["export", str(bad), "--format", "otel", "-o", str(labels)],
+        ["view", str(bad), "--export-html", str(out)],
+    ):
+        capsys.readouterr()
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        refused = ("would replace", "would overwrite the input", "refusing to overwrite")
+        assert any(r in err for r in refused) and "cannot read" not in err, (argv, err)

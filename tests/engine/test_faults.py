@@ -771,7 +771,8 @@ def test_evaluate_prediction_on_a_score_output_with_error_rows(tmp_path, capsys)
 
 def test_dollar_signs_in_labels_and_file_names_are_drawn_literally(tmp_path, capsys):
     pytest.importorskip("matplotlib")
-    labels = ["costs $x^$ or $\\undefinedmacro$", "adherent", "half $ sign"]
+    # violation classes of one's own (a name ending in "violation"), dollar signs and all
+    labels = ["costs $x^$ or $\\undefinedmacro$ violation", "adherent", "half $ sign violation"]
     rows = [{"score": i / 30, "label": labels[i % 3]} for i in range(30)]
     src = write_table(pa.Table.from_pylist(rows), tmp_path / "price_$x^2$.jsonl")
     page = tmp_path / "e.html"
@@ -783,7 +784,7 @@ def test_dollar_signs_in_labels_and_file_names_are_drawn_literally(tmp_path, cap
 
 def test_evaluate_page_escapes_every_value(tmp_path):
     pytest.importorskip("matplotlib")
-    evil = ["<script>alert(1)</script>", "--><img src=x onerror=alert(2)><!--", "<b>x</b>"]
+    evil = ["<script>alert(1)</script> violation", "--><img src=x onerror=alert(2)><!-- violation", "<b>x</b>"]
     rows = [{"score": i / 30, "label": evil[i % 3]} for i in range(30)]
     src = write_table(pa.Table.from_pylist(rows), tmp_path / "e.jsonl")
     page = tmp_path / "e.html"
