@@ -176,6 +176,11 @@ def test_a_command_replaces_only_a_file_of_its_own_kind_and_never_labels(tmp_pat
     assert main(["calibrate", str(out), "--labels", str(labels), "-o", str(made["calibration"]),
                  "--bootstrap", "0"]) == 0  # fmt: skip
     assert main(["cascade", "fit", str(out), "--labels", str(labels), "-o", str(made["cascade"])]) == 0
+    made["classifier"] = d / "clf.json"
+    assert main(["classifier", "fit", str(LOG), "--labels", str(labels), "-o", str(made["classifier"]),
+                 "--no-progress"]) == 0  # fmt: skip
+    made["decided"] = d / "decided.parquet"
+    assert main(["cascade", "apply", str(out), "--cascade", str(made["cascade"]), "-o", str(made["decided"])]) == 0
     t = pq.read_table(out)
     keys = list(zip(t.column("conversation_id").to_pylist(), t.column("turn_index").to_pylist()))
     LabelSession(str(made["labels"]), keys, t.column("score").to_numpy(), labeller="ann", source=str(out), sample=5)
@@ -188,6 +193,10 @@ def test_a_command_replaces_only_a_file_of_its_own_kind_and_never_labels(tmp_pat
         "calibration": [["calibrate", str(out), "--labels", str(labels), "--bootstrap", "0", "-o"]],
         "cascade": [["cascade", "fit", str(out), "--labels", str(labels), "-o"]],
         "scores": [["score", str(example_path("role")), "--method", "kl", "--no-progress", "-o"]],
+        "classifier": [["classifier", "fit", str(LOG), "--labels", str(labels), "--no-progress", "-o"]],
+        "decided": [["cascade", "apply", str(out), "--cascade", str(made["cascade"]), "-o"]],
+        "export": [["export", str(out), "--format", "otel", "-o"]],
+        "compare page": [["compare", str(out), str(made["scores"]), "--html"]],
     }  # fmt: skip
     before = {k: p.read_bytes() for k, p in made.items()}
     for kind, argvs in writers.items():
@@ -195,7 +204,7 @@ def test_a_command_replaces_only_a_file_of_its_own_kind_and_never_labels(tmp_pat
             for target_kind, target in made.items():
                 if (
                     target_kind == kind
-                    and argv[0] in ("evaluate", "calibrate", "cascade", "score")
+                    and argv[0] in ("evaluate", "calibrate", "cascade", "score", "classifier")
                     and not (argv[0] == "evaluate" and kind == "page" and "--html" not in argv)
                 ):
                     continue  # its own kind, made by the same command: replaceable
@@ -203,7 +212,8 @@ def test_a_command_replaces_only_a_file_of_its_own_kind_and_never_labels(tmp_pat
                 code = main([*argv, str(target)])
                 err = capsys.readouterr().err
                 assert code == 2, (argv, target_kind, err)
-                assert "would replace" in err or "cannot write scores as" in err, (argv, target_kind, err)
+                said = ("would replace", "cannot write", "would overwrite the input", "use one of")
+                assert any(x in err for x in said), (argv, target_kind, err)
                 if target_kind == "labels":
                     assert "never replaces labels" in err
                 assert target.read_bytes() == before[target_kind], (argv, target_kind)
