@@ -71,7 +71,7 @@ def _summary(values: list) -> dict:
 
 
 def _one_log(table: pa.Table, y: np.ndarray, kinds: list, encoder, *, sizes, draws: int, how: str) -> dict:
-    from ..role._classifier import _probability, classifier_features, decision_rates, fit_classifier
+    from ..role._classifier import classifier_features, decision_rates, fit_classifier, model_probability
     from ..role._scope import scope_parts, scope_score
     from ..stats import ppi_mean
     from ..stats._baselines import text_baselines
@@ -116,7 +116,7 @@ def _one_log(table: pa.Table, y: np.ndarray, kinds: list, encoder, *, sizes, dra
             t1 = time.perf_counter()
             fit = fit_classifier(x[idx], y[idx], groups=conv[idx], folds=5, seed=d)
             rec["fit_s"].append(time.perf_counter() - t1)
-            p = _probability(fit, x[rest])
+            p = model_probability(fit, x[rest])
             rates = decision_rates(y[rest], p, fit["decision"]["threshold"])
             rec["auc"].append(_auc(y[rest], p))
             rec["oof_auc"].append(fit["cv"]["auc"])
@@ -132,10 +132,10 @@ def _one_log(table: pa.Table, y: np.ndarray, kinds: list, encoder, *, sizes, dra
                 if at.any():
                     caught_kind.setdefault(k, []).append(float(flagged[at].mean()))
             oof = np.asarray(fit["cv"]["oof"])
-            avg = np.mean([_probability(m, x[rest]) for m in fit["folds"]], axis=0)
+            avg = np.mean([model_probability(m, x[rest]) for m in fit["folds"]], axis=0)
             kw = {"confidence": 0.9, "clusters_labelled": conv[idx], "clusters_unlabelled": conv[rest]}
             cf = ppi_mean(y[idx], oof, avg, **kw)
-            ins = ppi_mean(y[idx], _probability(fit, x[idx]), p, **kw)
+            ins = ppi_mean(y[idx], model_probability(fit, x[idx]), p, **kw)
             cover["cross_fitted"].append(cf["ci_low"] <= truth <= cf["ci_high"])
             cover["in_sample"].append(ins["ci_low"] <= truth <= ins["ci_high"])
             cover["labels_only"].append(cf["classical"]["ci_low"] <= truth <= cf["classical"]["ci_high"])
@@ -198,7 +198,7 @@ def _finetune(table: pa.Table, y: np.ndarray, encoder, *, sizes, draws: int, pai
     from sentence_transformers.cross_encoder import CrossEncoder, CrossEncoderTrainer, CrossEncoderTrainingArguments
     from sentence_transformers.cross_encoder.losses import BinaryCrossEntropyLoss
 
-    from ..role._classifier import _probability, classifier_features, fit_classifier
+    from ..role._classifier import classifier_features, fit_classifier, model_probability
 
     transformers.logging.set_verbosity_error()
     a, r, u = (table.column(c).to_pylist() for c in ("assistant", "role", "user"))
@@ -220,7 +220,7 @@ def _finetune(table: pa.Table, y: np.ndarray, encoder, *, sizes, draws: int, pai
                 continue
             rest = np.setdiff1d(np.arange(len(y)), idx)
             fit = fit_classifier(x0[idx], y[idx], groups=conv[idx], folds=5, seed=d)
-            rec["frozen"].append(_auc(y[rest], _probability(fit, x0[rest])))
+            rec["frozen"].append(_auc(y[rest], model_probability(fit, x0[rest])))
             pick = random.Random(d)
             pos, neg = [i for i in idx if y[i] == 1], [i for i in idx if y[i] == 0]
             s1, s2, lab = [], [], []
@@ -244,7 +244,7 @@ def _finetune(table: pa.Table, y: np.ndarray, encoder, *, sizes, draws: int, pai
             rec["bi_seconds"].append(time.perf_counter() - t0)
             x1 = classifier_features(_STEncoder(model), r, u, a)
             fit1 = fit_classifier(x1[idx], y[idx], groups=conv[idx], folds=5, seed=d)
-            rec["bi_encoder"].append(_auc(y[rest], _probability(fit1, x1[rest])))
+            rec["bi_encoder"].append(_auc(y[rest], model_probability(fit1, x1[rest])))
             ctx = [f"{r[i]}\nUser: {u[i] or ''}" for i in range(len(y))]
             ce = CrossEncoder(base, num_labels=1, device="cpu", max_length=256)
             t0 = time.perf_counter()

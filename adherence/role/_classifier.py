@@ -33,6 +33,7 @@ from ._classifier_file import (
     encoder_digest,
     load_classifier,
     model_digest,
+    model_probability,
     reply_digest,
 )
 
@@ -102,18 +103,13 @@ def _fit_one(x, y, dim, shrink, l2, balanced) -> dict:
     return {"mean": mu.tolist(), "scale": sd.tolist(), "coef": coef.tolist(), "intercept": float(b)}
 
 
-def _probability(m: dict, x: np.ndarray) -> np.ndarray:
-    z = ((x - np.asarray(m["mean"])) / np.asarray(m["scale"])) @ np.asarray(m["coef"]) + m["intercept"]
-    return 1.0 / (1.0 + np.exp(-np.clip(z, -35, 35)))
-
-
 def _out_of_fold(x, y, fold, folds, dim, shrink, l2, balanced) -> tuple:
     oof = np.empty(len(y))
     models = []
     for k in range(folds):
         test, train = fold == k, fold != k
         m = _fit_one(x[train], y[train], dim, shrink, l2, balanced)
-        oof[test] = _probability(m, x[test])
+        oof[test] = model_probability(m, x[test])
         models.append(m)
     return oof, models
 

@@ -23,6 +23,7 @@ __all__ = [
     "encoder_digest",
     "load_classifier",
     "model_digest",
+    "model_probability",
     "reply_digest",
 ]
 
@@ -67,33 +68,17 @@ class Classifier:
     digest: str
     _keys: Optional[dict] = field(default=None, repr=False)
 
-    @property
-    def mean(self) -> np.ndarray:
-        return np.asarray(self.data["model"]["mean"], dtype=np.float64)
-
-    @property
-    def scale(self) -> np.ndarray:
-        return np.asarray(self.data["model"]["scale"], dtype=np.float64)
-
-    @property
-    def coef(self) -> np.ndarray:
-        return np.asarray(self.data["model"]["coef"], dtype=np.float64)
-
-    @property
-    def intercept(self) -> float:
-        return float(self.data["model"]["intercept"])
-
     def probability(self, x: np.ndarray) -> np.ndarray:
         """P(adherent) of feature rows ``x`` by the model fit on every label."""
-        return _sigmoid(self.data["model"], x)
+        return model_probability(self.data["model"], x)
 
     def fold_probability(self, k: int, x: np.ndarray) -> np.ndarray:
         """P(adherent) of ``x`` by the model fit without fold ``k`` (the out-of-fold score of fold ``k``'s turns)."""
-        return _sigmoid(self.data["folds"][k], x)
+        return model_probability(self.data["folds"][k], x)
 
     def crossfit_probability(self, x: np.ndarray) -> np.ndarray:
         """The fold models' mean P(adherent) of ``x``: what cross-prediction scores the turns no label covers by."""
-        return np.mean([_sigmoid(m, x) for m in self.data["folds"]], axis=0)
+        return np.mean([model_probability(m, x) for m in self.data["folds"]], axis=0)
 
     @property
     def threshold(self) -> float:
@@ -266,7 +251,8 @@ def reply_digest(text) -> str:
     return hashlib.sha256(str(text or "").encode("utf-8")).hexdigest()[:16]
 
 
-def _sigmoid(m: dict, x: np.ndarray) -> np.ndarray:
+def model_probability(m: dict, x: np.ndarray) -> np.ndarray:
+    """P(adherent) of feature rows ``x`` by one model (``{"mean", "scale", "coef", "intercept"}``)."""
     z = ((x - np.asarray(m["mean"], dtype=np.float64)) / np.asarray(m["scale"], dtype=np.float64)) @ np.asarray(
         m["coef"], dtype=np.float64
     ) + float(m["intercept"])

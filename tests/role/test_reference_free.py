@@ -108,10 +108,12 @@ def test_classifier_fit_and_its_out_of_fold_scores_equal_scikit_learn(encoder, l
     np.testing.assert_allclose(fit["cv"]["oof"], oof, atol=1e-4)
     assert abs(fit["cv"]["auc"] - roc_auc_score(y, oof)) < 1e-9
     # each fold model is the one that scored its fold
-    from adherence.role._classifier import _probability
+    from adherence.role._classifier import model_probability
 
     for k, m in enumerate(fit["folds"]):
-        np.testing.assert_allclose(_probability(m, x[fold == k]), np.array(fit["cv"]["oof"])[fold == k], atol=1e-12)
+        np.testing.assert_allclose(
+            model_probability(m, x[fold == k]), np.array(fit["cv"]["oof"])[fold == k], atol=1e-12
+        )
     # without balancing it is the plain fit again
     plain = fit_classifier(x, y, l2=1.0, shrinks=(1.0,), folds=5, seed=0, balanced=False)
     ref = LogisticRegression(C=1.0, tol=1e-10, max_iter=10000).fit(z, y)

@@ -204,14 +204,14 @@ def test_the_cross_fitted_estimate_equals_ppi_python_crossppi():
     """Each labelled row scored by the fold model that did not see it, every other row by the fold models' mean:
     ``ppi_mean`` with lam=1 is ``ppi_py.crossppi_mean_ci`` (Zrnic and Candes, 2024)."""
     ppi_py = pytest.importorskip("ppi_py")
-    from adherence.role._classifier import _probability, fit_classifier
+    from adherence.role._classifier import fit_classifier, model_probability
 
     rng, x, y = _population(7)
     lab = rng.choice(len(y), 150, replace=False)
     unl = np.setdiff1d(np.arange(len(y)), lab)
     fit = fit_classifier(x[lab], y[lab], shrinks=(1.0,), folds=5, seed=0)
     oof = np.array(fit["cv"]["oof"])
-    each = np.column_stack([_probability(m, x[unl]) for m in fit["folds"]])  # (N, K), as crossppi takes them
+    each = np.column_stack([model_probability(m, x[unl]) for m in fit["folds"]])  # (N, K), as crossppi takes them
     r = ppi_mean(y[lab].astype(float), oof, each.mean(axis=1), confidence=0.9, lam=1.0)
     want = ppi_py.crossppi_mean_pointestimate(y[lab].astype(float), oof, each)
     assert r["estimate"] == pytest.approx(float(np.ravel(want)[0]), abs=1e-12)
@@ -223,7 +223,7 @@ def test_cross_fitted_intervals_cover_where_in_sample_scores_do_not():
     """The issue's loop by simulation: fit the classifier on the labelled rows, then estimate with the same labels.
     With its in-sample scores on those rows the 90% interval covers the true share about 40% of the time; cross-
     fitted, at its nominal rate (labels alone, for scale, too)."""
-    from adherence.role._classifier import _probability, fit_classifier
+    from adherence.role._classifier import fit_classifier, model_probability
 
     rng, x, y = _population(0)
     truth = y.mean()
@@ -232,11 +232,11 @@ def test_cross_fitted_intervals_cover_where_in_sample_scores_do_not():
         lab = rng.choice(len(y), 150, replace=False)
         unl = np.setdiff1d(np.arange(len(y)), lab)
         fit = fit_classifier(x[lab], y[lab], shrinks=(1.0,), folds=5, seed=draw)
-        avg = np.mean([_probability(m, x[unl]) for m in fit["folds"]], axis=0)
+        avg = np.mean([model_probability(m, x[unl]) for m in fit["folds"]], axis=0)
         r = ppi_mean(y[lab], np.array(fit["cv"]["oof"]), avg, confidence=0.9)
         hits["cross_fitted"].append(r["ci_low"] <= truth <= r["ci_high"])
         hits["labels_only"].append(r["classical"]["ci_low"] <= truth <= r["classical"]["ci_high"])
-        full = _probability(fit, x)
+        full = model_probability(fit, x)
         r = ppi_mean(y[lab], full[lab], full[unl], confidence=0.9)
         hits["in_sample"].append(r["ci_low"] <= truth <= r["ci_high"])
     cover = {k: float(np.mean(v)) for k, v in hits.items()}
