@@ -360,27 +360,22 @@ def _check_label_values(table, label: str, positive, file: str) -> None:
         low = v.strip().lower()
         if v == pos:
             continue
-        rows = [i + 1 for i, x in enumerate(values) if x == v]
         negated = low.startswith(_NEGATIONS) and want in low  # non_adherent, not-adherent, nonadherent
         if not negated and (
             low == want or (abs(len(low) - len(want)) <= 2 and difflib.SequenceMatcher(None, low, want).ratio() >= 0.8)
         ):
-            raise DataError(
-                f"label {v!r} on {len(rows)} row(s) (first: {rows[0]}) looks like the adherent class {pos!r} misspelt "
-                "or in another case, and would count as a violation: correct it in the labels",
-                file=file,
-                row=rows[0],
-                column=label,
+            why = f"looks like the adherent class {pos!r} misspelt or in another case, and would count as a violation: "
+            why += "correct it in the labels"
+        elif not (flipped or negated or low in _NEGATIVE_WORDS or _NEGATIVE_END.search(low)):
+            why = (
+                f"is neither the adherent class {pos!r} nor a violation word (violation, *_violation, *_failure, no, "
+                f"false, 0, fail, ...): say what it is with --label-map '{v}=violation' (or '{v}={pos}')"
             )
-        if not (flipped or negated or low in _NEGATIVE_WORDS or _NEGATIVE_END.search(low)):
-            raise DataError(
-                f"label {v!r} on {len(rows)} row(s) (first: {rows[0]}) is neither the adherent class {pos!r} nor a "
-                f"violation word (violation, *_violation, *_failure, no, false, 0, fail, ...): say what it is with "
-                f"--label-map '{v}=violation' (or '{v}={pos}')",
-                file=file,
-                row=rows[0],
-                column=label,
-            )
+        else:
+            continue
+        rows = [i + 1 for i, x in enumerate(values) if x == v]  # walked only to name the value's rows
+        raise DataError(f"label {v!r} on {len(rows)} row(s) (first: {rows[0]}) {why}", file=file, row=rows[0],
+                        column=label)  # fmt: skip
 
 
 def _cell(m: dict, key: str) -> str:
