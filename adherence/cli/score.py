@@ -364,12 +364,13 @@ def _language_warning(output) -> None:
     """A warning line when the replies of a finished output (its first 5,000) look written in another language than
     the bundled encoder reads."""
     try:
-        import pyarrow.parquet as pq
+        import pyarrow.dataset as ds
 
         from ..models._language import language_note
 
-        t = pq.read_table(str(output), columns=["assistant"])
-        note = language_note(t.column("assistant").slice(0, 5000).to_pylist())
+        # the first 5,000 rows only (file or directory output): a million-turn output is not read again in full
+        t = ds.dataset(str(output), format="parquet").head(5000, columns=["assistant"])
+        note = language_note(t.column("assistant").to_pylist())
     except Exception:  # an output not on local disk as Parquet: the check is a courtesy, never a failure
         return
     if note:
