@@ -1,5 +1,6 @@
 """Benchmarks and paper reproductions."""
 
+from .bundled import bench_bundled
 from .cpu_encoder import bench_cpu_encoder
 from .encoder import bench_encoder
 from .engine import bench_engine
@@ -14,6 +15,7 @@ from .role_paper import DEFAULT_METHODS, role_paper
 
 __all__ = [
     "DEFAULT_METHODS",
+    "bench_bundled",
     "bench_cpu_encoder",
     "bench_encoder",
     "bench_engine",

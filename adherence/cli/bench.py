@@ -184,6 +184,17 @@ class BenchCommand(Command):
         ob.add_argument("--finetune-draws", type=int, default=3, help="draws per fine-tuned label count (default 3)")
         ob.add_argument("--pairs-per-turn", type=int, default=4, help="contrastive pairs per labelled turn and class")
         _device_and_output(ob, device=False)
+        bb = sub.add_parser(
+            "bundled",
+            help="the bundled judge in its dtype vs float8 on the bundled labelled sets (P(yes) change, AUC each) and "
+            "the classifier's turns/s through the engine, on --device (JSON)",
+        )
+        bb.add_argument("--dtype", choices=["float32", "bfloat16"], help="the judge's dtype float8 is compared with "
+                        "(default: bf16 on GPU, fp32 on CPU)")  # fmt: skip
+        bb.add_argument("--limit", type=int, help="each labelled set's first N turns only (a rehearsal)")
+        bb.add_argument("--classifier-turns", type=int, default=50_000, help="turns of the timed classifier job")
+        bb.add_argument("--parts", default="judge,classifier", help="comma-separated: judge, classifier")
+        _device_and_output(bb)
         eb = sub.add_parser("engine", help="engine turns/s, local vs ray, and peak memory (JSON)")
         eb.add_argument("--turns", type=int, default=1_000_000, help="synthetic turns in the large input")
         eb.add_argument("--small", type=int, help="the smaller input for the memory comparison (default turns/10)")
@@ -422,6 +433,11 @@ class BenchCommand(Command):
                 _call(bench_own_logs, args, sizes=tuple(comma_ints(args.sizes, "--sizes")), finetune_sizes=ft),
                 args.output,
             )
+        if args.bench == "bundled":
+            from ..bench import bench_bundled
+
+            _positive(args, "classifier_turns")
+            return self._emit(_call(bench_bundled, args, parts=tuple(_words(args.parts))), args.output)
         if args.bench == "maxsim":
             from ..bench import bench_maxsim
 
