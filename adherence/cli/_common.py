@@ -249,8 +249,9 @@ def make_backend(args: argparse.Namespace, *, progress: bool = True):
     import warnings
 
     from ..judges import SMOKE_TEST_WARNING, get_backend
+    from ..judges._judge import is_bundled_judge
 
-    if args.backend == "transformers" and not args.judge_model:
+    if args.backend == "transformers" and is_bundled_judge(args.judge_model):
         warnings.warn(SMOKE_TEST_WARNING, stacklevel=2)
     return get_backend(args.backend, model=args.judge_model, **judge_backend_options(args, progress=progress))
 

@@ -108,7 +108,7 @@ class ScoreCommand(Command):
             "--role", dest="role_text", metavar="TEXT", help="role definition for transcripts without a system message"
         )
         p.add_argument("--role-file", type=file_path, metavar="FILE", help="like --role, read from a file")
-        add_arguments(p, EngineOptions, ["bad_rows"])
+        add_arguments(p, EngineOptions, ["bad_rows", "max_bad_rows"])
         p.add_argument(
             "--strict-input", dest="bad_rows", action="store_const", const="fail", help="the same as --bad-rows fail"
         )
@@ -128,6 +128,12 @@ class ScoreCommand(Command):
             "history); a turn no stage accepts is status=abstained. The stages' scoring options come from the file",
         )
         add_arguments(p, RoleConfig, ["method"])
+        # no default method: a job names what scores its turns (``_method``); naming a judge names llm_judge
+        p.set_defaults(method=None)
+        next(a for a in p._actions if a.dest == "method").help = (
+            "scoring method (required, except that naming a judge -- --judge-model, --base-url, --backend -- "
+            "means llm_judge)"
+        )
         add_arguments(p, EngineOptions, ["ground_truth"])
         add_arguments(p, RoleConfig, ["reference_pool", "alpha"])
         p.add_argument(
@@ -234,6 +240,7 @@ class ScoreCommand(Command):
             return self._run_cascade(args, role_text)
         if args.output is None and not args.dry_run:
             raise OptionError("give -o/--output (or `output:` in --config)")
+        args.method = _method(args)
         if args.estimate and not args.dry_run:
             raise OptionError("--estimate goes with --dry-run")
         if args.dry_run and args.method != "llm_judge":
@@ -349,11 +356,70 @@ def _job(args: argparse.Namespace) -> dict:
     }
 
 
+#: Options a re-run's command line leaves out: how a run shows itself, whether it resumes, secrets.
+_NOT_REPEATED = {"help", "input", "config_file", "command", "quiet", "no_progress", "debug", "resume", "api_key"}
+
+
+def score_command(options: dict, **changes) -> str:
+    """The ``adherence score`` command line of a run whose options its metadata recorded (``job.options``), with
+    ``changes`` (option dest -> value; None drops it) applied: each option whose value is not its default, by its
+    flag, in the parser's order, quoted for a POSIX shell. A page's "What next" gives it so it runs as printed."""
+    import shlex
+
+    from .main import _parser
+
+    sub = _parser("score").selected_parser
+    assert sub is not None  # the score command's own parser, selected by name
+    opts = {**options, **changes}
+    words = ["adherence", "score", shlex.quote(str(opts["input"]))]
+    for a in sub._actions:
+        if not a.option_strings or a.dest in _NOT_REPEATED or a.help == argparse.SUPPRESS or a.dest not in opts:
+            continue
+        v = opts[a.dest]
+        if v is None or v == a.default or (isinstance(v, (list, tuple)) and not v):
+            continue
+        flag = next((f for f in a.option_strings if f.startswith("--")), a.option_strings[0])
+        if isinstance(a, (argparse._StoreTrueAction, argparse._StoreFalseAction)):
+            words.append(flag)
+        elif isinstance(v, (list, tuple)):
+            if isinstance(a, argparse._AppendAction):
+                for x in v:
+                    words += [flag, shlex.quote(str(x))]
+            else:
+                words += [flag, *(shlex.quote(str(x)) for x in v)]
+        elif isinstance(v, dict):
+            import json
+
+            words += [flag, shlex.quote(json.dumps(v))]
+        else:
+            words += [flag, shlex.quote(str(v))]
+    return " ".join(words)
+
+
 def _engine_options(args: argparse.Namespace, role_text):
     from .._options import values
     from ..engine import EngineOptions
 
     return EngineOptions(role=role_text, progress=not args.no_progress, **values(EngineOptions, args))
+
+
+NO_METHOD = (
+    "name what scores the turns: --method scope (no labels, no references), --method classifier --classifier FILE "
+    "(trained on your labels by `adherence classifier fit`), --method cosine (reference replies: the input's "
+    "ground_truth_assistant or --ground-truth FILE), --judge-model MODEL or --base-url URL (an LLM judge), or --judge-model "
+    "bundled:SmolLM2-135M-Instruct (the bundled smoke-test judge: shows the pipeline runs, cannot judge)"
+)
+
+
+def _method(args: argparse.Namespace) -> str:
+    """The method the job names: ``--method`` (or the job file's), else llm_judge when a judge is named (a model,
+    a server, a backend other than the in-process one, or --dry-run, which counts judge tokens); else an error that
+    lists the choices -- the bundled judge is a smoke test, never a silent default."""
+    if args.method is not None:
+        return args.method
+    if args.judge_model or args.base_url or args.backend != "transformers" or args.dry_run:
+        return "llm_judge"
+    raise OptionError(NO_METHOD)
 
 
 #: The methods whose scores come from the bundled (English) encoder's embeddings.

@@ -32,14 +32,25 @@ __all__ = ["JudgeConfig", "RoleJudge", "SMOKE_TEST_WARNING", "cached_calls"]
 
 log = logging.getLogger(__name__)
 
+
+def is_bundled_judge(model: Optional[str]) -> bool:
+    """Whether ``model`` (None: no model named) is the bundled smoke-test judge, by any of its names."""
+    from ..models._resolve import _ALIASES, DEFAULT_JUDGE
+
+    if model is None or model == DEFAULT_JUDGE:
+        return True
+    key = model.split(":", 1)[1] if model.startswith("bundled:") else model
+    return _ALIASES.get(key, key if model.startswith("bundled:") else None) == DEFAULT_JUDGE.split(":", 1)[1]
+
+
 SMOKE_TEST_WARNING = (
-    "no judge model given: using the bundled SmolLM2-135M-Instruct, a smoke-test judge that shows the pipeline "
-    "works but cannot judge; pass --judge-model for real results"
+    "the judge is the bundled SmolLM2-135M-Instruct, a smoke-test judge that shows the pipeline works but cannot "
+    "judge; pass --judge-model for real results"
 )
 #: What the bundled judge cannot do on role adherence, measured (README: adherence calibrate).
 ROLE_SMOKE_TEST_WARNING = (
-    "no judge model given: using the bundled SmolLM2-135M-Instruct, a smoke-test judge that shows the pipeline "
-    "works but cannot judge: its P(yes) stays between about 0.1 and 0.55 on every turn (AUC 0.45 and 0.70 on the "
+    "the judge is the bundled SmolLM2-135M-Instruct, a smoke-test judge that shows the pipeline works but cannot "
+    "judge: its P(yes) stays between about 0.1 and 0.55 on every turn (AUC 0.45 and 0.70 on the "
     "bundled examples), so at threshold 0.5 nearly every turn reads as a violation. Pass --judge-model for real "
     "scoring, fit a threshold on labelled turns with `adherence calibrate`, or where reference replies exist use "
     "--method cosine or bertscore"
@@ -317,7 +328,11 @@ class RoleJudge:
     def __init__(self, config: JudgeConfig, backend: Optional[JudgeBackend] = None) -> None:
         self.config = config
         if backend is None:
-            if config.model is None and config.backend == "transformers" and "loaded" not in config.backend_options:
+            if (
+                is_bundled_judge(config.model)
+                and config.backend == "transformers"
+                and "loaded" not in config.backend_options
+            ):
                 warnings.warn(ROLE_SMOKE_TEST_WARNING, stacklevel=2)
             opts = dict(config.backend_options)
             opts.setdefault("model", config.model)

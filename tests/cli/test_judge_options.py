@@ -253,7 +253,18 @@ def test_options_that_cannot_combine_are_refused_before_any_model_loads(tmp_path
     out = tmp_path / "o.parquet"
     t0 = time.perf_counter()
     p = subprocess.run(
-        [sys.executable, "-m", "adherence", "score", str(example_path("role")), "-o", str(out), *flags],
+        [
+            sys.executable,
+            "-m",
+            "adherence",
+            "score",
+            str(example_path("role")),
+            "-o",
+            str(out),
+            "--method",
+            "llm_judge",
+            *flags,
+        ],
         capture_output=True,
         text=True,
         timeout=600,

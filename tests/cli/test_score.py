@@ -163,3 +163,43 @@ def test_device_cuda_without_cuda_stops_before_any_work_in_one_line(tmp_path, ca
     assert rc == 2 and len(err) == 1
     assert err[0].startswith("adherence score: error: --device cuda, but CUDA sees no GPU on this machine")
     assert time.perf_counter() - start < 30 and not list(tmp_path.iterdir())  # nothing loaded, nothing written
+
+
+def test_no_method_and_no_judge_named_lists_the_choices_and_runs_nothing(tmp_path):
+    """The bundled judge is a smoke test: it never runs as a silent default (half an hour on 2 cores for a log a
+    user's first run is made of); the one line names every way to score."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "o.parquet"
+    p = subprocess.run(
+        [sys.executable, "-m", "adherence", "score", str(example_path("role")), "-o", str(out)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    for choice in ("--method scope", "--method classifier --classifier FILE", "--method cosine", "--judge-model MODEL",
+                   "--base-url URL", "--judge-model bundled:SmolLM2-135M-Instruct"):  # fmt: skip
+        assert choice in p.stderr
+    assert not list(tmp_path.iterdir())
+
+
+def test_naming_a_judge_means_llm_judge_and_the_bundled_one_still_warns():
+    import argparse
+
+    from adherence.cli.score import NO_METHOD, _method
+
+    def ns(**kw):
+        base = {"method": None, "judge_model": None, "base_url": None, "backend": "transformers", "dry_run": False}
+        return argparse.Namespace(**{**base, **kw})
+
+    assert _method(ns(judge_model="/models/judge")) == "llm_judge"
+    assert _method(ns(base_url=["http://127.0.0.1:8000/v1"])) == "llm_judge"
+    assert _method(ns(backend="vllm")) == "llm_judge"
+    assert _method(ns(method="scope", judge_model="x")) == "scope"
+    with pytest.raises(Exception, match="name what scores the turns") as e:
+        _method(ns())
+    assert str(e.value) == NO_METHOD
+    from adherence.judges._judge import is_bundled_judge
+
+    assert is_bundled_judge("bundled:SmolLM2-135M-Instruct") and is_bundled_judge(None)
+    assert is_bundled_judge("HuggingFaceTB/SmolLM2-135M-Instruct") and not is_bundled_judge("/models/judge")

@@ -202,7 +202,17 @@ def test_the_bundled_judge_loads_without_a_bar_of_its_own(tmp_path):
     from adherence.data import example_path, read_turns
 
     src = write_table(read_turns(example_path("role")).slice(0, 4), tmp_path / "four.jsonl")
-    argv = ["adherence", "score", str(src), "-o", str(tmp_path / "j.parquet"), "--bootstrap", "0"]
+    argv = [
+        "adherence",
+        "score",
+        str(src),
+        "-o",
+        str(tmp_path / "j.parquet"),
+        "--bootstrap",
+        "0",
+        "--judge-model",
+        "bundled:SmolLM2-135M-Instruct",
+    ]
     code = f"import sys, tqdm.auto; sys.argv = {argv!r}; from adherence.cli.main import console_main; console_main()"
     env = dict(os.environ, ADHERENCE_CACHE_DIR=str(tmp_path / "cache"))
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
