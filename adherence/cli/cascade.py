@@ -40,7 +40,7 @@ def _stage_arrays(
     positive_value = positive
     join = None
     for i, path in enumerate(paths):
-        out = open_scores(path, require_ours=True, what="stage (score output)")
+        out = open_scores(path, what="stage (score output)")
         for note in out.notes:
             print(f"{path}: {note}", file=sys.stderr)
         t, meta = out.table, out.meta or {}
@@ -207,7 +207,10 @@ class CascadeCommand(Command):
                 curves.append(bound_curve(c[usable], v[usable] == y[usable], args.alpha, fit["delta"]))
                 if fit["threshold"] is not None:
                     left &= ~(usable & (c >= fit["threshold"]))
-            print(f"wrote {write_cascade_html(args.html, doc, curves, inputs=inputs)}", file=sys.stderr)
+            print(
+                f"wrote {write_cascade_html(args.html, doc, curves, inputs=inputs, cascade_file=str(args.output))}",
+                file=sys.stderr,
+            )
         lines = [f"cascade on {len(keys)} labelled turns: alpha {args.alpha:g}, delta {args.delta:g}"]
         for st in doc["stages"]:
             t = st["threshold"]

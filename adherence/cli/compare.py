@@ -7,7 +7,7 @@ import sys
 from typing import Any, Optional
 
 from .._errors import OptionError
-from .._options import file_path
+from .._options import add_arguments, file_path
 from ._common import add_json_flag, json_text
 from .main import Command
 
@@ -15,8 +15,9 @@ _KEYS = ("conversation_id", "turn_index")
 
 
 def _read(path: str) -> tuple:
-    """``(table, method)``: the output through the one reader of score outputs (ours, published, one row per turn,
-    NaN scores as none), narrowed to the columns compared."""
+    """``(table, method)``: the output through the one reader of score outputs (published, one row per turn, NaN
+    scores as none; a table adherence did not write is read by its columns, and says so), narrowed to the columns
+    compared."""
     import sys
 
     import pyarrow as pa
@@ -24,7 +25,7 @@ def _read(path: str) -> tuple:
     from ..data import DataError
     from ..engine._files import open_scores
 
-    out = open_scores(path, require_ours=True)
+    out = open_scores(path)
     for note in out.notes:
         print(f"{path}: {note}", file=sys.stderr)
     t = out.table
@@ -78,16 +79,40 @@ def _old_problems(both) -> int:
 
 
 def compare_outputs(old: str, new: str, *, n_bootstrap: int = 2000, seed: int = 0, level: float = 0.95,
-                    top: int = 20, by: tuple = ("label", "role"), count_problems: bool = False) -> dict:  # fmt: skip
+                    top: int = 20, by: tuple = ("label", "role"), count_problems: bool = False,
+                    labels: Optional[str] = None, label: Optional[str] = None, positive: Optional[str] = None,
+                    label_map: Optional[str] = None, allow_methods: bool = False) -> dict:  # fmt: skip
     """The comparison ``adherence compare`` prints: overall, per label and per role, McNemar, the rows present in
     one output only, what NEW failed to score of what OLD scored (``new_problems``; with ``count_problems`` each such
-    turn counts as a violation in NEW), and the turns and conversations that changed most."""
+    turn counts as a violation in NEW), and the turns and conversations that changed most.
+
+    With labels (a ``labels`` file joined on the turns, or a label column OLD carries), ``agreement``: each side's
+    share of labelled turns its prediction gets right, the paired difference with a conversation-clustered interval,
+    and McNemar's exact test on the turns one side gets right and the other wrong. Two outputs of different methods
+    (``scales_comparable`` False) are compared by their decisions only -- no mean score, no score changes -- unless
+    ``allow_methods``."""
     import numpy as np
     import pyarrow as pa
 
     from ..stats._compare import compare_paired
 
     (a, method_old), (b, method_new) = _read(old), _read(new)
+    label_info: Optional[dict] = None
+    if labels is not None:
+        from ..data._labels import join_labels, read_labels
+
+        a = a.drop_columns([c for c in ("label",) if c in a.column_names])
+        a, join = join_labels(a, read_labels(labels), file=str(old))
+        for line in join.lines():
+            print(line, file=sys.stderr)
+        label_info = {"file": str(labels), **join.describe()}
+    if "label" in a.column_names and a.column("label").null_count < a.num_rows:
+        from ._labelled import map_labels, resolve_columns
+
+        a = map_labels(a, "label", label_map)
+        _, _, positive, _ = resolve_columns(a, None, "score", "label", positive, "none", file=str(old))
+        label_info = {**(label_info or {"from": "OLD's label column"}), "positive": str(positive)}
+    comparable = allow_methods or method_old == method_new
     # with count_problems every turn of OLD is compared: one NEW lacks counts as NEW's violation below
     marked = b.append_column("in_new", pa.array(np.ones(b.num_rows, dtype=bool)))
     both = a.join(marked, list(_KEYS), join_type="left outer" if count_problems else "inner", left_suffix="_old",
@@ -115,11 +140,17 @@ def compare_outputs(old: str, new: str, *, n_bootstrap: int = 2000, seed: int = 
         pn = np.where(lost, 0.0, pn)
     notes = []
     if method_old != method_new:
-        notes.append(f"the two sides were scored by different methods ({method_old} and {method_new}): their scores "
-                     "are on different scales, so the mean score's difference says little; compare the violation rates")  # fmt: skip
+        notes.append(
+            f"the two sides were scored by different methods ({method_old or 'unknown'} and {method_new or 'unknown'}): "
+            + ("their scores are on different scales; compared as if on one (--allow-methods)" if allow_methods else
+               "their scores are on different scales, so only their decisions are compared")
+        )  # fmt: skip
     result: dict = {"old": str(old), "new": str(new), "method_old": method_old, "method_new": method_new,
-                    "confidence": level, "n_bootstrap": n_bootstrap, "new_problems": problems, "notes": notes,
-                    **compare_paired(cid, so, sn, po, pn, **kw)}  # fmt: skip
+                    "scales_comparable": comparable, "confidence": level, "n_bootstrap": n_bootstrap,
+                    "new_problems": problems, "notes": notes, **compare_paired(cid, so, sn, po, pn, **kw)}  # fmt: skip
+    if label_info is not None:
+        result["labels"] = label_info
+        result["agreement"] = _agreement(both, cid, po, pn, label_info["positive"], kw)
     for side, only in (("only_in_old", only_old), ("only_in_new", only_new)):
         first = only.sort_by([(k, "ascending") for k in _KEYS]).slice(0, top)
         result[side] = {"count": only.num_rows, "first": [list(r.values()) for r in first.to_pylist()]}
@@ -140,6 +171,24 @@ def compare_outputs(old: str, new: str, *, n_bootstrap: int = 2000, seed: int = 
                                     None if pn is None else pn[m], **kw)  # fmt: skip
         groups[name] = per
     result["by"] = groups
+    if not comparable:
+        # scores of two methods are not on one scale: no mean score, and the turns listed are those whose decision
+        # changed
+        result.pop("score", None)
+        for per in groups.values():
+            for x in per.values():
+                x.pop("score", None)
+        result["changed_turns"] = []
+        if po is not None and pn is not None:
+            ti = both.column("turn_index").to_pylist()
+            flipped = np.flatnonzero(np.isfinite(po) & np.isfinite(pn) & (po != pn))[:top]
+            result["changed_turns"] = [
+                {"conversation_id": cid[i], "turn_index": ti[i], "old": float(po[i]), "new": float(pn[i]),
+                 "change": float(pn[i] - po[i]), "what": "prediction"}
+                for i in flipped
+            ]  # fmt: skip
+        result["changed_conversations"] = []
+        return result
     d = sn - so
     fin = np.isfinite(d) & (d != 0)  # only turns that changed are listed as changed
     order = np.argsort(-np.abs(np.where(fin, d, 0)), kind="stable")[: min(top, int(fin.sum()))]
@@ -159,6 +208,31 @@ def compare_outputs(old: str, new: str, *, n_bootstrap: int = 2000, seed: int = 
         {"conversation_id": str(uniq[i]), "turns": int(counts[i]), "mean_change": float(mean[i])} for i in corder
     ]
     return result
+
+
+def _agreement(both, cid, po, pn, positive: str, kw: dict) -> dict:
+    """Each side's share of labelled turns its prediction gets right (1 adherent = the label is ``positive``), over
+    the labelled turns both sides predicted; the paired difference (new - old) with a conversation-clustered
+    interval; McNemar's exact test on right/wrong."""
+    import numpy as np
+
+    from ..stats._compare import cluster_bootstrap_diff, mcnemar_exact
+
+    col = "label" if "label" in both.column_names else "label_old"
+    lab = both.column(col).to_pylist()
+    has = np.array([v is not None for v in lab])
+    y = np.array([v is not None and str(v) == positive for v in lab], dtype=np.float64)
+    if po is None or pn is None:
+        return {"n": 0, "labelled": int(has.sum()), "diff": None, "reason": "a side has no prediction column"}
+    m = has & np.isfinite(po) & np.isfinite(pn)
+    co, cn = (po[m] == y[m]).astype(np.float64), (pn[m] == y[m]).astype(np.float64)
+    return {
+        "labelled": int(has.sum()),
+        "old": float(co.mean()) if m.any() else None,
+        "new": float(cn.mean()) if m.any() else None,
+        **cluster_bootstrap_diff(cn - co, cid[m], **kw),
+        "mcnemar": mcnemar_exact(co, cn) if m.any() else None,
+    }
 
 
 def format_compare(r: dict) -> str:
@@ -185,8 +259,14 @@ def format_compare(r: dict) -> str:
         lines.append(f"  OLD itself has {pr['old_broken']} error or unscored row(s) that NEW does not share")
     row("mean score", r.get("score"))
     row("violation rate", r.get("violation_rate"))
+    ag = r.get("agreement")
+    if ag and ag.get("diff") is not None:
+        row("agreement", ag)
+        am = ag.get("mcnemar") or {}
+        lines.append(f"    with the labels ({ag['n']:,} labelled turns both predicted): {am.get('b', 0)} right -> wrong, "
+                     f"{am.get('c', 0)} wrong -> right, McNemar exact p = {am.get('p_value', 1.0):.4g}")  # fmt: skip
     m = r.get("mcnemar")
-    if m:
+    if m and (r.get("violation_rate") or {}).get("n"):
         lines.append(
             f"  McNemar exact: {m['b']} turns adherent -> violation, {m['c']} violation -> adherent, p = {m['p_value']:.4g}"
         )
@@ -200,7 +280,7 @@ def format_compare(r: dict) -> str:
         for v, x in per.items():
             label = v if len(v) <= 40 else v[:37] + "..."
             vr = x.get("violation_rate") or {}
-            what = x["score"] if vr.get("diff") is None else vr
+            what = (x.get("score") or {}) if vr.get("diff") is None else vr
             kind = "violation rate" if vr.get("diff") is not None else "mean score"
             if what.get("diff") is None:
                 continue
@@ -209,9 +289,14 @@ def format_compare(r: dict) -> str:
                 f"[{what['ci_low']:+.4f}, {what['ci_high']:+.4f}], {x['n_both_scored']} turns)"
             )
     if r.get("changed_turns"):
-        lines.append("changed most:")
+        decided = r["changed_turns"][0].get("what") == "prediction"
+        lines.append("decision changed:" if decided else "changed most:")
         for t in r["changed_turns"][:5]:
-            lines.append(f"  {t['conversation_id']}#{t['turn_index']}: {t['old']:.4f} -> {t['new']:.4f}")
+            if decided:
+                word = {1.0: "adherent", 0.0: "violation"}
+                lines.append(f"  {t['conversation_id']}#{t['turn_index']}: {word[t['old']]} -> {word[t['new']]}")
+            else:
+                lines.append(f"  {t['conversation_id']}#{t['turn_index']}: {t['old']:.4f} -> {t['new']:.4f}")
     return "\n".join(lines)
 
 
@@ -239,12 +324,20 @@ class CompareCommand(Command):
             help="with --fail-if-worse-by: a turn OLD scored that NEW lacks, errored on or left unscored counts as a "
             "violation in NEW instead of failing the gate outright",
         )
+        p.add_argument(
+            "--allow-methods",
+            action="store_true",
+            help="compare the scores of two different methods as if on one scale, and gate two methods on their "
+            "violation rates without labels (by default their decisions alone are compared, and the gate needs "
+            "--labels)",
+        )
+        from ._labelled import LabelledOptions
+
+        add_arguments(p, LabelledOptions, ["labels", "label", "positive", "label_map"])
         add_json_flag(p, "the result as JSON on standard output")
         p.add_argument("--html", type=file_path, metavar="FILE", help="also write a page with the differences drawn")
 
     def run(self, args: argparse.Namespace) -> int:
-        from ..stats._compare import gate
-
         if not 0 < args.confidence < 1:
             raise OptionError(f"--confidence must be in (0, 1), got {args.confidence}")
         if args.n_bootstrap < 1 or args.top < 0:
@@ -253,25 +346,17 @@ class CompareCommand(Command):
             raise OptionError(f"--fail-if-worse-by is a difference of rates in [0, 1), got {args.fail_if_worse_by}")
         result = compare_outputs(
             args.old, args.new, n_bootstrap=args.n_bootstrap, seed=args.seed, level=args.confidence, top=args.top,
-            count_problems=args.allow_missing,
+            count_problems=args.allow_missing, labels=args.labels, label=args.label, positive=args.positive,
+            label_map=args.label_map, allow_methods=args.allow_methods,
         )  # fmt: skip
-        reason = None
+        reason, refused = None, False
         if args.fail_if_worse_by is not None:
-            pr = result["new_problems"]
-            if pr.get("old_broken"):
-                reason = (
-                    f"OLD has {pr['old_broken']} error or unscored row(s) that NEW does not share: a gate never passes "
-                    "on a broken baseline (score OLD again)"
-                )
-            elif any(v for k, v in pr.items() if k != "old_broken") and not args.allow_missing:
-                reason = (
-                    f"NEW failed to score what OLD scored ({pr['missing']} turn(s) missing, {pr['error']} error "
-                    f"row(s), {pr['unscored']} unscored): a gate never passes on broken input (--allow-missing "
-                    "counts them as violations instead)"
-                )
-            else:
-                reason = gate(result, args.fail_if_worse_by)
-            result["gate"] = {"fail_if_worse_by": args.fail_if_worse_by, "passed": reason is None, "reason": reason}
+            reason, refused = _gate(result, args.fail_if_worse_by, args.allow_missing, args.allow_methods)
+            result["gate"] = {"fail_if_worse_by": args.fail_if_worse_by, "passed": reason is None, "reason": reason,
+                              "on": "agreement" if result.get("agreement") else "violation_rate"}  # fmt: skip
+        if refused:  # the gate could not be evaluated: no number is printed as if it were a result
+            print(f"adherence compare: failed: {reason}", file=sys.stderr)
+            return 1
         if args.html:
             from ..report import write_compare_html
 
@@ -281,6 +366,41 @@ class CompareCommand(Command):
             print(f"adherence compare: failed: {reason}", file=sys.stderr)
             return 1
         if args.fail_if_worse_by is not None:
-            print(f"adherence compare: passed: the violation rate is not worse by more than {args.fail_if_worse_by:g}",
+            what = "agreement with the labels" if result.get("agreement") else "the violation rate"
+            print(f"adherence compare: passed: {what} is not worse by more than {args.fail_if_worse_by:g}",
                   file=sys.stderr)  # fmt: skip
         return 0
+
+
+def _gate(result: dict, worse_by: float, allow_missing: bool, allow_methods: bool) -> tuple:
+    """``(reason, refused)``: why the gate fails (None: it passes), and whether it could not be evaluated at all
+    (broken input on either side, no paired decision, two methods without labels) rather than measured worse."""
+    from ..stats._compare import gate
+
+    pr = result["new_problems"]
+    if pr.get("old_broken"):
+        return (f"OLD has {pr['old_broken']} error or unscored row(s) that NEW does not share: a gate never passes on a "
+                "broken baseline (score OLD again)"), True  # fmt: skip
+    if any(v for k, v in pr.items() if k != "old_broken") and not allow_missing:
+        return (f"NEW failed to score what OLD scored ({pr['missing']} turn(s) missing, {pr['error']} error row(s), "
+                f"{pr['unscored']} unscored): a gate never passes on broken input (--allow-missing counts them as "
+                "violations instead)"), True  # fmt: skip
+    ag = result.get("agreement")
+    if ag is not None:
+        if ag.get("diff") is None:
+            why = ag.get("reason") or "no labelled turn has a prediction in both outputs"
+            return f"cannot gate on agreement with the labels: {why}", True
+        if ag["ci_low"] < -worse_by:
+            return (f"agreement with the labels may be worse by more than {worse_by:g}: {ag['old']:.4f} -> "
+                    f"{ag['new']:.4f}, difference {ag['diff']:+.4f} [{ag['ci_low']:+.4f}, {ag['ci_high']:+.4f}] "
+                    f"(lower bound below -{worse_by:g}, {ag['n']} labelled turns)"), False  # fmt: skip
+        return None, False
+    if not result.get("scales_comparable", True) and not allow_methods:
+        return (f"OLD and NEW were scored by different methods ({result['method_old'] or 'unknown'} and "
+                f"{result['method_new'] or 'unknown'}): their violation rates say how often each flags, not how "
+                "often it is right, so a method that flags less would pass; give --labels FILE to gate on agreement "
+                "with labels (or --allow-methods to gate on the violation rate anyway)"), True  # fmt: skip
+    v = result.get("violation_rate")
+    if v is None or v.get("ci_high") is None:
+        return "no turn has a prediction in both outputs, so the violation rate cannot be compared", True
+    return gate(result, worse_by), False

@@ -57,7 +57,7 @@ class ExportCommand(Command):
         from ..engine._files import open_scores
         from ._common import write_result
 
-        out = open_scores(args.input, require_ours=True, score_columns=(args.score,))
+        out = open_scores(args.input, score_columns=(args.score,))
         t = out.table
         for col in ("trace_id", "span_id", args.score):
             if col not in t.column_names:

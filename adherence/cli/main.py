@@ -363,9 +363,18 @@ def _run(args) -> int:
                 name = " ".join([args.command, *(w for w in words if isinstance(w, str) and w.isalpha())])
                 set_command_name(name)
                 _preflight(args, name)
-                return int(args._command.run(args) or 0)
+                from .._notes import take
+
+                take()
+                code = int(args._command.run(args) or 0)
+                for line in take() if code == 0 else ():
+                    print(line, file=sys.stderr)
+                return code
         finally:
             sys.stderr = real_stderr
+            from .._notes import take
+
+            take()
     except _user_errors() as exc:
         print(f"adherence {args.command}: error: {exc}", file=sys.stderr)
         return 2

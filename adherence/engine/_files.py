@@ -413,6 +413,13 @@ def inspect_output(
     return meta, ours, published
 
 
+#: What an analysis command says of a score table adherence did not write (docs/engine.md: its minimal columns).
+FOREIGN_NOTE = (
+    "no run metadata of adherence beside it: read as a score table from elsewhere (conversation_id, turn_index, "
+    "score; prediction, status and method where present)"
+)
+
+
 def open_scores(
     path: Union[str, os.PathLike],
     *,
@@ -445,6 +452,10 @@ def open_scores(
     check_key_types(table, str(t))
     check_unique_keys(table, str(t))
     table, notes = _clean_scores(table, score_columns, str(t))
+    if not ours:  # said once the command has done its work: a refusal of the table stays one line
+        from .._notes import after_success
+
+        after_success(f"{path}: {FOREIGN_NOTE}")
     trained = training_turns(table)
     if trained:
         notes.append(f"{trained} turn(s) trained the classifier that scored it: their scores are out of fold (each "

@@ -13,10 +13,16 @@ from ._html import figure_svg, page, pyplot, table_html
 __all__ = ["compare_html", "write_compare_html"]
 
 
+def _short(text: str, n: int = 60) -> str:
+    """A group's value as a row label: a role is a whole system prompt, shown by its start."""
+    text = " ".join(str(text).split())
+    return text if len(text) <= n else text[: n - 3] + "..."
+
+
 def _rows(r: dict, key: str) -> list:
     rows = [("all turns", r.get(key))]
     for name, per in (r.get("by") or {}).items():
-        rows += [(f"{name}: {v}", x.get(key)) for v, x in per.items()]
+        rows += [(f"{name}: {_short(v)}", x.get(key)) for v, x in per.items()]
     return [(n, x) for n, x in rows if x and x.get("diff") is not None]
 
 
@@ -28,13 +34,14 @@ def _diff_svg(r: dict, key: str, label: str, gate: float | None = None) -> str:
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(7.5, 0.8 + 0.45 * len(rows)))
     for i, (_, x) in enumerate(rows):
-        worse = x["ci_low"] > 0 if key == "violation_rate" else x["ci_high"] < 0
+        worse = x["ci_low"] > 0 if key == "violation_rate" else x["ci_high"] < 0  # agreement, score: lower is worse
         color = "#c62828" if worse else "#3949ab"
         ax.errorbar(x["diff"], -i, xerr=[[x["diff"] - x["ci_low"]], [x["ci_high"] - x["diff"]]], fmt="o",
                     color=color, capsize=3)  # fmt: skip
     ax.axvline(0, color="#444", linewidth=0.8)
-    if gate is not None and key == "violation_rate":
-        ax.axvline(gate, color="#c62828", linestyle="--", linewidth=1, label=f"gate: worse by {gate:g}")
+    if gate is not None:
+        at = gate if key == "violation_rate" else -gate  # worse is a higher violation rate, a lower agreement
+        ax.axvline(at, color="#c62828", linestyle="--", linewidth=1, label=f"gate: worse by {gate:g}")
         ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), fontsize=8, frameon=False)
     ax.set_yticks([-i for i in range(len(rows))], [n if len(n) <= 40 else n[:37] + "..." for n, _ in rows])
     ax.set_xlabel(f"{label}: new - old")
@@ -58,12 +65,28 @@ def compare_html(r: dict, *, title: str = "adherence compare") -> str:
             f"both; difference {v['diff']:+.2%} ({level}% interval {v['ci_low']:+.2%} to {v['ci_high']:+.2%}, "
             f"resampling whole conversations).</p>"
         )
-    sections = head + [
-        "<h2>Violation rate</h2>",
-        _diff_svg(r, "violation_rate", "violation rate", g["fail_if_worse_by"] if g else None),
-        "<h2>Mean score</h2>",
-        _diff_svg(r, "score", "mean score"),
-    ]
+    ag = r.get("agreement")
+    if ag and ag.get("diff") is not None:
+        head.append(
+            f"<p>Agreement with the labels {ag['old']:.2%} &rarr; <b>{ag['new']:.2%}</b> on {ag['n']:,} labelled turns "
+            f"both predicted; difference {ag['diff']:+.2%} ({level}% interval {ag['ci_low']:+.2%} to "
+            f"{ag['ci_high']:+.2%}, resampling whole conversations); {ag['mcnemar']['b']} turns went from right to "
+            f"wrong and {ag['mcnemar']['c']} from wrong to right (McNemar exact p = {ag['mcnemar']['p_value']:.4g}).</p>"
+        )
+    for note in r.get("notes") or []:
+        head.append(f"<p class='warn'>{html.escape(note)}</p>")
+    margin = g["fail_if_worse_by"] if g else None
+    on_agreement = bool(g) and g.get("on") == "agreement"
+    sections = list(head)
+    if ag and ag.get("diff") is not None:
+        sections += ["<h2>Agreement with the labels</h2>",
+                     _diff_svg(r, "agreement", "agreement", margin if on_agreement else None)]  # fmt: skip
+    sections += ["<h2>Violation rate</h2>",
+                 _diff_svg(r, "violation_rate", "violation rate", None if on_agreement else margin)]  # fmt: skip
+    if r.get("score"):  # two methods' scores are not on one scale: left out unless --allow-methods
+        sections += ["<h2>Mean score</h2>", _diff_svg(r, "score", "mean score")]
+    by_rate = bool(_rows(r, "violation_rate"))
+    sections.append(f"<h2>{'Violation rate' if by_rate else 'Mean score'} by group</h2>")
     rows = []
     for name, x in _rows(r, "violation_rate") or _rows(r, "score"):
         rows.append([name, x["old"], x["new"], x["diff"], x["ci_low"], x["ci_high"], x["n"]])

@@ -86,9 +86,12 @@ def outputs(tmp_path_factory):
 
 
 def test_compare_command_json_gate_and_page(tmp_path, capsys, outputs):
+    """kl and cosine: two methods, so by default only their decisions are compared (no mean score, the turns whose
+    decision changed), and the gate is on agreement with the labels the outputs carry; --allow-methods puts the two
+    scales side by side as before."""
     old, new = outputs["kl"], outputs["cosine"]
     capsys.readouterr()
-    assert main(["compare", str(old), str(new), "--json", "--bootstrap", "300"]) == 0
+    assert main(["compare", str(old), str(new), "--json", "--bootstrap", "300", "--allow-methods"]) == 0
     r = json.loads(capsys.readouterr().out)
     a, b = pq.read_table(old).to_pandas(), pq.read_table(new).to_pandas()
     assert r["n_both_scored"] == 28 and r["only_in_old"]["count"] == 0
@@ -98,18 +101,66 @@ def test_compare_command_json_gate_and_page(tmp_path, capsys, outputs):
     assert {"label", "role"} <= set(r["by"]) and "mcnemar" in r and len(r["changed_turns"]) == 20
     worst = max(abs(x - y) for x, y in zip(a["score"], b["score"]))
     assert abs(r["changed_turns"][0]["change"]) == pytest.approx(worst)
-    # a gate the new output cannot pass, and one it passes
-    v = r["violation_rate"]
-    assert main(["compare", str(old), str(new), "--fail-if-worse-by", "0", "--bootstrap", "300"]) == (
-        1 if v["ci_high"] > 0 else 0
-    )
-    err = capsys.readouterr().err
-    assert ("failed: the violation rate may be worse" in err) == (v["ci_high"] > 0)
+    # without --allow-methods: decisions only
+    assert main(["compare", str(old), str(new), "--json", "--bootstrap", "300"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert "score" not in r and r["scales_comparable"] is False and r["changed_conversations"] == []
+    assert all("score" not in x for per in r["by"].values() for x in per.values())
+    flipped = {(c, t) for c, t, x, y in zip(a["conversation_id"], a["turn_index"], a["prediction"], b["prediction"])
+               if x != y}  # fmt: skip
+    assert {(t["conversation_id"], t["turn_index"]) for t in r["changed_turns"]} == flipped
+    # agreement with the labels the outputs carry, against scikit-learn and statsmodels
+    from sklearn.metrics import accuracy_score
+
+    y = (a["label"] == "adherent").astype(int)
+    ag = r["agreement"]
+    assert ag["old"] == pytest.approx(accuracy_score(y, a["prediction"]))
+    assert ag["new"] == pytest.approx(accuracy_score(y, b["prediction"]))
+    co, cn = (a["prediction"] == y).astype(int), (b["prediction"] == y).astype(int)
+    table = [[int(((co == 1) & (cn == 1)).sum()), int(((co == 1) & (cn == 0)).sum())],
+             [int(((co == 0) & (cn == 1)).sum()), int(((co == 0) & (cn == 0)).sum())]]  # fmt: skip
+    assert ag["mcnemar"]["table"] == table
+    assert ag["mcnemar"]["p_value"] == pytest.approx(mcnemar(np.array(table), exact=True).pvalue, rel=1e-9)
+    direct = cluster_bootstrap_diff((cn - co).to_numpy(float), a["conversation_id"].to_numpy(), n_bootstrap=300)
+    assert (ag["diff"], ag["ci_low"], ag["ci_high"]) == (
+        pytest.approx(direct["diff"]), pytest.approx(direct["ci_low"]), pytest.approx(direct["ci_high"]))  # fmt: skip
+    # the gate is on agreement: one the new output cannot pass, and one it passes
+    code = main(["compare", str(old), str(new), "--fail-if-worse-by", "0", "--bootstrap", "300"])
+    cap = capsys.readouterr()
+    assert code == (1 if ag["ci_low"] < 0 else 0)
+    assert ("failed: agreement with the labels may be worse" in cap.err) == (ag["ci_low"] < 0)
     page = tmp_path / "c.html"
     assert main(["compare", str(old), str(new), "--fail-if-worse-by", "0.99", "--html", str(page)]) == 0
-    assert "passed" in capsys.readouterr().err
+    assert "passed: agreement with the labels is not worse" in capsys.readouterr().err
     text = page.read_text()
     assert "<svg" in text and "McNemar" in text and "Gate passed" in text
+
+
+def test_two_methods_without_labels_cannot_pass_the_gate_by_flagging_less(tmp_path, capsys, outputs):
+    """The issue's repro: a new method that flags fewer violations passed the violation-rate gate. Without labels,
+    two methods are refused, with nothing printed before the failure; with a labels file the gate is on agreement."""
+    strip = {}
+    for m in ("kl", "cosine"):
+        t = pq.read_table(outputs[m])
+        strip[m] = _ours(tmp_path / f"{m}.parquet", t.drop_columns(["label"]), outputs[m])
+    capsys.readouterr()
+    assert main(["compare", str(strip["kl"]), str(strip["cosine"]), "--fail-if-worse-by", "0.5"]) == 1
+    cap = capsys.readouterr()
+    assert cap.out == "" and "different methods (kl and cosine)" in cap.err and "--labels FILE" in cap.err
+    assert len(cap.err.strip().splitlines()) == 1
+    labels = tmp_path / "labels.jsonl"
+    t = pq.read_table(outputs["kl"])
+    labels.write_text("".join(json.dumps({"conversation_id": c, "turn_index": i, "label": v}) + "\n" for c, i, v in
+                              zip(*(t.column(k).to_pylist() for k in ("conversation_id", "turn_index", "label")))))  # fmt: skip
+    code = main(["compare", str(strip["kl"]), str(strip["cosine"]), "--labels", str(labels),
+                 "--fail-if-worse-by", "0.99", "--json"])  # fmt: skip
+    assert code == 0
+    r = json.loads(capsys.readouterr().out)
+    assert r["gate"]["on"] == "agreement" and r["labels"]["n_matched"] == 28
+    # --allow-methods: the violation-rate gate, as asked
+    assert main(["compare", str(strip["kl"]), str(strip["cosine"]), "--fail-if-worse-by", "0.99",
+                 "--allow-methods"]) == 0  # fmt: skip
+    assert "passed: the violation rate is not worse" in capsys.readouterr().err
 
 
 def test_rows_in_one_output_only_are_counted_and_listed(tmp_path, capsys, outputs):
@@ -185,10 +236,14 @@ def test_compare_never_writes_its_page_over_an_input_or_reads_a_foreign_table(tm
     before = new.read_bytes()
     assert main(["compare", str(outputs["kl"]), str(new), "--html", str(new)]) == 2
     assert "would overwrite the input" in capsys.readouterr().err and new.read_bytes() == before
+    # a table from elsewhere (no run metadata): read by its columns, and said so once the comparison is done
     foreign = tmp_path / "foreign.parquet"
-    pq.write_table(pq.read_table(outputs["cosine"]), foreign)
-    assert main(["compare", str(outputs["kl"]), str(foreign)]) == 2
-    assert "not a score output of adherence" in capsys.readouterr().err
+    pq.write_table(pq.read_table(outputs["cosine"]).select(["conversation_id", "turn_index", "score", "prediction"]),
+                   foreign)  # fmt: skip
+    assert main(["compare", str(outputs["kl"]), str(foreign)]) == 0
+    cap = capsys.readouterr()
+    assert f"{foreign}: no run metadata of adherence beside it: read as a score table from elsewhere" in cap.err
+    assert "different methods (kl and unknown)" in cap.out
 
 
 def test_the_gate_checks_both_sides_and_counts_missing_turns_when_allowed(tmp_path, capsys, outputs):
