@@ -274,12 +274,23 @@ def resolve_columns(
         score = "score"
     if label is None:
         if "label" not in cols:
-            raise DataError(f"no `label` column: give --label (columns are: {', '.join(cols)})", file=file)
+            raise DataError(
+                f"no labels: give --labels FILE (JSONL or CSV: conversation_id, turn_index, label), or --label COLUMN "
+                f"(columns are: {', '.join(cols)})",
+                file=file,
+            )
         label = "label"
     if positive is None:
         if label not in cols:
             raise DataError(f"no label column {label!r}; columns are: {', '.join(cols)}", file=file, column=label)
         values = sorted({str(v) for v in table.column(label).to_pylist() if v is not None})
+        if not values:  # a score output made without labels: a label column of nulls
+            raise DataError(
+                "no labels: give --labels FILE (JSONL or CSV: conversation_id, turn_index, label), or label a sample "
+                "of its turns with `adherence view OUTPUT --label LABELS.jsonl`",
+                file=file,
+                column=label,
+            )
         hits = [v for v in values if v.strip().lower() in _POSITIVE_WORDS]
         if len(hits) != 1:
             raise DataError(

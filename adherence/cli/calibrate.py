@@ -111,6 +111,21 @@ class CalibrateCommand(Command):
             from ..report import write_evaluation_html
 
             result["input"] = str(args.input)
+            if join is not None:
+                result["labels"] = join.describe()
+            job = (meta or {}).get("job") or {}
+            apply = None
+            if job.get("command") == "score" and (job.get("options") or {}).get("input"):
+                from .score import score_command
+
+                inp = Path(args.input)
+                apply = score_command(
+                    job["options"],
+                    output=str(inp.with_name(f"{inp.stem}-calibrated{inp.suffix}")),
+                    sessions_output=None,
+                    calibration=str(out),
+                    threshold=None,
+                )
             path = write_evaluation_html(
                 args.html,
                 result,
@@ -118,7 +133,7 @@ class CalibrateCommand(Command):
                 scores,
                 meta=meta,
                 title=f"adherence calibrate: {args.input}",
-                calibration=dict(cal, after_label=after_label, file=str(out)),
+                calibration=dict(cal, after_label=after_label, file=str(out), apply_command=apply),
                 inputs=inputs,
             )
             print(f"wrote {path}", file=sys.stderr)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import html
 import os
 from pathlib import Path
-from typing import Sequence, Union
+from typing import Optional, Sequence, Union
 
 import numpy as np
 
@@ -37,7 +37,9 @@ def _bound_svg(doc: dict, curves: list) -> str:
     return figure_svg(fig)
 
 
-def cascade_html(doc: dict, curves: list, *, title: str = "adherence cascade") -> str:
+def cascade_html(
+    doc: dict, curves: list, *, title: str = "adherence cascade", cascade_file: Optional[str] = None
+) -> str:
     """The page of a fitted cascade; ``curves`` per stage: (thresholds, observed error, upper bound)."""
     rows = [
         [
@@ -63,9 +65,16 @@ def cascade_html(doc: dict, curves: list, *, title: str = "adherence cascade") -
         "share of delta), and the lowest threshold before the first failure is kept (fixed-sequence testing, "
         "Learn-then-Test). The curves show, per candidate threshold, the observed error rate and that bound.</p>"
     )
+    import shlex
+
+    stages = " ".join(shlex.quote(str(st["path"])) for st in doc["stages"])
+    apply = html.escape(
+        f"adherence cascade apply {stages} --cascade {shlex.quote(str(cascade_file or 'CASCADE.json'))} "
+        "-o decided.parquet"
+    )
     steps = [
-        "Decide scored turns with it: <code>adherence cascade apply STAGE1 STAGE2 ... --cascade CASCADE.json "
-        "-o decided.parquet</code>.",
+        f"Decide these turns with it: <code>{apply}</code> (on new turns, score them with each stage's method and "
+        "give those outputs in the same order).",
         "More labelled turns tighten the bound and let cheaper stages accept more.",
     ]
     sections = [
@@ -79,11 +88,18 @@ def cascade_html(doc: dict, curves: list, *, title: str = "adherence cascade") -
     return page(title, sections, subtitle=f"alpha {doc['alpha']:g}, delta {doc['delta']:g}")
 
 
-def write_cascade_html(path: Union[str, os.PathLike], doc: dict, curves: list, *, inputs: Sequence = ()) -> Path:
+def write_cascade_html(
+    path: Union[str, os.PathLike],
+    doc: dict,
+    curves: list,
+    *,
+    inputs: Sequence = (),
+    cascade_file: Optional[str] = None,
+) -> Path:
     """``cascade_html`` written through the one owner-checked writer (never onto ``inputs``); returns the path."""
     from ..engine._files import write_owned
 
-    write_owned(path, cascade_html(doc, curves), what="the HTML page", inputs=inputs)
+    write_owned(path, cascade_html(doc, curves, cascade_file=cascade_file), what="the HTML page", inputs=inputs)
     return Path(path)
 
 

@@ -71,11 +71,20 @@ def estimate_html(r: dict, *, title: str = "adherence estimate") -> str:
             f"fold model that did not see it, every other turn by the mean of the {cf.get('folds', 'K')} fold models. "
             "Its scores on its own training turns would have made the interval too narrow.</p>"
         )
-    scores = html.escape(str(r.get("input") or "SCORES"))
+    import shlex
+
+    scores = shlex.quote(str(r.get("input") or "SCORES"))
     labels_file = (r.get("labels") or {}).get("file")
-    with_labels = f" --labels {html.escape(str(labels_file))}" if labels_file else ""
+    flags = f" --labels {shlex.quote(str(labels_file))}" if labels_file else ""
+    if r.get("score_column") not in (None, "score"):
+        flags += f" --score {shlex.quote(str(r['score_column']))}"
+    if r.get("label_column") not in (None, "label"):
+        flags += f" --label {shlex.quote(str(r['label_column']))}"
+    if r.get("positive") is not None:
+        flags += f" --positive {shlex.quote(str(r['positive']))}"
+    by_role = html.escape(f"adherence estimate {scores}{flags} --by role --html by-role.html")
     next_steps = [
-        f"Per role: <code>adherence estimate {scores}{with_labels} --by role --html by-role.html</code>.",
+        f"Per role: <code>{by_role}</code>.",
         "Narrow the interval: label more turns drawn at random (the interval shrinks with the square root of "
         "their number), or give the judge's calibrated score with <code>--score calibrated_score</code>.",
     ]

@@ -317,7 +317,7 @@ def evaluation_html(
             [[k, v["n"], v["mean"], v["median"], v["std"]] for k, v in by.items()],
         )
     )
-    sections += _what_next(result, fitted)
+    sections += _what_next(result, fitted, (calibration or {}).get("apply_command"))
     sub = (
         f"input {result.get('input')}: score column {result['score_column']!r} against label column "
         f"{result['label_column']!r}, positive = {positive!r}"
@@ -346,24 +346,33 @@ def _baseline_sections(b: Optional[dict]) -> list:
     return out
 
 
-def _what_next(result: dict, fitted: Optional[str]) -> list:
-    """The commands that apply, check or drill into what the page shows."""
-    scores = html.escape(str(result.get("input") or "SCORES"))
+def _what_next(result: dict, fitted: Optional[str], apply_command: Optional[str] = None) -> list:
+    """The commands that apply, check or drill into what the page shows, each as it runs (the labels file the
+    page was made with included); what needs a file this page cannot name is said in words."""
+    import shlex
+
+    scores = html.escape(shlex.quote(str(result.get("input") or "SCORES")))
+    labels_file = (result.get("labels") or {}).get("file")
+    with_labels = f" --labels {html.escape(shlex.quote(str(labels_file)))}" if labels_file else ""
     if fitted:
-        cal = html.escape(str(fitted))
+        cal = html.escape(shlex.quote(str(fitted)))
+        apply = (
+            f"<code>{html.escape(apply_command)}</code>"
+            if apply_command
+            else f"score with the same method or judge and <code>--calibration {cal}</code>"
+        )
         steps = [
-            f"Apply it when scoring (with the same judge or method): <code>adherence score TURNS -o OUT.parquet "
-            f"--calibration {cal}</code> &mdash; its threshold decides <code>prediction</code>, and "
+            f"Apply it when scoring: {apply} &mdash; its threshold decides <code>prediction</code>, and "
             "<code>calibrated_score</code> holds the mapped probability.",
-            f"Check it on other labelled turns: <code>adherence evaluate LABELLED.parquet --calibration {cal} "
-            "--html check.html</code>.",
+            "Check it on labelled turns it was not fitted on: evaluate their scores with "
+            f"<code>--calibration {cal}</code> (on these turns it would be measured on its own training labels).",
         ]
     else:
         steps = [
-            f"Fit a decision threshold and a probability map on these labels: <code>adherence calibrate {scores} "
-            "-o calibration.json --html calibration.html</code>.",
-            f"Look at the worst turns: <code>adherence evaluate {scores} --json</code> lists the metrics; the "
-            "scores table holds each turn's <code>status</code>, <code>error</code> and <code>reason</code>.",
+            f"Fit a decision threshold and a probability map on these labels: <code>adherence calibrate {scores}"
+            f"{with_labels} -o calibration.json --html calibration.html</code>.",
+            f"The metrics as JSON: <code>adherence evaluate {scores}{with_labels} --json</code>; the scores table "
+            "holds each turn's <code>status</code>, <code>error</code> and <code>reason</code>.",
         ]
     return ["<h2>What next</h2>", "<ul>" + "".join(f"<li>{s}</li>" for s in steps) + "</ul>"]
 
