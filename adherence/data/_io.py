@@ -321,13 +321,14 @@ def iter_batches(
     if tracker is not None:
         tracker.finish()
     if transcripts is not None:
-        transcripts_only = all(w.startswith("record") for w, _ in transcripts.skipped)
+        transcripts_only = transcripts.records > 0  # a file of transcripts: each bad line is a record left out
         warn_skipped(
             file,
             transcripts.skipped,
-            "transcript" if transcripts_only else "row",
-            rest="scored",
-            hint="bad_rows='fail', on the command line --bad-rows fail, makes this an error",
+            "transcript record" if transcripts_only else "row",
+            rest="scored" + (" (a malformed transcript is its whole conversation)" if transcripts_only else ""),
+            hint="each is in OUTPUT.bad-rows.jsonl; --bad-rows fail stops at the first one instead, and "
+            "--max-bad-rows is the share that may be left out before the job fails",
         )
     if offset == 0 and not allow_empty:
         raise DataError("no rows (the input has no data records)", file=file)

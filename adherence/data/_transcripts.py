@@ -75,6 +75,8 @@ class TranscriptOptions:
         quarantine: filled while reading: ``{"file", "line", "row", "error", "text"}`` of each row left out.
         source_types: filled while reading: the types of the contract's columns as the input wrote them
             (a set of type names per column), so that keys can be given back as they came.
+        records: filled while reading transcripts: how many records were read, good and bad (the share left out
+            is ``len(quarantine) / records``).
     """
 
     input_format: str = "auto"
@@ -83,6 +85,7 @@ class TranscriptOptions:
     skipped: list = field(default_factory=list)
     quarantine: list = field(default_factory=list)
     source_types: dict = field(default_factory=dict)
+    records: int = 0
 
     def __post_init__(self) -> None:
         if self.input_format not in INPUT_FORMATS:
@@ -264,6 +267,7 @@ def explode_transcripts(
         yield from explode_traces(records, fmt, opts, file=file, batch_size=batch_size)
         return
     for record_no, line_no, record in records:
+        opts.records += 1
         try:
             if not isinstance(record, dict):
                 raise ValueError(f"expected a JSON object, got {type(record).__name__}")

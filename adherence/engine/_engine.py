@@ -128,6 +128,28 @@ class Engine(Job):
                 "use --device cpu, or --executor ray --gpus-per-worker 1 on a cluster with GPUs"
             )
 
+    def _check_bad_share(self, plan, source, area: JobArea) -> None:
+        """Refuse (exit 2) a job whose input lost more than ``max_bad_rows`` of its records as unreadable: the
+        records left out are written to ``<output>.bad-rows.jsonl`` first, so the one line names where they are."""
+        limit = self.options.max_bad_rows
+        if not plan.quarantined or plan.quarantined <= limit * max(plan.records, 1):
+            return
+        from ..data import DataError
+        from ._commit import store_of
+
+        q = quarantine_of(area.commit.output)  # checked at start-up: missing, or this output's earlier one
+        rows = Path(plan.quarantine).read_text(encoding="utf-8") if plan.quarantine else ""
+        tmp = area.work / "bad-rows.published.jsonl"
+        tmp.write_text(bad_rows_header(area.commit.output) + rows, encoding="utf-8")
+        store_of(q).put(tmp, q)
+        share = plan.quarantined / max(plan.records, 1)
+        raise DataError(
+            f"{plan.quarantined} of {plan.records} records ({share:.0%}) could not be read, over --max-bad-rows "
+            f"{limit:g}: nothing was scored; they are listed with their line and reason in {q} (fix them, or allow "
+            "more with --max-bad-rows)",
+            file=str(source),
+        )
+
     def _body(self, source, area: JobArea, start: float) -> dict:
         """The job's body: plan, schedule, merge, publish (inside its work area)."""
         work = area.work
@@ -173,6 +195,7 @@ class Engine(Job):
             ground_truth=self.options.ground_truth,
             fingerprint=fingerprint,
         )
+        self._check_bad_share(plan, source, area)
         if plan.ground_truths is not None:
             missing = missing_references(
                 self.config.method, self.config.reference_pool, plan.ground_truths, plan.reference_rows or 0

@@ -95,6 +95,12 @@ class EngineOptions:
         "OUTPUT.bad-rows.jsonl (default: fail for flat turn rows, skip with a warning for transcripts)",
         affects_scores=False,
     )
+    max_bad_rows: float = option(
+        0.05,
+        help="the share of the input's records (rows, or transcripts) that may be left out as unreadable before "
+        "the job fails with exit 2, naming the file that holds them (default 0.05; 1: any share)",
+        affects_scores=False,
+    )
     ground_truth: Optional[str] = option(
         None,
         type=file_path,
@@ -130,6 +136,8 @@ class EngineOptions:
             raise OptionError(f"`tensor_parallel` must be >= 1, got {self.tensor_parallel}")
         if self.read_batch_rows < 1:
             raise OptionError(f"`read_batch_rows` must be >= 1, got {self.read_batch_rows}")
+        if not 0 <= self.max_bad_rows <= 1:
+            raise OptionError(f"`max_bad_rows` is a share of the records in [0, 1], got {self.max_bad_rows}")
         if self.checkpoint_every < 0 or self.progress_every <= 0:
             raise OptionError("`checkpoint_every` must be >= 0 and `progress_every` > 0 seconds")
         if self.n_bootstrap < 0:

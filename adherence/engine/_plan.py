@@ -71,6 +71,8 @@ class Plan:
     quarantined: int = 0
     # The type the input wrote its conversation ids in when it was an integer type (given back in the outputs)
     conversation_id_type: Optional[str] = None
+    # Records read, good and bad: transcripts (or trace records) where the input holds them, else rows
+    records: int = 0
 
     def to_json(self) -> dict:
         d = asdict(self)
@@ -224,6 +226,16 @@ def _fill_ground_truth(batch: pa.Table, keyed: dict, matched: set) -> pa.Table:
     return batch
 
 
+def _records_read(transcripts, rows: int) -> int:
+    """Records the read saw, good and bad: transcript records (and the lines that were not even JSON) for a file of
+    transcripts, else rows."""
+    if transcripts is None:
+        return rows
+    if transcripts.records:
+        return transcripts.records + sum(1 for where, _ in transcripts.skipped if not where.startswith("record"))
+    return rows + len(transcripts.quarantine)
+
+
 def plan_job(
     source,
     work_dir: Path,
@@ -342,6 +354,7 @@ def plan_job(
         quarantine,
         len(transcripts.quarantine) if transcripts is not None else 0,
         _integer_type(transcripts.source_types.get("conversation_id") if transcripts is not None else None),
+        records=_records_read(transcripts, offset),
     )
     write_json_atomic(plan_path, plan.to_json())
     return plan
