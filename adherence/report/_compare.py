@@ -76,7 +76,7 @@ def compare_html(r: dict, *, title: str = "adherence compare") -> str:
     for note in r.get("notes") or []:
         head.append(f"<p class='warn'>{html.escape(note)}</p>")
     margin = g["fail_if_worse_by"] if g else None
-    on_agreement = bool(g) and g.get("on") == "agreement"
+    on_agreement = g is not None and g.get("on") == "agreement"
     sections = list(head)
     if ag and ag.get("diff") is not None:
         sections += ["<h2>Agreement with the labels</h2>",
