@@ -126,7 +126,10 @@ class JobProgress:
             self._checkpointed[shard_id] = reused
             self.reused += reused
             if self._bar is not None and reused:
-                self._bar.update(reused)
+                # done, but not by this run: moved without an update, so tqdm's rate and ETA never count them
+                self._bar.n += reused
+                self._bar.last_print_n += reused
+                self._bar.initial += reused
         scored = rows - self._checkpointed[shard_id]
         if scored > self._within[shard_id]:
             n = scored - self._within[shard_id]

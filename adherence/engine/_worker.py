@@ -31,6 +31,8 @@ __all__ = ["Checkpoints", "ShardWorker", "WorkerSetupError", "error_rows", "veri
 
 #: rows of a shard's first checkpoint, before its scoring rate is known
 FIRST_CHECKPOINT_ROWS = 64
+#: Seconds of scoring per part of a shard between progress reports (checkpoints are every checkpoint_every)
+PART_SECONDS = 10.0
 
 
 class WorkerSetupError(JobError):
@@ -282,7 +284,22 @@ class ShardWorker:
         self._report(task.shard_id, done, reused)
         failed = None
         before = self.resources.usage()
-        rows_wanted = FIRST_CHECKPOINT_ROWS if checkpoints is not None and task.checkpoint_every > 0 else table.num_rows
+        checkpointing = checkpoints is not None and task.checkpoint_every > 0
+        rows_wanted = FIRST_CHECKPOINT_ROWS if checkpointing else table.num_rows
+        # parts of about PART_SECONDS each, so progress moves between checkpoints; a checkpoint every
+        # checkpoint_every seconds holds the parts scored since the one before (the first part is one at once)
+        part_seconds = min(task.checkpoint_every, PART_SECONDS) if checkpointing else task.checkpoint_every
+        pending: list = []
+        saved_to, saved_at = covered, float("-inf")
+
+        def save(stop: int) -> None:
+            nonlocal pending, saved_to, saved_at
+            if checkpoints is None or not pending:
+                return
+            part = pending[0] if len(pending) == 1 else pa.concat_tables(pending, promote_options="permissive")
+            checkpoints.save(part, saved_to, stop)
+            pending, saved_to, saved_at = [], stop, time.perf_counter()
+
         while covered < n_conv:
             # whole conversations, at least one, about rows_wanted rows
             stop = int(np.searchsorted(bounds, bounds[covered] + max(1, rows_wanted), side="left"))
@@ -296,16 +313,18 @@ class ShardWorker:
                 raise  # the job cannot go on (a judge fleet with nothing up): stop, keep what is committed
             except Exception as exc:  # noqa: BLE001 - a failing shard must not take the job down or lose rows
                 failed = f"shard {task.shard_id} failed: {type(exc).__name__}: {exc}"
+                save(covered)  # what was scored before the failure is kept for --resume
                 rest = by_conv[bounds[covered] :]
                 pieces.append(error_rows(table.take(pa.array(np.sort(rest))), self.config.method, failed))
                 break
             phases["score_s"] += time.thread_time() - cpu
             pieces.append(scores)
-            if checkpoints is not None and stop < n_conv:
-                checkpoints.save(scores, covered, stop)
+            pending.append(scores)
+            if stop < n_conv and time.perf_counter() - saved_at >= task.checkpoint_every:
+                save(stop)
             seconds = max(time.perf_counter() - t0, 1e-6)
-            # the next checkpoint after about checkpoint_every seconds at the rate just seen (at most 4x larger)
-            rows_wanted = int(min(4 * len(rows), len(rows) / seconds * task.checkpoint_every)) or 1
+            # the next part after about part_seconds at the rate just seen (at most 4x larger)
+            rows_wanted = int(min(4 * len(rows), len(rows) / seconds * part_seconds)) or 1
             covered = stop
             done = int(bounds[covered])
             self._report(task.shard_id, done, reused)

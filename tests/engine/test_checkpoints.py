@@ -243,3 +243,52 @@ def test_progress_lines_keep_their_cadence_between_reports():
     n = len(stream.getvalue())
     time.sleep(0.3)
     assert len(stream.getvalue()) == n  # closed: nothing more
+
+
+@pytest.mark.slow
+def test_progress_counts_turns_scored_between_checkpoints(tmp_path, synthetic, monkeypatch):
+    """The issue's repro: the bar sat still for 86 s because workers reported only with checkpoints. Now a shard is
+    scored in parts of about PART_SECONDS, each reported; checkpoints stay every --checkpoint-every (the first part
+    is one at once), holding every part scored since the one before."""
+    turns = synthetic(8)
+    kw = {"method": "cosine", "shard_size": 10_000, "n_bootstrap": 0, "progress": False}
+    monkeypatch.setattr(_worker, "FIRST_CHECKPOINT_ROWS", 1)
+    monkeypatch.setattr(_worker, "PART_SECONDS", 1e-9)  # each conversation a part
+    reports, saved = [], []
+    report, save = _worker.ShardWorker._report, _worker.Checkpoints.save
+    monkeypatch.setattr(_worker.ShardWorker, "_report", lambda self, s, rows, reused: (reports.append(rows),
+                                                                                       report(self, s, rows, reused)))  # fmt: skip
+    monkeypatch.setattr(_worker.Checkpoints, "save", lambda self, t, a, b: (saved.append((a, b, t.num_rows)),
+                                                                            save(self, t, a, b)))  # fmt: skip
+    res = Engine(checkpoint_every=3600, **kw).run(turns, tmp_path / "out.parquet")
+    sizes = turns.group_by("conversation_id").aggregate([("turn_index", "count")])
+    assert len(reports) == 1 + 8 and reports[0] == 0 and reports[-1] == turns.num_rows  # the start, each part
+    assert reports == sorted(reports) and len(set(reports)) == 9
+    assert [(a, b) for a, b, _ in saved] == [(0, 1)]  # the first part at once; no other within the hour
+    assert res.summary["turns"] == turns.num_rows == sum(sizes.column("turn_index_count").to_pylist())
+
+
+def test_a_resumed_bar_counts_only_new_work_in_its_rate():
+    """Turns reused from an earlier run's checkpoints move the bar but never its rate or ETA (the issue's repro:
+    '15732/30003 [00:26<00:34, 416 turn/s]' with 7 minutes left)."""
+    import io
+
+    from adherence.engine._messages import ShardProgress
+    from adherence.engine._progress import JobProgress
+
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    progress = JobProgress("scoring (x)", total=30_000, shards=2, stream=Tty())
+    bar = progress._bar
+    progress.within(ShardProgress(0, 15_000, reused=15_000))  # a resumed shard: all of it from checkpoints
+    assert bar.n == 15_000 and progress.scored == 0 and progress.reused == 15_000
+    d = bar.format_dict
+    rate = d["rate"] if d["rate"] is not None else (d["n"] - d["initial"]) / max(d["elapsed"], 1e-9)
+    assert rate == 0  # nothing scored by this run yet
+    time.sleep(0.05)
+    progress.within(ShardProgress(1, 100))
+    d = bar.format_dict
+    assert d["n"] - d["initial"] == 100  # the rate's numerator: this run's turns only
+    progress.close()
