@@ -9,6 +9,7 @@ from typing import Optional
 
 from .._errors import OptionError
 from .._options import file_path, option
+from ..data._labels import POSITIVE_WORDS as _POSITIVE_WORDS
 
 __all__ = [
     "CalibrationOptions",
@@ -179,24 +180,6 @@ def format_evaluation(result: dict) -> str:
         for k, v in by.items():
             lines.append(f"{k:<24}{v['n']:>7}{v['mean']:>10.4f}{v['median']:>10.4f}")
     return "\n".join(lines)
-
-
-# Label values that read as the positive (adherent) class, and their negatives.
-_POSITIVE_WORDS = (
-    "adherent",
-    "adheres",
-    "yes",
-    "true",
-    "1",
-    "pass",
-    "passed",
-    "positive",
-    "good",
-    "ok",
-    "compliant",
-    "in_role",
-    "in-role",
-)
 
 
 def read_labelled(input, *, format: Optional[str] = None, labels: Optional[str] = None):

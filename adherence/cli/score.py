@@ -103,7 +103,7 @@ class ScoreCommand(Command):
             help="with --dry-run: also score N conversations with the judge (after one untimed warm-up; an "
             "openai backend is sent their requests) and estimate the job's time with a 95%% interval",
         )
-        add_arguments(p, EngineOptions, ["input_format"])
+        add_arguments(p, EngineOptions, ["input_format", "columns"])
         p.add_argument(
             "--role", dest="role_text", metavar="TEXT", help="role definition for transcripts without a system message"
         )

@@ -40,6 +40,20 @@ class ViewCommand(Command):
             action="store_true",
             help="open an output whose job never finished publishing (refused by default; shown with a warning)",
         )
+        p.add_argument(
+            "--labels",
+            type=file_path,
+            metavar="FILE",
+            help="a labels file (JSONL or CSV: conversation_id, turn_index, label) laid over the outputs' turns: the "
+            "label filter offers its values, and each conversation shows its labelled turns and the share whose "
+            "prediction agrees",
+        )
+        p.add_argument(
+            "--columns",
+            metavar="NAME=COLUMN,...",
+            help="the outputs' own names for the columns the viewer reads, for a table named otherwise: e.g. "
+            "conversation_id=chat_id,user=question,assistant=answer",
+        )
         g = p.add_argument_group("labelling (the page at /label)")
         g.add_argument(
             "--label",
@@ -71,7 +85,11 @@ class ViewCommand(Command):
         )
 
     def run(self, args: argparse.Namespace) -> int:
+        from ..data._transcripts import parse_columns
         from ..view import ScoreStore, export_html, serve
+        from ..view._store import _COLUMNS
+
+        columns = parse_columns(args.columns, tuple(_COLUMNS))
 
         if not 0 <= args.port <= 65535:
             raise OptionError(f"--port must be in [0, 65535], got {args.port}")
@@ -80,7 +98,9 @@ class ViewCommand(Command):
         if args.export_html:
             if args.label:
                 raise OptionError("--label opens the labelling page: it does not go with --export-html")
-            store = ScoreStore(args.outputs, allow_unpublished=args.allow_unpublished)
+            store = ScoreStore(
+                args.outputs, allow_unpublished=args.allow_unpublished, labels=args.labels, columns=columns
+            )
             print(f"wrote {export_html(store, args.export_html, top=args.top, inputs=args.outputs)}", file=sys.stderr)
             return 0
         session = None
@@ -89,7 +109,8 @@ class ViewCommand(Command):
         elif any(v is not None for v in (args.sample, args.design, args.seed, args.labeller)) or args.show_scores:
             raise OptionError("--sample, --design, --seed, --labeller and --show-scores go with --label LABELS.jsonl")
         try:
-            serve(args.outputs, args.host, args.port, session=session, allow_unpublished=args.allow_unpublished)
+            serve(args.outputs, args.host, args.port, session=session, allow_unpublished=args.allow_unpublished,
+                  labels=args.labels, columns=columns)  # fmt: skip
         except KeyboardInterrupt:
             print("adherence view: stopped", file=sys.stderr)
         return 0

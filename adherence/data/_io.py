@@ -42,7 +42,7 @@ from ._formats import (  # noqa: F401 - re-exported: the engine reads files thro
     load_json,
     records_to_table,
 )
-from ._transcripts import TranscriptOptions, detect_transcript, explode_transcripts
+from ._transcripts import TranscriptOptions, detect_transcript, explode_transcripts, rename_columns
 from ._validate import KeyTracker, conform
 
 __all__ = ["detect_format", "iter_batches", "json_safe", "read_table", "write_table", "FORMATS"]
@@ -293,7 +293,8 @@ def iter_batches(
             wanted, found, offset = set(rows), {}, 0
             probe = transcripts.probe() if transcripts is not None else None  # bad rows left out again, not recorded
             for batch in open_raw(probe):
-                batch = _conform_rows(batch, keyed, file, offset, probe)
+                batch = _conform_rows(rename_columns(batch, probe.columns if probe else {}, file), keyed, file, offset,
+                                      probe)  # fmt: skip
                 hit = [r for r in wanted if offset <= r < offset + batch.num_rows]
                 if hit:
                     cols = [batch.column(k).to_pylist() for k in key]
@@ -305,7 +306,10 @@ def iter_batches(
         tracker = KeyTracker(contract, file=file, fetch=fetch)
     raw: Iterator[pa.Table] = open_raw(transcripts)
     offset = 0
+    renames = transcripts.columns if transcripts is not None else {}
     for batch in raw:
+        if renames:
+            batch = rename_columns(batch, renames, file)
         if contract is not None:
             if transcripts is not None and not typed_by_reader and "conversation_id" in batch.column_names:
                 transcripts.source_types.setdefault("conversation_id", set()).add(

@@ -25,12 +25,30 @@ import pyarrow as pa
 
 from ._errors import DataError
 
-__all__ = ["LABELS_HEADER", "LabelJoin", "Labels", "join_labels", "read_labels", "SKIP"]
+__all__ = ["LABELS_HEADER", "POSITIVE_WORDS", "LabelJoin", "Labels", "join_labels", "read_labels", "SKIP"]
 
 LABELS_HEADER = "adherence_labels"
 #: A label value that records a turn looked at and passed over: not a label.
 SKIP = "skip"
 _KEYS = ("conversation_id", "turn_index")
+
+
+#: Label values that read as the positive (adherent) class.
+POSITIVE_WORDS = (
+    "adherent",
+    "adheres",
+    "yes",
+    "true",
+    "1",
+    "pass",
+    "passed",
+    "positive",
+    "good",
+    "ok",
+    "compliant",
+    "in_role",
+    "in-role",
+)
 
 
 @dataclass

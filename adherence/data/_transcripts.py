@@ -26,7 +26,15 @@ import pyarrow as pa
 from ._errors import DataError, record_text
 from ._formats import records_to_table
 
-__all__ = ["TranscriptOptions", "TRANSCRIPT_FORMATS", "detect_transcript", "transcript_turns", "explode_transcripts"]
+__all__ = [
+    "parse_columns",
+    "rename_columns",
+    "TranscriptOptions",
+    "TRANSCRIPT_FORMATS",
+    "detect_transcript",
+    "transcript_turns",
+    "explode_transcripts",
+]
 
 TRANSCRIPT_FORMATS = ("openai", "sharegpt")
 #: production traces (``adherence.data._traces``), read where transcripts are
@@ -77,6 +85,8 @@ class TranscriptOptions:
             (a set of type names per column), so that keys can be given back as they came.
         records: filled while reading transcripts: how many records were read, good and bad (the share left out
             is ``len(quarantine) / records``).
+        columns: the input's own names of the contract's columns (``{"conversation_id": "chat_id", ...}``), for a
+            flat table named otherwise; each is renamed as it is read (``parse_columns`` reads the flag's form).
     """
 
     input_format: str = "auto"
@@ -86,6 +96,7 @@ class TranscriptOptions:
     quarantine: list = field(default_factory=list)
     source_types: dict = field(default_factory=dict)
     records: int = 0
+    columns: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.input_format not in INPUT_FORMATS:
@@ -95,7 +106,7 @@ class TranscriptOptions:
 
     def probe(self) -> TranscriptOptions:
         """The same reading, recording nothing (a second pass over the input)."""
-        return TranscriptOptions(self.input_format, self.role, self.bad_rows)
+        return TranscriptOptions(self.input_format, self.role, self.bad_rows, columns=dict(self.columns))
 
     @property
     def strict(self) -> bool:
@@ -116,6 +127,50 @@ class TranscriptOptions:
         self.quarantine.append(
             {"file": error.file, "line": error.line, "row": error.row, "error": error.reason, "text": text}
         )
+
+
+def parse_columns(text: Optional[str], names: tuple, *, flag: str = "--columns") -> dict:
+    """``{contract column: the input's column}`` from ``"conversation_id=chat_id,user=question,..."``; an unknown
+    contract name, a pair without ``=``, or a column named twice is an ``OptionError`` naming it."""
+    from .._errors import OptionError
+
+    out: dict = {}
+    for part in (text or "").split(","):
+        if not part.strip():
+            continue
+        name, eq, col = (x.strip() for x in part.partition("="))
+        if not eq or not name or not col:
+            raise OptionError(f"{flag} takes NAME=COLUMN pairs separated by commas, got {part.strip()!r}")
+        if name not in names:
+            raise OptionError(f"{flag}: {name!r} is not a column adherence reads; choose from {', '.join(names)}")
+        if name in out:
+            raise OptionError(f"{flag}: {name!r} is given twice")
+        out[name] = col
+    taken = list(out.values())
+    if len(set(taken)) != len(taken):
+        raise OptionError(f"{flag}: one input column is given for two names ({', '.join(taken)})")
+    return out
+
+
+def rename_columns(batch: pa.Table, columns: dict, file: str) -> pa.Table:
+    """``batch`` with each mapped input column under its contract name (``columns``: contract name -> input name);
+    a mapped column the input lacks is a ``DataError`` naming it and the columns there are."""
+    if not columns:
+        return batch
+    have = batch.column_names
+    missing = [c for c in columns.values() if c not in have]
+    if missing:
+        raise DataError(
+            f"--columns names {', '.join(repr(c) for c in missing)}, which the input does not have; its columns are: "
+            f"{', '.join(have)}",
+            file=file,
+        )
+    back = {v: k for k, v in columns.items()}
+    clash = [k for k in columns if k in have and k not in back]
+    if clash:  # the input has a column of that name too: the mapped one wins, the other is kept aside
+        batch = batch.rename_columns([f"{c}__input" if c in clash else c for c in have])
+        have = batch.column_names
+    return batch.rename_columns([back.get(c, c) for c in have])
 
 
 def detect_transcript(record: Any) -> Optional[str]:

@@ -152,7 +152,12 @@ def conform(
         listed = ", ".join(repr(m) for m in missing)
         raise DataError(
             f"missing required column(s) {listed} for {contract.name}; found: "
-            f"{', '.join(names) if names else 'no columns'}",
+            f"{', '.join(names) if names else 'no columns'}"
+            + (
+                " (a table named otherwise: give its names with --columns NAME=COLUMN,...)"
+                if contract.name == "turns" and names
+                else ""
+            ),
             file=file,
             column=missing[0],
         )

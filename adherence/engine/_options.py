@@ -95,6 +95,14 @@ class EngineOptions:
         "OUTPUT.bad-rows.jsonl (default: fail for flat turn rows, skip with a warning for transcripts)",
         affects_scores=False,
     )
+    columns: Optional[str] = option(
+        None,
+        metavar="NAME=COLUMN,...",
+        help="the input's own names for the columns adherence reads, for a flat table named otherwise: e.g. "
+        "conversation_id=chat_id,user=question,assistant=answer (names: conversation_id, turn_index, role, user, "
+        "assistant, ground_truth_assistant, label, weight)",
+        affects_scores=False,
+    )
     max_bad_rows: float = option(
         0.05,
         help="the share of the input's records (rows, or transcripts) that may be left out as unreadable before "
@@ -136,6 +144,10 @@ class EngineOptions:
             raise OptionError(f"`tensor_parallel` must be >= 1, got {self.tensor_parallel}")
         if self.read_batch_rows < 1:
             raise OptionError(f"`read_batch_rows` must be >= 1, got {self.read_batch_rows}")
+        from ..data._contracts import TURNS
+        from ..data._transcripts import parse_columns
+
+        parse_columns(self.columns, tuple(c.name for c in TURNS.columns))  # a bad pair: one line, before any work
         if not 0 <= self.max_bad_rows <= 1:
             raise OptionError(f"`max_bad_rows` is a share of the records in [0, 1], got {self.max_bad_rows}")
         if self.checkpoint_every < 0 or self.progress_every <= 0:

@@ -118,6 +118,7 @@ def job_fingerprint(source, transcripts=None, ground_truth=None) -> dict:
             "input_format": transcripts.input_format,
             "role": transcripts.role,
             "bad_rows": transcripts.bad_rows,
+            **({"columns": transcripts.columns} if transcripts.columns else {}),
         }
     if ground_truth is not None:
         fingerprint["ground_truth"] = input_fingerprint(ground_truth)

@@ -64,7 +64,10 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header(k, v)
         self.end_headers()
         if self.command != "HEAD":
-            self.wfile.write(body)
+            try:
+                self.wfile.write(body)
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the browser closed the page before the answer arrived
 
     def _json(self, status: int, obj: Any) -> None:
         body = json.dumps(json_safe(obj), ensure_ascii=False, default=str).encode("utf-8")
@@ -180,6 +183,16 @@ def _int(query: dict, name: str, default: int) -> int:
     return default if v is None else v
 
 
+class _Server(ThreadingHTTPServer):
+    """The HTTP server, quiet when a browser goes away mid-answer (a closed tab is not an error of the viewer)."""
+
+    def handle_error(self, request, client_address) -> None:
+        exc = sys.exc_info()[1]
+        if isinstance(exc, (BrokenPipeError, ConnectionResetError, ConnectionAbortedError)):
+            return
+        super().handle_error(request, client_address)
+
+
 class ViewServer:
     """``adherence view``'s server over a ``ScoreStore``; ``url`` once started (port 0 picks a free one)."""
 
@@ -190,7 +203,7 @@ class ViewServer:
         handler: Any = type("Handler", (_Handler,), {"store": store, "quiet": quiet, "session": session,
                                                      "token": self.token})  # fmt: skip
         try:
-            self.httpd = ThreadingHTTPServer((host, port), handler)
+            self.httpd = _Server((host, port), handler)
         except OSError as exc:
             raise OptionError(f"cannot listen on {host}:{port} ({exc.strerror or exc}); pick another --port") from None
         self.httpd.daemon_threads = True
@@ -231,10 +244,17 @@ def _loopback(host: str) -> bool:
 
 
 def serve(
-    paths: list, host: str = "127.0.0.1", port: int = 8765, session: Any = None, allow_unpublished: bool = False
+    paths: list,
+    host: str = "127.0.0.1",
+    port: int = 8765,
+    session: Any = None,
+    allow_unpublished: bool = False,
+    labels: Optional[str] = None,
+    columns: Optional[dict] = None,
 ) -> None:
-    """Open the outputs and serve them until interrupted (with ``session``, the labelling page at ``/label``)."""
-    store = ScoreStore(paths, allow_unpublished=allow_unpublished)
+    """Open the outputs and serve them until interrupted (with ``session``, the labelling page at ``/label``;
+    with ``labels``, a labels file's labels over the turns; ``columns``: the outputs' own column names)."""
+    store = ScoreStore(paths, allow_unpublished=allow_unpublished, labels=labels, columns=columns)
     for p in store.unpublished:
         print(f"adherence view: warning: {p} was never published (its job did not finish): its rows may be incomplete",
               file=sys.stderr)  # fmt: skip

@@ -127,8 +127,17 @@ class ScoreStore:
     and CSV outputs, which cannot be scanned that way, are read into Arrow once.
     """
 
-    def __init__(self, paths: list, *, allow_unpublished: bool = False) -> None:
+    def __init__(
+        self,
+        paths: list,
+        *,
+        allow_unpublished: bool = False,
+        labels: Optional[str] = None,
+        columns: Optional[dict] = None,
+    ) -> None:
         duckdb = require("duckdb", "view")
+        #: the outputs' own names of the columns the viewer reads (``{"conversation_id": "chat_id", ...}``)
+        self.columns = dict(columns or {})
         from ..engine._files import inspect_output
 
         if not paths:
@@ -143,18 +152,24 @@ class ScoreStore:
         for i, p in enumerate(paths):
             name = f"src{i}"
             schema = self._register(str(p), name)
-            cols = schema.names
+            back = {v: k for k, v in self.columns.items()}
+            cols = [back.get(c, c) for c in schema.names]  # the viewer's names
             for c in ("conversation_id", "turn_index", "score"):
                 if c not in cols:
                     from ..data import DataError
 
-                    raise DataError(f"not a score output: no {c} column", file=str(p), column=c)
+                    raise DataError(
+                        f"not a score output: no {c} column (name the table's own with --columns {c}=COLUMN)",
+                        file=str(p),
+                        column=c,
+                    )
             from ..engine._files import check_score_types
 
             check_score_types(schema, str(p))
+            cid, ti = (self.columns.get(k, k) for k in ("conversation_id", "turn_index"))
             try:
                 rows, keys = self.con.execute(
-                    f"SELECT count(*), count(DISTINCT (conversation_id, turn_index{', method' if 'method' in cols else ''}))"
+                    f'SELECT count(*), count(DISTINCT ("{cid}", "{ti}"{", method" if "method" in cols else ""}))'
                     f" FROM {name}"
                 ).fetchall()[0]
             except duckdb.Error as exc:
@@ -172,15 +187,51 @@ class ScoreStore:
         # a cascade's per-stage scores, NULL where an output has none
         self.stage_columns = sorted(set(found), key=lambda c: int(c[5:-6]))
         wanted = {**_COLUMNS, **{c: "DOUBLE" for c in self.stage_columns}}
+        #: the labels file laid over the outputs' turns (``labels``), and the label value that means adherent
+        self.labels: Optional[dict] = None
+        if labels is not None:
+            self.labels = self._register_labels(labels)
         selects = []
         for i, src in enumerate(self.sources):
             exprs = [
-                (f'CAST("{c}" AS {t}) AS "{c}"' if c in src.columns else f'CAST(NULL AS {t}) AS "{c}"')
+                (
+                    f'CAST("{self.columns.get(c, c)}" AS {t}) AS "{c}"'
+                    if c in src.columns
+                    else f'CAST(NULL AS {t}) AS "{c}"'
+                )
                 for c, t in wanted.items()
             ]
+            if self.labels is not None:  # the file's label where it has one for the turn, else the output's own
+                lc = self.columns.get("label", "label")
+                own = f'CAST("{lc}" AS VARCHAR)' if "label" in src.columns else "CAST(NULL AS VARCHAR)"
+                exprs[list(wanted).index("label")] = (
+                    f"coalesce((SELECT l.label FROM given_labels l WHERE l.conversation_id = "
+                    f'CAST(src{i}."{cid}" AS VARCHAR) AND l.turn_index = CAST(src{i}."{ti}" AS BIGINT)), '
+                    f'{own}) AS "label"'
+                )
             selects.append(f"SELECT {i} AS source, {', '.join(exprs)} FROM src{i}")
         self.con.execute("CREATE VIEW turns AS " + " UNION ALL ".join(selects)).fetchall()
         self.rows = sum(s.rows for s in self.sources)
+
+    def _register_labels(self, path: str) -> dict:
+        """The labels file (``adherence.data.read_labels``: JSONL or CSV, one label per turn) as the table
+        ``given_labels``; ``{"file", "n", "positive"}`` (positive: the value that means adherent, when the file's
+        values name one)."""
+        import pyarrow as pa
+
+        from ..data._labels import POSITIVE_WORDS, read_labels
+
+        given, _, _ = read_labels(path).resolved()  # one label per turn (a disputed turn has none)
+        keys = list(given)
+        table = pa.table({
+            "conversation_id": pa.array([str(c) for c, _ in keys], pa.string()),
+            "turn_index": pa.array([int(t) for _, t in keys], pa.int64()),
+            "label": pa.array([str(given[k]) for k in keys], pa.string()),
+        })  # fmt: skip
+        self.con.register("given_labels", table)
+        values = sorted(set(table.column("label").to_pylist()))
+        hits = [v for v in values if v.strip().lower() in POSITIVE_WORDS]
+        return {"file": str(path), "n": len(keys), "positive": hits[0] if len(hits) == 1 else None}
 
     def _register(self, path: str, name: str):
         """Make ``name`` a view (Parquet) or a table (other formats) of the output at ``path``; its Arrow schema."""
@@ -246,6 +297,7 @@ class ScoreStore:
         )[0]
         return {
             "sources": [{"path": s.path, "rows": s.rows} for s in self.sources],
+            "labels_file": self.labels,
             **head,
             "statuses": values("status"),
             "labels": values("label"),
@@ -267,8 +319,8 @@ class ScoreStore:
             "avg(CASE WHEN prediction = 0 THEN 1.0 WHEN prediction = 1 THEN 0.0 END) AS violations, "
             "count(*) FILTER (WHERE status IN ('error', 'unscored')) AS problems, "
             "count(*) FILTER (WHERE status = 'abstained') AS abstained, "
-            "min(score) AS min_score, any_value(role) AS role, any_value(method) AS method "
-            f"FROM turns{where} GROUP BY source, conversation_id"
+            "min(score) AS min_score, any_value(role) AS role, any_value(method) AS method"
+            f"{self._agreement_sql()} FROM turns{where} GROUP BY source, conversation_id"
         )
         rows = self._query(
             f"SELECT *, count(*) OVER () AS total FROM ({grouped}) ORDER BY {_SORTS[sort]} LIMIT {limit} OFFSET {offset}",
@@ -280,6 +332,19 @@ class ScoreStore:
             if r["role"] and len(r["role"]) > 160:
                 r["role"] = r["role"][:157] + "..."
         return {"total": int(total), "offset": offset, "limit": limit, "sort": sort, "rows": rows}
+
+    def _agreement_sql(self) -> str:
+        """With a labels file whose values name the adherent one: each conversation's labelled turns and the share
+        whose prediction agrees with the label."""
+        positive = (self.labels or {}).get("positive")
+        if positive is None:
+            return ""
+        p = positive.replace("'", "''")
+        return (
+            ", count(label) AS labelled, "
+            f"avg(CASE WHEN label IS NULL OR prediction IS NULL THEN NULL WHEN (label = '{p}') = (prediction = 1) "
+            "THEN 1.0 ELSE 0.0 END) AS agreement"
+        )
 
     def conversation(self, source: int, conversation_id: str) -> dict:
         """Every turn of one conversation, in order (any method it was scored with)."""

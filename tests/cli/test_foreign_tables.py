@@ -86,3 +86,43 @@ def test_a_refused_table_from_elsewhere_is_one_line(tables, capsys):
     assert (
         code == 2 and len(err.strip().splitlines()) == 1 and NOTE not in err and "no labels: give --labels FILE" in err
     )
+
+
+def test_columns_named_otherwise_are_mapped_by_score_and_view(tmp_path, capsys):
+    """A chat log whose columns are chat_id, turn, system, question, answer: `--columns` names them once, and the
+    scores equal those of the same table with adherence's names; a wrong name is one line naming what is there."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    role = "You are the cooking assistant of a recipe site. Only talk about cooking."
+    rows = [("c1", 0, "How long to boil an egg?", "Nine minutes, then cool it in cold water."),
+            ("c1", 1, "Who won the match?", "The home team won 3-1."),
+            ("c2", 0, "Best pasta sauce?", "Tomato and basil.")]  # fmt: skip
+    named = pa.table({"conversation_id": [r[0] for r in rows], "turn_index": [r[1] for r in rows],
+                      "role": [role] * 3, "user": [r[2] for r in rows], "assistant": [r[3] for r in rows]})  # fmt: skip
+    other = named.rename_columns(["chat_id", "turn", "system", "question", "answer"])
+    import pyarrow.csv as pacsv
+
+    pacsv.write_csv(named, tmp_path / "named.csv")
+    pacsv.write_csv(other, tmp_path / "other.csv")
+    mapping = "conversation_id=chat_id,turn_index=turn,role=system,user=question,assistant=answer"
+    for name, extra in (("named", []), ("other", ["--columns", mapping])):
+        assert main(["score", str(tmp_path / f"{name}.csv"), "-o", str(tmp_path / f"{name}.parquet"), "--method",
+                     "scope", "-q", "--no-progress", *extra]) == 0  # fmt: skip
+    a, b = pq.read_table(tmp_path / "named.parquet"), pq.read_table(tmp_path / "other.parquet")
+    assert a.column("score").to_pylist() == pytest.approx(b.column("score").to_pylist())
+    capsys.readouterr()
+    code = main(["score", str(tmp_path / "other.csv"), "-o", str(tmp_path / "x.parquet"), "--method", "scope"])
+    err = capsys.readouterr().err
+    assert code == 2 and "give its names with --columns NAME=COLUMN" in err and len(err.strip().splitlines()) == 1
+    code = main(["score", str(tmp_path / "other.csv"), "-o", str(tmp_path / "x.parquet"), "--method", "scope",
+                 "--columns", "conversation_id=chatid"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 2 and "'chatid', which the input does not have; its columns are: chat_id" in err
+    # the viewer over a score table named otherwise
+    t = pq.read_table(tmp_path / "other.parquet").select(["conversation_id", "turn_index", "score", "assistant"])
+    pq.write_table(t.rename_columns(["chat_id", "turn", "p_yes", "answer"]), tmp_path / "theirs.parquet")
+    page = tmp_path / "v.html"
+    code = main(["view", str(tmp_path / "theirs.parquet"), "--export-html", str(page), "--columns",
+                 "conversation_id=chat_id,turn_index=turn,score=p_yes,assistant=answer"])  # fmt: skip
+    assert code == 0 and "Nine minutes" in page.read_text() and "c2" in page.read_text()

@@ -211,3 +211,57 @@ def test_an_output_on_object_storage_is_viewed_where_it_lies(data, tmp_path):
             assert remote.conversations(f, limit=500)["rows"] == local.conversations(f, limit=500)["rows"]
         assert remote.conversation(0, "conv-003") == local.conversation(0, "conv-003")
         assert remote.summary()["turns"] == local.summary()["turns"]
+
+
+def test_a_labels_file_over_the_outputs(data, tmp_path, chromium):
+    """`view OUT --labels L`: the file's labels replace the output's own where it has one (the filter offers its
+    values), and each conversation shows its labelled turns and the share whose prediction agrees (pandas)."""
+    from playwright.sync_api import sync_playwright
+
+    path, df = data
+    rng = np.random.default_rng(1)
+    labelled = df.sample(60, random_state=2).copy()
+    labelled["given"] = np.where(rng.random(60) < 0.5, "adherent", "off_role")
+    lab = tmp_path / "labels.jsonl"
+    lab.write_text("".join(json.dumps({"conversation_id": r.conversation_id, "turn_index": int(r.turn_index),
+                                       "label": r.given}) + "\n" for r in labelled.itertuples()))  # fmt: skip
+    store = ScoreStore([path], labels=str(lab))
+    summary = store.summary()
+    assert summary["labels_file"]["positive"] == "adherent" and summary["labels_file"]["n"] == 60
+    assert "off_role" in {v for v, _ in summary["labels"]}
+    merged = df.merge(
+        labelled[["conversation_id", "turn_index", "given"]], how="left", on=["conversation_id", "turn_index"]
+    )
+    merged["label2"] = merged["given"].fillna(merged["label"])
+    got = {r["conversation_id"]: r for r in store.conversations(Filters(), limit=500)["rows"]}
+    for cid, g in merged.groupby("conversation_id"):
+        given = g[g["given"].notna()]
+        assert got[cid]["labelled"] == len(g)  # every turn has a label: the file's, else the output's own
+        both = g[g["prediction"].notna()]
+        agree = ((both["label2"] == "adherent") == (both["prediction"] == 1)).mean() if len(both) else None
+        assert got[cid]["agreement"] == pytest.approx(agree) if agree is not None else got[cid]["agreement"] is None
+        assert len(given) <= len(g)
+    n_off = merged[merged["label2"] == "off_role"]["conversation_id"].nunique()
+    assert store.conversations(Filters(label="off_role"))["total"] == n_off
+    with ViewServer(store, port=0) as srv, sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium, args=["--no-sandbox", "--disable-gpu"])
+        page = browser.new_page(viewport={"width": 1280, "height": 900}, bypass_csp=True)
+        page.goto(srv.url)
+        page.wait_for_selector('body[data-ready="1"]')
+        assert page.locator("th.labels-col").is_visible()
+        cells = page.locator("td[data-testid=labels-cell]")
+        assert cells.count() == 40 and "%" in cells.first.inner_text()
+        page.select_option("select[name=label]", "off_role")
+        page.wait_for_function(f"document.querySelector('#count').textContent.startsWith('{n_off} ')")
+        page.screenshot(path=str(tmp_path / "labels.png"), full_page=True)
+        browser.close()
+    # without a labels file the column is not there
+    with ViewServer(ScoreStore([path]), port=0) as srv, sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium, args=["--no-sandbox", "--disable-gpu"])
+        page = browser.new_page()
+        page.goto(srv.url)
+        page.wait_for_selector('body[data-ready="1"]')
+        assert (
+            not page.locator("th.labels-col").is_visible() and page.locator("td[data-testid=labels-cell]").count() == 0
+        )
+        browser.close()

@@ -57,6 +57,8 @@ async function loadSummary() {
   const f = $("#filters");
   fill(f.elements.status, s.statuses);
   fill(f.elements.label, s.labels);
+  state.labelsFile = s.labels_file || null;
+  document.querySelectorAll(".labels-col").forEach((th) => { th.hidden = !state.labelsFile; });
   fill(f.elements.method, s.methods);
   fill(f.elements.role, s.roles);
 }
@@ -78,6 +80,10 @@ async function loadList() {
       el("td", { class: r.mean_score !== null && r.mean_score < 0.5 ? "bad" : "" }, fmt(r.mean_score)),
       el("td", { class: r.violations > 0 ? "bad" : "" }, pct(r.violations)),
       el("td", {}, r.problems + (r.abstained ? ` (+${r.abstained} abstained)` : "")),
+      ...(state.labelsFile ? [el("td", { "data-testid": "labels-cell",
+        class: r.agreement !== null && r.agreement !== undefined && r.agreement < 1 ? "bad" : "" },
+        r.labelled === undefined ? "" : `${r.labelled}` + (r.agreement === null || r.agreement === undefined ? ""
+          : ` (${pct(r.agreement)})`))] : []),
       el("td", {}, r.method || ""),
       el("td", { class: "rolecell", title: r.role || "" }, r.role || ""),
     );
