@@ -66,14 +66,19 @@ class Rubric:
             "ignored": self.ignored,
         }
 
-    def save(self, path: Union[str, os.PathLike]) -> Path:
-        path = Path(path)
-        if path.suffix.lower() in (".yaml", ".yml"):
+    def text(self, path: Union[str, os.PathLike]) -> str:
+        """The rubric as the file ``path`` names would hold it: YAML for ``.yaml`` / ``.yml``, else JSON."""
+        if Path(path).suffix.lower() in (".yaml", ".yml"):
             import yaml
 
-            path.write_text(yaml.safe_dump(self.to_json(), sort_keys=False, allow_unicode=True), encoding="utf-8")
-        else:
-            path.write_text(json.dumps(self.to_json(), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+            return yaml.safe_dump(self.to_json(), sort_keys=False, allow_unicode=True)
+        return json.dumps(self.to_json(), indent=2, ensure_ascii=False) + "\n"
+
+    def save(self, path: Union[str, os.PathLike]) -> Path:
+        """Write the rubric at ``path`` (a plain write, for scripts; `adherence audit rubric` writes through the one
+        owner-checked writer, which never replaces a rubric edited by hand)."""
+        path = Path(path)
+        path.write_text(self.text(path), encoding="utf-8")
         return path
 
 

@@ -170,8 +170,11 @@ class AuditCommand(Command):
             if args.max_tokens < 1:
                 raise OptionError(f"--max-tokens must be >= 1, got {args.max_tokens}")
             rubric, raw = draft_rubric(prompt, _backend(args, progress=True), max_tokens=args.max_tokens)
-            path = rubric.save(args.output)
-            Path(str(path) + ".raw.json").write_text(json.dumps(raw, indent=2, ensure_ascii=False), encoding="utf-8")
+            inputs = [args.system_prompt]
+            write_result(args.output, rubric.text(args.output), inputs=inputs, what="the rubric")
+            write_result(str(args.output) + ".raw.json", json.dumps(raw, indent=2, ensure_ascii=False), inputs=inputs,
+                         what="the judge's raw answer")  # fmt: skip
+            path = args.output
             kinds = [i.kind for i in rubric.items]
             print(
                 f"drafted {len(rubric.items)} questions ({kinds.count('objective')} objective, "
@@ -192,7 +195,7 @@ class AuditCommand(Command):
 
     def _run(self, args) -> int:
         from ..audit import AuditConfig, load_rubric, read_artifacts, run_audit, stability_tables
-        from ..data import run_metadata, write_table
+        from ..data import run_metadata
         from ..models import Encoder
 
         rubric = load_rubric(args.rubric)
@@ -217,7 +220,12 @@ class AuditCommand(Command):
             seed=args.seed,
             inputs=[args.rubric, args.artifacts],
         )
-        write_table(judgments, out / "judgments.parquet", metadata=meta)
+        from ..engine._files import write_owned
+        from ._common import table_bytes
+
+        jpath = out / "judgments.parquet"
+        write_owned(jpath, table_bytes(judgments, jpath), what="the audit's judgments",
+                    inputs=[args.rubric, args.artifacts], config=meta.get("config"))  # fmt: skip
         metrics = stability_tables(judgments, Encoder(args.encoder, progress=False), ks=ks, eps=args.eps)
         write_result(out / "metrics.json", metrics, inputs=[args.rubric, args.artifacts], what="the audit's metrics")
         answers = judgments.column("answer").to_pylist()

@@ -322,8 +322,9 @@ _OUTPUT_WHAT = {
     "cascade apply": "the decided turns",
     "classifier fit": "the classifier file",
     "export": "the export",
+    "audit rubric": "the rubric",
 }
-_INPUT_DESTS = ("input", "old", "new", "stages", "outputs", "labels", "cascade", "calibration")
+_INPUT_DESTS = ("input", "old", "new", "stages", "outputs", "labels", "cascade", "calibration", "system_prompt")
 
 
 def _preflight(args, command: str) -> None:

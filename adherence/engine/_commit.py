@@ -574,6 +574,8 @@ FILE_KINDS = {
     "classifier": "a classifier file",
     "export": "an export",
     "metrics": "an audit's metrics",
+    "rubric": "an audit rubric",
+    "judgments": "an audit's judgments",
 }
 # what an older release's file was, from the command that wrote it (its -o)
 _LEGACY_KINDS = {"calibrate": "calibration", "cascade fit": "cascade", "cascade apply": "decided",
@@ -624,6 +626,16 @@ def _holds_labels(t: Any) -> bool:
     except OSError:
         return False
     return f'"{LABELS_HEADER}"'.encode() in first
+
+
+def _sha256(path: Path) -> str:
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
 
 
 def check_replaceable(t: Any, what: str, kind: Optional[str] = None) -> None:
@@ -677,6 +689,13 @@ def check_replaceable(t: Any, what: str, kind: Optional[str] = None) -> None:
             raise DataError(
                 f"{what} exists and was not written by adherence (no {meta.name} of ours beside it); "
                 "refusing to overwrite it: remove it or choose another path",
+                file=where,
+            )
+        recorded = ((store.read_json(meta) or {}).get("outputs") or {}).get("sha256")
+        if recorded and kind == "file" and isinstance(t, Path) and _sha256(t) != recorded:
+            raise DataError(
+                f"{what} would replace a file that was changed after adherence wrote it (edited by hand?); refusing "
+                "to overwrite it: choose another path, or move it away",
                 file=where,
             )
         if kind == "dir":  # a Parquet dataset of ours holds parts only (a user's folder named like one is not ours)

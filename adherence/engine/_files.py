@@ -76,6 +76,8 @@ _KIND_OF = {
     "the export": "export",
     "the audit's metrics": "metrics",
     "the labels file": "labels",
+    "the rubric": "rubric",
+    "the audit's judgments": "judgments",
 }
 
 
@@ -121,7 +123,15 @@ def write_owned(
     body = data.encode("utf-8") if isinstance(data, str) else bytes(data)
     local_inputs = [str(x) for x in inputs if x is not None and not isinstance(_target(x), Remote)]
     meta = run_metadata(config=config or {}, inputs=[p for p in local_inputs if Path(p).is_file()], hash_inputs=False)
-    meta["outputs"] = {"file": str(t), "kind": kind, "command": command_name()}
+    import hashlib
+
+    # the bytes written, by digest: a file changed after this (a rubric edited by hand) is never replaced
+    meta["outputs"] = {
+        "file": str(t),
+        "kind": kind,
+        "command": command_name(),
+        "sha256": hashlib.sha256(body).hexdigest(),
+    }
     staging = Path(tempfile.mkdtemp(prefix="adherence-write-")) if isinstance(t, Remote) else None
     pub = Publisher(seen, staging=staging)
     try:

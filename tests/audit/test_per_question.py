@@ -109,3 +109,21 @@ def test_cli_per_question_exits_zero_with_every_answer_parsed(tmp_path, tiny_lla
     assert len(judge_q) == 3 and all(m["unscored"] == 0 and m["answers"] == 36 for m in judge_q)
     meta = json.loads((out / "judgments.parquet.meta.json").read_text())
     assert meta["config"]["audit"]["answer_format"] == "per-question"
+
+
+@pytest.mark.slow
+def test_audit_run_writes_through_the_one_writer(tmp_path, tiny_llama_dir, capsys):
+    """`audit run -o DIR` never replaces a judgments file it did not write (a user's, or one edited since)."""
+    out = tmp_path / "audit"
+    out.mkdir()
+    theirs = out / "judgments.parquet"
+    theirs.write_bytes(b"PAR1 not ours")
+    argv = ["audit", "run", "--rubric", str(AUDIT / "rubric.yaml"), "--artifacts", str(AUDIT / "artifacts.jsonl"),
+            "--judge-model", str(tiny_llama_dir), "--device", "cpu", "--runs", "1", "--max-tokens", "4", "-o", str(out),
+            "--answer-format", "per-question"]  # fmt: skip
+    assert main(argv) == 2
+    assert "not written by adherence" in capsys.readouterr().err and theirs.read_bytes() == b"PAR1 not ours"
+    theirs.unlink()
+    assert main(argv) == 0 and main(argv) == 0  # its own, unchanged: replaced
+    meta = json.loads((out / "judgments.parquet.meta.json").read_text())
+    assert meta["outputs"]["kind"] == "judgments" and meta["config"]["audit"]["runs"] == 1

@@ -83,3 +83,15 @@ def test_the_reader_refuses_an_unpublished_output_and_a_foreign_one_when_asked(t
     assert open_scores(foreign).ours is False
     with pytest.raises(DataError, match="not a score output of adherence"):
         open_scores(foreign, require_ours=True)
+
+
+def test_a_file_changed_after_adherence_wrote_it_is_never_replaced(tmp_path):
+    """A rubric drafted by `audit rubric` and edited by hand, a calibration file tweaked: the writer recorded the
+    bytes it wrote (sha256 in the run metadata), so a rerun refuses to replace what was changed since."""
+    target = tmp_path / "rubric.yaml"
+    write_owned(target, "items: []\n", what="the rubric")
+    write_owned(target, "items: [a]\n", what="the rubric")  # unchanged since written: ours to replace
+    target.write_text("items: [a, my own question]\n")  # edited by hand
+    with pytest.raises(DataError, match="changed after adherence wrote it"):
+        write_owned(target, "items: [b]\n", what="the rubric")
+    assert target.read_text() == "items: [a, my own question]\n"
