@@ -262,6 +262,7 @@ def _throughput(encoder, train_table, train_y, turns: int, tmpdir) -> dict:
         elif exact is not None:
             rows[precision]["max_abs_dp_vs_float32"] = float(np.max(np.abs(got - exact)))
             rows[precision]["mean_abs_dp_vs_float32"] = float(np.mean(np.abs(got - exact)))
+    scope = _scope_throughput(big, src, tmpdir)
     peer = _sentence_transformers_rate(big.column("assistant").to_pylist())
     f32 = rows["float32"]
     return {
@@ -279,7 +280,49 @@ def _throughput(encoder, train_table, train_y, turns: int, tmpdir) -> dict:
         "ratio_to_peer_replies_only": round(f32["turns_per_second"] / peer["texts_per_second"], 3) if peer else None,
         "work_per_turn": "the reply and the user message encoded (and each distinct role once); the classifier file's "
         "model applied",
+        "scope": scope,
     }
+
+
+def _scope_throughput(big, src, tmpdir) -> dict:
+    """The label-free score (``scope``) through the engine on the same log, by encoder precision: turns/s, after
+    checking every score against ``score_turns`` on the same table in the same precision."""
+    from pathlib import Path
+
+    import pyarrow.parquet as pq
+
+    from ..engine import Engine, EngineOptions
+    from ..role import Resources, RoleConfig, score_turns
+
+    rows: dict = {}
+    for precision in ("float32", "bf16", "int8"):
+        out = Path(tmpdir) / f"scope-{precision}.parquet"
+        config = RoleConfig(method="scope", progress=False, encoder_precision=precision)
+        try:
+            t0 = time.perf_counter()
+            Engine(config=config, options=EngineOptions(progress=False)).run(str(src), str(out))
+            wall = time.perf_counter() - t0
+        except Exception as exc:  # a precision this CPU refuses is recorded as such
+            rows[precision] = {"refused": str(exc).splitlines()[0]}
+            continue
+        got = np.asarray(pq.read_table(out).column("score").to_pylist(), dtype=float)
+        want = np.asarray(score_turns(big, "scope", config=config, resources=Resources(config)).column("score")
+                          .to_pylist(), dtype=float)  # fmt: skip
+        err = float(np.max(np.abs(got - want)))
+        bar = 1e-5 if precision == "float32" else 2e-3
+        rate = big.num_rows / wall
+        rows[precision] = {
+            "wall_seconds": round(wall, 2),
+            "turns_per_second": round(rate, 1),
+            "turns_per_hour": round(3600 * rate),
+            "correctness": {
+                "checked_against": "score_turns on the same table, same precision",
+                "max_abs_diff": err,
+                "bar": bar,
+                "passed": err < bar,
+            },  # fmt: skip
+        }
+    return {"work_per_turn": "every sentence of the reply encoded (and each distinct role once)", "by_precision": rows}
 
 
 def _sentence_transformers_rate(texts: list) -> Optional[dict]:
@@ -352,8 +395,12 @@ def bench_labels(
         "throughput": tp,
         "goals": goals,
         "best_baseline_auc_support": best_base,
-        "correct": tp["correctness"]["passed"],
-        "correctness": {"classifier_job": tp["correctness"]},
+        "correct": tp["correctness"]["passed"]
+        and all(r["correctness"]["passed"] for r in tp["scope"]["by_precision"].values() if "correctness" in r),
+        "correctness": {
+            "classifier_job": tp["correctness"],
+            "scope_job": {p: r.get("correctness") for p, r in tp["scope"]["by_precision"].items()},
+        },  # fmt: skip
         "args": {
             "sizes": list(sizes),
             "seeds": seeds,
