@@ -33,6 +33,7 @@ from ..engine._options import EngineOptions
 from ..engine._safety import output_format, reserved_columns
 from ..engine._sink import TableSink, say, spill
 from ..role import RoleConfig, aggregate_sessions
+from ..role._base import get_method
 from ..stats._cascade import apply_cascade, verdict_confidence
 
 __all__ = ["CascadeEngine", "stage_name"]
@@ -40,7 +41,7 @@ __all__ = ["CascadeEngine", "stage_name"]
 
 def stage_name(config: RoleConfig) -> str:
     """``llm_judge (model, layout user)`` / ``cosine``: a stage in a line."""
-    if config.method != "llm_judge" or config.judge is None:
+    if not get_method(config.method).uses_judge or config.judge is None:
         return config.method
     j = config.judge
     model = j.model or "the bundled judge"
@@ -160,7 +161,7 @@ class CascadeEngine(Job):
                 {
                     "stage": k,
                     "method": config.method,
-                    "judge": stage_name(config) if config.method == "llm_judge" else None,
+                    "judge": stage_name(config) if get_method(config.method).uses_judge else None,
                     "threshold": st.get("threshold"),
                     "turns": int(reached.sum()),
                     "rows": s["turns"],

@@ -91,6 +91,7 @@ def stage_configs(doc: dict, *, path: str = "", overrides: dict | None = None) -
     from ..data._metadata import REDACTED
     from ..judges import JudgeConfig
     from ..role import RoleConfig
+    from ..role._base import get_method
 
     configs = []
     for i, st in enumerate(doc["stages"], start=1):
@@ -126,7 +127,7 @@ def stage_configs(doc: dict, *, path: str = "", overrides: dict | None = None) -
             config = RoleConfig(**kw)
         except (TypeError, ValueError) as exc:
             raise DataError(f"stage {i}: its recorded options are not usable ({exc})", file=path) from None
-        if i > 1 and config.method in ("mahalanobis", "pca_mahalanobis") and config.alpha == "median":
+        if i > 1 and get_method(config.method).scale_depends_on_job(config):
             raise OptionError(
                 f"stage {i} ({config.method}) was scored with --alpha median, whose scale depends on the turns in the "
                 "job: a later stage scores only the turns left, so score it with a fixed --alpha and fit again"

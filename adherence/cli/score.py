@@ -243,10 +243,13 @@ class ScoreCommand(Command):
         args.method = _method(args)
         if args.estimate and not args.dry_run:
             raise OptionError("--estimate goes with --dry-run")
-        if args.dry_run and args.method != "llm_judge":
+        from ..role._base import get_method
+
+        uses_judge = get_method(args.method).uses_judge
+        if args.dry_run and not uses_judge:
             raise OptionError("--dry-run counts judge tokens: it applies to --method llm_judge")
         judge = None
-        if args.method == "llm_judge":
+        if uses_judge:
             from ..judges import JudgeConfig
 
             template = None

@@ -275,6 +275,13 @@ class Method(ABC):
     # Compares turns with reference replies (each turn's ground_truth_assistant, knn's references, or the set's
     # ground truths as a pool): an input without any cannot be scored at all.
     needs_reference_texts: bool = True
+    # Scores through an LLM judge (``config.judge``): judge options, a judge's calibration check, judge stages
+    uses_judge: bool = False
+
+    def scale_depends_on_job(self, config: RoleConfig) -> bool:
+        """Whether this config's scores are scaled by the whole job's turns: a threshold fitted on one job does not
+        carry over to another, nor to a cascade's later stage, which scores only the turns left."""
+        return False
 
     def decision_threshold(self, config: RoleConfig) -> Optional[float]:
         """The threshold a turn's score is decided at when the job gives none (``default_threshold``, unless the

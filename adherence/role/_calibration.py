@@ -88,12 +88,15 @@ def resolve_calibration(config) -> tuple:
             f"give --threshold or --calibration, not both (the calibration file holds the threshold: "
             f"{loaded.threshold:.6g})"
         )
-    if config.method in ("mahalanobis", "pca_mahalanobis") and config.alpha == "median":
+    from ._base import get_method
+
+    method = get_method(config.method)
+    if method.scale_depends_on_job(config):
         raise OptionError(
             f"--calibration with --method {config.method} needs a fixed --alpha: with 'median' the score's scale "
             "depends on each job, so a fitted threshold does not carry over"
         )
-    if config.method == "llm_judge" and not config.calibration_any_judge and config.judge is not None:
+    if method.uses_judge and not config.calibration_any_judge and config.judge is not None:
         loaded.check_layout(getattr(config.judge, "layout", None))
     return loaded.threshold, dict(loaded.describe(), map=loaded.map.to_dict())
 

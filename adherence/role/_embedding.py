@@ -132,6 +132,9 @@ class MahalanobisMethod(_EncoderMethod):
     def uses_dataset_references(self, config):
         return True
 
+    def scale_depends_on_job(self, config):
+        return config.alpha == "median"  # 1 / the median distance over the job's turns
+
     def job_rescaler(self, config, column):
         """With ``alpha="median"`` the scale is 1 / the median distance over the whole job, not over one shard:
         every shard's scores and predictions are made again from its distances."""

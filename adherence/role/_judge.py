@@ -14,6 +14,7 @@ __all__ = ["LlmJudgeMethod", "tensor_parallel_config"]
 
 class LlmJudgeMethod(Method):
     name = "llm_judge"
+    uses_judge = True
     needs_ground_truth = False
     needs_reference_texts = False
 
