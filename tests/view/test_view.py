@@ -265,3 +265,27 @@ def test_a_labels_file_over_the_outputs(data, tmp_path, chromium):
             not page.locator("th.labels-col").is_visible() and page.locator("td[data-testid=labels-cell]").count() == 0
         )
         browser.close()
+
+
+def test_a_browser_that_goes_away_is_no_traceback(data, capsys):
+    """A closed tab mid-answer (BrokenPipeError / ConnectionResetError in the handler's thread): the server goes on
+    without a traceback; any other error is still reported. The disconnect itself is raised here, as a real socket
+    cannot be made to break at a chosen write."""
+    from adherence.view._server import _Server
+
+    path, _ = data
+    with ViewServer(ScoreStore([path]), port=0) as srv:
+        assert isinstance(srv.httpd, _Server)
+        for exc in (BrokenPipeError(32, "Broken pipe"), ConnectionResetError(104, "reset")):
+            try:
+                raise exc
+            except OSError:
+                srv.httpd.handle_error(None, ("127.0.0.1", 1))
+        assert capsys.readouterr().err == ""
+        try:
+            raise ValueError("a real bug")
+        except ValueError:
+            srv.httpd.handle_error(None, ("127.0.0.1", 1))
+        assert "a real bug" in capsys.readouterr().err
+        with urllib.request.urlopen(srv.url + "api/summary") as r:  # still serving
+            assert r.status == 200
