@@ -124,7 +124,7 @@ def test_each_option_has_one_name_and_its_earlier_spelling_still_parses(tmp_path
     assert "--n-bootstrap" in helps and "--bertscore-idf" in helps and "--top-logprobs" in helps
     assert "--bootstrap " not in helps and "--idf " not in helps
     for flag in ("--n-bootstrap", "--bootstrap"):
-        args = _parser("score").parse_args(["score", "x.jsonl", flag, "3", "--idf"])
+        args = _parser("score").parse_args(["score", "x.jsonl", flag, "3", "--idf", "--method", "bertscore"])
         assert EngineOptions(**values(EngineOptions, args)).n_bootstrap == 3
         assert RoleConfig(**values(RoleConfig, args)).bertscore_idf is True
     assert values(EngineOptions, _parser("score").parse_args(["score", "x.jsonl"]))["n_bootstrap"] == 1000

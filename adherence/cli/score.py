@@ -130,10 +130,6 @@ class ScoreCommand(Command):
         add_arguments(p, RoleConfig, ["method"])
         # no default method: a job names what scores its turns (``_method``); naming a judge names llm_judge
         p.set_defaults(method=None)
-        next(a for a in p._actions if a.dest == "method").help = (
-            "scoring method (required, except that naming a judge -- --judge-model, --base-url, --backend -- "
-            "means llm_judge)"
-        )
         add_arguments(p, EngineOptions, ["ground_truth"])
         add_arguments(p, RoleConfig, ["reference_pool", "alpha"])
         p.add_argument(

@@ -74,7 +74,12 @@ class RoleConfig:
         progress: show progress bars.
     """
 
-    method: str = option("llm_judge", choices=tuple(METHODS), help="scoring method (default llm_judge)")
+    method: str = option(
+        "llm_judge",
+        choices=tuple(METHODS),
+        help="scoring method (`adherence score` needs one named, except that naming a judge -- --judge-model, "
+        "--base-url, --backend -- means llm_judge; the Python API's default is llm_judge)",
+    )
     encoder: Optional[str] = option(
         None, type=model_name, help="encoder: local path, bundled:all-MiniLM-L6-v2 (default) or a cached hub id"
     )

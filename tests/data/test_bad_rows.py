@@ -59,7 +59,7 @@ def test_skip_writes_every_bad_line_to_the_quarantine_and_every_good_row_to_the_
     src = tmp_path / "dirty.jsonl"
     bad, good = _dirty_jsonl(src)
     out = tmp_path / "o.parquet"
-    assert _score(src, out, "--bad-rows", "skip") == 0
+    assert _score(src, out, "--bad-rows", "skip", "--max-bad-rows", "1") == 0
     captured = capsys.readouterr()
     quarantine = tmp_path / "o.parquet.bad-rows.jsonl"
     assert f"3 bad row(s) left out, each with its file, line and reason in {quarantine}" in captured.out
@@ -80,10 +80,10 @@ def test_skip_writes_every_bad_line_to_the_quarantine_and_every_good_row_to_the_
     assert meta["summary"]["bad_rows"] == {"count": 3, "file": str(quarantine)}
 
     # a second run replaces its own quarantine; a file it did not write is never overwritten
-    assert _score(src, out, "--bad-rows", "skip") == 0
+    assert _score(src, out, "--bad-rows", "skip", "--max-bad-rows", "1") == 0
     foreign = tmp_path / "p.parquet.bad-rows.jsonl"
     foreign.write_text("mine\n")
-    assert _score(src, tmp_path / "p.parquet", "--bad-rows", "skip") == 2
+    assert _score(src, tmp_path / "p.parquet", "--bad-rows", "skip", "--max-bad-rows", "1") == 2
     assert foreign.read_text() == "mine\n" and "refusing to overwrite" in capsys.readouterr().err
 
 
@@ -99,7 +99,7 @@ def test_skip_and_fail_in_csv_name_the_line(tmp_path, capsys):
             w.writerow(values[:3] if i == 4 else values)  # data row 5 is line 6 (after the header)
     assert _score(src, tmp_path / "o.parquet") == 2
     assert f"dirty.csv: line 6: expected {len(keys)} fields, got 3" in capsys.readouterr().err
-    assert _score(src, tmp_path / "o.parquet", "--bad-rows", "skip") == 0
+    assert _score(src, tmp_path / "o.parquet", "--bad-rows", "skip", "--max-bad-rows", "1") == 0
     q = _records(tmp_path / "o.parquet.bad-rows.jsonl")
     assert [(r["line"], r["error"]) for r in q] == [(6, f"expected {len(keys)} fields, got 3")]
     assert q[0]["text"].startswith(f"{rows[4]['conversation_id']},")
@@ -138,9 +138,14 @@ def test_by_default_no_malformed_transcript_vanishes_without_a_record(tmp_path, 
         "\n".join([json.dumps(good), json.dumps({"messages": "nope"}), '{"messages": [', json.dumps(good)]) + "\n"
     )
     out = tmp_path / "o.parquet"
-    with pytest.warns(UserWarning, match="skipped 2 malformed"):
-        assert _score(src, out) == 0
     q = tmp_path / "o.parquet.bad-rows.jsonl"
+    # 2 of 4 records is over the default --max-bad-rows (0.05): the job fails, the records it left out written
+    with pytest.warns(UserWarning, match="skipped 2 malformed"):
+        assert _score(src, out) == 2
+    assert "2 of 4 records (50%) could not be read" in capsys.readouterr().err and len(_records(q)) == 2
+    assert not out.exists()
+    with pytest.warns(UserWarning, match="skipped 2 malformed"):
+        assert _score(src, out, "--max-bad-rows", "1") == 0
     kept = _records(q)
     assert [k["line"] for k in kept] == [2, 3] and all(k["error"] for k in kept)
     assert f"2 bad row(s) left out, each with its file, line and reason in {q}" in capsys.readouterr().out

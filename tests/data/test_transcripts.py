@@ -167,7 +167,9 @@ def test_transcripts_stream_batch_by_batch(tmp_path):
 
 def test_malformed_transcripts_are_skipped_with_a_warning_or_refused(tmp_path):
     src = _jsonl(tmp_path / "dirty.jsonl", [OPENAI[0], {"messages": "oops"}, {"messages": [{"role": "robot"}]}])
-    with pytest.warns(UserWarning, match=r"dirty.jsonl: skipped 2 malformed transcript\(s\) \(record 2, record 3\)"):
+    with pytest.warns(
+        UserWarning, match=r"dirty.jsonl: skipped 2 malformed transcript record\(s\) \(record 2, record 3\)"
+    ):
         assert read_turns(src).num_rows == 2
     with pytest.raises(DataError, match=r"dirty.jsonl: row 2, line 2: malformed openai transcript"):
         list(iter_batches(src, TURNS, transcripts=TranscriptOptions(bad_rows="fail")))
@@ -296,6 +298,8 @@ def test_cli_scores_transcripts_end_to_end(tmp_path, tiny_llama_dir, capsys):
                 "--no-progress",
                 "--bootstrap",
                 "0",
+                "--max-bad-rows",
+                "1",
             ]
         )
     assert rc == 0
@@ -342,7 +346,7 @@ def test_dirty_transcripts_cost_their_record_only_and_are_counted(tmp_path):
     assert turns.column("conversation_id").to_pylist() == ["good-1", "blank", "9", "good-2"]
     assert turns.column("label").to_pylist()[-1] == "1" and turns.column("weight").to_pylist()[-1] == 2.0
     reasons = dict(opts.skipped)
-    assert len(opts.skipped) == 7 and "skipped 7 malformed transcript(s)" in str(caught[-1].message)
+    assert len(opts.skipped) == 7 and "skipped 7 malformed transcript record(s)" in str(caught[-1].message)
     assert "tool_calls must be a list" in reasons["record 2"]
     assert all("no assistant message with text" in reasons[f"record {i}"] for i in (3, 4))
     assert "label must be text" in reasons["record 6"] and "weight must be a finite number" in reasons["record 7"]
