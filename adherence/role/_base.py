@@ -171,7 +171,7 @@ class RoleConfig:
         if self.calibration is not None:
             from ._calibration import resolve_calibration
 
-            self.threshold, self.calibration = resolve_calibration(self)
+            self.threshold, self.calibration = resolve_calibration(self, get_method(self.method))
         if self.threshold is None:
             self.threshold = get_method(self.method).decision_threshold(self)
         if self.threshold is not None and not 0.0 <= self.threshold <= 1.0:

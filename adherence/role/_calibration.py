@@ -72,12 +72,12 @@ class Calibration:
             )
 
 
-def resolve_calibration(config) -> tuple:
+def resolve_calibration(config, method) -> tuple:
     """``(threshold, calibration)`` of a ``RoleConfig`` whose ``calibration`` is a calibration file's path or the
     dict a run records: the rule that a calibration decides the threshold, written once for the CLI and Python
     alike. A path is loaded and checked against the run (the method it was fitted on; a threshold given beside it;
-    Mahalanobis' per-job 'median' scale; the judge's prompt layout unless ``calibration_any_judge``); the dict
-    (what workers receive) keeps a threshold already set."""
+    a scale that depends on the job, as ``method`` -- the config's ``Method`` -- says; the judge's prompt layout unless
+    ``calibration_any_judge``); the dict (what workers receive) keeps a threshold already set."""
     cal = config.calibration
     if isinstance(cal, dict):
         return (cal.get("threshold") if config.threshold is None else config.threshold), cal
@@ -88,9 +88,6 @@ def resolve_calibration(config) -> tuple:
             f"give --threshold or --calibration, not both (the calibration file holds the threshold: "
             f"{loaded.threshold:.6g})"
         )
-    from ._base import get_method
-
-    method = get_method(config.method)
     if method.scale_depends_on_job(config):
         raise OptionError(
             f"--calibration with --method {config.method} needs a fixed --alpha: with 'median' the score's scale "
