@@ -289,3 +289,20 @@ def test_a_browser_that_goes_away_is_no_traceback(data, capsys):
         assert "a real bug" in capsys.readouterr().err
         with urllib.request.urlopen(srv.url + "api/summary") as r:  # still serving
             assert r.status == 200
+
+
+def test_a_normal_start_prints_no_third_party_warning(data, tmp_path):
+    """DuckDB once warned of an 'extra copy' at every start: opening outputs (Parquet, and JSONL read into Arrow)
+    warns of nothing, as a fresh process shows it."""
+    import subprocess
+    import sys
+
+    path, df = data
+    jsonl = tmp_path / "scores.jsonl"
+    df.head(50).to_json(jsonl, orient="records", lines=True)
+    for src in (path, jsonl):
+        page = tmp_path / f"{src.suffix[1:]}.html"
+        r = subprocess.run([sys.executable, "-W", "default", "-m", "adherence", "view", str(src), "--export-html",
+                            str(page)], capture_output=True, text=True, timeout=120)  # fmt: skip
+        assert r.returncode == 0, r.stderr
+        assert r.stderr.strip().splitlines() == [f"wrote {page}"], r.stderr
