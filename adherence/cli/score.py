@@ -275,6 +275,8 @@ class ScoreCommand(Command):
             **values(RoleConfig, args),
         )
         if args.dry_run:
+            from ..data._contracts import TURNS
+            from ..data._transcripts import parse_columns
             from ..role._dryrun import dry_run
 
             print(
@@ -285,6 +287,7 @@ class ScoreCommand(Command):
                     role=role_text,
                     bad_rows=args.bad_rows,
                     estimate=args.estimate,
+                    columns=parse_columns(args.columns, tuple(c.name for c in TURNS.columns)),
                 )
             )
             return 0

@@ -99,13 +99,15 @@ def dry_run(
     role: Optional[str] = None,
     bad_rows: Optional[str] = None,
     estimate: int = 0,
+    columns: Optional[dict] = None,
 ) -> str:
-    """The dry-run report for a file, as the lines ``adherence score --dry-run`` prints."""
+    """The dry-run report for a file, as the lines ``adherence score --dry-run`` prints (``columns``: the input's own
+    names of the contract's columns, as ``score --columns`` gives them)."""
     from ..data import TURNS, iter_batches
     from ..data._errors import skipped_summary
     from ..data._transcripts import TranscriptOptions
 
-    opts = TranscriptOptions(input_format, role, bad_rows)
+    opts = TranscriptOptions(input_format, role, bad_rows, columns=dict(columns or {}))
     batches = list(iter_batches(source, TURNS, transcripts=opts))
     turns = (
         pa.Table.from_batches(batches)

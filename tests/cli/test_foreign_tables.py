@@ -119,6 +119,8 @@ def test_columns_named_otherwise_are_mapped_by_score_and_view(tmp_path, capsys):
                  "--columns", "conversation_id=chatid"])  # fmt: skip
     err = capsys.readouterr().err
     assert code == 2 and "'chatid', which the input does not have; its columns are: chat_id" in err
+    assert main(["score", str(tmp_path / "other.csv"), "--dry-run", "--columns", mapping]) == 0
+    assert "dry run: 3 turns (0 with input errors)" in capsys.readouterr().out
     # the viewer over a score table named otherwise
     t = pq.read_table(tmp_path / "other.parquet").select(["conversation_id", "turn_index", "score", "assistant"])
     pq.write_table(t.rename_columns(["chat_id", "turn", "p_yes", "answer"]), tmp_path / "theirs.parquet")
