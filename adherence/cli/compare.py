@@ -115,8 +115,10 @@ def compare_outputs(old: str, new: str, *, n_bootstrap: int = 2000, seed: int = 
     comparable = allow_methods or method_old == method_new
     # with count_problems every turn of OLD is compared: one NEW lacks counts as NEW's violation below
     marked = b.append_column("in_new", pa.array(np.ones(b.num_rows, dtype=bool)))
-    both = a.join(marked, list(_KEYS), join_type="left outer" if count_problems else "inner", left_suffix="_old",
-                  right_suffix="_new")  # fmt: skip
+    # every column named by its side, also one that only one side has (a join suffixes only the shared ones)
+    olds = a.rename_columns([c if c in _KEYS else f"{c}_old" for c in a.column_names])
+    news = marked.rename_columns([c if c in _KEYS or c == "in_new" else f"{c}_new" for c in marked.column_names])
+    both = olds.join(news, list(_KEYS), join_type="left outer" if count_problems else "inner")
     # counted and listed, never dropped
     only_old = a.join(b.select(list(_KEYS)), list(_KEYS), join_type="left anti").select(list(_KEYS))
     only_new = b.join(a.select(list(_KEYS)), list(_KEYS), join_type="left anti").select(list(_KEYS))
@@ -222,16 +224,26 @@ def _agreement(both, cid, po, pn, positive: str, kw: dict) -> dict:
     lab = both.column(col).to_pylist()
     has = np.array([v is not None for v in lab])
     y = np.array([v is not None and str(v) == positive for v in lab], dtype=np.float64)
-    if po is None or pn is None:
-        return {"n": 0, "labelled": int(has.sum()), "diff": None, "reason": "a side has no prediction column"}
-    m = has & np.isfinite(po) & np.isfinite(pn)
-    co, cn = (po[m] == y[m]).astype(np.float64), (pn[m] == y[m]).astype(np.float64)
+    nothing = np.full(len(lab), np.nan)
+    po_, pn_ = (nothing if p is None else p for p in (po, pn))
+    m = has & np.isfinite(po_) & np.isfinite(pn_)
+    if not m.any():
+        silent = [side for side, p in (("OLD", po_), ("NEW", pn_)) if not np.isfinite(p[has]).any()]
+        why = (
+            f"{' and '.join(silent)} decide{'s' if len(silent) == 1 else ''} nothing on the labelled turns (no "
+            "prediction: a method without a threshold, like scope, decides once `adherence calibrate` fits one and "
+            "`adherence score --calibration` applies it)"
+            if silent
+            else "no labelled turn has a prediction in both outputs"
+        )
+        return {"n": 0, "labelled": int(has.sum()), "diff": None, "reason": why}
+    co, cn = (po_[m] == y[m]).astype(np.float64), (pn_[m] == y[m]).astype(np.float64)
     return {
         "labelled": int(has.sum()),
-        "old": float(co.mean()) if m.any() else None,
-        "new": float(cn.mean()) if m.any() else None,
+        "old": float(co.mean()),
+        "new": float(cn.mean()),
         **cluster_bootstrap_diff(cn - co, cid[m], **kw),
-        "mcnemar": mcnemar_exact(co, cn) if m.any() else None,
+        "mcnemar": mcnemar_exact(co, cn),
     }
 
 

@@ -157,6 +157,12 @@ def test_two_methods_without_labels_cannot_pass_the_gate_by_flagging_less(tmp_pa
     assert code == 0
     r = json.loads(capsys.readouterr().out)
     assert r["gate"]["on"] == "agreement" and r["labels"]["n_matched"] == 28
+    # a side that decides nothing (no prediction) cannot be gated on agreement, and the reason says how to decide
+    t = pq.read_table(strip["cosine"])
+    silent = _ours(tmp_path / "silent.parquet", t.drop_columns(["prediction"]), outputs["cosine"])
+    assert main(["compare", str(strip["kl"]), str(silent), "--labels", str(labels), "--fail-if-worse-by", "0.1"]) == 1
+    cap = capsys.readouterr()
+    assert cap.out == "" and "NEW decides nothing on the labelled turns" in cap.err and "adherence calibrate" in cap.err
     # --allow-methods: the violation-rate gate, as asked
     assert main(["compare", str(strip["kl"]), str(strip["cosine"]), "--fail-if-worse-by", "0.99",
                  "--allow-methods"]) == 0  # fmt: skip
