@@ -15,7 +15,6 @@ Sets: the hand-written ``claims_desk`` and ``pharmacy_line`` logs and the paper-
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Any, Optional
@@ -54,13 +53,12 @@ def _judge_scores(table: pa.Table, dtype: str, device: Optional[str]) -> tuple:
     return s, seconds
 
 
-def _auc(y: np.ndarray, s: np.ndarray) -> Optional[float]:
-    from ..stats._ranking import roc_auc_score
+def _scored_auc(y: np.ndarray, s: np.ndarray) -> Optional[float]:
+    """The AUC over the turns that have a score (``adherence bench labels``' AUC, None for one class)."""
+    from .labels import _auc
 
     ok = np.isfinite(s)
-    if ok.sum() < 2 or len(set(y[ok].tolist())) < 2:
-        return None
-    return float(roc_auc_score(y[ok], s[ok]))
+    return _auc(y[ok], s[ok]) if ok.sum() > 1 else None
 
 
 def _judge(sets: dict, device: Optional[str], dtype: str, say) -> dict:
@@ -71,7 +69,7 @@ def _judge(sets: dict, device: Optional[str], dtype: str, say) -> dict:
         f8, t_f8 = _judge_scores(table, "float8", device)
         both = np.isfinite(base) & np.isfinite(f8)
         d = np.abs(base[both] - f8[both])
-        auc_base, auc_f8 = _auc(y, base), _auc(y, f8)
+        auc_base, auc_f8 = _scored_auc(y, base), _scored_auc(y, f8)
         auc_diff = None if auc_base is None or auc_f8 is None else abs(auc_base - auc_f8)
         rows[name] = {
             "turns": int(table.num_rows),
@@ -100,48 +98,21 @@ def _judge(sets: dict, device: Optional[str], dtype: str, say) -> dict:
 
 
 def _classifier(train: tuple, turns: int, device: Optional[str], tmpdir: str, say) -> dict:
-    import pyarrow.parquet as pq
-
-    from ..data import write_table
-    from ..engine import Engine, EngineOptions
+    """The classifier job of ``adherence bench labels``, on ``device``: fit on ``train``'s labels, timed on a
+    generated log, checked on its first 64 turns."""
     from ..models import Encoder
-    from ..role import RoleConfig
-    from ..role._classifier import classifier_document, classifier_features, fit_classifier, load_classifier
-    from .labels import support_turns
+    from .labels import classifier_job, classifier_job_setup
 
     table, y = train
     encoder = Encoder(progress=False, device=device)
-    cols = [table.column(c).to_pylist() for c in ("role", "user", "assistant")]
-    fit = fit_classifier(classifier_features(encoder, *cols), y)
-    doc = classifier_document(fit, encoder=encoder, dim=int(len(fit["coef"]) - 5), source={}, baselines=None)
-    clf = Path(tmpdir) / "clf.json"
-    clf.write_text(json.dumps(doc))
-    big, _ = support_turns(max(1, (turns + 1) // 2), seed=99)
-    big = big.slice(0, turns)
-    src, out = Path(tmpdir) / "big.parquet", Path(tmpdir) / "scores.parquet"
-    write_table(big, src)
+    clf, big, src = classifier_job_setup(encoder, table, y, turns, tmpdir)
     say(f"classifier: {big.num_rows} turns through the engine")
-    config = RoleConfig(method="classifier", classifier=str(clf), progress=False, device=device)
-    engine = Engine(config=config, options=EngineOptions(progress=False))
-    t0 = time.perf_counter()
-    engine.run(str(src), str(out))
-    wall = time.perf_counter() - t0
-    got = np.asarray(pq.read_table(out).column("score").to_pylist(), dtype=float)
-    check = big.slice(0, 64)
-    want = load_classifier(clf).probability(
-        classifier_features(encoder, *(check.column(c).to_pylist() for c in ("role", "user", "assistant")))
-    )
-    err = float(np.max(np.abs(got[: check.num_rows] - want)))
-    bar = 1e-3 if str(encoder.dtype) != "torch.float32" else 1e-5
+    row, _ = classifier_job(clf, big, src, Path(tmpdir) / "scores.parquet", device=device, encoder=encoder)
     return {
         "trained_on": f"claims_desk labels ({table.num_rows} turns)",
         "turns": int(big.num_rows),
-        "encoder_dtype": str(encoder.dtype).replace("torch.", ""),
-        "wall_s": round(wall, 3),
-        "turns_per_s": big.num_rows / wall,
-        "turns_per_hour": 3600 * big.num_rows / wall,
-        "correctness": {"max_abs_diff": err, "bar": bar, "passed": err < bar},
-        "correct": err < bar,
+        **row,
+        "correct": bool(row.get("correctness", {}).get("passed")),
     }
 
 

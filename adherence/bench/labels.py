@@ -199,16 +199,13 @@ def _judge_auc(table: pa.Table, y: np.ndarray, turns: int) -> dict:
     }
 
 
-def _throughput(encoder, train_table, train_y, turns: int, tmpdir) -> dict:
-    """The classifier job through the engine on a generated log of about ``turns`` turns: turns/s and hours per
-    million, after checking its scores are the model's probabilities; and sentence-transformers encoding the same
-    replies alone, the floor of any scorer over this encoder, in the same run."""
+def classifier_job_setup(encoder, train_table, train_y, turns: int, tmpdir) -> tuple:
+    """``(classifier file, log, its Parquet file)``: a classifier fit on ``train_table``'s labels with ``encoder``,
+    written to ``tmpdir``, and a generated support log of about ``turns`` turns to time it on."""
     from pathlib import Path
 
     from ..data import write_table
-    from ..engine import Engine, EngineOptions
-    from ..role import RoleConfig
-    from ..role._classifier import classifier_document, classifier_features, fit_classifier, load_classifier
+    from ..role._classifier import classifier_document, classifier_features, fit_classifier
 
     a, r, u = (train_table.column(c).to_pylist() for c in ("assistant", "role", "user"))
     fit = fit_classifier(classifier_features(encoder, r, u, a), train_y)
@@ -219,44 +216,70 @@ def _throughput(encoder, train_table, train_y, turns: int, tmpdir) -> dict:
     big = big.slice(0, turns)
     src = Path(tmpdir) / "big.parquet"
     write_table(big, src)
+    return clf_path, big, src
+
+
+def classifier_job(clf_path, big, src, out, *, precision: str = "float32", device=None, encoder=None) -> tuple:
+    """``(row, scores)``: the classifier job through the engine on ``src`` (the table ``big``) at ``precision`` on
+    ``device``, timed, its first 64 scores checked against the model's probabilities computed directly with
+    ``encoder`` (default: one of that precision and device). A precision this CPU refuses (bf16 needs AVX512-BF16 or
+    AMX) gives ``({"refused": why}, None)``."""
     import pyarrow.parquet as pq
 
+    from ..engine import Engine, EngineOptions
     from ..models import Encoder
+    from ..role import RoleConfig
+    from ..role._classifier import classifier_features, load_classifier
 
+    config = RoleConfig(method="classifier", classifier=str(clf_path), progress=False, encoder_precision=precision,
+                        device=device)  # fmt: skip
+    try:
+        t0 = time.perf_counter()
+        result = Engine(config=config, options=EngineOptions(progress=False)).run(str(src), str(out))
+        wall = time.perf_counter() - t0
+    except Exception as exc:  # recorded as refused, the other precisions still timed
+        return {"refused": str(exc).splitlines()[0]}, None
+    got = np.asarray(pq.read_table(out).column("score").to_pylist(), dtype=float)
+    check = big.slice(0, 64)
+    enc = encoder if encoder is not None else Encoder(progress=False, precision=precision, device=device)
+    want = load_classifier(clf_path).probability(classifier_features(
+        enc, *(check.column(c).to_pylist() for c in ("role", "user", "assistant"))))  # fmt: skip
+    err = float(np.max(np.abs(got[: check.num_rows] - want)))
+    # bf16's embeddings move a little with the batch they are computed in (docs/encoders.md): its bar is wider
+    bar = 1e-3 if precision == "bf16" or str(enc.dtype) != "torch.float32" else 1e-5
+    rate = big.num_rows / wall
+    row = {
+        "wall_seconds": round(wall, 2),
+        "turns_per_second": round(rate, 1),
+        "hours_per_million_turns": round(1e6 / rate / 3600, 3),
+        "turns_per_hour": round(3600 * rate),
+        "encoder_dtype": str(enc.dtype).replace("torch.", ""),
+        "correctness": {
+            "checked_against": "the model's probabilities computed directly on 64 turns, same precision",
+            "max_abs_diff": err,
+            "bar": bar,
+            "passed": err < bar,
+        },  # fmt: skip
+        "engine_turns_per_s": (result.summary or {}).get("turns_per_s"),
+    }
+    return row, got
+
+
+def _throughput(encoder, train_table, train_y, turns: int, tmpdir) -> dict:
+    """The classifier job through the engine on a generated log of about ``turns`` turns: turns/s and hours per
+    million, after checking its scores are the model's probabilities; and sentence-transformers encoding the same
+    replies alone, the floor of any scorer over this encoder, in the same run."""
+    from pathlib import Path
+
+    clf_path, big, src = classifier_job_setup(encoder, train_table, train_y, turns, tmpdir)
     rows: dict = {}
     exact = None
     for precision in ("float32", "bf16", "int8"):
         out = Path(tmpdir) / f"scores-{precision}.parquet"
-        config = RoleConfig(method="classifier", classifier=str(clf_path), progress=False, encoder_precision=precision)
-        engine = Engine(config=config, options=EngineOptions(progress=False))
-        try:
-            t0 = time.perf_counter()
-            result = engine.run(str(src), str(out))
-            wall = time.perf_counter() - t0
-        except Exception as exc:  # a precision this CPU refuses (bf16 needs AVX512-BF16 or AMX) is recorded as such
-            rows[precision] = {"refused": str(exc).splitlines()[0]}
+        rows[precision], got = classifier_job(clf_path, big, src, out, precision=precision,
+                                              encoder=encoder if precision == "float32" else None)  # fmt: skip
+        if got is None:
             continue
-        got = np.asarray(pq.read_table(out).column("score").to_pylist(), dtype=float)
-        check = big.slice(0, 64)
-        enc = encoder if precision == "float32" else Encoder(progress=False, precision=precision)
-        want = load_classifier(clf_path).probability(classifier_features(
-            enc, *(check.column(c).to_pylist() for c in ("role", "user", "assistant"))))  # fmt: skip
-        err = float(np.max(np.abs(got[:64] - want)))
-        # bf16's embeddings move a little with the batch they are computed in (docs/encoders.md): its bar is wider
-        bar = 1e-3 if precision == "bf16" else 1e-5
-        rate = big.num_rows / wall
-        rows[precision] = {
-            "wall_seconds": round(wall, 2),
-            "turns_per_second": round(rate, 1),
-            "hours_per_million_turns": round(1e6 / rate / 3600, 3),
-            "correctness": {
-                "checked_against": "the model's probabilities computed directly on 64 turns, same precision",
-                "max_abs_diff": err,
-                "bar": bar,
-                "passed": err < bar,
-            },  # fmt: skip
-            "engine_turns_per_s": (result.summary or {}).get("turns_per_s"),
-        }
         if precision == "float32":
             exact = got
         elif exact is not None:

@@ -22,10 +22,12 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
+
+from .labels import _auc
 
 __all__ = ["bench_own_logs", "own_log_turns"]
 
@@ -57,12 +59,6 @@ def _support() -> tuple:
     rows = [truth[k] for k in zip(t.column("conversation_id").to_pylist(), t.column("turn_index").to_pylist())]
     y = np.array([r["label"] == "adherent" for r in rows], dtype=np.int8)
     return t.select(["conversation_id", "turn_index", "role", "user", "assistant"]), y, [r["kind"] for r in rows]
-
-
-def _auc(y, s) -> Optional[float]:
-    from ..stats._ranking import roc_auc_score
-
-    return float(roc_auc_score(y, s)) if len(set(np.asarray(y).tolist())) == 2 else None
 
 
 def _summary(values: list) -> dict:
