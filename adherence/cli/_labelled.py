@@ -9,7 +9,7 @@ from typing import Optional
 
 from .._errors import OptionError
 from .._options import file_path, option
-from ..data._labels import POSITIVE_WORDS as _POSITIVE_WORDS
+from ..data._labels import adherent_values
 
 __all__ = [
     "CalibrationOptions",
@@ -274,7 +274,7 @@ def resolve_columns(
                 file=file,
                 column=label,
             )
-        hits = [v for v in values if v.strip().lower() in _POSITIVE_WORDS]
+        hits = adherent_values(values)
         if len(hits) != 1:
             raise DataError(
                 f"give --positive: which label is the adherent class? values: {', '.join(values[:20])}"

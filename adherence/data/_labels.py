@@ -25,7 +25,16 @@ import pyarrow as pa
 
 from ._errors import DataError
 
-__all__ = ["LABELS_HEADER", "POSITIVE_WORDS", "LabelJoin", "Labels", "join_labels", "read_labels", "SKIP"]
+__all__ = [
+    "LABELS_HEADER",
+    "POSITIVE_WORDS",
+    "LabelJoin",
+    "adherent_values",
+    "Labels",
+    "join_labels",
+    "read_labels",
+    "SKIP",
+]
 
 LABELS_HEADER = "adherence_labels"
 #: A label value that records a turn looked at and passed over: not a label.
@@ -49,6 +58,12 @@ POSITIVE_WORDS = (
     "in_role",
     "in-role",
 )
+
+
+def adherent_values(values) -> list:
+    """The label values among ``values`` that read as the adherent class (``POSITIVE_WORDS``, any case): one of them
+    is the class a command can take as ``--positive`` unasked."""
+    return [v for v in values if str(v).strip().lower() in POSITIVE_WORDS]
 
 
 @dataclass

@@ -149,10 +149,11 @@ class ScoreStore:
         self._lock = threading.Lock()
         self.sources: list[_Source] = []
         found = []
+        back = {v: k for k, v in self.columns.items()}  # an output's column -> the viewer's name
+        cid, ti, mc = (self.columns.get(k, k) for k in ("conversation_id", "turn_index", "method"))  # the outputs'
         for i, p in enumerate(paths):
             name = f"src{i}"
             schema = self._register(str(p), name)
-            back = {v: k for k, v in self.columns.items()}
             cols = [back.get(c, c) for c in schema.names]  # the viewer's names
             for c in ("conversation_id", "turn_index", "score"):
                 if c not in cols:
@@ -166,12 +167,9 @@ class ScoreStore:
             from ..engine._files import check_score_types
 
             check_score_types(schema, str(p))
-            cid, ti = (self.columns.get(k, k) for k in ("conversation_id", "turn_index"))
             try:
-                rows, keys = self.con.execute(
-                    f'SELECT count(*), count(DISTINCT ("{cid}", "{ti}"{", method" if "method" in cols else ""}))'
-                    f" FROM {name}"
-                ).fetchall()[0]
+                key = ", ".join('"' + c + '"' for c in (cid, ti, *([mc] if "method" in cols else [])))
+                rows, keys = self.con.execute(f"SELECT count(*), count(DISTINCT ({key})) FROM {name}").fetchall()[0]
             except duckdb.Error as exc:
                 from ..data import DataError
                 from ..engine._files import first_line
@@ -219,7 +217,7 @@ class ScoreStore:
         values name one)."""
         import pyarrow as pa
 
-        from ..data._labels import POSITIVE_WORDS, read_labels
+        from ..data._labels import adherent_values, read_labels
 
         given, _, _ = read_labels(path).resolved()  # one label per turn (a disputed turn has none)
         keys = list(given)
@@ -230,7 +228,7 @@ class ScoreStore:
         })  # fmt: skip
         self.con.register("given_labels", table)
         values = sorted(set(table.column("label").to_pylist()))
-        hits = [v for v in values if v.strip().lower() in POSITIVE_WORDS]
+        hits = adherent_values(values)
         return {"file": str(path), "n": len(keys), "positive": hits[0] if len(hits) == 1 else None}
 
     def _register(self, path: str, name: str):
