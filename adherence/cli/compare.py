@@ -159,7 +159,7 @@ def compare_outputs(old: str, new: str, *, n_bootstrap: int = 2000, seed: int = 
     groups: dict = {}
     for name in by:
         values = None
-        for side in ("", "_old", "_new"):  # a column both carry is joined into name_old / name_new
+        for side in ("_old", "_new"):  # every column is joined under its side's name
             if f"{name}{side}" in both.column_names:
                 values = both.column(f"{name}{side}").to_pylist()
                 break
@@ -220,8 +220,7 @@ def _agreement(both, cid, po, pn, positive: str, kw: dict) -> dict:
 
     from ..stats._compare import cluster_bootstrap_diff, mcnemar_exact
 
-    col = "label" if "label" in both.column_names else "label_old"
-    lab = both.column(col).to_pylist()
+    lab = both.column("label_old").to_pylist()  # OLD's labels: its own, or the labels file joined onto it
     has = np.array([v is not None for v in lab])
     y = np.array([v is not None and str(v) == positive for v in lab], dtype=np.float64)
     nothing = np.full(len(lab), np.nan)
@@ -400,8 +399,7 @@ def _gate(result: dict, worse_by: float, allow_missing: bool, allow_methods: boo
     ag = result.get("agreement")
     if ag is not None:
         if ag.get("diff") is None:
-            why = ag.get("reason") or "no labelled turn has a prediction in both outputs"
-            return f"cannot gate on agreement with the labels: {why}", True
+            return f"cannot gate on agreement with the labels: {ag['reason']}", True
         if ag["ci_low"] < -worse_by:
             return (f"agreement with the labels may be worse by more than {worse_by:g}: {ag['old']:.4f} -> "
                     f"{ag['new']:.4f}, difference {ag['diff']:+.4f} [{ag['ci_low']:+.4f}, {ag['ci_high']:+.4f}] "
@@ -413,6 +411,4 @@ def _gate(result: dict, worse_by: float, allow_missing: bool, allow_methods: boo
                 "often it is right, so a method that flags less would pass; give --labels FILE to gate on agreement "
                 "with labels (or --allow-methods to gate on the violation rate anyway)"), True  # fmt: skip
     v = result.get("violation_rate")
-    if v is None or v.get("ci_high") is None:
-        return "no turn has a prediction in both outputs, so the violation rate cannot be compared", True
-    return gate(result, worse_by), False
+    return gate(result, worse_by), v is None or v.get("ci_high") is None  # without paired decisions: gate's refusal
