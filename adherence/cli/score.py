@@ -275,8 +275,6 @@ class ScoreCommand(Command):
             **values(RoleConfig, args),
         )
         if args.dry_run:
-            from ..data._contracts import TURNS
-            from ..data._transcripts import parse_columns
             from ..role._dryrun import dry_run
 
             print(
@@ -287,7 +285,7 @@ class ScoreCommand(Command):
                     role=role_text,
                     bad_rows=args.bad_rows,
                     estimate=args.estimate,
-                    columns=parse_columns(args.columns, tuple(c.name for c in TURNS.columns)),
+                    columns=_engine_options(args, role_text).column_map,
                 )
             )
             return 0

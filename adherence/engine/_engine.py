@@ -159,15 +159,9 @@ class Engine(Job):
                 spill(source, src_path)
             source = src_path
         from ..data import TranscriptOptions
-        from ..data._contracts import TURNS
-        from ..data._transcripts import parse_columns
 
-        transcripts = TranscriptOptions(
-            self.options.input_format,
-            self.options.role,
-            self.options.bad_rows,
-            columns=parse_columns(self.options.columns, tuple(c.name for c in TURNS.columns)),
-        )
+        o = self.options
+        transcripts = TranscriptOptions(o.input_format, o.role, o.bad_rows, columns=o.column_map)
         fingerprint = None  # without --resume the plan hashes the input while workers start
         if self.options.resume:
             fingerprint = job_fingerprint(source, transcripts, self.options.ground_truth)

@@ -133,6 +133,14 @@ class EngineOptions:
     #: rows per batch read while planning (memory, not scores)
     read_batch_rows: int = 65_536
 
+    @property
+    def column_map(self) -> dict:
+        """``columns`` read: ``{the contract's column: the input's own}`` (``data._transcripts.parse_columns``)."""
+        from ..data._contracts import TURNS
+        from ..data._transcripts import parse_columns
+
+        return parse_columns(self.columns, tuple(c.name for c in TURNS.columns))
+
     def __post_init__(self) -> None:
         if self.executor not in ("local", "ray"):
             raise OptionError(f"`executor` must be 'local' or 'ray', got {self.executor!r}")
@@ -144,10 +152,7 @@ class EngineOptions:
             raise OptionError(f"`tensor_parallel` must be >= 1, got {self.tensor_parallel}")
         if self.read_batch_rows < 1:
             raise OptionError(f"`read_batch_rows` must be >= 1, got {self.read_batch_rows}")
-        from ..data._contracts import TURNS
-        from ..data._transcripts import parse_columns
-
-        parse_columns(self.columns, tuple(c.name for c in TURNS.columns))  # a bad pair: one line, before any work
+        self.column_map  # noqa: B018 - a bad --columns pair: one line, before any work
         if not 0 <= self.max_bad_rows <= 1:
             raise OptionError(f"`max_bad_rows` is a share of the records in [0, 1], got {self.max_bad_rows}")
         if self.checkpoint_every < 0 or self.progress_every <= 0:
