@@ -51,7 +51,7 @@ from typing import Any, Optional, Union
 from .._atomic import temp_path
 from .._errors import EngineError
 from ..data import DataError
-from ..data._metadata import METADATA_SUFFIX, metadata_path
+from ..data._metadata import METADATA_SUFFIX, file_digest, metadata_path
 from ..data._storage import Remote, as_target
 
 __all__ = [
@@ -628,16 +628,6 @@ def _holds_labels(t: Any) -> bool:
     return f'"{LABELS_HEADER}"'.encode() in first
 
 
-def _sha256(path: Path) -> str:
-    import hashlib
-
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def check_replaceable(t: Any, what: str, kind: Optional[str] = None) -> None:
     """Refuse (one line) to replace ``t`` unless adherence wrote it and nothing else lives in it; with ``kind``, also
     unless it is a file of that kind that the same command wrote (a score output is never replaced by a page, a
@@ -691,8 +681,8 @@ def check_replaceable(t: Any, what: str, kind: Optional[str] = None) -> None:
                 "refusing to overwrite it: remove it or choose another path",
                 file=where,
             )
-        recorded = ((store.read_json(meta) or {}).get("outputs") or {}).get("sha256")
-        if recorded and kind == "file" and isinstance(t, Path) and _sha256(t) != recorded:
+        recorded = ((store.read_json(meta) or {}).get("outputs") or {}).get("digest")
+        if recorded and kind == "file" and isinstance(t, Path) and file_digest(t, "sha256") != recorded:
             raise DataError(
                 f"{what} would replace a file that was changed after adherence wrote it (edited by hand?); refusing "
                 "to overwrite it: choose another path, or move it away",
@@ -946,8 +936,6 @@ class Publisher:
     def _commit_objects(self, moves: list) -> None:
         """Object storage, in the protocol's order: each output's metadata marked unpublished, the data (each
         upload preceded by a re-check of its key), then the metadata with the data's digests, published."""
-        from ..data import file_digest
-
         metas = {str(f): (tmp, f) for tmp, f in moves if f.name.endswith(METADATA_SUFFIX)}
         data = [(tmp, f) for tmp, f in moves if not f.name.endswith(METADATA_SUFFIX)]
         digests = {str(f): file_digest(tmp, "sha256") for tmp, f in data}

@@ -125,12 +125,12 @@ def write_owned(
     meta = run_metadata(config=config or {}, inputs=[p for p in local_inputs if Path(p).is_file()], hash_inputs=False)
     import hashlib
 
-    # the bytes written, by digest: a file changed after this (a rubric edited by hand) is never replaced
+    # the bytes written, by digest (as ``file_digest`` reads it): a file changed after this is never replaced
     meta["outputs"] = {
         "file": str(t),
         "kind": kind,
         "command": command_name(),
-        "sha256": hashlib.sha256(body).hexdigest(),
+        "digest": f"sha256:{hashlib.sha256(body).hexdigest()}",
     }
     staging = Path(tempfile.mkdtemp(prefix="adherence-write-")) if isinstance(t, Remote) else None
     pub = Publisher(seen, staging=staging)
