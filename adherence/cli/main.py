@@ -349,6 +349,8 @@ def _preflight(args, command: str) -> None:
 
 
 def _run(args) -> int:
+    from .._notes import take  # the lines held back until the command succeeds
+
     quiet = bool(getattr(args, "quiet", False))
     try:
         real_stderr = sys.stderr
@@ -364,8 +366,6 @@ def _run(args) -> int:
                 name = " ".join([args.command, *(w for w in words if isinstance(w, str) and w.isalpha())])
                 set_command_name(name)
                 _preflight(args, name)
-                from .._notes import take
-
                 take()
                 code = int(args._command.run(args) or 0)
                 for line in take() if code == 0 else ():
@@ -373,9 +373,7 @@ def _run(args) -> int:
                 return code
         finally:
             sys.stderr = real_stderr
-            from .._notes import take
-
-            take()
+            take()  # a failed command's are dropped
     except _user_errors() as exc:
         print(f"adherence {args.command}: error: {exc}", file=sys.stderr)
         return 2
