@@ -14,9 +14,12 @@ from ..data._labels import adherent_values
 __all__ = [
     "CalibrationOptions",
     "LabelledOptions",
+    "applied_calibration",
+    "fitted_mask",
     "format_calibration",
     "format_evaluation",
     "labelled_columns",
+    "leave_out_fitted",
     "map_labels",
     "read_labelled",
     "read_metadata",
@@ -122,6 +125,65 @@ def labelled_columns(table, meta, opts: LabelledOptions, prediction, *, file: st
             + (", --prediction)" if doing == "evaluating" else ")")
         )
     return score, label, positive, prediction, note
+
+
+def applied_calibration(meta) -> Optional[dict]:
+    """What a score output's metadata records of the calibration its run applied (None when it applied none)."""
+    cal = (((meta or {}) if isinstance(meta, dict) else {}).get("config") or {}).get("calibration")
+    return cal if isinstance(cal, dict) else None
+
+
+def fitted_mask(table, label: str, calibrations: list) -> tuple:
+    """``(mask, names)``: the labelled rows of ``table`` that a calibration of ``calibrations`` (``(name, record)``
+    pairs: a file given to the command, the one the output's run applied) was fitted on, and the names of those
+    calibrations."""
+    import numpy as np
+
+    from ..role._calibration import fitted_rows
+
+    labelled = np.asarray(table.column(label).is_valid(), dtype=bool)
+    mask = np.zeros(table.num_rows, dtype=bool)
+    names = []
+    for name, record in calibrations:
+        rows = fitted_rows(record, table)
+        if rows is not None and (rows & labelled).any():
+            mask |= rows & labelled
+            names.append(name)
+    return mask, names
+
+
+def leave_out_fitted(table, score: str, label: str, calibrations: list, *, file: str, doing: str):
+    """``table`` without the labelled turns a calibration of ``calibrations`` was fitted on (its threshold and map
+    were chosen on them, so a figure there is in-sample), saying so in one line; a one-line ``DataError`` when no
+    other labelled turn with a score is left."""
+    import sys
+
+    import numpy as np
+    import pyarrow as pa
+
+    from ..data import DataError
+    from ..data._validate import cast_column
+
+    mask, names = fitted_mask(table, label, calibrations)
+    if not mask.any():
+        return table
+    s = cast_column(table.column(score), pa.float64(), column=score, file=file).to_numpy(zero_copy_only=False)
+    other = np.isfinite(np.asarray(s, dtype=np.float64)) & np.asarray(table.column(label).is_valid(), dtype=bool)
+    rest = int((other & ~mask).sum())
+    which = " and ".join(names)
+    if rest == 0:
+        raise DataError(
+            f"every labelled turn ({int(mask.sum())}) fitted the calibration {which}: a figure on them would be "
+            f"in-sample, not held out; {doing} needs labels on other turns (calibrate prints its own held-out check)",
+            file=file,
+            column=label,
+        )
+    print(
+        f"{file}: {int(mask.sum())} labelled turn(s) fitted the calibration {which} (its threshold and map were chosen "
+        f"on them): left out, the figures are on the {rest} other labelled turn(s)",
+        file=sys.stderr,
+    )
+    return table.filter(pa.array(~mask))
 
 
 def _fmt(v) -> str:

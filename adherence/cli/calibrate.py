@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
+from typing import Optional
 
 from .._options import add_arguments, file_path, values
 from ._common import add_json_flag, json_text, write_result
@@ -19,6 +20,30 @@ from ._labelled import (
     refuse_unequal_design,
 )
 from .main import Command
+
+
+def fitted_turns(table, score: str, label: str) -> Optional[dict]:
+    """The turns a calibration is fitted on (a label and a score that is a number: the rows ``evaluate_table``
+    reads), as the file records them so that no later figure on them passes for a held-out one; None for a table
+    without turn keys."""
+    import numpy as np
+    import pyarrow as pa
+
+    from ..data._validate import cast_column
+    from ..role._classifier import training_record
+
+    cols = table.column_names
+    if "conversation_id" not in cols or "turn_index" not in cols:
+        return None
+    s = cast_column(table.column(score), pa.float64(), column=score).to_numpy(zero_copy_only=False)
+    used = np.isfinite(np.asarray(s, dtype=np.float64)) & np.asarray(table.column(label).is_valid(), dtype=bool)
+    rows = np.flatnonzero(used)
+    cids, tidx = table.column("conversation_id").to_pylist(), table.column("turn_index").to_pylist()
+    if any(cids[i] is None or tidx[i] is None for i in rows):
+        return None
+    replies = table.column("assistant").to_pylist() if "assistant" in cols else None
+    return training_record([cids[i] for i in rows], [tidx[i] for i in rows],
+                           None if replies is None else [replies[i] for i in rows])  # fmt: skip
 
 
 class CalibrateCommand(Command):
@@ -105,7 +130,7 @@ class CalibrateCommand(Command):
             source["labels_digest"] = file_digest(Path(lab.labels), "sha256")
         out = Path(args.output)
         inputs = [args.input, lab.labels]
-        doc = calibration_document(cal, source)
+        doc = calibration_document(cal, source, fitted_turns(table, score, label))
         after_label = f"after (held-out, {cal['folds']}-fold)"
         if args.html:
             from ..report import write_evaluation_html

@@ -49,6 +49,14 @@ def _read(path: str) -> tuple:
         for name in ("score", "prediction"):
             if name in cols:
                 cols[name] = pc.if_else(ok, cols[name], pa.scalar(None, pa.float64()))
+    from ..role._calibration import fitted_rows
+    from ._labelled import applied_calibration
+
+    applied = applied_calibration(out.meta)
+    fitted = fitted_rows(applied, t)
+    if applied is not None and fitted is not None and fitted.any():
+        # the turns the calibration this output applied was fitted on: its decisions there are in-sample
+        cols["calibration_fitted"] = pa.array(fitted)
     return pa.table(cols), out.method
 
 
@@ -222,6 +230,12 @@ def _agreement(both, cid, po, pn, positive: str, kw: dict) -> dict:
 
     lab = both.column("label_old").to_pylist()  # OLD's labels: its own, or the labels file joined onto it
     has = np.array([v is not None for v in lab])
+    fitted = np.zeros(len(lab), dtype=bool)
+    for side in ("old", "new"):  # a side's decisions on the turns its calibration was fitted on are in-sample
+        if f"calibration_fitted_{side}" in both.column_names:
+            fitted |= np.asarray(both.column(f"calibration_fitted_{side}").fill_null(False).to_pylist(), dtype=bool)
+    left_out = int((has & fitted).sum())
+    has &= ~fitted
     y = np.array([v is not None and str(v) == positive for v in lab], dtype=np.float64)
     nothing = np.full(len(lab), np.nan)
     po_, pn_ = (nothing if p is None else p for p in (po, pn))
@@ -229,16 +243,20 @@ def _agreement(both, cid, po, pn, positive: str, kw: dict) -> dict:
     if not m.any():
         silent = [side for side, p in (("OLD", po_), ("NEW", pn_)) if not np.isfinite(p[has]).any()]
         why = (
-            f"{' and '.join(silent)} decide{'s' if len(silent) == 1 else ''} nothing on the labelled turns (no "
+            f"every labelled turn ({left_out}) fitted the calibration one side applied: its decisions there are "
+            "in-sample; give labels on other turns"
+            if left_out and not has.any()
+            else f"{' and '.join(silent)} decide{'s' if len(silent) == 1 else ''} nothing on the labelled turns (no "
             "prediction: a method without a threshold, like scope, decides once `adherence calibrate` fits one and "
             "`adherence score --calibration` applies it)"
             if silent
             else "no labelled turn has a prediction in both outputs"
         )
-        return {"n": 0, "labelled": int(has.sum()), "diff": None, "reason": why}
+        return {"n": 0, "labelled": int(has.sum()), "left_out_fitted": left_out, "diff": None, "reason": why}
     co, cn = (po_[m] == y[m]).astype(np.float64), (pn_[m] == y[m]).astype(np.float64)
     return {
         "labelled": int(has.sum()),
+        "left_out_fitted": left_out,
         "old": float(co.mean()),
         "new": float(cn.mean()),
         **cluster_bootstrap_diff(cn - co, cid[m], **kw),
@@ -273,6 +291,9 @@ def format_compare(r: dict) -> str:
     ag = r.get("agreement")
     if ag and ag.get("diff") is not None:
         row("agreement", ag)
+        if ag.get("left_out_fitted"):
+            lines.append(f"    {ag['left_out_fitted']} labelled turn(s) left out: the calibration a side applied was "
+                         "fitted on them (its decisions there are in-sample)")  # fmt: skip
         am = ag.get("mcnemar") or {}
         lines.append(f"    with the labels ({ag['n']:,} labelled turns both predicted): {am.get('b', 0)} right -> wrong, "
                      f"{am.get('c', 0)} wrong -> right, McNemar exact p = {am.get('p_value', 1.0):.4g}")  # fmt: skip

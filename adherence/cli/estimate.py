@@ -8,7 +8,14 @@ import sys
 
 from .._options import add_arguments, values
 from ._common import add_result_outputs, json_text, write_result
-from ._labelled import LabelledOptions, map_labels, read_labelled, resolve_columns
+from ._labelled import (
+    LabelledOptions,
+    applied_calibration,
+    fitted_mask,
+    map_labels,
+    read_labelled,
+    resolve_columns,
+)
 from .main import Command
 
 
@@ -104,6 +111,17 @@ class EstimateCommand(Command):
             table, meta, lab["score"], lab["label"], lab["positive"], "none", file=str(args.input)
         )
         weight = "label_weight" if "label_weight" in table.column_names else None
+        applied = applied_calibration(meta)
+        if score == "calibrated_score" and applied is not None and "score" in table.column_names:
+            fitted, _ = fitted_mask(table, label, [("", applied)])
+            if fitted.any():
+                print(
+                    f"{args.input}: {int(fitted.sum())} labelled turn(s) fitted the calibration behind calibrated_score "
+                    f"({applied.get('path')}: its map was chosen on them), so it is not a held-out prediction there: "
+                    "the estimate reads the raw score instead (PPI++'s lambda rescales it)",
+                    file=sys.stderr,
+                )
+                score = "score"
         cross = cross_fit_column(table, score, label)
         if cross is not None:
             print(

@@ -10,9 +10,11 @@ from .._options import add_arguments, file_path, values
 from ._common import add_result_outputs, json_text, write_result
 from ._labelled import (
     LabelledOptions,
+    applied_calibration,
     format_calibration,
     format_evaluation,
     labelled_columns,
+    leave_out_fitted,
     map_labels,
     read_labelled,
     refuse_unequal_design,
@@ -63,6 +65,11 @@ class EvaluateCommand(Command):
             if cfg_method:
                 cal.check_method(cfg_method)
         args.prediction = prediction
+        fitted = [(str(args.calibration), cal.data)] if cal is not None else []
+        applied = applied_calibration(meta)
+        if applied is not None:
+            fitted.append((str(applied.get("path") or "its run applied"), applied))
+        table = leave_out_fitted(table, score, label, fitted, file=str(args.input), doing="evaluating")
         if "assistant" in table.column_names:
             from ..models._language import language_note
 

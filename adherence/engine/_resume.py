@@ -32,6 +32,7 @@ def job_manifest(config: RoleConfig, fingerprint: Optional[dict], shard_size: Op
     options = json.loads(json.dumps(score_fingerprint(config), sort_keys=True, default=repr))
     if isinstance(options.get("calibration"), dict):  # named by its digests, not copied knot by knot
         options["calibration"].pop("map", None)
+        options["calibration"].pop("training", None)
     return {"config": score_hash(config), "fingerprint": fingerprint, "shard_size": shard_size, "options": options}
 
 

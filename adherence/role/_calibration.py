@@ -19,7 +19,15 @@ import numpy as np
 
 from .._errors import OptionError
 
-__all__ = ["FORMAT", "Calibration", "calibration_document", "check_judge", "load_calibration", "map_digest"]
+__all__ = [
+    "FORMAT",
+    "Calibration",
+    "calibration_document",
+    "check_judge",
+    "fitted_rows",
+    "load_calibration",
+    "map_digest",
+]
 
 FORMAT = "adherence-calibration/1"
 
@@ -42,8 +50,9 @@ class Calibration:
         return self.source.get("method")
 
     def describe(self) -> dict:
-        """What a run's metadata records about the calibration it applied."""
-        return {
+        """What a run's metadata records about the calibration it applied (with the turns it was fitted on, when
+        the file records them: ``fitted_rows`` finds them in the output)."""
+        out = {
             "path": self.path,
             "file_digest": self.file_digest,
             "digest": self.data.get("digest"),
@@ -53,6 +62,9 @@ class Calibration:
             "target": self.data.get("target"),
             "fitted_on": self.source,
         }
+        if isinstance(self.data.get("training"), dict):
+            out["training"] = self.data["training"]
+        return out
 
     def check_layout(self, layout: Optional[str]) -> None:
         """A judge's P(yes) under another prompt layout is another score."""
@@ -116,18 +128,22 @@ def check_judge(calibration: Optional[dict], backend) -> None:
 
 
 def map_digest(doc: dict) -> str:
-    """The digest ``adherence calibrate`` writes beside a calibration's threshold and map (and checks on load)."""
-    text = json.dumps({k: doc.get(k) for k in ("threshold", "map")}, sort_keys=True)
+    """The digest ``adherence calibrate`` writes beside a calibration's threshold and map, and the turns they were
+    fitted on where recorded (and checks on load)."""
+    keys = ("threshold", "map", "training") if "training" in doc else ("threshold", "map")
+    text = json.dumps({k: doc.get(k) for k in keys}, sort_keys=True)
     return "sha256:" + hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def calibration_document(fit: dict, source: dict) -> dict:
+def calibration_document(fit: dict, source: dict, training: Optional[dict] = None) -> dict:
     """A calibration file's document (what ``load_calibration`` reads): the fitted threshold and probability map of
-    ``fit`` (``adherence.stats.fit_calibration``'s result), what the scores came from (``source``), and the
-    digest ``load_calibration`` checks. ``adherence calibrate`` writes it through the one owner-checked writer."""
+    ``fit`` (``adherence.stats.fit_calibration``'s result), what the scores came from (``source``), the turns they
+    were fitted on (``training``: ``training_record``'s lists, a reply digest None where the table had no reply),
+    and the digest ``load_calibration`` checks. ``adherence calibrate`` writes it through the one owner-checked
+    writer."""
     from .._version import __version__
 
-    doc = {
+    doc: dict = {
         "format": FORMAT,
         "threshold": fit["threshold"],
         "map": fit["map"],
@@ -137,8 +153,42 @@ def calibration_document(fit: dict, source: dict) -> dict:
         "fit": fit,
         "adherence": __version__,
     }
+    if training is not None:
+        doc["training"] = training
     doc["digest"] = map_digest(doc)
     return doc
+
+
+def fitted_rows(record: Optional[dict], table) -> Optional[np.ndarray]:
+    """Which rows of ``table`` are turns the calibration ``record`` (a calibration file's document, or what a run
+    records of the one it applied) was fitted on: a turn is known by its key and, where both sides have it, its
+    reply. None when the record lists no turns (a file written before they were recorded): that cannot be told.
+
+    A threshold and a map chosen on labelled turns are in-sample there: a figure computed on those turns with
+    them is not a held-out figure."""
+    from ._classifier_file import reply_digest
+
+    t = (record or {}).get("training")
+    if not isinstance(t, dict):
+        return None
+    known = {
+        (str(c), int(i)): d
+        for c, i, d in zip(t.get("conversation_id") or (), t.get("turn_index") or (), t.get("reply_digest") or ())
+    }
+    out = np.zeros(table.num_rows, dtype=bool)
+    cols = table.column_names
+    if not known or "conversation_id" not in cols or "turn_index" not in cols:
+        return out
+    cids, tidx = table.column("conversation_id").to_pylist(), table.column("turn_index").to_pylist()
+    replies = table.column("assistant").to_pylist() if "assistant" in cols else None
+    for j, (c, i) in enumerate(zip(cids, tidx)):
+        if c is None or i is None:
+            continue
+        key = (str(c), int(i))
+        if key in known:
+            d = known[key]
+            out[j] = d is None or replies is None or reply_digest(replies[j]) == d
+    return out
 
 
 def load_calibration(path: Union[str, os.PathLike]) -> Calibration:

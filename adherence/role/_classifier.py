@@ -291,13 +291,14 @@ class ClassifierMethod(Method):
         )
 
 
-def training_record(conversation_ids: list, turn_indices: list, replies: list) -> dict:
-    """Which turns trained a classifier, as its file records them: each turn's key and its reply's digest (a turn
-    of another log under the same key is not taken for a training turn)."""
+def training_record(conversation_ids: list, turn_indices: list, replies: Optional[list]) -> dict:
+    """Which turns trained a classifier (or fitted a calibration), as its file records them: each turn's key and its
+    reply's digest (a turn of another log under the same key is not taken for a training turn; None without the
+    replies, a table of scores alone)."""
     return {
         "conversation_id": [str(c) for c in conversation_ids],
         "turn_index": [int(t) for t in turn_indices],
-        "reply_digest": [reply_digest(a) for a in replies],
+        "reply_digest": [None] * len(conversation_ids) if replies is None else [reply_digest(a) for a in replies],
     }
 
 

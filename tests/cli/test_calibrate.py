@@ -11,13 +11,18 @@ from adherence.data import example_path, metadata_path, read_turn_scores
 from adherence.stats import CalibrationMap, fit_threshold
 
 
-def _labelled(path, n=200, seed=0):
+def _labelled(path, n=200, seed=0, prefix="c"):
     """A squeezed judge's scores with labels: informative, every score below 0.5."""
     rng = np.random.default_rng(seed)
     s = rng.uniform(0.15, 0.25, n)
     y = rng.random(n) < 1 / (1 + np.exp(-60 * (s - 0.2)))
     rows = [
-        {"conversation_id": f"c{i}", "turn_index": 0, "score": float(v), "label": "adherent" if t else "tone_violation"}
+        {
+            "conversation_id": f"{prefix}{i}",
+            "turn_index": 0,
+            "score": float(v),
+            "label": "adherent" if t else "tone_violation",
+        }
         for i, (v, t) in enumerate(zip(s, y))
     ]
     rows.append({"conversation_id": "unscored", "turn_index": 0, "score": None, "label": "adherent"})
@@ -58,12 +63,14 @@ def test_calibrate_writes_a_file_that_score_evaluate_understand(tmp_path, capsys
     # it ends with how to apply the file it wrote, not with advice to run the command that made it
     assert "What next" in page and f"--calibration {cal_path}" in page
 
-    # evaluate --calibration: predictions are score >= the file's threshold; balanced accuracy checked by sklearn
+    # evaluate --calibration on other labelled turns (on its own, every figure would be in-sample: refused):
+    # predictions are score >= the file's threshold; balanced accuracy checked by sklearn
+    y, s = _labelled(tmp_path / "held-out.jsonl", seed=1, prefix="h")
     assert (
         main(
             [
                 "evaluate",
-                str(tmp_path / "labelled.jsonl"),
+                str(tmp_path / "held-out.jsonl"),
                 "--calibration",
                 str(cal_path),
                 "--bootstrap",
