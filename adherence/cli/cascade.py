@@ -33,7 +33,8 @@ def _stage_arrays(
 
     from ..data import DataError, file_digest
     from ..engine._files import open_scores
-    from ._labelled import map_labels, resolve_columns
+    from ..role._calibration import fitted_rows
+    from ._labelled import applied_calibration, map_labels, resolve_columns
 
     stages: list[dict] = []
     labels: Optional[dict] = None
@@ -62,6 +63,7 @@ def _stage_arrays(
         pred = None
         if "prediction" in t.column_names:
             pred = np.asarray(t.column("prediction").cast("float64").fill_null(np.nan).to_numpy(zero_copy_only=False))
+        fitted = fitted_rows(applied_calibration(meta), t)  # its verdicts on these turns are in-sample
         stages.append(
             {
                 "path": str(path),
@@ -73,6 +75,7 @@ def _stage_arrays(
                 "keys": dict(zip(k, range(len(k)))),
                 "score": score,
                 "prediction": pred,
+                "fitted": set() if fitted is None else {k[j] for j in np.flatnonzero(fitted)},
             }
         )
         if labels is None and (label or "label") in t.column_names and (i == 0 or labels_file is None):
@@ -149,6 +152,21 @@ class CascadeCommand(Command):
         keys = [
             k for k in data["keys"] if data["labels"].get(k) is not None and all(k in s["keys"] for s in data["stages"])
         ]
+        fitted = set().union(*(s["fitted"] for s in data["stages"]))
+        if fitted & set(keys):
+            kept = [k for k in keys if k not in fitted]
+            print(
+                f"{len(keys) - len(kept)} labelled turn(s) fitted the calibration a stage applied (its verdicts there "
+                f"are in-sample): left out, the stages are certified on the {len(kept)} other labelled turn(s)",
+                file=sys.stderr,
+            )
+            if len(kept) < 2:
+                raise DataError(
+                    f"{len(kept)} labelled turns left once those that fitted a stage's calibration are out: a stage is "
+                    "certified only on labels it did not learn from; give labels on other turns",
+                    file=str(args.labels or args.stages[0]),
+                )
+            keys = kept
         if len(keys) < 2:
             raise DataError(f"{len(keys)} labelled turns scored by every stage", file=str(args.stages[0]))
         values = {str(data["labels"][k]) for k in keys}

@@ -139,3 +139,17 @@ def test_compare_leaves_the_calibrations_turns_out_of_the_agreement(calibrated, 
     assert main(["compare", str(d / "thr.parquet"), str(d / "cal.parquet"), "--labels", str(d / "fit.jsonl"),
                  "--fail-if-worse-by", "0.05"]) != 0  # fmt: skip
     assert "fitted the calibration one side applied" in capsys.readouterr().err
+
+
+def test_cascade_fit_certifies_a_calibrated_stage_only_on_labels_it_did_not_learn_from(calibrated, capsys):
+    d = calibrated
+    capsys.readouterr()
+    assert main(["cascade", "fit", str(d / "cal.parquet"), "--labels", str(d / "all.jsonl"), "-o",
+                 str(d / "cascade.json"), "--alpha", "0.2"]) == 0  # fmt: skip
+    assert "150 labelled turn(s) fitted the calibration a stage applied" in capsys.readouterr().err
+    stage = json.loads((d / "cascade.json").read_text())["stages"][0]
+    assert stage["reaching"] == 220
+    assert main(["cascade", "fit", str(d / "cal.parquet"), "--labels", str(d / "fit.jsonl"), "-o",
+                 str(d / "cascade2.json"), "--alpha", "0.2"]) == 2  # fmt: skip
+    assert "certified only on labels it did not learn from" in capsys.readouterr().err
+    assert not (d / "cascade2.json").exists()
