@@ -32,6 +32,8 @@ from .labels import _auc
 __all__ = ["bench_own_logs", "own_log_turns"]
 
 OWN_LOGS = ("claims_desk", "pharmacy_line")
+#: the false-flag cap measured beside the default threshold (``classifier fit --max-false-flags``)
+FALSE_FLAG_CAP = 0.15
 
 
 def own_log_turns(name: str) -> tuple:
@@ -67,7 +69,13 @@ def _summary(values: list) -> dict:
 
 
 def _one_log(table: pa.Table, y: np.ndarray, kinds: list, encoder, *, sizes, draws: int, how: str) -> dict:
-    from ..role._classifier import classifier_features, decision_rates, fit_classifier, model_probability
+    from ..role._classifier import (
+        classifier_features,
+        decision_rates,
+        decision_threshold,
+        fit_classifier,
+        model_probability,
+    )
     from ..role._scope import scope_parts, scope_score
     from ..stats import ppi_mean
     from ..stats._baselines import text_baselines
@@ -98,7 +106,8 @@ def _one_log(table: pa.Table, y: np.ndarray, kinds: list, encoder, *, sizes, dra
     for n in sizes:
         if n > 0.8 * len(y):
             continue
-        rec: dict = {k: [] for k in ("auc", "oof_auc", "caught", "flagged", "scope", "fit_s", "grouped")}
+        rec: dict = {k: [] for k in ("auc", "oof_auc", "caught", "flagged", "scope", "fit_s", "grouped", "cap_caught",
+                                     "cap_flagged")}  # fmt: skip
         rec.update({f"base_{k}": [] for k in base})
         caught_kind: dict = {}
         cover: dict = {"cross_fitted": [], "in_sample": [], "labels_only": []}
@@ -119,6 +128,10 @@ def _one_log(table: pa.Table, y: np.ndarray, kinds: list, encoder, *, sizes, dra
             rec["grouped"].append(fit["cv"]["grouped"])
             rec["caught"].append(rates["violations_caught"])
             rec["flagged"].append(rates["adherent_flagged"])
+            cap = decision_threshold(y[idx], np.asarray(fit["cv"]["oof"]), max_false_flags=FALSE_FLAG_CAP)
+            capped = decision_rates(y[rest], p, cap["threshold"])
+            rec["cap_caught"].append(capped["violations_caught"])
+            rec["cap_flagged"].append(capped["adherent_flagged"])
             rec["scope"].append(_auc(y[rest], scope[rest]))
             for k, v in base.items():
                 rec[f"base_{k}"].append(_auc(y[rest], v[rest]))
@@ -148,6 +161,10 @@ def _one_log(table: pa.Table, y: np.ndarray, kinds: list, encoder, *, sizes, dra
                 "violations_caught": _summary(rec["caught"]),
                 "adherent_flagged": _summary(rec["flagged"]),
                 "violations_caught_by_kind": {k: float(np.mean(v)) for k, v in sorted(caught_kind.items())},
+            },
+            f"decision_max_false_flags_{FALSE_FLAG_CAP}_on_unlabelled_turns": {
+                "violations_caught": _summary(rec["cap_caught"]),
+                "adherent_flagged": _summary(rec["cap_flagged"]),
             },
             "same_turns_auc": {
                 "scope": float(np.mean(rec["scope"])),
@@ -353,6 +370,11 @@ def bench_own_logs(
             "auc_150_ge_0.92": c["auc_unlabelled_turns"]["mean"] >= 0.92,
             "catches_ge_60pct_of_violations": c["decision_on_unlabelled_turns"]["violations_caught"]["mean"] >= 0.6,
             "flags_le_15pct_of_adherent": c["decision_on_unlabelled_turns"]["adherent_flagged"]["mean"] <= 0.15,
+            "with_max_false_flags_0.15_catches_ge_60pct_and_flags_le_15pct": (
+                c[f"decision_max_false_flags_{FALSE_FLAG_CAP}_on_unlabelled_turns"]["violations_caught"]["mean"] >= 0.6
+                and c[f"decision_max_false_flags_{FALSE_FLAG_CAP}_on_unlabelled_turns"]["adherent_flagged"]["mean"]
+                <= 0.15
+            ),
             "cross_fitted_coverage_ge_0.85": c["estimate_90pct_coverage"]["cross_fitted"] >= 0.85,
             "scope_beats_every_trivial_baseline": (lf["scope"] or 0)
             > max(max(v, 1 - v) for k, v in lf.items() if k != "scope" and v is not None),

@@ -35,11 +35,11 @@ def format_fit(doc: dict, n: int, n_pos: int) -> str:
         ]
     d = doc["decision"]
     r = d["out_of_fold"]
-    goal = (
-        "best balanced accuracy"
-        if d["objective"] == "balanced_accuracy"
-        else f"catch >= {d['target_recall']:.0%} of violations"
-    )
+    goal = {
+        "balanced_accuracy": "best balanced accuracy",
+        "violation_recall": f"catch >= {d.get('target_recall') or 0:.0%} of violations",
+        "false_flag_cap": f"flag <= {d.get('max_false_flags') or 0:.0%} of adherent turns",
+    }[d["objective"]]
     lines.append(
         f"decision: a turn with P(adherent) < {d['threshold']:.4f} is flagged ({goal}, chosen out of fold); on new "
         f"turns like these expect {r['violations_caught']:.0%} of violations caught and {r['adherent_flagged']:.0%} "
@@ -98,6 +98,13 @@ class ClassifierCommand(Command):
             help="decision threshold that catches at least this share of violations out of fold, with the fewest "
             "false flags there (default: the threshold of best balanced accuracy)",
         )
+        f.add_argument(
+            "--max-false-flags",
+            type=float,
+            metavar="F",
+            help="decision threshold that flags at most this share of adherent turns out of fold (e.g. 0.15), "
+            "catching the most violations there (instead of --target-recall)",
+        )
 
     def run(self, args: argparse.Namespace) -> int:
         import math
@@ -118,6 +125,10 @@ class ClassifierCommand(Command):
             raise OptionError(f"--folds must be >= 2, got {args.folds}")
         if args.target_recall is not None and not 0 < args.target_recall <= 1:
             raise OptionError(f"--target-recall must be in (0, 1], got {args.target_recall}")
+        if args.max_false_flags is not None and not 0 <= args.max_false_flags < 1:
+            raise OptionError(f"--max-false-flags must be in [0, 1), got {args.max_false_flags}")
+        if args.target_recall is not None and args.max_false_flags is not None:
+            raise OptionError("give --target-recall or --max-false-flags, not both (each chooses the threshold)")
         check_writable(args.output, what="the classifier file", inputs=[args.input, args.labels])  # before any work
         src = str(args.input)
         # a score output of ours through the one reader; a log (transcripts, traces, a turns table) through the turns'
@@ -165,7 +176,7 @@ class ClassifierCommand(Command):
         tidx = table.column("turn_index").to_pylist()
         fit = fit_classifier(
             x, y, groups=[cids[i] for i in rows], l2=args.l2, folds=args.folds, seed=args.seed,
-            target_recall=args.target_recall,
+            target_recall=args.target_recall, max_false_flags=args.max_false_flags,
         )  # fmt: skip
         trivial = text_baselines({"assistant": ra, "role": rr, "user": ru})
         oof = np.asarray(fit["cv"]["oof"])

@@ -114,25 +114,39 @@ def _out_of_fold(x, y, fold, folds, dim, shrink, l2, balanced) -> tuple:
     return oof, models
 
 
-def decision_threshold(y: np.ndarray, oof: np.ndarray, *, target_recall: Optional[float] = None) -> dict:
+def decision_threshold(
+    y: np.ndarray, oof: np.ndarray, *, target_recall: Optional[float] = None, max_false_flags: Optional[float] = None
+) -> dict:
     """The cut on P(adherent) below which a turn is flagged a violation, chosen on out-of-fold scores: the one with
-    the best balanced accuracy (the mean of the share of violations caught and of adherent turns passed), or, with
-    ``target_recall``, the lowest that catches at least that share of the violations (fewest false flags there).
-    Returns the threshold and what it does on the out-of-fold scores: ``violations_caught`` (recall of the
-    violations) and ``adherent_flagged`` (the false-flag rate), the figures to expect on new turns."""
+    the best balanced accuracy (the mean of the share of violations caught and of adherent turns passed); with
+    ``target_recall``, the lowest that catches at least that share of the violations (fewest false flags there);
+    with ``max_false_flags``, the highest that flags at most that share of the adherent turns (most violations
+    caught there). Returns the threshold and what it does on the out-of-fold scores: ``violations_caught`` (recall
+    of the violations) and ``adherent_flagged`` (the false-flag rate), the figures to expect on new turns."""
     from ..stats._calibration import fit_threshold
 
+    if target_recall is not None and max_false_flags is not None:
+        raise OptionError("give --target-recall or --max-false-flags, not both (each chooses the threshold)")
+    if max_false_flags is not None and not 0 <= max_false_flags < 1:
+        raise OptionError(f"--max-false-flags must be in [0, 1), got {max_false_flags}")
     y = np.asarray(y, dtype=np.int8)
     s = np.asarray(oof, dtype=np.float64)
-    if target_recall is None:
-        thr = fit_threshold(y, s, "youden")
-    else:
+    if target_recall is not None:
         # the violations' recall rule on the reversed score; adherent is strictly above the violations' cut
         thr = float(np.nextafter(-fit_threshold(1 - y, -s, "recall", target_recall), np.inf))
+        objective = "violation_recall"
+    elif max_false_flags is not None:
+        # the adherent turns' recall rule: at least 1 - F of them at or above the cut, the fewest violations there
+        thr = fit_threshold(y, s, "recall", 1.0 - max_false_flags)
+        objective = "false_flag_cap"
+    else:
+        thr = fit_threshold(y, s, "youden")
+        objective = "balanced_accuracy"
     return {
         "threshold": float(thr),
-        "objective": "balanced_accuracy" if target_recall is None else "violation_recall",
+        "objective": objective,
         "target_recall": target_recall,
+        "max_false_flags": max_false_flags,
         "out_of_fold": decision_rates(y, s, thr),
     }
 
@@ -162,6 +176,7 @@ def fit_classifier(
     seed: int = 42,
     balanced: bool = True,
     target_recall: Optional[float] = None,
+    max_false_flags: Optional[float] = None,
 ) -> dict:
     """Fit the model on every labelled row, measure it out of fold, and choose its decision threshold there.
 
@@ -178,6 +193,8 @@ def fit_classifier(
         balanced: weigh both classes equally in the fit (scikit-learn's ``class_weight="balanced"``).
         target_recall: choose the threshold that catches this share of violations (default: best balanced
             accuracy); see ``decision_threshold``.
+        max_false_flags: choose the threshold that flags at most this share of adherent turns, catching the most
+            violations there (instead of ``target_recall``).
 
     Returns:
         ``{"mean", "scale", "coef", "intercept", "l2", "shrink", "balanced", "folds": [each fold's model],
@@ -218,7 +235,7 @@ def fit_classifier(
             "fold": fold.tolist(),
             "by_shrink": {str(k): v for k, v in aucs.items()},
         },
-        decision=decision_threshold(y, oof, target_recall=target_recall),
+        decision=decision_threshold(y, oof, target_recall=target_recall, max_false_flags=max_false_flags),
     )
 
 

@@ -158,3 +158,32 @@ def test_classifier_fit_refuses_a_bad_output_or_penalty_before_any_work(tmp_path
         capsys.readouterr()
         assert main(["classifier", "fit", str(LOG), "--labels", str(labels), *argv]) == 2
         assert message in capsys.readouterr().err
+
+
+def test_a_false_flag_cap_chooses_the_threshold_and_the_prediction_follows_it(fitted, capsys):
+    """`--max-false-flags 0.15`: the threshold flags at most 15% of the adherent labels out of fold, the fit says so,
+    and the score output's prediction is that cut; with --target-recall beside it, refused before any work."""
+    d = fitted
+    capsys.readouterr()
+    assert main(["classifier", "fit", str(LOG), "--labels", str(d / "labels.jsonl"), "-o", str(d / "cap.json"),
+                 "--max-false-flags", "0.15", "--no-progress"]) == 0  # fmt: skip
+    out = capsys.readouterr().out
+    doc = json.loads((d / "cap.json").read_text())
+    dec = doc["decision"]
+    assert dec["objective"] == "false_flag_cap" and dec["max_false_flags"] == 0.15
+    truth = {
+        (x["conversation_id"], x["turn_index"]): x["label"] == "adherent"
+        for x in map(json.loads, TRUTH.read_text().splitlines()[:150])
+    }
+    t = doc["training"]
+    y = [truth[(c, i)] for c, i in zip(t["conversation_id"], t["turn_index"])]
+    flagged = [o < dec["threshold"] for o in t["oof"]]
+    adherent_flagged = sum(f and a for f, a in zip(flagged, y)) / sum(y)
+    assert adherent_flagged <= 0.15 and dec["out_of_fold"]["adherent_flagged"] == pytest.approx(adherent_flagged)
+    assert "(flag <= 15% of adherent turns, chosen out of fold)" in out
+    default = json.loads((d / "clf.json").read_text())["decision"]
+    if default["out_of_fold"]["adherent_flagged"] > 0.15:  # the cap lowers the cut to flag fewer adherent turns
+        assert dec["threshold"] < default["threshold"]
+    assert main(["classifier", "fit", str(LOG), "--labels", str(d / "labels.jsonl"), "-o", str(d / "both.json"),
+                 "--max-false-flags", "0.15", "--target-recall", "0.8", "--no-progress"]) == 2  # fmt: skip
+    assert "not both" in capsys.readouterr().err and not (d / "both.json").exists()

@@ -159,6 +159,34 @@ def test_the_decision_threshold_is_the_best_balanced_accuracy_or_the_target_reca
         assert d["out_of_fold"]["adherent_flagged"] == pytest.approx(fewest)
 
 
+def test_a_false_flag_cap_catches_the_most_violations_within_it():
+    """Brute force over every cut with scikit-learn's recall: at most F of the adherent turns flagged, and no cut
+    within that cap catches more violations."""
+    from sklearn.metrics import recall_score
+
+    from adherence._errors import OptionError
+    from adherence.role._classifier import decision_threshold
+
+    rng = np.random.default_rng(4)
+    y = (rng.random(300) > 0.2).astype(np.int8)
+    s = np.clip(0.3 * y + rng.normal(0.4, 0.2, 300), 0, 1)
+    s[:20] = np.round(s[:20], 1)  # ties
+    cuts = np.r_[np.unique(s), np.nextafter(s.max(), np.inf)]
+    for f in (0.0, 0.05, 0.15, 0.5):
+        d = decision_threshold(y, s, max_false_flags=f)
+        flag = (s < d["threshold"]).astype(int)
+        flagged = float(flag[y == 1].mean())
+        assert flagged <= f + 1e-12 and d["out_of_fold"]["adherent_flagged"] == pytest.approx(flagged)
+        ok = [c for c in cuts if ((s < c) & (y == 1)).mean() / (y == 1).mean() <= f + 1e-12]
+        most = max(recall_score(1 - y, (s < c).astype(int)) for c in ok)
+        assert d["out_of_fold"]["violations_caught"] == pytest.approx(most)
+        assert d["objective"] == "false_flag_cap" and d["max_false_flags"] == f
+    with pytest.raises(OptionError, match="not both"):
+        decision_threshold(y, s, target_recall=0.5, max_false_flags=0.1)
+    with pytest.raises(OptionError, match=r"in \[0, 1\)"):
+        decision_threshold(y, s, max_false_flags=1.0)
+
+
 def test_stratified_group_folds_keep_groups_whole_and_fall_back_when_they_cannot():
     from adherence.stats._calibration import stratified_group_folds
 
