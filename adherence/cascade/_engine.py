@@ -25,7 +25,7 @@ import pyarrow.parquet as pq
 
 from .._atomic import atomic_path
 from .._errors import EngineError, OptionError
-from ..data import metadata_path, run_metadata
+from ..data import metadata_path, run_metadata, stage_score
 from ..engine._area import Job, JobArea
 from ..engine._commit import store_of
 from ..engine._engine import Engine
@@ -211,9 +211,9 @@ class CascadeEngine(Job):
             "decided_by": pa.array(decided.astype(np.int32), pa.int32(), mask=decided == 0),
         }
         for k, s in enumerate(scores, start=1):
-            cols[f"stage{k}_score"] = pa.array(s, pa.float64(), mask=~np.isfinite(s))
+            cols[stage_score(k)] = pa.array(s, pa.float64(), mask=~np.isfinite(s))
         for k in range(len(scores) + 1, len(stages) + 1):  # stages no turn reached
-            cols[f"stage{k}_score"] = pa.nulls(n, pa.float64())
+            cols[stage_score(k)] = pa.nulls(n, pa.float64())
         table = base
         for name, arr in cols.items():
             if name in table.column_names:

@@ -8,6 +8,7 @@ through untouched, after the contract's own columns.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -19,6 +20,9 @@ __all__ = [
     "Contract",
     "TURNS",
     "TURN_SCORES",
+    "SCORE_COLUMNS",
+    "STAGE_SCORE",
+    "stage_score",
     "GROUND_TRUTH",
     "SESSION_SCORES",
     "RUBRIC_ITEMS",
@@ -48,6 +52,9 @@ class Column:
         required: the column must be present in the input.
         nullable: values may be null.
         choices: the closed set of allowed (non-null) values, if any.
+        added_when: for an output column a run adds only in some jobs, which (``"calibration"``: a calibration
+            applied; ``"cascade"``: a judge cascade); None: every run. (A method's own diagnostics -- a judge's
+            self-consistency ``llm_judge_agreement`` -- carry its name instead.)
     """
 
     name: str
@@ -55,6 +62,7 @@ class Column:
     required: bool = True
     nullable: bool = True
     choices: Optional[tuple] = None
+    added_when: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -137,9 +145,22 @@ TURN_SCORES = Contract(
         Column("p_yes_source", _S, required=False, choices=P_YES_SOURCES),
         Column("truncated", pa.bool_(), required=False),
         Column("yes_no_mass", pa.float64(), required=False),
+        Column("calibrated_score", pa.float64(), required=False, added_when="calibration"),
+        Column("decided_by", pa.int32(), required=False, added_when="cascade"),
     ),
     key=("conversation_id", "turn_index", "method"),
 )
+
+#: The columns of a score output that hold scores (numbers; a cascade's per-stage ones match ``STAGE_SCORE``).
+SCORE_COLUMNS = ("score", "calibrated_score")
+#: A judge cascade's per-stage score column: ``stage1_score``, ``stage2_score``, ...
+STAGE_SCORE = re.compile(r"stage(\d+)_score")
+
+
+def stage_score(k: int) -> str:
+    """The name of stage ``k``'s score column in a cascade's output (``STAGE_SCORE`` matches it)."""
+    return f"stage{k}_score"
+
 
 SESSION_SCORES = Contract(
     "session_scores",

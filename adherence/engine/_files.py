@@ -22,7 +22,7 @@ from typing import Any, Optional, Sequence, Union
 import numpy as np
 import pyarrow as pa
 
-from ..data import DataError
+from ..data import SCORE_COLUMNS, STAGE_SCORE, DataError
 from ..data._metadata import command_name, metadata_path
 from ..data._storage import Remote
 from ._commit import Publisher, _target, _written_by_adherence, check_replaceable, store_of
@@ -246,7 +246,7 @@ def _read(t: Target, fmt: Optional[str]) -> pa.Table:
 def check_score_types(
     schema: pa.Schema,
     file: str,
-    score_columns: Sequence[str] = ("score", "calibrated_score"),
+    score_columns: Sequence[str] = SCORE_COLUMNS,
     *,
     text_scores: bool = False,
 ) -> None:
@@ -254,7 +254,6 @@ def check_score_types(
     ``turn_index`` an integer. Anything else is one ``DataError`` naming the file and the column (a score column of
     words made every command fail inside its arithmetic). ``text_scores``: a text score column passes here (a CSV's
     numbers read as text): its values are then parsed one by one, a word named by its row (``open_scores``)."""
-    import re
 
     def numeric(t: pa.DataType) -> bool:
         if text_scores and (pa.types.is_string(t) or pa.types.is_large_string(t)):
@@ -262,7 +261,7 @@ def check_score_types(
         return pa.types.is_floating(t) or pa.types.is_integer(t) or pa.types.is_decimal(t) or pa.types.is_null(t)
 
     for col in schema:
-        if col.name in score_columns or re.fullmatch(r"stage\d+_score", col.name):
+        if col.name in score_columns or STAGE_SCORE.fullmatch(col.name):
             if not numeric(col.type):
                 raise DataError(
                     f"column {col.name!r} holds {col.type}, not numbers: not a score output as written",
@@ -436,7 +435,7 @@ def open_scores(
     format: Optional[str] = None,
     require_ours: bool = False,
     allow_unpublished: bool = False,
-    score_columns: Sequence[str] = ("score", "calibrated_score"),
+    score_columns: Sequence[str] = SCORE_COLUMNS,
     what: str = "score output",
 ) -> ScoreOutput:
     """Open a score output for an analysis command: the one place every command reads one.
@@ -458,7 +457,7 @@ def open_scores(
         path, require_ours=require_ours, allow_unpublished=allow_unpublished, what=what
     )
     table = _read(t, format)
-    check_score_types(table.schema, str(t), tuple(score_columns) or ("score", "calibrated_score"), text_scores=True)
+    check_score_types(table.schema, str(t), tuple(score_columns) or SCORE_COLUMNS, text_scores=True)
     check_key_types(table, str(t))
     check_unique_keys(table, str(t))
     table, notes = _clean_scores(table, score_columns, str(t))

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Optional
 
 from .._atomic import temporary_of
-from ..data import DataError, metadata_path
+from ..data import TURN_SCORES, TURNS, DataError, metadata_path
 from ..data._storage import Remote, is_uri
 from ._commit import check_replaceable, pid_alive
 from ._files import same_file
@@ -34,17 +34,9 @@ STAGING_PREFIX = "adherence-staging-"
 
 
 OUTPUT_FORMATS = {".parquet": "parquet", ".pq": "parquet", ".jsonl": "jsonl", ".ndjson": "jsonl", ".csv": "csv"}
-# Columns every scored row gets; an input column of the same name would be silently replaced.
-_OUTPUT_COLUMNS = (
-    "method",
-    "score",
-    "prediction",
-    "status",
-    "error",
-    "reason",
-    "p_yes_source",
-    "truncated",
-    "yes_no_mass",
+# Columns every scored row gets (the turn-scores contract's, past the turn's key); an input column of the same name
+# would be silently replaced. ``_row`` is the engine's own row number while a job runs.
+_OUTPUT_COLUMNS = tuple(c.name for c in TURN_SCORES.columns if c.name not in TURNS.key and c.added_when is None) + (
     "_row",
 )
 
@@ -64,14 +56,11 @@ def output_format(path: Path) -> str:
 
 
 def output_columns(method: str, config=None) -> tuple:
-    """The columns a run of ``method`` adds (``<method>_*`` stands for its own): the always-present ones,
-    ``calibrated_score`` with a calibration, ``agreement``/``samples`` with self-consistency samples."""
-    extra: tuple = ()
-    if config is not None and getattr(config, "calibration", None):
-        extra += ("calibrated_score",)
-    judge = getattr(config, "judge", None) if config is not None else None
-    if judge is not None and getattr(judge, "samples", 1) > 1:
-        extra += ("agreement", "samples")
+    """The columns a run of ``method`` adds: the always-present ones, ``calibrated_score`` with a calibration (the
+    turn-scores contract's columns added in some jobs), and ``<method>_*`` for its own diagnostics (a judge's
+    self-consistency ``llm_judge_agreement`` and ``llm_judge_samples`` among them)."""
+    when = {"calibration": config is not None and bool(getattr(config, "calibration", None))}
+    extra = tuple(c.name for c in TURN_SCORES.columns if when.get(c.added_when or "", False))
     return tuple(c for c in _OUTPUT_COLUMNS if c != "_row") + extra + (f"{method}_*",)
 
 

@@ -4,7 +4,6 @@ into Python objects), answered with bounded results."""
 from __future__ import annotations
 
 import os
-import re
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -12,26 +11,45 @@ from typing import Any, Optional
 
 from .._errors import OptionError
 from .._optional import require
+from ..data import STAGE_SCORE
 
 __all__ = ["Filters", "ScoreStore", "query_value"]
 
-# The columns the viewer reads (absent ones are NULL): the turn-scores contract and what cascades and calibrations add.
-_COLUMNS = {
-    "conversation_id": "VARCHAR",
-    "turn_index": "BIGINT",
-    "method": "VARCHAR",
-    "role": "VARCHAR",
-    "user": "VARCHAR",
-    "assistant": "VARCHAR",
-    "label": "VARCHAR",
-    "score": "DOUBLE",
-    "prediction": "INTEGER",
-    "status": "VARCHAR",
-    "error": "VARCHAR",
-    "reason": "VARCHAR",
-    "calibrated_score": "DOUBLE",
-    "decided_by": "INTEGER",
-}
+
+def _duckdb_type(t) -> str:
+    """The DuckDB type the viewer reads an Arrow contract type as."""
+    import pyarrow as pa
+
+    if pa.types.is_floating(t):
+        return "DOUBLE"
+    if pa.types.is_integer(t):
+        return "BIGINT"
+    if pa.types.is_boolean(t):
+        return "BOOLEAN"
+    return "VARCHAR"
+
+
+def _viewer_columns() -> dict:
+    """The columns the viewer reads (absent ones are NULL) with their types, from the data contracts: the turn's key
+    and texts (``TURNS``), and what a score output adds (``TURN_SCORES``: the score and its decision, a calibration's
+    ``calibrated_score``, a cascade's ``decided_by``)."""
+    from ..data import TURN_SCORES, TURNS
+
+    turns = ("conversation_id", "turn_index", "role", "user", "assistant", "label")
+    scores = ("method", "score", "prediction", "status", "error", "reason", "calibrated_score", "decided_by")
+    cols = {c: _duckdb_type(TURNS.column(c).type) for c in turns}
+    cols.update({c: _duckdb_type(TURN_SCORES.column(c).type) for c in scores})
+    return cols
+
+
+_COLUMNS = _viewer_columns()
+
+
+def _stage_number(column: str) -> int:
+    m = STAGE_SCORE.fullmatch(column)
+    return int(m.group(1)) if m else 0
+
+
 _SORTS = {
     "worst": "mean_score ASC NULLS LAST, violations DESC, conversation_id",
     "violations": "violations DESC, mean_score ASC NULLS LAST, conversation_id",
@@ -181,9 +199,9 @@ class ScoreStore:
                 raise DataError(f"{rows - keys} turn(s) appear more than once: a score output has one row per turn",
                                 file=str(p))  # fmt: skip
             self.sources.append(_Source(str(p), int(rows), cols))
-            found += [c for c in cols if re.fullmatch(r"stage\d+_score", c)]
+            found += [c for c in cols if STAGE_SCORE.fullmatch(c)]
         # a cascade's per-stage scores, NULL where an output has none
-        self.stage_columns = sorted(set(found), key=lambda c: int(c[5:-6]))
+        self.stage_columns = sorted(set(found), key=_stage_number)
         wanted = {**_COLUMNS, **{c: "DOUBLE" for c in self.stage_columns}}
         #: the labels file laid over the outputs' turns (``labels``), and the label value that means adherent
         self.labels: Optional[dict] = None

@@ -95,3 +95,40 @@ def test_a_file_changed_after_adherence_wrote_it_is_never_replaced(tmp_path):
     with pytest.raises(DataError, match="changed after adherence wrote it"):
         write_owned(target, "items: [b]\n", what="the rubric")
     assert target.read_text() == "items: [a, my own question]\n"
+
+
+def test_the_score_output_schema_is_the_contracts_and_names_every_column_a_run_adds(tmp_path):
+    """The columns a run adds, the input columns it refuses and the viewer's projection all come from the turn-scores
+    contract: every column a real run writes beyond its input is one `output_columns` names (a judge's
+    self-consistency columns were named `agreement` there while the run wrote `llm_judge_agreement`)."""
+    import fnmatch
+    from types import SimpleNamespace
+
+    from adherence.cli.main import main
+    from adherence.data import TURN_SCORES, TURNS, example_path, read_table
+    from adherence.engine._safety import output_columns, reserved_columns
+    from adherence.view._store import _COLUMNS
+
+    src = example_path("role")
+    cal = tmp_path / "cal.json"
+    assert main(["score", str(src), "-o", str(tmp_path / "s.parquet"), "--method", "cosine", "--no-progress",
+                 "--bootstrap", "0"]) == 0  # fmt: skip
+    assert main(["calibrate", str(tmp_path / "s.parquet"), "-o", str(cal), "--bootstrap", "0"]) == 0
+    assert main(["score", str(src), "-o", str(tmp_path / "c.parquet"), "--method", "cosine", "--calibration",
+                 str(cal), "--no-progress", "--bootstrap", "0"]) == 0  # fmt: skip
+    inputs = set(read_table(src).column_names)
+    for out, config in (
+        (tmp_path / "s.parquet", None),
+        (tmp_path / "c.parquet", SimpleNamespace(calibration={"path": str(cal)})),
+    ):
+        added = set(read_table(out).column_names) - inputs
+        named = output_columns("cosine", config)
+        assert added and all(any(fnmatch.fnmatch(c, n) for n in named) for c in added), (added, named)
+    assert "calibrated_score" in set(read_table(tmp_path / "c.parquet").column_names)
+    assert reserved_columns("llm_judge", ["agreement", "llm_judge_agreement", "status"]) == [
+        "llm_judge_agreement",
+        "status",
+    ]
+    for name, kind in _COLUMNS.items():  # the viewer reads each column as its contract's type
+        col = TURN_SCORES.column(name) if name in TURN_SCORES.names else TURNS.column(name)
+        assert kind == ("DOUBLE" if col.type == pa.float64() else "VARCHAR" if col.type == pa.string() else "BIGINT")
