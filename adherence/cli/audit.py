@@ -122,6 +122,7 @@ def format_metrics(metrics: dict) -> str:
 
 class AuditCommand(Command):
     name = "audit"
+    writes = {"rubric": "the rubric"}
 
     def add_args(self, p: argparse.ArgumentParser) -> None:
         from ..audit import AuditConfig
@@ -171,7 +172,7 @@ class AuditCommand(Command):
                 raise OptionError(f"--max-tokens must be >= 1, got {args.max_tokens}")
             rubric, raw = draft_rubric(prompt, _backend(args, progress=True), max_tokens=args.max_tokens)
             inputs = [args.system_prompt]
-            write_result(args.output, rubric.text(args.output), inputs=inputs, what="the rubric")
+            write_result(args.output, rubric.text(args.output), inputs=inputs, what=self.output_what("rubric"))
             write_result(str(args.output) + ".raw.json", json.dumps(raw, indent=2, ensure_ascii=False), inputs=inputs,
                          what="the judge's raw answer")  # fmt: skip
             path = args.output

@@ -44,6 +44,7 @@ def _words(text: str) -> list:
 
 
 class BenchCommand(Command):
+    writes = {"*": "the benchmark JSON"}
     name = "bench"
 
     def add_args(self, p: argparse.ArgumentParser) -> None:
@@ -445,18 +446,14 @@ class BenchCommand(Command):
             return self._emit(_call(bench_maxsim, args, baseline=not args.no_baseline), args.output)
         raise OptionError(f"unknown benchmark {args.bench!r}")
 
-    @staticmethod
-    def _write(res: dict, output) -> None:
-        """The JSON at ``output``, replaced atomically (a reader never sees half a file)."""
-        from pathlib import Path
-
-        from .._atomic import write_json_atomic
+    def _write(self, res: dict, output) -> None:
+        """The JSON at ``output`` through the one owner-checked writer: replaced atomically (a reader never sees half a
+        file; a benchmark that reports as it goes replaces its own file), never over a file adherence did not write."""
         from ..bench._hardware import cpu_info
+        from ..engine._files import write_owned
 
         res.setdefault("cpu", cpu_info())  # every benchmark JSON names the CPU it ran on (model, SIMD flags)
-        path = Path(output)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_json_atomic(path, res, indent=2)
+        write_owned(output, json.dumps(res, ensure_ascii=False, indent=2, default=repr) + "\n", what=self.output_what())
 
     def _emit(self, res: dict, output) -> int:
         """Write and print the JSON; exit 1 when a correctness check it records failed (timings kept)."""

@@ -48,6 +48,7 @@ def fitted_turns(table, score: str, label: str) -> Optional[dict]:
 
 class CalibrateCommand(Command):
     name = "calibrate"
+    writes = {"": "the calibration file"}
     input = "labelled scores (.parquet, .jsonl, .csv): a `score` output with a label column, or any such table"
 
     def add_args(self, p: argparse.ArgumentParser) -> None:
@@ -162,7 +163,7 @@ class CalibrateCommand(Command):
                 inputs=inputs,
             )
             print(f"wrote {path}", file=sys.stderr)
-        write_result(out, json_text(doc, indent=None), inputs=inputs, what="the calibration file")
+        write_result(out, json_text(doc, indent=None), inputs=inputs, what=self.output_what())
         if args.json:
             print(json_text(doc))
         else:

@@ -106,6 +106,7 @@ def _verdicts(stage: dict, keys: list) -> tuple:
 
 class CascadeCommand(Command):
     name = "cascade"
+    writes = {"fit": "the cascade file", "apply": "the decided turns"}
 
     def add_args(self, p: argparse.ArgumentParser) -> None:
         sub = p.add_subparsers(dest="cascade", metavar="STEP", required=True)
@@ -213,7 +214,7 @@ class CascadeCommand(Command):
 
         doc["digest"] = cascade_digest(doc)
         inputs = [*args.stages, args.labels]
-        write_result(args.output, doc, inputs=inputs, what="the cascade file")
+        write_result(args.output, doc, inputs=inputs, what=self.output_what("fit"))
         if args.html:
             from ..report import write_cascade_html
             from ..report._cascade import bound_curve
@@ -278,7 +279,7 @@ class CascadeCommand(Command):
         for i, (_, c) in enumerate(arrays, start=1):
             cols[f"stage{i}_confidence"] = pa.array(c, pa.float64())
         write_result(args.output, table_bytes(pa.table(cols), args.output), inputs=[*args.stages, args.cascade],
-                     what="the decided turns")  # fmt: skip
+                     what=self.output_what("apply"))  # fmt: skip
         n = len(keys)
         shares = [int((decided == i).sum()) for i in range(1, len(arrays) + 1)]
         line = ", ".join(f"stage {i} {c} ({c / n:.1%})" for i, c in enumerate(shares, start=1))

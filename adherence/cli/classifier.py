@@ -77,6 +77,7 @@ def baselines_at_same_catch(y, oof, threshold: float, baselines: dict) -> dict:
 
 class ClassifierCommand(Command):
     name = "classifier"
+    writes = {"fit": "the classifier file"}
 
     def add_args(self, p: argparse.ArgumentParser) -> None:
         sub = p.add_subparsers(dest="step", metavar="STEP", required=True)
@@ -129,7 +130,7 @@ class ClassifierCommand(Command):
             raise OptionError(f"--max-false-flags must be in [0, 1), got {args.max_false_flags}")
         if args.target_recall is not None and args.max_false_flags is not None:
             raise OptionError("give --target-recall or --max-false-flags, not both (each chooses the threshold)")
-        check_writable(args.output, what="the classifier file", inputs=[args.input, args.labels])  # before any work
+        check_writable(args.output, what=self.output_what("fit"), inputs=[args.input, args.labels])  # before any work
         src = str(args.input)
         # a score output of ours through the one reader; a log (transcripts, traces, a turns table) through the turns'
         table = open_scores(args.input, score_columns=()).table if read_metadata(args.input) else read_turns(args.input)
@@ -196,7 +197,7 @@ class ClassifierCommand(Command):
         }
         training = training_record([cids[i] for i in rows], [tidx[i] for i in rows], ra)
         doc = classifier_document(fit, encoder=enc, dim=dim, source=source, baselines=base, training=training)
-        write_result(args.output, doc, inputs=[args.input, args.labels], what="the classifier file")
+        write_result(args.output, doc, inputs=[args.input, args.labels], what=self.output_what("fit"))
         print(format_fit(doc, len(rows), int(y.sum())))
         if base is not None and (not base["beats_baselines"] or fit["cv"]["auc"] <= base["cv_auc_baselines"]):
             print(

@@ -82,6 +82,7 @@ def cross_fit_column(table, score: str, label: str):
 
 class EstimateCommand(Command):
     name = "estimate"
+    writes = {"": "the JSON output"}
     input = (
         "scored turns (an `adherence score` output, or any table with a score column) where a random sample of "
         "rows carries a label"
@@ -143,7 +144,7 @@ class EstimateCommand(Command):
             result["labels"] = join.describe()
         inputs = [args.input, lab["labels"]]
         if args.output:
-            write_result(args.output, result, inputs=inputs)
+            write_result(args.output, result, inputs=inputs, what=self.output_what())
         if args.html:
             from ..report import write_estimate_html
 

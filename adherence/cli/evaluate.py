@@ -24,6 +24,7 @@ from .main import Command
 
 class EvaluateCommand(Command):
     name = "evaluate"
+    writes = {"": "the JSON output"}
     input = "table to read: .parquet, .jsonl, .csv, or an adapter .json"
 
     def add_args(self, p: argparse.ArgumentParser) -> None:
@@ -134,7 +135,7 @@ class EvaluateCommand(Command):
         for m, why in result["undefined"].items():
             print(f"warning: {m} is undefined: {why}", file=sys.stderr)
         if args.output:
-            write_result(args.output, result, inputs=inputs)
+            write_result(args.output, result, inputs=inputs, what=self.output_what())
         if args.json:
             print(json_text(result))
         else:

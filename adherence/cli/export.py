@@ -13,6 +13,7 @@ from .main import Command
 
 class ExportCommand(Command):
     name = "export"
+    writes = {"": "the export"}
 
     def add_args(self, p: argparse.ArgumentParser) -> None:
         from ..data._trace_export import EXPORT_FORMATS
@@ -80,7 +81,7 @@ class ExportCommand(Command):
         if not ready:
             raise OptionError(f"{args.input}: no scored turn with a trace and span id to export")
         lines = list(export_records(ready, args.format, name=args.name, version=__version__))
-        write_result(args.output, "\n".join(lines) + "\n", inputs=[args.input], what="the export")
+        write_result(args.output, "\n".join(lines) + "\n", inputs=[args.input], what=self.output_what())
         if args.send:
             if args.format != "otel":
                 raise OptionError("--send goes with --format otel (the other formats are files for their platforms)")

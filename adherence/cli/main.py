@@ -61,6 +61,22 @@ class Command:
     name: str = ""
     input: str = ""  # what its positional input file holds (its help); empty: no such argument
     input_nargs: Optional[str] = None  # "?": the input may be named elsewhere (a job file)
+    #: what its ``-o`` writes, by step (``{"fit": "the classifier file"}``; ``""`` for a command without steps, ``"*"``
+    #: for every step): the writer's ``what`` (whose kind the ownership check reads) and the check made before any
+    #: work both read it. Empty: the command checks its own outputs (score: the engine, before any work; the
+    #: labelling session: its file).
+    writes: dict = {}
+
+    def writes_at(self, step: str = "") -> Optional[str]:
+        """What this command's ``-o`` writes at ``step`` (None: nothing through ``-o``)."""
+        return self.writes.get(step, self.writes.get("*"))
+
+    def output_what(self, step: str = "") -> str:
+        """``writes_at(step)``, for the writer of a step that has an ``-o``."""
+        what = self.writes_at(step)
+        if what is None:
+            raise LookupError(f"`{self.name} {step}` declares no -o in its `writes`")
+        return what
 
     def add_args(self, parser: argparse.ArgumentParser) -> None:  # pragma: no cover - interface
         raise NotImplementedError
@@ -310,27 +326,17 @@ def _names_an_argument(filename, args) -> bool:
         return False
 
 
-#: What each command's ``-o`` writes (the writer's ``what``, whose kind the ownership check reads); ``--html`` and
-#: ``--export-html`` are pages everywhere. Commands not named check their own outputs (score: the engine, before any
-#: work; the labelling session: its file).
-_OUTPUT_WHAT = {
-    "evaluate": "the JSON output",
-    "estimate": "the JSON output",
-    "compare": "the JSON output",
-    "calibrate": "the calibration file",
-    "cascade fit": "the cascade file",
-    "cascade apply": "the decided turns",
-    "classifier fit": "the classifier file",
-    "export": "the export",
-    "audit rubric": "the rubric",
-}
 _INPUT_DESTS = ("input", "old", "new", "stages", "outputs", "labels", "cascade", "calibration", "system_prompt")
 
 
 def _preflight(args, command: str) -> None:
     """Every file a command will write, checked before any work as its writer will check it (never an input, never
     a file of another kind or made by another command, never labels): a refusal comes first, not after the work."""
-    if command not in _OUTPUT_WHAT and command != "view":
+    cmd = getattr(args, "_command", None)
+    what = cmd.writes_at(command.partition(" ")[2]) if isinstance(cmd, Command) else None
+    targets = [(getattr(args, "output", None), what)] if what else []
+    targets += [(getattr(args, d, None), "the HTML page") for d in ("html", "export_html")]
+    if not any(isinstance(path, str) for path, _ in targets):
         return
     from ..engine._files import check_writable
 
@@ -341,11 +347,9 @@ def _preflight(args, command: str) -> None:
             inputs.extend(x for x in v if isinstance(x, str))
         elif isinstance(v, str):
             inputs.append(v)
-    targets = [(getattr(args, "output", None), _OUTPUT_WHAT.get(command))]
-    targets += [(getattr(args, d, None), "the HTML page") for d in ("html", "export_html")]
-    for path, what in targets:
-        if isinstance(path, str) and what:
-            check_writable(path, what=what, inputs=inputs)
+    for path, kind in targets:
+        if isinstance(path, str):
+            check_writable(path, what=kind, inputs=inputs)
 
 
 def _run(args) -> int:

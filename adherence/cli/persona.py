@@ -80,6 +80,7 @@ def format_persona(results: dict) -> str:
 
 class PersonaCommand(Command):
     name = "persona"
+    writes = {"": "the JSON output"}
 
     def add_args(self, p: argparse.ArgumentParser) -> None:
         p.add_argument(
@@ -121,7 +122,7 @@ class PersonaCommand(Command):
         if args.output:
             from ._common import write_result
 
-            write_result(args.output, results, inputs=inputs)
+            write_result(args.output, results, inputs=inputs, what=self.output_what())
         if args.html:
             from .._optional import require
 

@@ -78,6 +78,7 @@ _KIND_OF = {
     "the labels file": "labels",
     "the rubric": "rubric",
     "the audit's judgments": "judgments",
+    "the benchmark JSON": "benchmark",
 }
 
 
