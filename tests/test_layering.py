@@ -67,3 +67,17 @@ def test_the_checks_see_a_planted_fault(planted):
             test_no_import_circle() if same_room else test_imports_point_down()
     finally:
         GRAPH.update(saved)
+
+
+def test_the_house_counts_in_the_docs_are_the_sources():
+    """docs/architecture.md's table of counts equals what tools/house_counts.py reads from the source, and no code
+    outside a backend tests a backend's name."""
+    import re
+
+    import house_counts
+
+    got = house_counts.counts()["counts"]
+    assert got["backend_name_tests"] == 0, house_counts.backend_name_tests()
+    doc = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    table = {k: int(v) for k, v in re.findall(r"^\| (\w+) \| (\d+) \|$", doc, flags=re.M)}
+    assert table == got

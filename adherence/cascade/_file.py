@@ -89,7 +89,7 @@ def stage_configs(doc: dict, *, path: str = "", overrides: dict | None = None) -
     """
     from ..data import DataError
     from ..data._metadata import REDACTED
-    from ..judges import JudgeConfig
+    from ..judges import JudgeConfig, capabilities
     from ..role import RoleConfig
     from ..role._base import get_method
 
@@ -120,7 +120,7 @@ def stage_configs(doc: dict, *, path: str = "", overrides: dict | None = None) -
             kw["calibration"] = _reload_calibration(calibration, i, path)
         over = {k: v for k, v in (overrides or {}).items() if v is not None}
         kw.update(over)
-        if over.get("device") and isinstance(kw.get("judge"), JudgeConfig) and kw["judge"].backend == "transformers":
+        if over.get("device") and isinstance(kw.get("judge"), JudgeConfig) and capabilities(kw["judge"].backend).device:
             opts_j = dict(kw["judge"].backend_options or {}, device=over["device"])
             kw["judge"] = dataclasses.replace(kw["judge"], backend_options=opts_j)
         try:

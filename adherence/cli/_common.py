@@ -175,83 +175,26 @@ def add_judge_args(p: argparse.ArgumentParser, *, device: bool = True) -> argpar
     return j
 
 
-def base_urls(values) -> list:
-    """The endpoints of ``--base-url`` (repeated, a list from a job file, or ``@FILE`` with one URL a line)."""
-    if not values:
-        return []
-    out = []
-    for v in [values] if isinstance(values, str) else values:
-        if str(v).startswith("@"):
-            from pathlib import Path
-
-            from ..data import DataError
-
-            try:
-                lines = Path(v[1:]).read_text(encoding="utf-8").splitlines()
-            except (OSError, UnicodeDecodeError) as exc:
-                raise DataError(f"cannot read the list of base URLs ({exc})", file=v[1:]) from None
-            listed = [ln.strip() for ln in lines if ln.strip() and not ln.strip().startswith("#")]
-            if not listed:
-                raise DataError("the list of base URLs is empty (one http(s) URL a line)", file=v[1:])
-            out += listed
-        else:
-            out.append(str(v))
-    from urllib.parse import urlsplit
-
-    for url in out:
-        parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.netloc:
-            raise OptionError(f"--base-url must be an http:// or https:// URL with a host, got {url!r}")
-    return out
-
-
 def judge_backend_options(args: argparse.Namespace, *, progress: bool = True, **extra) -> dict:
-    """Constructor options of the chosen backend from the shared judge flags."""
-    from .._options import values
-    from ..judges._backend_options import ServerOptions, TransformersOptions, VLLMOptions
+    """Constructor options of the chosen backend from the shared judge flags (each backend's options class reads its
+    own: ``BACKEND_OPTIONS[name].from_args``)."""
+    from .._registry import unknown_name
+    from ..judges._backend_options import BACKEND_OPTIONS
 
-    if args.backend == "transformers":
-        return {
-            "device": getattr(args, "device", None),
-            **values(TransformersOptions, args),
-            "progress": progress,
-            **extra,
-        }
-    if args.backend == "openai":
-        urls = base_urls(args.base_url)
-        if not urls:
-            raise OptionError("--backend openai needs --base-url (e.g. http://127.0.0.1:8000/v1)")
-        server = values(ServerOptions, args)
-        ServerOptions(**server)  # checked here, before anything loads
-        return {
-            "base_url": urls[0] if len(urls) == 1 else urls,
-            **{k: v for k, v in server.items() if v is not None},
-            **({"stall_timeout": args.stall_timeout} if getattr(args, "stall_timeout", None) else {}),
-        }
-    import json
-
-    opts = {"progress": progress}
-    extra = args.vllm_engine_args
-    if isinstance(extra, str):
-        try:
-            extra = json.loads(extra)
-        except ValueError as exc:
-            raise OptionError(f"--vllm-engine-args must be a JSON object ({exc})") from None
-    if extra is not None and not isinstance(extra, dict):
-        raise OptionError("--vllm-engine-args must be a JSON object of vllm.LLM keyword arguments")
-    opts.update(extra or {})
-    opts.update({k: v for k, v in values(VLLMOptions, args).items() if v is not None})
-    return opts
+    cls = BACKEND_OPTIONS.get(args.backend)
+    if cls is None:
+        raise OptionError(unknown_name("judge backend", args.backend, BACKEND_OPTIONS))
+    return cls.from_args(args, progress=progress, **extra)
 
 
 def make_backend(args: argparse.Namespace, *, progress: bool = True):
     """The judge backend of the shared flags (the bundled smoke-test judge warns)."""
     import warnings
 
-    from ..judges import SMOKE_TEST_WARNING, get_backend
+    from ..judges import SMOKE_TEST_WARNING, capabilities, get_backend
     from ..judges._judge import is_bundled_judge
 
-    if args.backend == "transformers" and is_bundled_judge(args.judge_model):
+    if capabilities(args.backend).bundled_judge and is_bundled_judge(args.judge_model):
         warnings.warn(SMOKE_TEST_WARNING, stacklevel=2)
     return get_backend(args.backend, model=args.judge_model, **judge_backend_options(args, progress=progress))
 

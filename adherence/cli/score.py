@@ -258,9 +258,10 @@ class ScoreCommand(Command):
                     template = Path(args.judge_template).read_text(encoding="utf-8")
                 except (OSError, UnicodeDecodeError) as exc:
                     raise DataError(f"cannot read the judge template ({exc})", file=args.judge_template) from None
+            from ..judges import capabilities
             from ._common import judge_backend_options
 
-            extra = {"prefix_sharing": not args.no_prefix_sharing} if args.backend == "transformers" else {}
+            extra = {"prefix_sharing": not args.no_prefix_sharing} if capabilities(args.backend).prefix_sharing else {}
             opts = judge_backend_options(args, progress=not args.no_progress, **extra)
             judge = JudgeConfig(
                 backend_options=opts,
@@ -415,9 +416,11 @@ def _method(args: argparse.Namespace) -> str:
     """The method the job names: ``--method`` (or the job file's), else llm_judge when a judge is named (a model,
     a server, a backend other than the in-process one, or --dry-run, which counts judge tokens); else an error that
     lists the choices -- the bundled judge is a smoke test, never a silent default."""
+    from ..judges import capabilities
+
     if args.method is not None:
         return args.method
-    if args.judge_model or args.base_url or args.backend != "transformers" or args.dry_run:
+    if args.judge_model or args.base_url or not capabilities(args.backend).default or args.dry_run:
         return "llm_judge"
     raise OptionError(NO_METHOD)
 

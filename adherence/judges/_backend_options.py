@@ -10,9 +10,48 @@ from .._errors import OptionError
 from .._fingerprint import COSMETIC
 from .._options import option
 
-__all__ = ["BACKEND_OPTIONS", "ServerOptions", "TransformersOptions", "VLLMOptions", "cosmetic_options"]
+__all__ = [
+    "BACKEND_OPTIONS",
+    "CAPABILITIES",
+    "Capabilities",
+    "ServerOptions",
+    "TransformersOptions",
+    "VLLMOptions",
+    "capabilities",
+    "cosmetic_options",
+]
 
 _DTYPES = ("auto", "float32", "bfloat16", "float16")
+
+
+def base_urls(values) -> list:
+    """The endpoints of ``--base-url`` (repeated, a list from a job file, or ``@FILE`` with one URL a line)."""
+    if not values:
+        return []
+    out = []
+    for v in [values] if isinstance(values, str) else values:
+        if str(v).startswith("@"):
+            from pathlib import Path
+
+            from ..data import DataError
+
+            try:
+                lines = Path(v[1:]).read_text(encoding="utf-8").splitlines()
+            except (OSError, UnicodeDecodeError) as exc:
+                raise DataError(f"cannot read the list of base URLs ({exc})", file=v[1:]) from None
+            listed = [ln.strip() for ln in lines if ln.strip() and not ln.strip().startswith("#")]
+            if not listed:
+                raise DataError("the list of base URLs is empty (one http(s) URL a line)", file=v[1:])
+            out += listed
+        else:
+            out.append(str(v))
+    from urllib.parse import urlsplit
+
+    for url in out:
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise OptionError(f"--base-url must be an http:// or https:// URL with a host, got {url!r}")
+    return out
 
 
 @dataclass
@@ -61,6 +100,23 @@ class ServerOptions:
         if self.max_retry_after < 0:
             raise OptionError(f"--max-retry-after must be >= 0, got {self.max_retry_after}")
 
+    @classmethod
+    def from_args(cls, args, *, progress: bool = True, **extra) -> dict:
+        """The ``openai`` backend's constructor options from the command's flags (checked before anything loads)."""
+        from .._options import values
+
+        urls = base_urls(args.base_url)
+        if not urls:
+            raise OptionError("--backend openai needs --base-url (e.g. http://127.0.0.1:8000/v1)")
+        server = values(cls, args)
+        cls(**server)
+        return {
+            "base_url": urls[0] if len(urls) == 1 else urls,
+            **{k: v for k, v in server.items() if v is not None},
+            **({"stall_timeout": args.stall_timeout} if getattr(args, "stall_timeout", None) else {}),
+            **extra,
+        }
+
 
 @dataclass
 class TransformersOptions:
@@ -82,6 +138,13 @@ class TransformersOptions:
     device: Optional[str] = field(default=None, metadata=COSMETIC)
     batch_tokens: Optional[int] = field(default=None, metadata=COSMETIC)
     progress: bool = field(default=True, metadata=COSMETIC)
+
+    @classmethod
+    def from_args(cls, args, *, progress: bool = True, **extra) -> dict:
+        """The in-process backend's constructor options from the command's flags."""
+        from .._options import values
+
+        return {"device": getattr(args, "device", None), **values(cls, args), "progress": progress, **extra}
 
 
 @dataclass
@@ -126,9 +189,72 @@ class VLLMOptions:
     distributed_executor_backend: Optional[str] = field(default=None, metadata=COSMETIC)
     progress: bool = field(default=True, metadata=COSMETIC)
 
+    @classmethod
+    def from_args(cls, args, *, progress: bool = True, **extra) -> dict:
+        """The vLLM engine's constructor options from the command's flags: ``--vllm-engine-args`` (a JSON object of
+        ``vllm.LLM`` keyword arguments) under the named ``--vllm-*`` options."""
+        import json
+
+        from .._options import values
+
+        opts: dict = {"progress": progress}
+        more = getattr(args, "vllm_engine_args", None)
+        if isinstance(more, str):
+            try:
+                more = json.loads(more)
+            except ValueError as exc:
+                raise OptionError(f"--vllm-engine-args must be a JSON object ({exc})") from None
+        if more is not None and not isinstance(more, dict):
+            raise OptionError("--vllm-engine-args must be a JSON object of vllm.LLM keyword arguments")
+        opts.update(more or {})
+        opts.update({k: v for k, v in values(cls, args).items() if v is not None})
+        opts.update(extra)
+        return opts
+
 
 #: Each backend's constructor options, typed: what decides a verdict is read from the fields' declarations.
 BACKEND_OPTIONS: dict = {"transformers": TransformersOptions, "vllm": VLLMOptions, "openai": ServerOptions}
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a judge backend can do, declared once beside its options (read without importing it): code outside a
+    backend asks these, never its name.
+
+    Attributes:
+        deterministic_logprobs: its P(yes) is exact and the same on every call (in-process log-probabilities), so
+            self-consistency samples of it are all alike.
+        exact_token_counts: a dry run counts its tokens with the model's own tokenizer and prompt planner (others
+            are estimated as characters / 4).
+        prefix_sharing: it scores a conversation's turns over one shared prefix (``--no-prefix-sharing`` applies).
+        device: it runs on the command's ``--device``.
+        tensor_parallel: it can split one model over several GPUs (``--judge-tensor-parallel``).
+        bundled_judge: it runs the bundled smoke-test judge (which then warns).
+        default: the backend a judge uses when none is named.
+    """
+
+    deterministic_logprobs: bool = False
+    exact_token_counts: bool = False
+    prefix_sharing: bool = False
+    device: bool = False
+    tensor_parallel: bool = False
+    bundled_judge: bool = False
+    default: bool = False
+
+
+CAPABILITIES: dict = {
+    "transformers": Capabilities(
+        deterministic_logprobs=True, exact_token_counts=True, prefix_sharing=True, device=True, bundled_judge=True,
+        default=True,
+    ),
+    "vllm": Capabilities(deterministic_logprobs=True, tensor_parallel=True),
+    "openai": Capabilities(),
+}  # fmt: skip
+
+
+def capabilities(backend: str) -> Capabilities:
+    """``backend``'s declared capabilities (none for a name not registered: its constructor refuses it)."""
+    return CAPABILITIES.get(backend, Capabilities())
 
 
 def cosmetic_options(backend: str) -> frozenset:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pyarrow as pa
 
+from ._backend_options import capabilities
+
 __all__ = ["judge_plan"]
 
 
@@ -32,7 +34,7 @@ def judge_plan(turns: pa.Table, config) -> dict:
         "prompt_tokens": 0,
         "forward_tokens": 0,
         "generated_tokens_max": 0,
-        "approximate": jc.backend != "transformers",
+        "approximate": not capabilities(jc.backend).exact_token_counts,
     }
     if jc.granularity == "conversation":
         calls = [(r, 16 + (40 if jc.include_reason else 8) * r.meta["n_turns"]) for _, r in per_conv]
@@ -42,7 +44,7 @@ def judge_plan(turns: pa.Table, config) -> dict:
             calls += [(reason_request(r), 96) for r in reqs]
     out["judge_calls"] = len(calls)
     out["generated_tokens_max"] = sum(g for _, g in calls)
-    if jc.backend == "transformers":
+    if capabilities(jc.backend).exact_token_counts:
         from ._planner import PromptPlanner
 
         opts = jc.backend_options

@@ -15,6 +15,7 @@ from .._errors import OptionError
 from .._options import file_path, model_name, option
 from ..data import turns_to_score
 from ._backend import JudgeBackend, JudgeOutput, get_backend, score_options
+from ._backend_options import capabilities
 from ._cache import JudgeCache
 from ._parse import parse_turn_verdicts, variant_sets
 from ._prompts import (
@@ -220,7 +221,7 @@ class JudgeConfig:
             self.samples > 1
             and self.output_mode == "continuous"
             and not self.include_reason
-            and self.backend in ("transformers", "vllm")
+            and capabilities(self.backend).deterministic_logprobs
         ):
             # Refused here, before any model loads: in-process log-probs are deterministic.
             raise OptionError(
@@ -330,7 +331,7 @@ class RoleJudge:
         if backend is None:
             if (
                 is_bundled_judge(config.model)
-                and config.backend == "transformers"
+                and capabilities(config.backend).bundled_judge
                 and "loaded" not in config.backend_options
             ):
                 warnings.warn(ROLE_SMOKE_TEST_WARNING, stacklevel=2)

@@ -46,8 +46,10 @@ class LlmJudgeMethod(Method):
 
 def tensor_parallel_config(config: RoleConfig, n: int, executor: str) -> RoleConfig:
     """The judge's vLLM engine split over ``n`` GPUs (over Ray on the executor's placement group)."""
+    from ..judges import capabilities
+
     judge = config.judge
-    if config.method != "llm_judge" or judge is None or judge.backend != "vllm":
+    if config.method != "llm_judge" or judge is None or not capabilities(judge.backend).tensor_parallel:
         raise OptionError(
             f"--judge-tensor-parallel {n} needs the vllm judge backend (--backend vllm), got "
             f"{getattr(judge, 'backend', None) if config.method == 'llm_judge' else config.method!r}"

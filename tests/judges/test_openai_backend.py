@@ -177,7 +177,7 @@ def test_a_fleet_with_one_dead_endpoint_warns_and_scores_on_the_others(tiny_yes_
 
 
 def test_base_url_flags_repeat_and_read_a_file(tmp_path):
-    from adherence.cli._common import base_urls
+    from adherence.judges._backend_options import base_urls
 
     f = tmp_path / "fleet.txt"
     f.write_text("# our servers\nhttp://a:8000/v1\n\nhttp://b:8000/v1\n")
