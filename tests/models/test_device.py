@@ -55,5 +55,5 @@ def test_benchmark_json_names_the_cpu(tmp_path):
     assert set(info) >= {"model", "logical_cpus", "simd", "bf16_native"}
     assert set(info["simd"]) <= set(SIMD_FLAGS) and info["bf16_native"] == cpu_bf16_native()
     out = tmp_path / "b.json"
-    BenchCommand._write({"bench": "x"}, out)
+    BenchCommand()._write({"bench": "x"}, out)
     assert json.loads(out.read_text())["cpu"]["model"] == info["model"]
