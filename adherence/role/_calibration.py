@@ -166,29 +166,23 @@ def fitted_rows(record: Optional[dict], table) -> Optional[np.ndarray]:
 
     A threshold and a map chosen on labelled turns are in-sample there: a figure computed on those turns with
     them is not a held-out figure."""
-    from ._classifier_file import reply_digest
+    from ._classifier_file import training_index, training_positions
 
     t = (record or {}).get("training")
     if not isinstance(t, dict):
         return None
-    known = {
-        (str(c), int(i)): d
-        for c, i, d in zip(t.get("conversation_id") or (), t.get("turn_index") or (), t.get("reply_digest") or ())
-    }
-    out = np.zeros(table.num_rows, dtype=bool)
     cols = table.column_names
-    if not known or "conversation_id" not in cols or "turn_index" not in cols:
-        return out
-    cids, tidx = table.column("conversation_id").to_pylist(), table.column("turn_index").to_pylist()
+    if "conversation_id" not in cols or "turn_index" not in cols:
+        return np.zeros(table.num_rows, dtype=bool)
     replies = table.column("assistant").to_pylist() if "assistant" in cols else None
-    for j, (c, i) in enumerate(zip(cids, tidx)):
-        if c is None or i is None:
-            continue
-        key = (str(c), int(i))
-        if key in known:
-            d = known[key]
-            out[j] = d is None or replies is None or reply_digest(replies[j]) == d
-    return out
+    at = training_positions(
+        training_index(t),
+        table.column("conversation_id").to_pylist(),
+        table.column("turn_index").to_pylist(),
+        replies,
+        range(table.num_rows),
+    )
+    return at >= 0
 
 
 def load_calibration(path: Union[str, os.PathLike]) -> Calibration:

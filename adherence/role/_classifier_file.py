@@ -25,6 +25,8 @@ __all__ = [
     "model_digest",
     "model_probability",
     "reply_digest",
+    "training_index",
+    "training_positions",
 ]
 
 CLASSIFIER_FORMAT = "adherence-classifier/2"
@@ -66,7 +68,7 @@ class Classifier:
     data: dict
     file: str
     digest: str
-    _keys: Optional[dict] = field(default=None, repr=False)
+    _index: Optional[dict] = field(default=None, repr=False)
 
     def probability(self, x: np.ndarray) -> np.ndarray:
         """P(adherent) of feature rows ``x`` by the model fit on every label."""
@@ -88,20 +90,11 @@ class Classifier:
     def training_folds(self, conversation_ids: list, turn_indices: list, replies: list, rows) -> np.ndarray:
         """For each of ``rows``, the fold its turn was held out of when the classifier was trained on it (its key and
         reply as recorded), else -1."""
-        t = self.data["training"]
-        if self._keys is None:
-            self._keys = {
-                (c, int(i), d): int(f)
-                for c, i, d, f in zip(t["conversation_id"], t["turn_index"], t["reply_digest"], t["fold"])
-            }
-        out = np.full(len(rows), -1, dtype=np.int64)
-        if not self._keys:
-            return out
-        for j, i in enumerate(rows):
-            if turn_indices[i] is not None and conversation_ids[i] is not None:
-                key = (str(conversation_ids[i]), int(turn_indices[i]), reply_digest(replies[i]))
-                out[j] = self._keys.get(key, -1)
-        return out
+        if self._index is None:
+            self._index = training_index(self.data["training"])
+        at = training_positions(self._index, conversation_ids, turn_indices, replies, rows)
+        fold = np.asarray(self.data["training"]["fold"], dtype=np.int64)
+        return np.where(at >= 0, fold[at], -1) if len(fold) else at
 
     def check_encoder(self, encoder) -> None:
         """Refuse to score with another encoder than the one the model was trained over."""
@@ -244,6 +237,32 @@ def model_digest(doc: dict) -> str:
         sort_keys=True,
     )
     return "sha256:" + hashlib.sha256(body.encode("utf-8")).hexdigest()
+
+
+def training_index(record: dict) -> dict:
+    """A record of training turns (``training_record``'s lists) as ``{(conversation_id, turn_index): (position,
+    reply digest)}``, for ``training_positions``."""
+    return {
+        (str(c), int(i)): (k, d)
+        for k, (c, i, d) in enumerate(zip(record["conversation_id"], record["turn_index"], record["reply_digest"]))
+    }
+
+
+def training_positions(index: dict, conversation_ids: list, turn_indices: list, replies, rows) -> np.ndarray:
+    """For each of ``rows``, the position in a training record (``training_index``) of the turn it is -- the same
+    key and, where both the record and the table have it, the same reply -- else -1. ``replies`` None: a table
+    without them, matched by key."""
+    out = np.full(len(rows), -1, dtype=np.int64)
+    if not index:
+        return out
+    for j, i in enumerate(rows):
+        c, t = conversation_ids[i], turn_indices[i]
+        if c is None or t is None:
+            continue
+        hit = index.get((str(c), int(t)))
+        if hit is not None and (hit[1] is None or replies is None or reply_digest(replies[i]) == hit[1]):
+            out[j] = hit[0]
+    return out
 
 
 def reply_digest(text) -> str:
