@@ -115,7 +115,13 @@ class ClassifierCommand(Command):
         from ..data import DataError, file_digest, read_turns
         from ..engine._files import check_writable, open_scores
         from ..models import Encoder
-        from ..role._classifier import classifier_document, classifier_features, fit_classifier, training_record
+        from ..role._classifier import (
+            check_objective,
+            classifier_document,
+            classifier_features,
+            fit_classifier,
+            training_record,
+        )
         from ..stats._baselines import baseline_report, text_baselines
         from ._common import write_result
         from ._labelled import map_labels, read_metadata, resolve_columns
@@ -124,12 +130,7 @@ class ClassifierCommand(Command):
             raise OptionError(f"--l2 must be a finite number > 0, got {args.l2}")
         if args.folds < 2:
             raise OptionError(f"--folds must be >= 2, got {args.folds}")
-        if args.target_recall is not None and not 0 < args.target_recall <= 1:
-            raise OptionError(f"--target-recall must be in (0, 1], got {args.target_recall}")
-        if args.max_false_flags is not None and not 0 <= args.max_false_flags < 1:
-            raise OptionError(f"--max-false-flags must be in [0, 1), got {args.max_false_flags}")
-        if args.target_recall is not None and args.max_false_flags is not None:
-            raise OptionError("give --target-recall or --max-false-flags, not both (each chooses the threshold)")
+        check_objective(args.target_recall, args.max_false_flags)
         check_writable(args.output, what=self.output_what("fit"), inputs=[args.input, args.labels])  # before any work
         src = str(args.input)
         # a score output of ours through the one reader; a log (transcripts, traces, a turns table) through the turns'

@@ -54,7 +54,7 @@ def _read(path: str) -> tuple:
 
     applied = applied_calibration(out.meta)
     fitted = fitted_rows(applied, t)
-    if applied is not None and fitted is not None and fitted.any():
+    if fitted is not None and fitted.any():
         # the turns the calibration this output applied was fitted on: its decisions there are in-sample
         cols["calibration_fitted"] = pa.array(fitted)
     return pa.table(cols), out.method

@@ -42,6 +42,7 @@ __all__ = [
     "FEATURES",
     "Classifier",
     "ClassifierMethod",
+    "check_objective",
     "classifier_features",
     "decision_rates",
     "decision_threshold",
@@ -114,6 +115,16 @@ def _out_of_fold(x, y, fold, folds, dim, shrink, l2, balanced) -> tuple:
     return oof, models
 
 
+def check_objective(target_recall: Optional[float], max_false_flags: Optional[float]) -> None:
+    """What ``decision_threshold`` is asked to aim at, checked (``classifier fit`` calls it before any work)."""
+    if target_recall is not None and not 0 < target_recall <= 1:
+        raise OptionError(f"--target-recall must be in (0, 1], got {target_recall}")
+    if max_false_flags is not None and not 0 <= max_false_flags < 1:
+        raise OptionError(f"--max-false-flags must be in [0, 1), got {max_false_flags}")
+    if target_recall is not None and max_false_flags is not None:
+        raise OptionError("give --target-recall or --max-false-flags, not both (each chooses the threshold)")
+
+
 def decision_threshold(
     y: np.ndarray, oof: np.ndarray, *, target_recall: Optional[float] = None, max_false_flags: Optional[float] = None
 ) -> dict:
@@ -125,10 +136,7 @@ def decision_threshold(
     of the violations) and ``adherent_flagged`` (the false-flag rate), the figures to expect on new turns."""
     from ..stats._calibration import fit_threshold
 
-    if target_recall is not None and max_false_flags is not None:
-        raise OptionError("give --target-recall or --max-false-flags, not both (each chooses the threshold)")
-    if max_false_flags is not None and not 0 <= max_false_flags < 1:
-        raise OptionError(f"--max-false-flags must be in [0, 1), got {max_false_flags}")
+    check_objective(target_recall, max_false_flags)
     y = np.asarray(y, dtype=np.int8)
     s = np.asarray(oof, dtype=np.float64)
     if target_recall is not None:
