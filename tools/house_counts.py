@@ -21,28 +21,45 @@ import sys
 from pathlib import Path
 
 PKG = Path(__file__).resolve().parents[1] / "adherence"
-BACKENDS = ("transformers", "vllm", "openai")
+#: the backends' own modules and their declarations (the benchmarks that race backends by name are skipped too)
 BACKEND_OWNERS = {"judges/_transformers.py", "judges/_vllm.py", "judges/_openai.py", "judges/_backend.py",
                   "judges/_backend_options.py"}  # fmt: skip
 
 
-def _files():
-    for path in sorted(PKG.rglob("*.py")):
-        rel = path.relative_to(PKG).as_posix()
+def _files(root: Path = PKG):
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root).as_posix()
         yield rel, ast.parse(path.read_text(encoding="utf-8"))
 
 
-def backend_name_tests() -> list:
+def backend_names() -> tuple:
+    """The registered backends' names, read from the registry (``BACKENDS`` in judges/_backend.py)."""
+    tree = ast.parse((PKG / "judges" / "_backend.py").read_text(encoding="utf-8"))
+    for node in tree.body:
+        target = (
+            node.target
+            if isinstance(node, ast.AnnAssign)
+            else (node.targets[0] if isinstance(node, ast.Assign) else None)
+        )
+        if getattr(target, "id", None) == "BACKENDS" and isinstance(node.value, ast.Dict):
+            return tuple(k.value for k in node.value.keys if isinstance(k, ast.Constant))
+    raise LookupError("no BACKENDS registry in judges/_backend.py")
+
+
+def backend_name_tests(root: Path = PKG) -> list:
+    """``file:line`` of each comparison of a backend-ish name with a registered backend's name under ``root``,
+    outside the backends and the benchmarks."""
+    names = set(backend_names())
     out = []
-    for rel, tree in _files():
+    for rel, tree in _files(root):
         if rel in BACKEND_OWNERS or rel.startswith("bench/"):
             continue
         for node in ast.walk(tree):
             if not isinstance(node, ast.Compare):
                 continue
-            names = [c for c in ast.walk(node) if isinstance(c, ast.Constant) and c.value in BACKENDS]
+            named = [c for c in ast.walk(node) if isinstance(c, ast.Constant) and c.value in names]
             about = [n for n in ast.walk(node) if "backend" in (getattr(n, "id", None) or getattr(n, "attr", ""))]
-            if names and about:
+            if named and about:
                 out.append(f"{rel}:{node.lineno}")
     return out
 
