@@ -24,6 +24,8 @@ EXTRAS = {
     # `adherence bench cpu-encoder --peers-python`: the CPU encoder peers, in their own virtualenv
     # (sentence-transformers' ONNX and OpenVINO backends pin an older transformers than the tests)
     "cpu-peers": ["sentence-transformers[onnx,openvino]>=5.0", "fastembed>=0.7"],
+    # `adherence classifier fit --learner fine-tuned`: the encoder tuned on the labels by sentence-transformers' trainer
+    "finetune": ["sentence-transformers>=5.0", "datasets>=3.0", "accelerate>=1.1"],
     "otel": ["opentelemetry-proto>=1.25"],  # trace files in OTLP protobuf (.binpb); OTLP JSON needs nothing
     "index": ["faiss-cpu>=1.8"],  # corpus-scale candidate generation (GPU FAISS is used when installed instead)
     "docs": ["mkdocs>=1.6,<2", "mkdocs-material>=9.5", "mkdocstrings[python]>=0.26"],  # `mkdocs build --strict`
@@ -41,6 +43,7 @@ EXTRAS = {
         "statsmodels>=0.14",
         "pandas>=2.2,<3",  # irrCAC drops missing ratings only under pandas 2
         "sentence-transformers>=3.0",
+        "accelerate>=1.1",  # the trainer of classifier fit --learner fine-tuned (the finetune extra)
         "bert-score>=0.3.13",
         "triton>=3.7.1",  # kernel tests run the Triton code under TRITON_INTERPRET=1
         "httpx>=0.25",

@@ -290,6 +290,88 @@ def _finetune(table: pa.Table, y: np.ndarray, encoder, *, sizes, draws: int, pai
     return out
 
 
+def _learners(table: pa.Table, y: np.ndarray, kinds: list, encoder, *, sizes, draws: int, pairs, tmpdir: str) -> dict:
+    """``classifier fit``'s two learners as shipped, on the same draws as the main measurement, each measured on the
+    unlabelled turns: the frozen head (5 folds) and ``--learner fine-tuned`` under each of ``tunings`` (its folds'
+    tuned encoders give the out-of-fold scores its threshold is chosen on; ``role._finetune.fit_fine_tuned``): AUC,
+    the out-of-fold AUC it reports beside it (honest when the two agree), its decision (and the 15% false-flag cap)
+    on the unlabelled turns, by violation kind, and the fit's seconds (every tuning and encode)."""
+    from ..models import Encoder
+    from ..role import FineTuning, fit_fine_tuned
+    from ..role._classifier import (
+        classifier_features,
+        decision_rates,
+        decision_threshold,
+        fit_classifier,
+        model_probability,
+    )
+
+    tunings = {f"fine_tuned_pairs_{k}": FineTuning(pairs_per_turn=k) for k in pairs}
+    a, r, u = (table.column(c).to_pylist() for c in ("assistant", "role", "user"))
+    conv = np.asarray([str(c) for c in table.column("conversation_id").to_pylist()])
+    x0 = classifier_features(encoder, r, u, a)
+    base = str(encoder.resolved.path)
+    out: dict = {}
+
+    def measured(rec: dict, fit: dict, p: np.ndarray, idx, rest, seconds: float) -> None:
+        rates = decision_rates(y[rest], p, fit["decision"]["threshold"])
+        cap = decision_threshold(y[idx], np.asarray(fit["cv"]["oof"]), max_false_flags=FALSE_FLAG_CAP)
+        capped = decision_rates(y[rest], p, cap["threshold"])
+        rec.setdefault("auc", []).append(_auc(y[rest], p))
+        rec.setdefault("oof_auc", []).append(fit["cv"]["auc"])
+        rec.setdefault("caught", []).append(rates["violations_caught"])
+        rec.setdefault("flagged", []).append(rates["adherent_flagged"])
+        rec.setdefault("cap_caught", []).append(capped["violations_caught"])
+        rec.setdefault("cap_flagged", []).append(capped["adherent_flagged"])
+        rec.setdefault("seconds", []).append(seconds)
+        flagged = p < fit["decision"]["threshold"]
+        for k in set(kinds) - {"adherent"}:
+            at = np.array([kinds[i] == k for i in rest])
+            if at.any():
+                rec.setdefault("kind", {}).setdefault(k, []).append(float(flagged[at].mean()))
+
+    for n in sizes:
+        recs: dict = {"frozen": {}, **{name: {} for name in tunings}}
+        for d in range(draws):
+            rng = np.random.default_rng(10_000 + d)  # the same draws as the main measurement
+            idx = np.sort(rng.choice(len(y), size=n, replace=False))
+            if min(int(y[idx].sum()), int(n - y[idx].sum())) < 5:
+                continue
+            rest = np.setdiff1d(np.arange(len(y)), idx)
+            t0 = time.perf_counter()
+            fit = fit_classifier(x0[idx], y[idx], groups=conv[idx], folds=5, seed=d)
+            measured(recs["frozen"], fit, model_probability(fit, x0[rest]), idx, rest, time.perf_counter() - t0)
+            for name, tuning in tunings.items():
+                fit, path, seconds = fit_fine_tuned(
+                    base, [r[i] for i in idx], [u[i] for i in idx], [a[i] for i in idx], y[idx], groups=conv[idx],
+                    folds=3, seed=d, l2=1.0, tuning=tuning, workdir=f"{tmpdir}/{name}-{n}-{d}", say=lambda s: None,
+                )  # fmt: skip
+                enc = Encoder(str(path), device="cpu", runtime="torch", progress=False, cache_bytes=0)
+                p = model_probability(fit, classifier_features(enc, [r[i] for i in rest], [u[i] for i in rest],
+                                                               [a[i] for i in rest]))  # fmt: skip
+                measured(recs[name], fit, p, idx, rest, seconds)
+        out[str(n)] = {
+            name: {
+                "draws": len(rec["auc"]),
+                "auc_unlabelled_turns": _summary(rec["auc"]),
+                "out_of_fold_auc_reported": _summary(rec["oof_auc"]),
+                "decision_on_unlabelled_turns": {
+                    "violations_caught": _summary(rec["caught"]),
+                    "adherent_flagged": _summary(rec["flagged"]),
+                    "violations_caught_by_kind": {k: float(np.mean(v)) for k, v in sorted(rec["kind"].items())},
+                },
+                f"decision_max_false_flags_{FALSE_FLAG_CAP}_on_unlabelled_turns": {
+                    "violations_caught": _summary(rec["cap_caught"]),
+                    "adherent_flagged": _summary(rec["cap_flagged"]),
+                },
+                "fit_seconds": _summary(rec["seconds"]),
+            }
+            for name, rec in recs.items()
+            if rec.get("auc")
+        }
+    return out
+
+
 def _paper_style(encoder) -> dict:
     from ..role._classifier import classifier_features, fit_classifier
     from ..stats._baselines import text_baselines
@@ -310,7 +392,7 @@ def _paper_style(encoder) -> dict:
     }
 
 
-def _fit_command_seconds(tmpdir: str, n: int = 200) -> dict:
+def _fit_command_seconds(tmpdir: str, n: int = 200, learner: str = "frozen") -> dict:
     """``adherence classifier fit`` on ``n`` labels of the claims-desk log, end to end in a fresh process (the
     encoder's load and every encode included), as a user runs it."""
     import os
@@ -326,20 +408,23 @@ def _fit_command_seconds(tmpdir: str, n: int = 200) -> dict:
     labels = Path(tmpdir) / "labels.jsonl"
     labels.write_text("\n".join(lines[i] for i in sorted(pick)) + "\n")
     cmd = [sys.executable, "-m", "adherence", "classifier", "fit", str(folder / "claims_desk.jsonl"), "--labels",
-           str(labels), "-o", str(Path(tmpdir) / "clf.json"), "--no-progress"]  # fmt: skip
+           str(labels), "-o", str(Path(tmpdir) / "clf.json"), "--learner", learner, "--no-progress"]  # fmt: skip
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ))
     seconds = time.perf_counter() - t0
-    return {"labels": len(pick), "seconds": round(seconds, 1), "exit_code": proc.returncode,
+    return {"labels": len(pick), "learner": learner, "seconds": round(seconds, 1), "exit_code": proc.returncode,
             "printed": proc.stdout.strip().splitlines()}  # fmt: skip
 
 
 def bench_own_logs(
-    *, sizes=(50, 100, 150, 200), draws: int = 50, finetune_sizes=(), finetune_draws: int = 3, pairs_per_turn: int = 4
-) -> dict:
+    *, sizes=(50, 100, 150, 200), draws: int = 50, finetune_sizes=(), finetune_draws: int = 3, pairs_per_turn: int = 4,
+    learner_sizes=(), learner_draws: int = 3, learner_pairs=(1, 2), fit_learner: str = "frozen",
+) -> dict:  # fmt: skip
     """Benchmark dict (``bench="own-logs"``; see the module docs). ``finetune_sizes``: also compare the frozen head
     with a fine-tuned bi-encoder and a cross-encoder at these label counts, ``finetune_draws`` draws each (minutes
-    per draw on 2 cores; needs sentence-transformers, in the ``test`` extra)."""
+    per draw on 2 cores; needs sentence-transformers, in the ``test`` extra). ``learner_sizes``: ``classifier
+    fit``'s learners as shipped (frozen, and fine-tuned with each of ``learner_pairs`` pairs per turn),
+    ``learner_draws`` draws each. ``fit_learner``: the learner of the timed ``classifier fit`` on 200 labels."""
     import tempfile
 
     from ..models import Encoder
@@ -350,6 +435,10 @@ def bench_own_logs(
         t, y, kinds = own_log_turns(name)
         logs[name] = _one_log(t, y, kinds, enc, sizes=sizes, draws=draws,
                               how=f"hand-written ({name}.jsonl), on-topic violations")  # fmt: skip
+        if learner_sizes:
+            with tempfile.TemporaryDirectory(prefix="adherence-bench-learners-") as d:
+                logs[name]["learners"] = _learners(t, y, kinds, enc, sizes=learner_sizes, draws=learner_draws,
+                                                   pairs=learner_pairs, tmpdir=d)  # fmt: skip
         if finetune_sizes:
             with tempfile.TemporaryDirectory(prefix="adherence-bench-finetune-") as d:
                 logs[name]["fine_tuned"] = _finetune(t, y, enc, sizes=finetune_sizes, draws=finetune_draws,
@@ -359,7 +448,7 @@ def bench_own_logs(
                                how="bundled support_log.jsonl (generated, six roles) and its truth file")  # fmt: skip
     paper = _paper_style(enc)
     with tempfile.TemporaryDirectory(prefix="adherence-bench-own-logs-") as d:
-        fit_cmd = _fit_command_seconds(d)
+        fit_cmd = _fit_command_seconds(d, learner=fit_learner)
     goals: dict = {}
     for name in OWN_LOGS:
         c = logs[name]["classifier"].get("150")
@@ -396,5 +485,9 @@ def bench_own_logs(
             "finetune_sizes": list(finetune_sizes),
             "finetune_draws": finetune_draws,
             "pairs_per_turn": pairs_per_turn,
+            "learner_sizes": list(learner_sizes),
+            "learner_draws": learner_draws,
+            "learner_pairs": list(learner_pairs),
+            "fit_learner": fit_learner,
         },  # fmt: skip
     }

@@ -184,6 +184,16 @@ class BenchCommand(Command):
         )
         ob.add_argument("--finetune-draws", type=int, default=3, help="draws per fine-tuned label count (default 3)")
         ob.add_argument("--pairs-per-turn", type=int, default=4, help="contrastive pairs per labelled turn and class")
+        ob.add_argument(
+            "--learner-sizes",
+            default="",
+            help="also measure classifier fit's learners as shipped (frozen; fine-tuned with each --learner-pairs) at "
+            "these label counts (slow: minutes per draw)",
+        )
+        ob.add_argument("--learner-draws", type=int, default=3, help="draws per learner label count (default 3)")
+        ob.add_argument("--learner-pairs", default="1,2", help="the fine-tuned learner's --pairs-per-turn values")
+        ob.add_argument("--fit-learner", choices=["frozen", "fine-tuned"], default="frozen",
+                        help="the learner of the timed classifier fit on 200 labels")  # fmt: skip
         _device_and_output(ob, device=False)
         bb = sub.add_parser(
             "bundled",
@@ -428,12 +438,14 @@ class BenchCommand(Command):
         if args.bench == "own-logs":
             from ..bench import bench_own_logs
 
-            _positive(args, "draws", "finetune_draws", "pairs_per_turn")
+            _positive(args, "draws", "finetune_draws", "pairs_per_turn", "learner_draws")
             ft = tuple(comma_ints(args.finetune_sizes, "--finetune-sizes")) if args.finetune_sizes else ()
+            ls = tuple(comma_ints(args.learner_sizes, "--learner-sizes")) if args.learner_sizes else ()
             return self._emit(
-                _call(bench_own_logs, args, sizes=tuple(comma_ints(args.sizes, "--sizes")), finetune_sizes=ft),
+                _call(bench_own_logs, args, sizes=tuple(comma_ints(args.sizes, "--sizes")), finetune_sizes=ft,
+                      learner_sizes=ls, learner_pairs=tuple(comma_ints(args.learner_pairs, "--learner-pairs"))),
                 args.output,
-            )
+            )  # fmt: skip
         if args.bench == "bundled":
             from ..bench import bench_bundled
 

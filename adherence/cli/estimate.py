@@ -77,7 +77,35 @@ def cross_fit_column(table, score: str, label: str):
     if not n:
         return None
     k = (pc.max(table.column("classifier_fold")).as_py() or 0) + 1
+    if table.column("classifier_crossfit").null_count == table.num_rows:
+        return None, int(n), int(k)  # a fine-tuned classifier: its fold encoders are not kept (no cross-fit)
     return "classifier_crossfit", int(n), int(k)
+
+
+def set_aside_training_labels(table, label: str, n: int, file: str):
+    """A fine-tuned classifier's output (no cross-fitted column): the labels of the turns that trained it are set
+    aside, so the estimate reads only labels the classifier did not see; refused in one line when none is left."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from ..data import DataError
+
+    trained = pc.is_valid(table.column("classifier_fold"))
+    kept = pc.if_else(trained, pa.scalar(None, table.schema.field(label).type), table.column(label))
+    left = len(kept) - kept.null_count
+    if not left:
+        raise DataError(
+            f"every labelled turn ({n}) trained the fine-tuned classifier that scored this output, and its fold "
+            "encoders are not kept, so no cross-fitted estimate can be made: label another random sample of turns "
+            "for the estimate, or fit the classifier with --learner frozen (whose estimate is cross-fitted)",
+            file=file,
+        )
+    print(
+        f"{file}: {n} labelled turn(s) trained the fine-tuned classifier that scored it (no cross-fit: its fold "
+        f"encoders are not kept): their labels are set aside, the estimate reads the {left} other labelled turn(s)",
+        file=sys.stderr,
+    )
+    return table.set_column(table.column_names.index(label), label, kept)
 
 
 class EstimateCommand(Command):
@@ -124,6 +152,9 @@ class EstimateCommand(Command):
                 )
                 score = "score"
         cross = cross_fit_column(table, score, label)
+        if cross is not None and cross[0] is None:
+            table = set_aside_training_labels(table, label, cross[1], str(args.input))
+            cross = None
         if cross is not None:
             print(
                 f"{args.input}: {cross[1]} labelled turn(s) trained the classifier that scored it: a cross-fitted "

@@ -293,6 +293,11 @@ class Method(ABC):
         method's own artifact carries one: a classifier file's, chosen on out-of-fold scores)."""
         return self.default_threshold
 
+    def encoder_model(self, config: RoleConfig) -> Optional[str]:
+        """The encoder checkpoint this config's own artifact brings (a fine-tuned classifier's), used when the job
+        names none; None: the job's encoder (the bundled one by default)."""
+        return None
+
     def uses_dataset_references(self, config: RoleConfig) -> bool:
         """Whether scores depend on the whole scored set's ground truths (sharded runs share them)."""
         return False
@@ -352,7 +357,7 @@ class Resources:
 
             c = self.config
             self._encoder = Encoder(
-                c.encoder,
+                c.encoder or get_method(c.method).encoder_model(c),
                 device=c.device,
                 batch_size=c.batch_size,
                 progress=c.progress,

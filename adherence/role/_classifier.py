@@ -44,6 +44,7 @@ __all__ = [
     "ClassifierMethod",
     "check_objective",
     "classifier_features",
+    "classifier_folds",
     "decision_rates",
     "decision_threshold",
     "encoder_digest",
@@ -173,6 +174,17 @@ def decision_rates(y: np.ndarray, score: np.ndarray, threshold: float) -> dict:
     }
 
 
+def classifier_folds(y: np.ndarray, groups, folds: int, seed: int) -> tuple:
+    """``(fold of each row, grouped)``: folds that keep conversations whole (``stratified_group_folds``), or rows
+    dealt into stratified folds without ``groups`` or when the violations sit in too few conversations for that."""
+    from ..stats._calibration import _stratified_folds, stratified_group_folds
+
+    fold = None if groups is None else stratified_group_folds(y, groups, folds, seed)
+    if fold is None:
+        return _stratified_folds(y, folds, seed), False
+    return fold, True
+
+
 def fit_classifier(
     x: np.ndarray,
     y: np.ndarray,
@@ -209,7 +221,6 @@ def fit_classifier(
         "cv": {"folds", "seed", "grouped", "auc", "oof", "fold", "by_shrink"}, "decision": {...}}`` (``oof``: each
         row's out-of-fold P(adherent), from ``folds[fold[i]]``, the model fit without the row's fold).
     """
-    from ..stats._calibration import _stratified_folds, stratified_group_folds
     from ..stats._ranking import roc_auc_score
 
     y = np.asarray(y, dtype=np.int8)
@@ -220,10 +231,7 @@ def fit_classifier(
             f"{n_pos} adherent and {n_neg} violation(s): label more turns (or lower --folds)"
         )
     dim = x.shape[1] - (len(FEATURES) - 1)
-    fold = None if groups is None else stratified_group_folds(y, groups, folds, seed)
-    grouped = fold is not None
-    if fold is None:
-        fold = _stratified_folds(y, folds, seed)
+    fold, grouped = classifier_folds(y, groups, folds, seed)
     tried = {float(s): _out_of_fold(x, y, fold, folds, dim, float(s), l2, balanced) for s in shrinks}
     aucs = {s: float(roc_auc_score(y, oof)) for s, (oof, _) in tried.items()}
     shrink = max(aucs, key=lambda s: (aucs[s], s))  # ties: the stronger shrinkage
@@ -275,6 +283,9 @@ class ClassifierMethod(Method):
     def decision_threshold(self, config) -> Optional[float]:
         return _loaded(config).threshold if config.classifier else self.default_threshold
 
+    def encoder_model(self, config) -> Optional[str]:
+        return _loaded(config).encoder_model() if config.classifier else None
+
     def prepare(self, config, resources):
         if not config.classifier:
             raise OptionError("--method classifier needs --classifier CLF.json (from `adherence classifier fit`)")
@@ -289,6 +300,7 @@ class ClassifierMethod(Method):
 
     def score(self, turns, config, resources):
         clf = _loaded(config)
+        tuned = clf.learner == "fine-tuned"
         errors = self.row_errors(turns, config)
         ok = np.array([e is None for e in errors], dtype=bool)
         score = np.full(turns.num_rows, np.nan)
@@ -299,19 +311,25 @@ class ClassifierMethod(Method):
             a, r, u = (text_column(turns, c) for c in ("assistant", "role", "user"))
             x = classifier_features(resources.encoder, [r[i] for i in idx], [u[i] for i in idx], [a[i] for i in idx])
             score[idx] = clf.probability(x)
-            cross[idx] = clf.crossfit_probability(x)
-            fold[idx] = clf.training_folds(
-                text_column(turns, "conversation_id"), text_column(turns, "turn_index"), a, idx
-            )
-            for k in np.unique(fold[idx][fold[idx] >= 0]):
-                at = np.flatnonzero(fold[idx] == k)
-                score[idx[at]] = cross[idx[at]] = clf.fold_probability(int(k), x[at])
+            at = clf.training_at(text_column(turns, "conversation_id"), text_column(turns, "turn_index"), a, idx)
+            seen = at >= 0
+            fold[idx[seen]] = np.asarray(clf.data["training"]["fold"], dtype=np.int64)[at[seen]]
+            if tuned:
+                # the fold encoders are not kept: a training turn gets the out-of-fold score recorded at the fit
+                score[idx[seen]] = np.asarray(clf.data["training"]["oof"], dtype=np.float64)[at[seen]]
+            else:
+                cross[idx] = clf.crossfit_probability(x)
+                for k in np.unique(fold[idx][seen]):
+                    k_at = np.flatnonzero(fold[idx] == k)
+                    score[idx[k_at]] = cross[idx[k_at]] = clf.fold_probability(int(k), x[k_at])
         return MethodResult(
             score,
             errors,
             extra={
                 "classifier_fold": pa.array([int(f) if f >= 0 else None for f in fold], pa.int32()),
-                "classifier_crossfit": pa.array([float(c) if k else None for c, k in zip(cross, ok)], pa.float64()),
+                "classifier_crossfit": pa.array(
+                    [float(c) if k and not tuned else None for c, k in zip(cross, ok)], pa.float64()
+                ),
             },
         )
 
@@ -328,7 +346,14 @@ def training_record(conversation_ids: list, turn_indices: list, replies: Optiona
 
 
 def classifier_document(
-    fit: dict, *, encoder, dim: int, source: dict, baselines: Optional[dict], training: Optional[dict] = None
+    fit: dict,
+    *,
+    encoder,
+    dim: int,
+    source: dict,
+    baselines: Optional[dict],
+    training: Optional[dict] = None,
+    learner: Optional[dict] = None,
 ) -> dict:
     """The classifier file's document: the model, its fold models, the turns it was trained on with their
     out-of-fold scores, the decision threshold, the features, the encoder and its digest, what the labels were, and
@@ -344,6 +369,7 @@ def classifier_document(
         train.update(fold=[], oof=[])
     doc: dict[str, Any] = {
         "format": CLASSIFIER_FORMAT,
+        "learner": dict(learner or {"name": "frozen"}),
         "features": list(FEATURES),
         "encoder": {"name": encoder.describe().get("name"), "digest": encoder_digest(encoder), "dim": dim},
         "model": {k: fit[k] for k in ("mean", "scale", "coef", "intercept", "l2", "shrink", "balanced")},

@@ -3,13 +3,19 @@
 A file is refused when loaded (one line naming it) unless its format, features, sizes and values add up and its
 model still matches the digest written with it; scoring also refuses it over another encoder than the one it was
 trained over (``Classifier.check_encoder``).
+
+A fine-tuned classifier (``classifier fit --learner fine-tuned``) brings its encoder as one tar file beside it
+(``encoder_file_of``, ``pack_encoder``) whose sha256 the file records; scoring unpacks it once into the user's cache
+under that digest (``unpack_encoder``), refusing a file that is missing or does not match.
 """
 
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
+import tarfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Union
@@ -21,12 +27,15 @@ __all__ = [
     "FEATURES",
     "Classifier",
     "encoder_digest",
+    "encoder_file_of",
     "load_classifier",
     "model_digest",
     "model_probability",
+    "pack_encoder",
     "reply_digest",
     "training_index",
     "training_positions",
+    "unpack_encoder",
 ]
 
 CLASSIFIER_FORMAT = "adherence-classifier/2"
@@ -87,15 +96,6 @@ class Classifier:
         """The decision threshold chosen on out-of-fold scores: a turn below it is flagged a violation."""
         return float(self.data["decision"]["threshold"])
 
-    def training_folds(self, conversation_ids: list, turn_indices: list, replies: list, rows) -> np.ndarray:
-        """For each of ``rows``, the fold its turn was held out of when the classifier was trained on it (its key and
-        reply as recorded), else -1."""
-        if self._index is None:
-            self._index = training_index(self.data["training"])
-        at = training_positions(self._index, conversation_ids, turn_indices, replies, rows)
-        fold = np.asarray(self.data["training"]["fold"], dtype=np.int64)
-        return np.where(at >= 0, fold[at], -1) if len(fold) else at
-
     def check_encoder(self, encoder) -> None:
         """Refuse to score with another encoder than the one the model was trained over."""
         from ..data import DataError
@@ -116,10 +116,33 @@ class Classifier:
                 file=self.file,
             )
 
+    @property
+    def learner(self) -> str:
+        """``"frozen"`` (a head over the encoder as it is) or ``"fine-tuned"`` (over an encoder tuned on the labels,
+        kept beside the file)."""
+        return str((self.data.get("learner") or {}).get("name", "frozen"))
+
+    def encoder_model(self) -> Optional[str]:
+        """The checkpoint this classifier scores with when it brings its own (a fine-tuned one: unpacked from the
+        encoder file beside it, checked against its digest), else None (the encoder named for the job)."""
+        if self.learner != "fine-tuned":
+            return None
+        rec = self.data["learner"]
+        tar = Path(self.file).parent / rec["encoder_file"]
+        return str(unpack_encoder(str(tar), rec["encoder_file_digest"], file=self.file))
+
+    def training_at(self, conversation_ids: list, turn_indices: list, replies: list, rows) -> np.ndarray:
+        """For each of ``rows``, its position in the file's training record (its key and reply as recorded), else
+        -1."""
+        if self._index is None:
+            self._index = training_index(self.data["training"])
+        return training_positions(self._index, conversation_ids, turn_indices, replies, rows)
+
     def describe(self) -> dict:
         return {
             "file": self.file,
             "digest": self.digest,
+            "learner": self.learner,
             "cv_auc": self.data["cv"]["auc"],
             "threshold": self.threshold,
             "training_turns": len(self.data["training"]["conversation_id"]),
@@ -210,6 +233,15 @@ def load_classifier(path: Union[str, os.PathLike]) -> Classifier:
         raise bad("training.turn_index must hold non-negative integers")
     if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v <= 1 for v in train["oof"]):
         raise bad("training.oof must hold probabilities in [0, 1]")
+    learner = data.get("learner", {"name": "frozen"})
+    if not (isinstance(learner, dict) and learner.get("name") in ("frozen", "fine-tuned")):
+        raise bad('learner must be {"name": "frozen"} or {"name": "fine-tuned", ...}')
+    if learner["name"] == "fine-tuned":
+        tar, dig = learner.get("encoder_file"), learner.get("encoder_file_digest")
+        if not (isinstance(tar, str) and tar and "/" not in tar and "\\" not in tar and tar not in (".", "..")):
+            raise bad("learner.encoder_file must name the tuned encoder's file beside the classifier file")
+        if not (isinstance(dig, str) and dig.startswith("sha256:")):
+            raise bad("learner.encoder_file_digest must be a sha256 digest")
     auc = cv.get("auc")
     if not (isinstance(auc, (int, float)) and 0.0 <= auc <= 1.0):
         raise bad(f"cv.auc must be in [0, 1], got {auc!r}")
@@ -225,8 +257,10 @@ def load_classifier(path: Union[str, os.PathLike]) -> Classifier:
 def model_digest(doc: dict) -> str:
     """sha256 of what decides a score or a decision: the model and its fold models, the turns it was trained on,
     the threshold and what it does, the features and the encoder's digest."""
+    learner = {"learner": doc["learner"]} if doc.get("learner") else {}  # files before learners digest without it
     body = json.dumps(
         {
+            **learner,
             "model": doc.get("model"),
             "folds": doc.get("folds"),
             "training": doc.get("training"),
@@ -276,3 +310,59 @@ def model_probability(m: dict, x: np.ndarray) -> np.ndarray:
         m["coef"], dtype=np.float64
     ) + float(m["intercept"])
     return 1.0 / (1.0 + np.exp(-np.clip(z, -35, 35)))
+
+
+def encoder_file_of(classifier_path: str) -> str:
+    """Where a classifier file's tuned encoder travels: beside it, ``<name>.encoder.tar``."""
+    return f"{classifier_path}.encoder.tar"
+
+
+def pack_encoder(directory: os.PathLike) -> bytes:
+    """A saved checkpoint directory as one tar (files sorted, times and owners zeroed: the same files give the same
+    bytes, so the digest names the model)."""
+    root = Path(directory)
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for p in sorted(q for q in root.rglob("*") if q.is_file()):
+            info = tarfile.TarInfo(p.relative_to(root).as_posix())
+            info.size = p.stat().st_size
+            info.mtime = 0
+            info.mode = 0o644
+            with open(p, "rb") as fh:
+                tar.addfile(info, fh)
+    return buf.getvalue()
+
+
+def unpack_encoder(tar_path: str, digest: str, *, file: str) -> Path:
+    """The checkpoint in a classifier's encoder file, unpacked once into the user's cache (atomically) under its
+    digest; the file is checked against ``digest`` first (a one-line ``DataError`` naming ``file`` otherwise)."""
+    from .._atomic import atomic_path
+    from ..data import DataError
+    from ..models import cache_dir
+
+    hexd = digest.split(":", 1)[-1]
+    target = cache_dir() / "tuned" / hexd[:32]
+    if (target / "config.json").is_file():
+        return target
+    try:
+        raw = Path(tar_path).read_bytes()
+    except FileNotFoundError:
+        raise DataError(
+            f"this classifier's tuned encoder {Path(tar_path).name} is not beside it: copy it with the classifier "
+            "file, or fit again",
+            file=file,
+        ) from None
+    if "sha256:" + hashlib.sha256(raw).hexdigest() != digest:
+        raise DataError(
+            f"the tuned encoder {Path(tar_path).name} does not match the digest this classifier file records (was "
+            "it replaced?): fit again with `adherence classifier fit --learner fine-tuned`",
+            file=file,
+        )
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(target) as tmp, tarfile.open(fileobj=io.BytesIO(raw), mode="r") as tar:
+        tmp.mkdir()
+        for m in tar.getmembers():
+            if not m.isfile() or m.name.startswith("/") or ".." in Path(m.name).parts:
+                raise DataError(f"the tuned encoder {Path(tar_path).name} holds an unsafe entry {m.name!r}", file=file)
+        tar.extractall(tmp, filter="data")
+    return target
