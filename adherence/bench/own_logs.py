@@ -68,6 +68,15 @@ def _summary(values: list) -> dict:
     return {"mean": float(np.mean(v)), "min": float(np.min(v)), "max": float(np.max(v))} if v else {}
 
 
+def _draws(y: np.ndarray, n: int, draws: int):
+    """``(draw, labelled rows, the other rows)`` of each uniform draw of ``n`` labels with at least 5 of each class:
+    draw ``d`` is the same in every measurement (seed 10000 + d)."""
+    for d in range(draws):
+        idx = np.sort(np.random.default_rng(10_000 + d).choice(len(y), size=n, replace=False))
+        if min(int(y[idx].sum()), int(n - y[idx].sum())) >= 5:
+            yield d, idx, np.setdiff1d(np.arange(len(y)), idx)
+
+
 def _one_log(table: pa.Table, y: np.ndarray, kinds: list, encoder, *, sizes, draws: int, how: str) -> dict:
     from ..role._classifier import (
         classifier_features,
@@ -112,12 +121,7 @@ def _one_log(table: pa.Table, y: np.ndarray, kinds: list, encoder, *, sizes, dra
         caught_kind: dict = {}
         cover: dict = {"cross_fitted": [], "in_sample": [], "labels_only": []}
         eff: dict = {"cross_fitted": [], "in_sample": []}
-        for d in range(draws):
-            rng = np.random.default_rng(10_000 + d)
-            idx = np.sort(rng.choice(len(y), size=n, replace=False))
-            if min(int(y[idx].sum()), int(n - y[idx].sum())) < 5:
-                continue
-            rest = np.setdiff1d(np.arange(len(y)), idx)
+        for d, idx, rest in _draws(y, n, draws):
             t1 = time.perf_counter()
             fit = fit_classifier(x[idx], y[idx], groups=conv[idx], folds=5, seed=d)
             rec["fit_s"].append(time.perf_counter() - t1)
@@ -226,12 +230,7 @@ def _finetune(table: pa.Table, y: np.ndarray, encoder, *, sizes, draws: int, pai
     }
     for n in sizes:
         rec: dict = {k: [] for k in ("frozen", "bi_encoder", "cross_encoder", "bi_seconds", "cross_seconds")}
-        for d in range(draws):
-            rng = np.random.default_rng(10_000 + d)  # the same draws as the main measurement
-            idx = np.sort(rng.choice(len(y), size=n, replace=False))
-            if min(int(y[idx].sum()), int(n - y[idx].sum())) < 5:
-                continue
-            rest = np.setdiff1d(np.arange(len(y)), idx)
+        for d, idx, rest in _draws(y, n, draws):
             fit = fit_classifier(x0[idx], y[idx], groups=conv[idx], folds=5, seed=d)
             rec["frozen"].append(_auc(y[rest], model_probability(fit, x0[rest])))
             pick = random.Random(d)
@@ -332,12 +331,7 @@ def _learners(table: pa.Table, y: np.ndarray, kinds: list, encoder, *, sizes, dr
 
     for n in sizes:
         recs: dict = {"frozen": {}, **{name: {} for name in tunings}}
-        for d in range(draws):
-            rng = np.random.default_rng(10_000 + d)  # the same draws as the main measurement
-            idx = np.sort(rng.choice(len(y), size=n, replace=False))
-            if min(int(y[idx].sum()), int(n - y[idx].sum())) < 5:
-                continue
-            rest = np.setdiff1d(np.arange(len(y)), idx)
+        for d, idx, rest in _draws(y, n, draws):
             t0 = time.perf_counter()
             fit = fit_classifier(x0[idx], y[idx], groups=conv[idx], folds=5, seed=d)
             measured(recs["frozen"], fit, model_probability(fit, x0[rest]), idx, rest, time.perf_counter() - t0)

@@ -120,3 +120,32 @@ def test_ray_workers_read_and_write_shards_on_s3(s3, local_reference, ray_cluste
     )
     assert res.summary["executor"] == "ray" and res.summary["shards"] >= 2
     same_scores(read_remote(out), ref)
+
+
+@pytest.mark.ray
+def test_a_fine_tuned_classifier_scores_on_ray_workers_as_in_process(tmp_path, ray_cluster):
+    """The tuned encoder travels as the file beside the classifier: each worker unpacks it by its digest and scores
+    as the in-process engine does, the training turns with their recorded out-of-fold scores."""
+    import random
+
+    from adherence.cli.main import main
+    from adherence.data import read_turns
+    from tests.cli.test_fine_tuned import LOG, TRUTH, _labels, _tiny_encoder
+
+    _tiny_encoder(tmp_path / "tiny")
+    rows = list(TRUTH)
+    random.Random(3).shuffle(rows)
+    _labels(tmp_path / "l.jsonl", rows[:50])
+    assert main(["classifier", "fit", str(LOG), "--labels", str(tmp_path / "l.jsonl"), "-o", str(tmp_path / "c.json"),
+                 "--learner", "fine-tuned", "--pairs-per-turn", "1", "--folds", "2", "--encoder",
+                 str(tmp_path / "tiny"), "--no-progress"]) == 0  # fmt: skip
+    turns = read_turns(LOG)
+    kw = {"method": "classifier", "classifier": str(tmp_path / "c.json"), "progress": False, "n_bootstrap": 0}
+    Engine(**kw, shard_size=80).run(turns, tmp_path / "l.parquet")
+    remote = Engine(**kw, shard_size=80, executor="ray", num_workers=2).run(turns, tmp_path / "r.parquet")
+    assert remote.summary["executor"] == "ray" and remote.summary["shards"] == 3
+    keys = [("conversation_id", "ascending"), ("turn_index", "ascending")]
+    a, b = (pq.read_table(tmp_path / f"{x}.parquet").sort_by(keys) for x in "lr")
+    assert a.num_rows == b.num_rows == turns.num_rows
+    assert a["classifier_fold"].equals(b["classifier_fold"]) and a["classifier_fold"].null_count == turns.num_rows - 50
+    np.testing.assert_allclose(a["score"].to_numpy(), b["score"].to_numpy(), atol=1e-5)
