@@ -9,7 +9,7 @@ import sys
 
 from .._errors import OptionError
 from .._options import add_arguments, file_path, model_name
-from ..role import LEARNERS, FineTuning, encoder_file_of, fine_tuned_classifier
+from ..role import LEARNERS, FineTuning, encoder_file_of, fine_tuned_classifier, require_tuning
 from ._labelled import LabelledOptions
 from .main import Command
 
@@ -163,10 +163,8 @@ class ClassifierCommand(Command):
         check_writable(args.output, what=self.output_what("fit"), inputs=[args.input, args.labels])  # before any work
         tuning = None
         if tuned:
-            from .._optional import require
-
             tuning = FineTuning(pairs_per_turn=args.pairs_per_turn)
-            require("sentence_transformers", "finetune", "classifier fit --learner fine-tuned")
+            require_tuning()
             check_writable(encoder_file_of(str(args.output)), what=self.output_what("fit"),
                            inputs=[args.input, args.labels])  # fmt: skip
         elif args.pairs_per_turn != FineTuning.pairs_per_turn:

@@ -41,11 +41,22 @@ __all__ = [
     "fine_tune_encoder",
     "fine_tuned_classifier",
     "fit_fine_tuned",
+    "require_tuning",
     "training_pairs",
 ]
 
 #: ``classifier fit --learner``: the head over the bundled encoder as it is, or over the encoder tuned on the labels
 LEARNERS = ("frozen", "fine-tuned")
+#: what tuning imports (the ``finetune`` extra): the trainer, its datasets and accelerate, which the trainer needs
+NEEDS = ("sentence_transformers", "datasets", "accelerate")
+
+
+def require_tuning() -> None:
+    """Each module the fine-tuned learner imports, or a one-line error naming the extra (checked before any work)."""
+    from .._optional import require
+
+    for module in NEEDS:
+        require(module, "finetune", "classifier fit --learner fine-tuned")
 
 
 @dataclass(frozen=True)
@@ -103,10 +114,7 @@ def fine_tune_encoder(
     """Tune the sentence-transformers checkpoint at ``base`` on pairs of ``replies`` (``training_pairs``) and save
     it at ``out_dir`` (float32, with the base's token limit); returns ``out_dir``. ``say``: given, it hears the step
     reached every 10 s or so (the trainer's own bars and printed metrics are off)."""
-    from .._optional import require
-
-    require("sentence_transformers", "finetune", "classifier fit --learner fine-tuned")
-    require("datasets", "finetune", "classifier fit --learner fine-tuned")
+    require_tuning()
     import torch
     import transformers
     from datasets import Dataset

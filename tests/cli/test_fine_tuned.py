@@ -207,3 +207,18 @@ def test_the_learners_bench_measures_each_learner_on_the_turns_it_did_not_see(tu
     fit = fit_classifier(x[idx], y[idx], groups=conv[idx], folds=5, seed=0)
     want = roc_auc_score(y[rest], model_probability(fit, x[rest]))
     assert out["frozen"]["auc_unlabelled_turns"]["mean"] == pytest.approx(want, abs=1e-12)
+
+
+def test_a_missing_part_of_the_finetune_extra_is_named_before_any_work(tmp_path, monkeypatch, capsys):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "datasets" else real(name, *a))
+    rows = list(TRUTH)[:60]
+    _labels(tmp_path / "l.jsonl", rows)
+    capsys.readouterr()
+    assert main(["classifier", "fit", str(LOG), "--labels", str(tmp_path / "l.jsonl"), "-o", str(tmp_path / "c.json"),
+                 "--learner", "fine-tuned", "--no-progress"]) == 2  # fmt: skip
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "'datasets' is needed" in err[0] and "adherence[finetune]" in err[0]
+    assert not (tmp_path / "c.json").exists() and not (tmp_path / "c.json.encoder.tar").exists()
