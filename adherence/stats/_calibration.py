@@ -336,9 +336,10 @@ def _stratified_folds(y: np.ndarray, k: int, seed: int) -> np.ndarray:
 
 
 def stratified_group_folds(y: np.ndarray, groups: Any, k: int, seed: int) -> Optional[np.ndarray]:
-    """Fold number of each row with every group (a conversation) whole in one fold, the rarer class spread evenly:
-    groups shuffled by ``seed``, then dealt, those holding most of the rarer class first, each to the fold with
-    fewest of that class so far (then fewest rows). None when some fold would lack a class (the rarer class sits in
+    """Fold number of each row with every group (a conversation) whole in one fold, the rarer class spread evenly
+    and the rows too: groups shuffled by ``seed``, then dealt, those holding most of the rarer class first, each to
+    the fold with fewest of that class so far (then fewest rows), and the groups without it each to the fold with
+    fewest rows (then fewest of the class). None when some fold would lack a class (the rarer class sits in
     fewer than ``k`` groups): the caller falls back to row folds and says so.
 
     Turns of one conversation share its role, its user and often its wording; a model that saw a conversation's
@@ -356,7 +357,8 @@ def stratified_group_folds(y: np.ndarray, groups: Any, k: int, seed: int) -> Opt
     fold_rare, fold_size = np.zeros(k), np.zeros(k)
     fold_of_group = np.empty(n_groups, dtype=np.int64)
     for grp in order:
-        f = int(np.lexsort((fold_size, fold_rare))[0])
+        keys = (fold_size, fold_rare) if rare_per_group[grp] else (fold_rare, fold_size)
+        f = int(np.lexsort(keys)[0])
         fold_of_group[grp] = f
         fold_rare[f] += rare_per_group[grp]
         fold_size[f] += size[grp]

@@ -197,6 +197,16 @@ def test_stratified_group_folds_keep_groups_whole_and_fall_back_when_they_cannot
     assert all(len(set(fold[groups == g])) == 1 for g in np.unique(groups))
     counts = [int((y[fold == k] == 0).sum()) for k in range(5)]
     assert min(counts) >= 1 and max(counts) - min(counts) <= max(np.bincount(groups, weights=1 - y))
+    rows = np.bincount(fold, minlength=5)
+    assert rows.max() - rows.min() <= np.bincount(groups).max()  # the rows spread evenly too
+    # a log where most conversations hold no violation: those conversations are dealt to even the rows (they all
+    # went to the fold with fewest violations once, leaving the others a third of its size)
+    many = np.repeat(np.arange(60), 3)
+    y3 = np.ones(len(many), dtype=np.int8)
+    y3[np.isin(many, [0, 7, 13, 22, 31, 40, 48])] = 0
+    for k in (3, 5):
+        rows = np.bincount(stratified_group_folds(y3, many, k, 1), minlength=k)
+        assert rows.max() - rows.min() <= 3, rows
     y2 = np.ones(len(groups), dtype=np.int8)
     y2[groups < 3] = 0  # violations in three conversations: five folds cannot each hold one
     assert stratified_group_folds(y2, groups, 5, 0) is None
