@@ -2,7 +2,7 @@
 
 from ._base import METHODS, MethodResult, Resources, RoleConfig, get_method
 from ._classifier_file import encoder_file_of
-from ._finetune import LEARNERS, FineTuning, fine_tuned_classifier, fit_fine_tuned, require_tuning
+from ._finetune import LEARNERS, FineTuning, fine_tuned_classifier, fit_fine_tuned, length_grouped_steps, require_tuning
 from ._score import aggregate_sessions, score_turns
 
 __all__ = [
@@ -17,6 +17,7 @@ __all__ = [
     "fine_tuned_classifier",
     "fit_fine_tuned",
     "get_method",
+    "length_grouped_steps",
     "require_tuning",
     "score_turns",
 ]

@@ -41,12 +41,15 @@ __all__ = [
     "fine_tune_encoder",
     "fine_tuned_classifier",
     "fit_fine_tuned",
+    "length_grouped_steps",
     "require_tuning",
     "training_pairs",
 ]
 
 #: ``classifier fit --learner``: the head over the bundled encoder as it is, or over the encoder tuned on the labels
 LEARNERS = ("frozen", "fine-tuned")
+#: steps of pairs sorted together by length before they are shuffled (``length_grouped_steps``)
+GROUP_STEPS = 8
 #: what tuning imports (the ``finetune`` extra): the trainer, its datasets and accelerate, which the trainer needs
 NEEDS = ("sentence_transformers", "datasets", "accelerate")
 
@@ -107,6 +110,21 @@ def training_pairs(replies: list, y: np.ndarray, pairs_per_turn: int, seed: int)
     return s1, s2, target
 
 
+def length_grouped_steps(lengths: np.ndarray, batch_size: int, seed: int, group: int = GROUP_STEPS) -> list:
+    """One epoch's steps (lists of pair indices): the pairs shuffled, dealt into groups of ``group`` steps, each group
+    sorted by ``lengths`` (a pair's longer text, in tokens) and cut into steps, and the steps shuffled. Each pair's
+    loss is its own, so this draws steps as randomly as a plain shuffle for the loss while padding each step to
+    lengths alike: on the bundled logs' replies (5 to 70 tokens) a quarter fewer tokens pass through the encoder."""
+    rng = np.random.default_rng(seed)
+    order = rng.permutation(len(lengths))
+    steps: list = []
+    for start in range(0, len(order), batch_size * group):
+        chunk = order[start : start + batch_size * group]
+        chunk = chunk[np.argsort(np.asarray(lengths)[chunk], kind="stable")]
+        steps.extend(chunk[i : i + batch_size].tolist() for i in range(0, len(chunk), batch_size))
+    return [steps[i] for i in rng.permutation(len(steps))]
+
+
 def fine_tune_encoder(
     base: str, replies: list, y: np.ndarray, *, tuning: FineTuning, seed: int, out_dir: os.PathLike,
     say: Optional[Callable[[str], None]] = None,
@@ -129,6 +147,7 @@ def fine_tune_encoder(
     except ImportError:  # pragma: no cover - older releases
         from sentence_transformers.losses import CosineSimilarityLoss  # type: ignore[import-not-found]
 
+    from sentence_transformers.base.sampler import DefaultBatchSampler
     from transformers import PrinterCallback, TrainerCallback
 
     from ..models import quiet_loading
@@ -146,6 +165,15 @@ def fine_tune_encoder(
                 self.last = time.monotonic()
                 say(f"  step {state.global_step} of {state.max_steps}")
 
+    class LengthGrouped(DefaultBatchSampler):
+        """The trainer's batch sampler: ``length_grouped_steps``, a new deal each epoch."""
+
+        def __iter__(self):
+            yield from length_grouped_steps(tokens, self.batch_size, seed + self.epoch)
+
+        def __len__(self) -> int:
+            return -(-len(tokens) // self.batch_size)
+
     transformers.logging.set_verbosity_error()
     s1, s2, target = training_pairs(replies, y, tuning.pairs_per_turn, seed)
     torch.manual_seed(seed)
@@ -153,11 +181,17 @@ def fine_tune_encoder(
         model = SentenceTransformer(str(base), device="cpu")
     limit = model.max_seq_length
     model.max_seq_length = min(int(tuning.max_length), int(limit or tuning.max_length))
+    texts = sorted(set(s1) | set(s2))
+    count = {t: min(len(ids), model.max_seq_length) for t, ids in zip(texts, model.tokenizer(texts)["input_ids"])}
+    # the loss is symmetric in a pair: its longer text goes first, so each step's first column pads to its key
+    s1, s2 = map(list, zip(*((a, b) if count[a] >= count[b] else (b, a) for a, b in zip(s1, s2))))
+    tokens = np.array([count[a] for a in s1])
     with tempfile.TemporaryDirectory(prefix="adherence-finetune-") as work:
         args = SentenceTransformerTrainingArguments(
             output_dir=work, report_to=[], save_strategy="no", logging_strategy="no", disable_tqdm=True,
             learning_rate=tuning.learning_rate, warmup_steps=0.1, num_train_epochs=tuning.epochs,
             per_device_train_batch_size=tuning.batch_size, seed=seed, data_seed=seed, use_cpu=True,
+            batch_sampler=LengthGrouped,
         )  # fmt: skip
         trainer = Trainer(
             model=model,

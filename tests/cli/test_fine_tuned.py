@@ -222,3 +222,20 @@ def test_a_missing_part_of_the_finetune_extra_is_named_before_any_work(tmp_path,
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "'datasets' is needed" in err[0] and "adherence[finetune]" in err[0]
     assert not (tmp_path / "c.json").exists() and not (tmp_path / "c.json.encoder.tar").exists()
+
+
+def test_tuning_steps_take_each_pair_once_and_pad_less_than_a_plain_shuffle():
+    from adherence.role import length_grouped_steps
+
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(5, 70, 803)  # pairs' longer texts, in tokens, as mixed as the bundled logs' replies
+    steps = length_grouped_steps(lengths, 16, seed=1)
+    assert sorted(i for s in steps for i in s) == list(range(803))  # every pair once in the epoch
+    assert all(1 <= len(s) <= 16 for s in steps) and sum(len(s) < 16 for s in steps) <= 1
+    assert length_grouped_steps(lengths, 16, seed=1) == steps and length_grouped_steps(lengths, 16, seed=2) != steps
+    plain = rng.permutation(803)
+    padded = sum(len(s) * lengths[s].max() for s in steps)
+    shuffled = sum(len(plain[i : i + 16]) * lengths[plain[i : i + 16]].max() for i in range(0, 803, 16))
+    assert padded < 0.8 * shuffled, (padded, shuffled)
+    first = [steps[k][0] for k in range(len(steps))]
+    assert np.corrcoef(np.arange(len(first)), lengths[first])[0, 1] < 0.3  # the steps themselves come shuffled
