@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
 from ._fingerprint import COSMETIC
 
@@ -74,7 +74,7 @@ def option(
     flag: Optional[str] = None,
     short: Optional[str] = None,
     type: Optional[Callable] = None,
-    choices: Optional[Sequence] = None,
+    choices: Optional[Union[Sequence, Mapping]] = None,
     metavar: Optional[str] = None,
     nargs: Optional[str] = None,
     negate: bool = False,
@@ -91,7 +91,7 @@ def option(
         flag: the long flag (default ``--<field-name>`` with dashes); ``short`` a one-letter alias.
         type: the value's type for argparse (default: the default's type; ``file_path`` / ``model_name``
             for options naming a file or a model).
-        choices, metavar, nargs: as argparse's.
+        choices, metavar, nargs: as argparse's (``choices`` a registry: its names when the parser is built).
         negate: a boolean that defaults to True, given on the command line as ``--no-...`` (which sets it
             to False).
         dest: the parsed argument's name when it is not the field's (two fields of one name on one command).
@@ -105,7 +105,8 @@ def option(
         "flag": flag,
         "short": short,
         "type": type,
-        "choices": tuple(choices) if choices is not None else None,
+        # a registry (a mapping) is kept as it is: a name registered later is a choice too
+        "choices": None if choices is None else choices if isinstance(choices, Mapping) else tuple(choices),
         "metavar": metavar,
         "nargs": nargs,
         "negate": negate,

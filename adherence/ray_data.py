@@ -38,7 +38,7 @@ class RoleScorer:
     """
 
     def __init__(self, **options: Any) -> None:
-        from .role._platform import ConversationScorer, platform_config
+        from .role import ConversationScorer, platform_config
 
         self._scorer = ConversationScorer(platform_config(options, "a Ray Data map"))
 
@@ -61,7 +61,7 @@ def _add_key(batch: pa.Table) -> pa.Table:
     of strings group together; a row with a null id gets key 0 and lands in some partition, where the scorer
     marks that row (and only it) as an error.
     """
-    from .engine._plan import conversation_hash
+    from .engine import conversation_hash
 
     cid = batch.column("conversation_id").combine_chunks()
     if not pa.types.is_string(cid.type):
@@ -136,7 +136,7 @@ def score_dataset(
     require("ray", "ray", "adherence.ray_data")
     from ray.data import ActorPoolStrategy
 
-    from .role._platform import platform_config
+    from .role import platform_config
 
     if concurrency < 1 or rows_per_call < 1:
         raise OptionError(f"`concurrency` and `rows_per_call` must be >= 1, got {concurrency} and {rows_per_call}")
@@ -170,7 +170,7 @@ def score_dataset(
         kwargs["num_cpus"] = num_cpus
     n_rows = ds.count()  # Parquet: the count comes from metadata
     if n_rows == 0:  # nothing to group or score: an empty output with the scores' columns
-        from .role._platform import output_schema
+        from .role import output_schema
 
         schema = ds.schema()
         base = getattr(schema, "base_schema", schema)

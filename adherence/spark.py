@@ -26,7 +26,7 @@ __all__ = ["score_dataframe"]
 
 def _score_partition(config, arrow_schema: pa.Schema, chunk_rows: int):
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from adherence.role._platform import cached_scorer
+        from adherence.role import cached_scorer
 
         scorer = None
         pending: list[pa.Table] = []
@@ -73,7 +73,7 @@ def score_dataframe(df, *, chunk_rows: int = 4096, num_partitions: Optional[int]
     require("pyspark", "spark", "adherence.spark")
     from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 
-    from .role._platform import SCORE_FIELDS, platform_config
+    from .role import SCORE_FIELDS, platform_config
 
     if chunk_rows < 1:
         raise OptionError(f"`chunk_rows` must be >= 1, got {chunk_rows}")

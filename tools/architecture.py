@@ -21,8 +21,8 @@ SVG = ROOT / "docs" / "architecture.svg"
 
 # Lowest first; a room may import any room of a lower layer (and its own modules), nothing above or beside it.
 LAYERS = [
-    ["_version", "_errors", "_notes", "_atomic", "_registry", "_fingerprint"],
-    ["_optional", "_options"],
+    ["_version", "_errors", "_notes", "_atomic", "_fingerprint"],
+    ["_optional", "_options", "_registry"],
     ["data"],
     ["stats", "kernels", "models"],
     ["index", "judges"],

@@ -41,8 +41,11 @@ def backend_names() -> tuple:
             if isinstance(node, ast.AnnAssign)
             else (node.targets[0] if isinstance(node, ast.Assign) else None)
         )
-        if getattr(target, "id", None) == "BACKENDS" and isinstance(node.value, ast.Dict):
-            return tuple(k.value for k in node.value.keys if isinstance(k, ast.Constant))
+        value = getattr(node, "value", None)
+        if isinstance(value, ast.Call):  # BACKENDS = Registry("judge backend", {...}, base=...)
+            value = next((a for a in value.args if isinstance(a, ast.Dict)), None)
+        if getattr(target, "id", None) == "BACKENDS" and isinstance(value, ast.Dict):
+            return tuple(k.value for k in value.keys if isinstance(k, ast.Constant))
     raise LookupError("no BACKENDS registry in judges/_backend.py")
 
 

@@ -150,8 +150,7 @@ def run_audit(
     in ``raw`` so an unscored answer can be read.
     """
 
-    from ..judges import JudgeCache
-    from ..judges._judge import cached_calls
+    from ..judges import JudgeCache, cached_calls
 
     config = config or AuditConfig()
     rows = artifacts if isinstance(artifacts, list) else read_artifacts(rubric, artifacts)
@@ -238,9 +237,7 @@ def _progress(config: AuditConfig, n_rows: int, judge: str):
 def _first_token_p_yes(backend, cache, requests: list) -> list:
     """Per request ``(P(yes) or None, what it came from or why there is none)``: exact over the whole vocabulary
     in-process, from the top log-probabilities on servers. None for every request of a backend without them."""
-    from ..judges._judge import cached_calls
-    from ..judges._parse import variant_sets
-    from ..judges._verdict import first_token_verdict
+    from ..judges import cached_calls, first_token_verdict, variant_sets
 
     if not backend.supports_logprobs:
         return [(None, "the judge returns no log-probabilities")] * len(requests)
@@ -269,8 +266,7 @@ def _per_question(rows: list, judge_items: list, backend, cache, config: AuditCo
     run drawn from it, and the evidence for each verdict generated in a second call."""
     import numpy as np
 
-    from ..judges import parse_yes_no
-    from ..judges._judge import cached_calls
+    from ..judges import cached_calls, parse_yes_no
 
     items = ordered_items(judge_items)
     asks = [

@@ -1,5 +1,6 @@
 """Benchmarks and paper reproductions."""
 
+from ._hardware import cpu_info
 from .bundled import bench_bundled
 from .cpu_encoder import bench_cpu_encoder
 from .encoder import bench_encoder
@@ -26,5 +27,6 @@ __all__ = [
     "bench_maxsim",
     "bench_own_logs",
     "bench_persona",
+    "cpu_info",
     "role_paper",
 ]

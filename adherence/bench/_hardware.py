@@ -79,7 +79,7 @@ def cpu_info() -> dict:
     CPU capability."""
     import os
 
-    from ..models._device import cpu_bf16_native, cpu_features, cpu_kind
+    from ..models import cpu_bf16_native, cpu_features, cpu_kind
 
     model = None
     try:

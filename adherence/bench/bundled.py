@@ -41,7 +41,7 @@ def _sets() -> dict:
 
 def _judge_scores(table: pa.Table, dtype: str, device: Optional[str]) -> tuple:
     from ..judges import JudgeConfig
-    from ..models._resolve import DEFAULT_JUDGE
+    from ..models import DEFAULT_JUDGE
     from ..role import Resources, RoleConfig, score_turns
 
     judge = JudgeConfig(model=DEFAULT_JUDGE, backend_options={"progress": False, "dtype": dtype, "device": device})

@@ -41,8 +41,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from .._errors import OptionError
-from ..judges import turn_requests
-from ..judges._parse import NO_VARIANTS, YES_VARIANTS, p_yes_from_sums
+from ..judges import NO_VARIANTS, YES_VARIANTS, p_yes_from_sums, turn_requests
 from ..models import pick_dtype
 from ._hardware import device_name, measured_peaks, spread, synchronize
 
@@ -114,7 +113,7 @@ def random_backend(name: str, *, device=None, dtype=None, layers: Optional[int] 
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from ..judges._transformers import TransformersBackend
+    from ..judges import TransformersBackend
 
     if name not in RANDOM_CONFIGS:
         raise OptionError(f"unknown random config {name!r}; available: {', '.join(RANDOM_CONFIGS)}")
@@ -451,8 +450,7 @@ def bench_judge(
     difference from ``dtype`` on the same prompts."""
     import torch
 
-    from ..judges._prompts import LAYOUTS
-    from ..judges._transformers import TransformersBackend
+    from ..judges import LAYOUTS, TransformersBackend
 
     t_start = time.perf_counter()
 

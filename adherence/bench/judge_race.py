@@ -67,9 +67,7 @@ def bench_judge_race(
     if tolerance is None:
         tolerance = 1e-4 if dtype == "float32" else 0.1
 
-    from ..judges import JudgeConfig, RoleJudge, get_backend
-    from ..judges._planner import PromptPlanner
-    from ..judges._transformers import TransformersBackend
+    from ..judges import JudgeConfig, PromptPlanner, RoleJudge, TransformersBackend, get_backend
 
     if "transformers" not in backends:
         backends = ("transformers", *backends)

@@ -33,7 +33,7 @@ __all__ = ["bench_labels", "persona_swap_turns", "support_turns"]
 
 def support_turns(conversations: int, seed: int) -> tuple:
     """``(turns table, y)`` of a generated support log (``y``: 1 adherent)."""
-    from ..data._transcripts import transcript_turns
+    from ..data import transcript_turns
     from ._support_log import make_support_log
 
     chats, truth = make_support_log(conversations, seed)
@@ -94,7 +94,7 @@ def paper_style_turns() -> tuple:
 
 
 def _auc(y, s) -> Optional[float]:
-    from ..stats._ranking import roc_auc_score
+    from ..stats import roc_auc_score
 
     if len(set(np.asarray(y).tolist())) < 2:
         return None
@@ -102,9 +102,8 @@ def _auc(y, s) -> Optional[float]:
 
 
 def _evaluate(table: pa.Table, y: np.ndarray, encoder, *, sizes, seeds: int, how: str) -> dict:
-    from ..role._classifier import classifier_features, fit_classifier
-    from ..role._scope import scope_parts, scope_score
-    from ..stats._baselines import text_baselines
+    from ..role import classifier_features, fit_classifier, scope_parts, scope_score
+    from ..stats import text_baselines
 
     a, r, u = (table.column(c).to_pylist() for c in ("assistant", "role", "user"))
     t0 = time.perf_counter()
@@ -178,7 +177,7 @@ def _judge_auc(table: pa.Table, y: np.ndarray, turns: int) -> dict:
     """The bundled judge (SmolLM2-135M-Instruct, P(yes)) on the first ``turns`` turns, with the baselines there."""
     from ..judges import JudgeConfig
     from ..role import Resources, RoleConfig, score_turns
-    from ..stats._baselines import text_baselines
+    from ..stats import text_baselines
 
     t = table.slice(0, turns)
     yy = y[:turns]
@@ -205,7 +204,7 @@ def classifier_job_setup(encoder, train_table, train_y, turns: int, tmpdir) -> t
     from pathlib import Path
 
     from ..data import write_table
-    from ..role._classifier import classifier_document, classifier_features, fit_classifier
+    from ..role import classifier_document, classifier_features, fit_classifier
 
     a, r, u = (train_table.column(c).to_pylist() for c in ("assistant", "role", "user"))
     fit = fit_classifier(classifier_features(encoder, r, u, a), train_y)
@@ -228,8 +227,7 @@ def classifier_job(clf_path, big, src, out, *, precision: str = "float32", devic
 
     from ..engine import Engine, EngineOptions
     from ..models import Encoder
-    from ..role import RoleConfig
-    from ..role._classifier import classifier_features, load_classifier
+    from ..role import RoleConfig, classifier_features, load_classifier
 
     config = RoleConfig(method="classifier", classifier=str(clf_path), progress=False, encoder_precision=precision,
                         device=device)  # fmt: skip

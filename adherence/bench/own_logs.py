@@ -78,16 +78,16 @@ def _draws(y: np.ndarray, n: int, draws: int):
 
 
 def _one_log(table: pa.Table, y: np.ndarray, kinds: list, encoder, *, sizes, draws: int, how: str) -> dict:
-    from ..role._classifier import (
+    from ..role import (
         classifier_features,
         decision_rates,
         decision_threshold,
         fit_classifier,
         model_probability,
+        scope_parts,
+        scope_score,
     )
-    from ..role._scope import scope_parts, scope_score
-    from ..stats import ppi_mean
-    from ..stats._baselines import text_baselines
+    from ..stats import ppi_mean, text_baselines
 
     a, r, u = (table.column(c).to_pylist() for c in ("assistant", "role", "user"))
     conv = np.asarray([str(c) for c in table.column("conversation_id").to_pylist()])
@@ -215,7 +215,7 @@ def _finetune(table: pa.Table, y: np.ndarray, encoder, *, sizes, draws: int, pai
     from sentence_transformers.cross_encoder import CrossEncoder, CrossEncoderTrainer, CrossEncoderTrainingArguments
     from sentence_transformers.cross_encoder.losses import BinaryCrossEntropyLoss
 
-    from ..role._classifier import classifier_features, fit_classifier, model_probability
+    from ..role import classifier_features, fit_classifier, model_probability
 
     transformers.logging.set_verbosity_error()
     a, r, u = (table.column(c).to_pylist() for c in ("assistant", "role", "user"))
@@ -296,12 +296,13 @@ def _learners(table: pa.Table, y: np.ndarray, kinds: list, encoder, *, sizes, dr
     the out-of-fold AUC it reports beside it (honest when the two agree), its decision (and the 15% false-flag cap)
     on the unlabelled turns, by violation kind, and the fit's seconds (every tuning and encode)."""
     from ..models import Encoder
-    from ..role import FineTuning, fit_fine_tuned
-    from ..role._classifier import (
+    from ..role import (
+        FineTuning,
         classifier_features,
         decision_rates,
         decision_threshold,
         fit_classifier,
+        fit_fine_tuned,
         model_probability,
     )
 
@@ -367,8 +368,8 @@ def _learners(table: pa.Table, y: np.ndarray, kinds: list, encoder, *, sizes, dr
 
 
 def _paper_style(encoder) -> dict:
-    from ..role._classifier import classifier_features, fit_classifier
-    from ..stats._baselines import text_baselines
+    from ..role import classifier_features, fit_classifier
+    from ..stats import text_baselines
     from .labels import paper_style_turns
 
     t, y = paper_style_turns()

@@ -6,6 +6,13 @@
 """
 
 from ._engine import CascadeEngine, stage_name
-from ._file import FORMAT, load_cascade, stage_configs
+from ._file import FORMAT, cascade_digest, load_cascade, stage_configs
 
-__all__ = ["CascadeEngine", "FORMAT", "load_cascade", "stage_configs", "stage_name"]
+__all__ = [
+    "CascadeEngine",
+    "FORMAT",
+    "cascade_digest",
+    "load_cascade",
+    "stage_configs",
+    "stage_name",
+]

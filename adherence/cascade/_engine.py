@@ -26,15 +26,20 @@ import pyarrow.parquet as pq
 from .._atomic import atomic_path
 from .._errors import EngineError, OptionError
 from ..data import metadata_path, run_metadata, stage_score
-from ..engine._area import Job, JobArea
-from ..engine._commit import store_of
-from ..engine._engine import Engine
-from ..engine._options import EngineOptions
-from ..engine._safety import output_format, reserved_columns
-from ..engine._sink import TableSink, say, spill
-from ..role import RoleConfig, aggregate_sessions
-from ..role._base import get_method
-from ..stats._cascade import apply_cascade, verdict_confidence
+from ..engine import (
+    Engine,
+    EngineOptions,
+    Job,
+    JobArea,
+    TableSink,
+    output_format,
+    reserved_columns,
+    say,
+    spill,
+    store_of,
+)
+from ..role import RoleConfig, aggregate_sessions, get_method
+from ..stats import apply_cascade, verdict_confidence
 
 __all__ = ["CascadeEngine", "stage_name"]
 

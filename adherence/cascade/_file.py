@@ -87,11 +87,9 @@ def stage_configs(doc: dict, *, path: str = "", overrides: dict | None = None) -
     Options that make a stage's scores depend on which turns are in its pass (Mahalanobis' ``alpha=median``, the
     ``dataset`` reference pool) are refused for the stages after the first, which score only the turns left.
     """
-    from ..data import DataError
-    from ..data._metadata import REDACTED
+    from ..data import REDACTED, DataError
     from ..judges import JudgeConfig, capabilities
-    from ..role import RoleConfig
-    from ..role._base import get_method
+    from ..role import RoleConfig, get_method
 
     configs = []
     for i, st in enumerate(doc["stages"], start=1):
@@ -144,7 +142,7 @@ def stage_configs(doc: dict, *, path: str = "", overrides: dict | None = None) -
 def _reload_calibration(recorded: dict, stage: int, path: str) -> Any:
     """The calibration a stage applied, read again from its file and checked against the recorded digest."""
     from ..data import DataError
-    from ..role._calibration import load_calibration
+    from ..role import load_calibration
 
     where = recorded.get("path")
     if not where or not os.path.exists(where):

@@ -149,8 +149,7 @@ def add_result_outputs(p: argparse.ArgumentParser, *, page: str) -> None:
 def add_judge_args(p: argparse.ArgumentParser, *, device: bool = True) -> argparse._ArgumentGroup:
     """The options of every command that runs a judge, with the same names and meanings everywhere."""
     from .._options import add_arguments
-    from ..judges._backend_options import ServerOptions, TransformersOptions, VLLMOptions
-    from ..judges._judge import JudgeConfig
+    from ..judges import JudgeConfig, ServerOptions, TransformersOptions, VLLMOptions
 
     j = p.add_argument_group("judge")
     add_arguments(j, JudgeConfig, ["model", "backend"])
@@ -179,7 +178,7 @@ def judge_backend_options(args: argparse.Namespace, *, progress: bool = True, **
     """Constructor options of the chosen backend from the shared judge flags (each backend's options class reads its
     own: ``BACKEND_OPTIONS[name].from_args``)."""
     from .._registry import unknown_name
-    from ..judges._backend_options import BACKEND_OPTIONS
+    from ..judges import BACKEND_OPTIONS
 
     cls = BACKEND_OPTIONS.get(args.backend)
     if cls is None:
@@ -191,8 +190,7 @@ def make_backend(args: argparse.Namespace, *, progress: bool = True):
     """The judge backend of the shared flags (the bundled smoke-test judge warns)."""
     import warnings
 
-    from ..judges import SMOKE_TEST_WARNING, capabilities, get_backend
-    from ..judges._judge import is_bundled_judge
+    from ..judges import SMOKE_TEST_WARNING, capabilities, get_backend, is_bundled_judge
 
     if capabilities(args.backend).bundled_judge and is_bundled_judge(args.judge_model):
         warnings.warn(SMOKE_TEST_WARNING, stacklevel=2)
@@ -212,7 +210,7 @@ def write_result(path, content, *, inputs, what: str = "the JSON output") -> Non
     """A command's file (``-o``, ``--json`` files, artifact files): a dict as strict JSON, or text / bytes as they
     are, through the one owner-checked atomic writer (never onto an input, never over a file adherence did not
     write); says where it went on stderr."""
-    from ..engine._files import write_owned
+    from ..engine import write_owned
 
     data = json_text(content) + "\n" if isinstance(content, (dict, list)) else content
     print(f"wrote {write_owned(path, data, what=what, inputs=[i for i in inputs if i is not None])}", file=sys.stderr)

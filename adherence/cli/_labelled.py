@@ -9,7 +9,7 @@ from typing import Optional
 
 from .._errors import OptionError
 from .._options import file_path, option
-from ..data._labels import adherent_values
+from ..data import adherent_values
 
 __all__ = [
     "CalibrationOptions",
@@ -139,7 +139,7 @@ def fitted_mask(table, label: str, calibrations: list) -> tuple:
     calibrations."""
     import numpy as np
 
-    from ..role._calibration import fitted_rows
+    from ..role import fitted_rows
 
     labelled = np.asarray(table.column(label).is_valid(), dtype=bool)
     mask = np.zeros(table.num_rows, dtype=bool)
@@ -161,8 +161,7 @@ def leave_out_fitted(table, score: str, label: str, calibrations: list, *, file:
     import numpy as np
     import pyarrow as pa
 
-    from ..data import DataError
-    from ..data._validate import cast_column
+    from ..data import DataError, cast_column
 
     mask, names = fitted_mask(table, label, calibrations)
     if not mask.any():
@@ -222,7 +221,7 @@ def format_evaluation(result: dict) -> str:
     level = int(round(100 * result.get("ci_level", 0.95)))
     header = f"{'metric':<15}{'value':>10}" + (f"{f'{level}% CI':>22}" if ci else "")
     lines += [header, "-" * len(header)]
-    from ..stats._evaluate import EVALUATION_METRICS
+    from ..stats import EVALUATION_METRICS
 
     for m in EVALUATION_METRICS:
         if m not in result:
@@ -250,14 +249,14 @@ def read_labelled(input, *, format: Optional[str] = None, labels: Optional[str] 
     ``LabelJoin``, else None); the reader's and the join's notes go to stderr."""
     import sys
 
-    from ..engine._files import open_scores
+    from ..engine import open_scores
 
     out = open_scores(input, format=format)
     for note in out.notes:
         print(f"{input}: {note}", file=sys.stderr)
     table, join = out.table, None
     if labels is not None:
-        from ..data._labels import join_labels, read_labels
+        from ..data import join_labels, read_labels
 
         table, join = join_labels(table, read_labels(labels), file=str(input))
         for line in join.lines():

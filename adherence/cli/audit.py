@@ -221,7 +221,7 @@ class AuditCommand(Command):
             seed=args.seed,
             inputs=[args.rubric, args.artifacts],
         )
-        from ..engine._files import write_owned
+        from ..engine import write_owned
         from ._common import table_bytes
 
         jpath = out / "judgments.parquet"

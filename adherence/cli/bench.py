@@ -223,7 +223,7 @@ class BenchCommand(Command):
             "a correctness check fails)",
         )
         from .._options import add_arguments
-        from ..judges._judge import JudgeConfig
+        from ..judges import JudgeConfig
 
         add_arguments(jb, JudgeConfig, ["model"])
         jb.add_argument("--model", dest="judge_model", type=model_name, help=argparse.SUPPRESS)  # its older name
@@ -461,15 +461,15 @@ class BenchCommand(Command):
     def _write(self, res: dict, output) -> None:
         """The JSON at ``output`` through the one owner-checked writer: replaced atomically (a reader never sees half a
         file; a benchmark that reports as it goes replaces its own file), never over a file adherence did not write."""
-        from ..bench._hardware import cpu_info
-        from ..engine._files import write_owned
+        from ..bench import cpu_info
+        from ..engine import write_owned
 
         res.setdefault("cpu", cpu_info())  # every benchmark JSON names the CPU it ran on (model, SIMD flags)
         write_owned(output, json.dumps(res, ensure_ascii=False, indent=2, default=repr) + "\n", what=self.output_what())
 
     def _emit(self, res: dict, output) -> int:
         """Write and print the JSON; exit 1 when a correctness check it records failed (timings kept)."""
-        from ..bench._hardware import cpu_info
+        from ..bench import cpu_info
 
         res.setdefault("cpu", cpu_info())
         if output:

@@ -29,8 +29,8 @@ def fitted_turns(table, score: str, label: str) -> Optional[dict]:
     import numpy as np
     import pyarrow as pa
 
-    from ..data._validate import cast_column
-    from ..role._classifier import training_record
+    from ..data import cast_column
+    from ..role import training_record
 
     cols = table.column_names
     if "conversation_id" not in cols or "turn_index" not in cols:
@@ -77,7 +77,7 @@ class CalibrateCommand(Command):
         from pathlib import Path
 
         from ..data import DataError, file_digest
-        from ..role._calibration import calibration_document
+        from ..role import calibration_document
         from ..stats import UndefinedMetricError, evaluate_table, fit_calibration
 
         lab = LabelledOptions(**values(LabelledOptions, args))

@@ -14,7 +14,7 @@ from typing import Optional
 
 from .._errors import OptionError
 from .._options import add_arguments, file_path
-from ..cascade._file import FORMAT, load_cascade
+from ..cascade import FORMAT, load_cascade
 from ._labelled import LabelledOptions
 from .main import Command
 
@@ -32,8 +32,8 @@ def _stage_arrays(
     import numpy as np
 
     from ..data import DataError, file_digest
-    from ..engine._files import open_scores
-    from ..role._calibration import fitted_rows
+    from ..engine import open_scores
+    from ..role import fitted_rows
     from ._labelled import applied_calibration, map_labels, resolve_columns
 
     stages: list[dict] = []
@@ -51,7 +51,7 @@ def _stage_arrays(
                     f"a stage needs a {col} column (an `adherence score` output)", file=str(path), column=col
                 )
         if i == 0 and labels_file is not None:
-            from ..data._labels import join_labels, read_labels
+            from ..data import join_labels, read_labels
 
             t, join = join_labels(t, read_labels(labels_file), file=str(path))
             for line in join.lines():
@@ -90,7 +90,7 @@ def _stage_arrays(
 def _verdicts(stage: dict, keys: list) -> tuple:
     import numpy as np
 
-    from ..stats._cascade import verdict_confidence
+    from ..stats import verdict_confidence
 
     # a turn this stage did not score has no verdict here (NaN): it cannot be accepted by it
     idx = np.array([stage["keys"].get(k, -1) for k in keys], dtype=np.int64)
@@ -142,7 +142,7 @@ class CascadeCommand(Command):
         import numpy as np
 
         from ..data import DataError
-        from ..stats._cascade import fit_cascade
+        from ..stats import fit_cascade
         from ._common import write_result
 
         if len(args.stages) < 1:
@@ -210,14 +210,13 @@ class CascadeCommand(Command):
         }
         if data["join"] is not None:
             doc["labels"] = data["join"].describe()
-        from ..cascade._file import cascade_digest
+        from ..cascade import cascade_digest
 
         doc["digest"] = cascade_digest(doc)
         inputs = [*args.stages, args.labels]
         write_result(args.output, doc, inputs=inputs, what=self.output_what("fit"))
         if args.html:
-            from ..report import write_cascade_html
-            from ..report._cascade import bound_curve
+            from ..report import bound_curve, write_cascade_html
 
             left = np.ones(len(keys), dtype=bool)
             curves = []
@@ -250,7 +249,7 @@ class CascadeCommand(Command):
         import pyarrow as pa
 
         from ..data import DataError
-        from ..stats._cascade import apply_cascade
+        from ..stats import apply_cascade
         from ._common import table_bytes, write_result
 
         doc = load_cascade(args.cascade)

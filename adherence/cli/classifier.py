@@ -61,8 +61,8 @@ def baselines_at_same_catch(y, oof, threshold: float, baselines: dict) -> dict:
     out of fold: the share of adherent turns it would flag there."""
     import numpy as np
 
-    from ..role._classifier import decision_rates
-    from ..stats._ranking import roc_auc_score
+    from ..role import decision_rates
+    from ..stats import roc_auc_score
 
     y = np.asarray(y, dtype=np.int8)
     caught = decision_rates(y, oof, threshold)["violations_caught"]
@@ -138,9 +138,9 @@ class ClassifierCommand(Command):
         import numpy as np
 
         from ..data import DataError, file_digest, read_turns
-        from ..engine._files import check_writable, open_scores
+        from ..engine import check_writable, open_scores
         from ..models import Encoder
-        from ..role._classifier import (
+        from ..role import (
             check_objective,
             classifier_document,
             classifier_features,
@@ -148,7 +148,7 @@ class ClassifierCommand(Command):
             model_digest,
             training_record,
         )
-        from ..stats._baselines import baseline_report, text_baselines
+        from ..stats import baseline_report, text_baselines
         from ._common import write_result
         from ._labelled import map_labels, read_metadata, resolve_columns
 
@@ -180,7 +180,7 @@ class ClassifierCommand(Command):
             table = table.append_column("role", pa.array([args.role_text] * table.num_rows, pa.string()))
         join = None
         if args.labels:
-            from ..data._labels import join_labels, read_labels
+            from ..data import join_labels, read_labels
 
             table, join = join_labels(table, read_labels(args.labels), file=src)
             for line in join.lines():
@@ -204,7 +204,7 @@ class ClassifierCommand(Command):
             )
         y = np.array([int(str(labels[i]) == str(positive)) for i in rows], dtype=np.int8)
         ra, rr, ru = [a[i] for i in rows], [r[i] for i in rows], [u[i] for i in rows]
-        from ..models._language import language_note
+        from ..models import language_note
 
         said = language_note(ra, what="labelled replies")
         if said:
@@ -214,9 +214,9 @@ class ClassifierCommand(Command):
         tidx = table.column("turn_index").to_pylist()
         objective = {"target_recall": args.target_recall, "max_false_flags": args.max_false_flags}
         learner: dict = {"name": "frozen"}
-        packed = None
+        packed = digest = None
         if tuning is not None:
-            fit, enc, learner, packed = fine_tuned_classifier(
+            fit, enc, digest, learner, packed = fine_tuned_classifier(
                 enc, rr, ru, ra, y, groups=[cids[i] for i in rows], folds=args.folds, seed=args.seed, l2=args.l2,
                 tuning=tuning, progress=not args.no_progress, **objective,
             )  # fmt: skip
@@ -249,8 +249,9 @@ class ClassifierCommand(Command):
 
             learner["encoder_file"] = Path(tar).name
         doc = classifier_document(
-            fit, encoder=enc, dim=x_dim, source=source, baselines=base, training=training, learner=learner
-        )
+            fit, encoder=enc, dim=x_dim, source=source, baselines=base, training=training, learner=learner,
+            digest=digest,
+        )  # fmt: skip
         if packed is not None:
             doc["encoder"]["name"] = f"{learner['base_encoder']['name']}, fine-tuned"
             doc["digest"] = model_digest(doc)

@@ -23,7 +23,7 @@ def _read(path: str) -> tuple:
     import pyarrow as pa
 
     from ..data import DataError
-    from ..engine._files import open_scores
+    from ..engine import open_scores
 
     out = open_scores(path)
     for note in out.notes:
@@ -49,7 +49,7 @@ def _read(path: str) -> tuple:
         for name in ("score", "prediction"):
             if name in cols:
                 cols[name] = pc.if_else(ok, cols[name], pa.scalar(None, pa.float64()))
-    from ..role._calibration import fitted_rows
+    from ..role import fitted_rows
     from ._labelled import applied_calibration
 
     applied = applied_calibration(out.meta)
@@ -102,12 +102,12 @@ def compare_outputs(old: str, new: str, *, n_bootstrap: int = 2000, seed: int = 
     import numpy as np
     import pyarrow as pa
 
-    from ..stats._compare import compare_paired
+    from ..stats import compare_paired
 
     (a, method_old), (b, method_new) = _read(old), _read(new)
     label_info: Optional[dict] = None
     if labels is not None:
-        from ..data._labels import join_labels, read_labels
+        from ..data import join_labels, read_labels
 
         a = a.drop_columns([c for c in ("label",) if c in a.column_names])
         a, join = join_labels(a, read_labels(labels), file=str(old))
@@ -226,7 +226,7 @@ def _agreement(both, cid, po, pn, positive: str, kw: dict) -> dict:
     interval; McNemar's exact test on right/wrong."""
     import numpy as np
 
-    from ..stats._compare import cluster_bootstrap_diff, mcnemar_exact
+    from ..stats import cluster_bootstrap_diff, mcnemar_exact
 
     lab = both.column("label_old").to_pylist()  # OLD's labels: its own, or the labels file joined onto it
     has = np.array([v is not None for v in lab])
@@ -407,7 +407,7 @@ class CompareCommand(Command):
 def _gate(result: dict, worse_by: float, allow_missing: bool, allow_methods: bool) -> tuple:
     """``(reason, refused)``: why the gate fails (None: it passes), and whether it could not be evaluated at all
     (broken input on either side, no paired decision, two methods without labels) rather than measured worse."""
-    from ..stats._compare import gate
+    from ..stats import gate
 
     pr = result["new_problems"]
     if pr.get("old_broken"):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import NamedTuple, Optional
 
 from .._options import add_arguments, values
 from ._common import add_result_outputs, json_text, write_result
@@ -63,10 +64,20 @@ def format_estimate(r: dict) -> str:
     return "\n".join(lines)
 
 
-def cross_fit_column(table, score: str, label: str):
-    """``(column, n, k)`` when ``table`` is a classifier's score output some of whose labelled turns trained it (the
-    estimate must then be cross-fitted: ``classifier_crossfit`` holds each training turn's out-of-fold score and every
-    other turn's mean over the ``k`` fold models), else None."""
+class TrainingTurns(NamedTuple):
+    """The labelled turns of a classifier's score output that trained it: ``n`` of them over ``folds`` folds, and
+    ``column`` the cross-fitted score to estimate with (``classifier_crossfit``: each training turn's out-of-fold
+    score, every other turn's mean over the fold models), or None when there is none (a fine-tuned classifier keeps
+    no fold encoders): their labels must then be set aside."""
+
+    column: Optional[str]
+    n: int
+    folds: int
+
+
+def training_turns(table, score: str, label: str) -> Optional[TrainingTurns]:
+    """``TrainingTurns`` when ``table`` is a classifier's score output some of whose labelled turns trained it (the
+    estimate must then be cross-fitted, or read only the other labels), else None."""
     import pyarrow.compute as pc
 
     cols = table.column_names
@@ -77,9 +88,8 @@ def cross_fit_column(table, score: str, label: str):
     if not n:
         return None
     k = (pc.max(table.column("classifier_fold")).as_py() or 0) + 1
-    if table.column("classifier_crossfit").null_count == table.num_rows:
-        return None, int(n), int(k)  # a fine-tuned classifier: its fold encoders are not kept (no cross-fit)
-    return "classifier_crossfit", int(n), int(k)
+    none = table.column("classifier_crossfit").null_count == table.num_rows
+    return TrainingTurns(None if none else "classifier_crossfit", int(n), int(k))
 
 
 def set_aside_training_labels(table, label: str, n: int, file: str):
@@ -151,25 +161,25 @@ class EstimateCommand(Command):
                     file=sys.stderr,
                 )
                 score = "score"
-        cross = cross_fit_column(table, score, label)
-        if cross is not None and cross[0] is None:
-            table = set_aside_training_labels(table, label, cross[1], str(args.input))
-            cross = None
-        if cross is not None:
+        trained = training_turns(table, score, label)
+        if trained is not None and trained.column is None:
+            table = set_aside_training_labels(table, label, trained.n, str(args.input))
+            trained = None
+        if trained is not None:
             print(
-                f"{args.input}: {cross[1]} labelled turn(s) trained the classifier that scored it: a cross-fitted "
+                f"{args.input}: {trained.n} labelled turn(s) trained the classifier that scored it: a cross-fitted "
                 f"estimate (each labelled turn scored by the fold model that did not see it, every other turn by the "
-                f"{cross[2]} fold models' mean; Zrnic and Candes, 2024)",
+                f"{trained.folds} fold models' mean; Zrnic and Candes, 2024)",
                 file=sys.stderr,
             )
         result = estimate_table(
-            table, score=score if cross is None else cross[0], label=label, positive=positive,
-            confidence=args.confidence, by=args.by, file=str(args.input), weight=weight,
+            table, score=trained.column if trained is not None and trained.column else score, label=label,
+            positive=positive, confidence=args.confidence, by=args.by, file=str(args.input), weight=weight,
         )  # fmt: skip
-        result["cross_fitted"] = cross is not None
-        if cross is not None:
-            result.update(score_column=score, cross_fit={"column": cross[0], "labelled_training_turns": cross[1],
-                                                         "folds": cross[2]})  # fmt: skip
+        result["cross_fitted"] = trained is not None
+        if trained is not None:
+            result.update(score_column=score, cross_fit={"column": trained.column, "labelled_training_turns": trained.n,
+                                                         "folds": trained.folds})  # fmt: skip
         result["input"] = str(args.input)
         if join is not None:
             result["labels"] = join.describe()

@@ -53,7 +53,7 @@ class EvaluateCommand(Command):
         refuse_unequal_design(table, str(args.input), "evaluating")
         cal = None
         if args.calibration:
-            from ..role._calibration import load_calibration
+            from ..role import load_calibration
 
             cal = load_calibration(args.calibration)
             if args.prediction not in (None, "none"):
@@ -72,7 +72,7 @@ class EvaluateCommand(Command):
             fitted.append((str(applied.get("path") or "its run applied"), applied))
         table = leave_out_fitted(table, score, label, fitted, file=str(args.input), doing="evaluating")
         if "assistant" in table.column_names:
-            from ..models._language import language_note
+            from ..models import language_note
 
             said = language_note(v for v, lab_ in zip(table.column("assistant").to_pylist(),
                                                      table.column(label).to_pylist()) if lab_ is not None)  # fmt: skip

@@ -16,7 +16,7 @@ class ExportCommand(Command):
     writes = {"": "the export"}
 
     def add_args(self, p: argparse.ArgumentParser) -> None:
-        from ..data._trace_export import EXPORT_FORMATS
+        from ..data import EXPORT_FORMATS
 
         p.add_argument("input", type=file_path, metavar="OUT", help="an `adherence score` output of traces")
         p.add_argument(
@@ -53,9 +53,8 @@ class ExportCommand(Command):
         import pyarrow as pa
 
         from .._version import __version__
-        from ..data import DataError
-        from ..data._trace_export import export_records
-        from ..engine._files import open_scores
+        from ..data import DataError, export_records
+        from ..engine import open_scores
         from ._common import write_result
 
         out = open_scores(args.input, score_columns=(args.score,))

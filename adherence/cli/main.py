@@ -3,55 +3,59 @@
 from __future__ import annotations
 
 import argparse
-import importlib
 import os
 import sys
 from typing import Optional, Sequence
 
+from .._registry import Registry
 from .._version import __version__
 from ._common import add_common_flags, add_input, quiet_output
 from ._jobfile import apply_job_file, job_file_argument
 
 # name -> ("module:Class", one-line help). Modules load lazily so `adherence --help` is instant.
-COMMANDS = {
-    "score": ("adherence.cli.score:ScoreCommand", "score assistant turns for role adherence"),
-    "evaluate": ("adherence.cli.evaluate:EvaluateCommand", "how well a score column separates labels"),
-    "calibrate": (
-        "adherence.cli.calibrate:CalibrateCommand",
-        "fit a threshold and a probability map on labelled scores, checked on held-out rows",
-    ),
-    "estimate": (
-        "adherence.cli.estimate:EstimateCommand",
-        "the adherent share from a labelled sample and the judge's scores on every row (PPI++), with an interval",
-    ),
-    "cascade": (
-        "adherence.cli.cascade:CascadeCommand",
-        "judge cascades: accept a cheap judge's verdict only where it is confident enough, with a guarantee",
-    ),
-    "classifier": (
-        "adherence.cli.classifier:ClassifierCommand",
-        "train a classifier on your labels over the bundled encoder (then score --method classifier)",
-    ),
-    "compare": (
-        "adherence.cli.compare:CompareCommand",
-        "two score outputs of the same turns, paired; --fail-if-worse-by D gates a release",
-    ),
-    "view": ("adherence.cli.view:ViewCommand", "a local web viewer over score outputs (worst conversations first)"),
-    "export": (
-        "adherence.cli.export:ExportCommand",
-        "scores of traces back to their spans: OpenTelemetry, Langfuse, Phoenix or LangSmith records",
-    ),
-    "audit": ("adherence.cli.audit:AuditCommand", "instruction-adherence audits with judge stability"),
-    "persona": (
-        "adherence.cli.persona:PersonaCommand",
-        "EVAL4SIM: persona adherence, consistency and naturalness of simulations vs a human corpus",
-    ),
-    "bench": ("adherence.cli.bench:BenchCommand", "benchmarks and paper reproductions"),
-    "models": (
-        "adherence.cli.models:ModelsCommand",
-        "model utilities: export the bundled judge as a transformers checkpoint",
-    ),
-}
+COMMANDS = Registry(
+    "command",
+    {
+        "score": ("adherence.cli.score:ScoreCommand", "score assistant turns for role adherence"),
+        "evaluate": ("adherence.cli.evaluate:EvaluateCommand", "how well a score column separates labels"),
+        "calibrate": (
+            "adherence.cli.calibrate:CalibrateCommand",
+            "fit a threshold and a probability map on labelled scores, checked on held-out rows",
+        ),
+        "estimate": (
+            "adherence.cli.estimate:EstimateCommand",
+            "the adherent share from a labelled sample and the judge's scores on every row (PPI++), with an interval",
+        ),
+        "cascade": (
+            "adherence.cli.cascade:CascadeCommand",
+            "judge cascades: accept a cheap judge's verdict only where it is confident enough, with a guarantee",
+        ),
+        "classifier": (
+            "adherence.cli.classifier:ClassifierCommand",
+            "train a classifier on your labels over the bundled encoder (then score --method classifier)",
+        ),
+        "compare": (
+            "adherence.cli.compare:CompareCommand",
+            "two score outputs of the same turns, paired; --fail-if-worse-by D gates a release",
+        ),
+        "view": ("adherence.cli.view:ViewCommand", "a local web viewer over score outputs (worst conversations first)"),
+        "export": (
+            "adherence.cli.export:ExportCommand",
+            "scores of traces back to their spans: OpenTelemetry, Langfuse, Phoenix or LangSmith records",
+        ),
+        "audit": ("adherence.cli.audit:AuditCommand", "instruction-adherence audits with judge stability"),
+        "persona": (
+            "adherence.cli.persona:PersonaCommand",
+            "EVAL4SIM: persona adherence, consistency and naturalness of simulations vs a human corpus",
+        ),
+        "bench": ("adherence.cli.bench:BenchCommand", "benchmarks and paper reproductions"),
+        "models": (
+            "adherence.cli.models:ModelsCommand",
+            "model utilities: export the bundled judge as a transformers checkpoint",
+        ),
+    },
+    base="adherence.cli.main:Command",
+)
 
 
 class Command:
@@ -86,9 +90,7 @@ class Command:
 
 
 def _load(name: str) -> Command:
-    target, _ = COMMANDS[name]
-    module, cls = target.split(":")
-    return getattr(importlib.import_module(module), cls)()
+    return COMMANDS.create(name)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -338,7 +340,7 @@ def _preflight(args, command: str) -> None:
     targets += [(getattr(args, d, None), "the HTML page") for d in ("html", "export_html")]
     if not any(isinstance(path, str) for path, _ in targets):
         return
-    from ..engine._files import check_writable
+    from ..engine import check_writable
 
     inputs: list = []
     for dest in _INPUT_DESTS:
@@ -362,7 +364,7 @@ def _run(args) -> int:
             if quiet:
                 sys.stderr = _ErrorsOnly(real_stderr)
             with quiet_output(bool(getattr(args, "no_progress", False)), quiet):
-                from ..data._metadata import set_command_name
+                from ..data import set_command_name
 
                 steps = ("step", "cascade", "audit", "models", "bench")
                 # a step is a word (`cascade apply` names its file --cascade, the same dest as its step)

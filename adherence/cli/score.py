@@ -239,7 +239,7 @@ class ScoreCommand(Command):
         args.method = _method(args)
         if args.estimate and not args.dry_run:
             raise OptionError("--estimate goes with --dry-run")
-        from ..role._base import get_method
+        from ..role import get_method
 
         uses_judge = get_method(args.method).uses_judge
         if args.dry_run and not uses_judge:
@@ -276,7 +276,7 @@ class ScoreCommand(Command):
             **values(RoleConfig, args),
         )
         if args.dry_run:
-            from ..role._dryrun import dry_run
+            from ..role import dry_run
 
             print(
                 dry_run(
@@ -435,7 +435,7 @@ def _language_warning(output) -> None:
     try:
         import pyarrow.dataset as ds
 
-        from ..models._language import language_note
+        from ..models import language_note
 
         # the first 5,000 rows only (file or directory output): a million-turn output is not read again in full
         t = ds.dataset(str(output), format="parquet").head(5000, columns=["assistant"])

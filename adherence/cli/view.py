@@ -85,7 +85,7 @@ class ViewCommand(Command):
         )
 
     def run(self, args: argparse.Namespace) -> int:
-        from ..data._transcripts import parse_columns
+        from ..data import parse_columns
         from ..view import ScoreStore, export_html, serve
         from ..view._store import _COLUMNS
 
@@ -121,8 +121,8 @@ def _label_session(args: argparse.Namespace):
     import numpy as np
 
     from ..data import DataError
-    from ..engine._files import open_scores
-    from ..view._labelling import LabelSession
+    from ..engine import open_scores
+    from ..view import LabelSession
 
     if not str(args.label).lower().endswith(".jsonl"):
         raise DataError("the viewer writes labels as JSON lines: give a .jsonl file", file=args.label)

@@ -24,10 +24,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .._errors import EngineError
-from ..data import metadata_path
+from ..data import Remote, as_target, metadata_path, redact_secrets
 from ..data._io import _check_file
-from ..data._metadata import redact_secrets
-from ..data._storage import Remote, as_target
 from ._commit import Commit, Publisher, WorkDir, check_quarantine, quarantine_of, store_of
 from ._options import EngineOptions
 from ._safety import STAGING_PREFIX, check_outputs, remove_dead_staging, remove_dead_temporaries
@@ -141,7 +139,7 @@ class JobArea:
         meta["summary"] = summary
         if job:
             meta["job"] = job
-        from ..data._metadata import command_name
+        from ..data import command_name
 
         meta["outputs"] = {"turns": self.names["turns"], "sessions": self.names["sessions"], "rows": rows,
                            "command": command_name()}  # fmt: skip

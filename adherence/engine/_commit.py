@@ -50,9 +50,7 @@ from typing import Any, Optional, Union
 
 from .._atomic import temp_path
 from .._errors import EngineError
-from ..data import DataError
-from ..data._metadata import METADATA_SUFFIX, file_digest, metadata_path
-from ..data._storage import Remote, as_target
+from ..data import METADATA_SUFFIX, DataError, Remote, as_target, file_digest, metadata_path
 
 __all__ = [
     "PRODUCER",
@@ -616,7 +614,7 @@ def written_kind(meta: dict, t: Any) -> tuple:
 
 def _holds_labels(t: Any) -> bool:
     """Whether ``t`` is a labels file: its first line is the viewer's sample record."""
-    from ..data._labels import LABELS_HEADER
+    from ..data import LABELS_HEADER
 
     if isinstance(t, Remote):
         return False
@@ -636,7 +634,7 @@ def check_replaceable(t: Any, what: str, kind: Optional[str] = None) -> None:
     Raises:
         DataError: naming the path and what is wrong.
     """
-    from ..data._metadata import command_name
+    from ..data import command_name
 
     t = _target(t)
     store = store_of(t)

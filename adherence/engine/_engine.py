@@ -18,12 +18,9 @@ from typing import Any, Optional, Union
 import pyarrow as pa
 
 from .._errors import OptionError
-from ..data import DataError, run_metadata
-from ..data._errors import skipped_summary
+from ..data import DataError, run_metadata, skipped_summary
 from ..data._io import _check_file
-from ..role import RoleConfig, get_method
-from ..role._base import missing_references
-from ..role._judge import tensor_parallel_config
+from ..role import RoleConfig, get_method, missing_references, tensor_parallel_config
 from ._area import Job, JobArea, JobResult
 from ._commit import bad_rows_header, quarantine_of
 from ._merge import JobSummary, merge_shards, summarise

@@ -15,7 +15,7 @@ from .._errors import EngineError, OptionError
 from .._optional import require
 from ..role import RoleConfig, get_method
 from ._messages import ShardProgress, ShardResult, ShardTask
-from ._options import EngineOptions
+from ._options import EXECUTORS, EngineOptions
 from ._worker import ShardWorker, WorkerSetupError
 
 __all__ = ["Executor", "LocalExecutor", "RayExecutor", "EngineError", "check_reachable", "get_executor"]
@@ -47,7 +47,7 @@ class LocalExecutor(Executor):
 
     name = "local"
 
-    def __init__(self) -> None:
+    def __init__(self, options: Optional[EngineOptions] = None) -> None:
         self._worker: Optional[ShardWorker] = None
 
     def start(self, config, n_tasks=None):
@@ -342,7 +342,7 @@ def _last_line(exc: BaseException) -> str:
 
 
 def _probe(path: str, token: str) -> bool:
-    from ..data._storage import Remote, is_uri
+    from ..data import Remote, is_uri
 
     try:
         if is_uri(path):  # object storage: this node's credentials and endpoint must reach it too
@@ -358,7 +358,7 @@ def check_reachable(ray, work: Union[str, Path], timeout: float = 60.0) -> None:
     zero-CPU task on each node reads it back) before any work; one line naming the nodes that do not."""
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    from ..data._storage import Remote, is_uri
+    from ..data import Remote, is_uri
 
     nodes = [n for n in ray.nodes() if n.get("Alive")]
     token = uuid.uuid4().hex
@@ -405,9 +405,5 @@ def check_reachable(ray, work: Union[str, Path], timeout: float = 60.0) -> None:
 
 
 def get_executor(options: EngineOptions) -> Executor:
-    """The executor ``options.executor`` names, set up from the job's options."""
-    if options.executor == "local":
-        return LocalExecutor()
-    if options.executor == "ray":
-        return RayExecutor(options)
-    raise OptionError(f"unknown executor {options.executor!r}; available: local, ray")
+    """The executor ``options.executor`` names (``EXECUTORS``), set up from the job's options."""
+    return EXECUTORS.create(options.executor, options)

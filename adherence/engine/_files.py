@@ -22,9 +22,7 @@ from typing import Any, Optional, Sequence, Union
 import numpy as np
 import pyarrow as pa
 
-from ..data import SCORE_COLUMNS, STAGE_SCORE, DataError
-from ..data._metadata import command_name, metadata_path
-from ..data._storage import Remote
+from ..data import SCORE_COLUMNS, STAGE_SCORE, DataError, Remote, command_name, metadata_path
 from ._commit import Publisher, _target, _written_by_adherence, check_replaceable, store_of
 
 __all__ = [
@@ -224,8 +222,7 @@ def first_line(exc: BaseException) -> str:
 
 
 def _read(t: Target, fmt: Optional[str]) -> pa.Table:
-    from ..data import read_table
-    from ..data._storage import read_parquet
+    from ..data import read_parquet, read_table
 
     try:
         if isinstance(t, Remote):

@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .._errors import EngineError
-from ..data._validate import conform_schema
+from ..data import conform_schema
 from ..role import RoleConfig, aggregate_sessions, get_method
 from ._commit import Publisher
 from ._messages import ShardResult

@@ -8,10 +8,19 @@ from typing import Any, Optional
 
 from .._errors import OptionError
 from .._options import file_path, option
+from .._registry import Registry, unknown_name
 
-__all__ = ["EngineOptions"]
+__all__ = ["EXECUTORS", "EngineOptions"]
 
 _URI = "a local path or an s3:// / gs:// / hdfs:// URI"
+
+
+#: where shards run: name -> the ``Executor`` class (``get_executor`` builds it from the job's ``EngineOptions``)
+EXECUTORS = Registry(
+    "executor",
+    {"local": "adherence.engine._executors:LocalExecutor", "ray": "adherence.engine._executors:RayExecutor"},
+    base="adherence.engine._executors:Executor",
+)
 
 
 @dataclass
@@ -26,9 +35,7 @@ class EngineOptions:
         'local'
     """
 
-    executor: str = option(
-        "local", choices=("local", "ray"), help="where shards run (default local)", affects_scores=False
-    )
+    executor: str = option("local", choices=EXECUTORS, help="where shards run (default local)", affects_scores=False)
     ray_address: Optional[str] = option(
         None, help="an existing Ray cluster (default: start a local one)", affects_scores=False
     )
@@ -136,14 +143,13 @@ class EngineOptions:
     @property
     def column_map(self) -> dict:
         """``columns`` read: ``{the contract's column: the input's own}`` (``data._transcripts.parse_columns``)."""
-        from ..data._contracts import TURNS
-        from ..data._transcripts import parse_columns
+        from ..data import TURNS, parse_columns
 
         return parse_columns(self.columns, tuple(c.name for c in TURNS.columns))
 
     def __post_init__(self) -> None:
-        if self.executor not in ("local", "ray"):
-            raise OptionError(f"`executor` must be 'local' or 'ray', got {self.executor!r}")
+        if self.executor not in EXECUTORS:
+            raise OptionError(unknown_name("executor", self.executor, EXECUTORS))
         if self.shard_size < 1 or (self.num_workers is not None and self.num_workers < 1):
             raise OptionError("`shard_size` and `num_workers` must be >= 1")
         if self.stall_timeout <= 0:

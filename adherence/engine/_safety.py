@@ -13,8 +13,7 @@ from pathlib import Path
 from typing import Optional
 
 from .._atomic import temporary_of
-from ..data import TURN_SCORES, TURNS, DataError, metadata_path
-from ..data._storage import Remote, is_uri
+from ..data import TURN_SCORES, TURNS, DataError, Remote, is_uri, metadata_path
 from ._commit import check_replaceable, pid_alive
 from ._files import same_file
 

@@ -11,7 +11,7 @@ from typing import Optional
 
 from .._atomic import write_json_atomic
 from .._errors import EngineError
-from ..data._storage import Remote, write_json
+from ..data import Remote, write_json
 from ..role import RoleConfig
 from ._executors import Executor, LocalExecutor, RayExecutor, check_reachable, get_executor
 from ._messages import ShardResult, ShardTask

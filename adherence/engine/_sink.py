@@ -95,7 +95,7 @@ class TableSink:
             return n
         import pyarrow.csv as pacsv
 
-        from ..data._io import CSV_PARSE
+        from ..data import CSV_PARSE
 
         first = self.csv_schema.names[0]
         reader = pacsv.open_csv(

@@ -13,17 +13,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .._errors import JobError
-from ..data._storage import (
-    digest,
-    exists,
-    read_arrow_stream,
-    read_json,
-    read_parquet,
-    remove,
-    write_json,
-    write_parquet,
-)
-from ..models._quiet import quiet_loading
+from ..data import digest, exists, read_arrow_stream, read_json, read_parquet, remove, write_json, write_parquet
+from ..models import quiet_loading
 from ..role import Resources, RoleConfig, get_method, score_turns
 from ._messages import CheckpointRecord, ShardProgress, ShardResult, ShardTask
 

@@ -2,22 +2,24 @@
 
 from __future__ import annotations
 
-import importlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
-from .._errors import OptionError
-from .._registry import unknown_name
+from .._registry import Registry
 from ._prompts import JudgeRequest
 
 __all__ = ["JudgeOutput", "JudgeBackend", "Sampling", "BACKENDS", "get_backend", "score_options"]
 
-BACKENDS = {
-    "transformers": "adherence.judges._transformers:TransformersBackend",
-    "vllm": "adherence.judges._vllm:VLLMBackend",
-    "openai": "adherence.judges._openai:OpenAIBackend",
-}
+BACKENDS = Registry(
+    "judge backend",
+    {
+        "transformers": "adherence.judges._transformers:TransformersBackend",
+        "vllm": "adherence.judges._vllm:VLLMBackend",
+        "openai": "adherence.judges._openai:OpenAIBackend",
+    },
+    base="adherence.judges._backend:JudgeBackend",
+)
 
 
 def score_options(backend: str, options: Optional[dict]) -> dict:
@@ -132,7 +134,4 @@ class JudgeBackend(ABC):
 
 def get_backend(name: str, **kwargs) -> JudgeBackend:
     """Build the backend registered under ``name`` (imported lazily)."""
-    if name not in BACKENDS:
-        raise OptionError(unknown_name("judge backend", name, BACKENDS))
-    module, cls = BACKENDS[name].split(":")
-    return getattr(importlib.import_module(module), cls)(**kwargs)
+    return BACKENDS.create(name, **kwargs)

@@ -14,7 +14,7 @@ import pyarrow as pa
 from .._errors import OptionError
 from .._options import file_path, model_name, option
 from ..data import turns_to_score
-from ._backend import JudgeBackend, JudgeOutput, get_backend, score_options
+from ._backend import BACKENDS, JudgeBackend, JudgeOutput, get_backend, score_options
 from ._backend_options import capabilities
 from ._cache import JudgeCache
 from ._parse import parse_turn_verdicts, variant_sets
@@ -110,7 +110,7 @@ class JudgeConfig:
     )
     backend: str = option(
         "transformers",
-        choices=("transformers", "vllm", "openai"),
+        choices=BACKENDS,
         help="transformers: in-process; vllm: offline vllm.LLM; openai: any OpenAI-compatible "
         "server (vLLM, TGI, Ollama, llama.cpp) at --base-url",
     )

@@ -20,10 +20,7 @@ def load_model(model: Optional[str], loaded: Optional[tuple], dtype: Any, progre
     random-weight model built from a config) or read from ``model`` (default: the bundled judge) in ``dtype``."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from ..models import ResolvedModel
-    from ..models._export import gguf_checkpoint
-    from ..models._gguf import gguf_model
-    from ..models._quiet import quiet_loading
+    from ..models import ResolvedModel, gguf_checkpoint, gguf_model, quiet_loading
 
     if loaded is not None:
         m, tokenizer, name = loaded

@@ -18,8 +18,8 @@ from typing import Optional, Sequence
 
 from .._errors import OptionError
 from .._options import comma_ints, comma_words, model_name, option
-from ..data._errors import skipped_summary
-from ..models._onnx import encoder_precision_option
+from ..data import skipped_summary
+from ..models import encoder_precision_option
 from ..stats import curve_similarity
 from ._adherence import RETRIEVERS, adherence_curves, default_pool_sizes, get_retriever
 from ._consistency import consistency, human_similarity
@@ -233,7 +233,7 @@ def evaluate_persona(
                 t = time.perf_counter()
                 say(f"[{name}] naturalness")
                 if nli is None:
-                    from ..role._nli import NliModel
+                    from ..role import NliModel
 
                     nli = NliModel(cfg.nli_model, device=cfg.device, batch_size=cfg.nli_batch_size)
                 res["naturalness"] = _guard(

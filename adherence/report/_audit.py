@@ -239,7 +239,7 @@ def write_audit_html(
     inputs: Sequence[Any] = (),
 ) -> Path:
     """``audit_html`` written through the one owner-checked writer (never onto ``inputs``); returns the path."""
-    from ..engine._files import write_owned
+    from ..engine import write_owned
 
     write_owned(path, audit_html(metrics, title=title, about=about), what="the HTML page", inputs=inputs)
     return Path(path)

@@ -97,7 +97,7 @@ def write_cascade_html(
     cascade_file: Optional[str] = None,
 ) -> Path:
     """``cascade_html`` written through the one owner-checked writer (never onto ``inputs``); returns the path."""
-    from ..engine._files import write_owned
+    from ..engine import write_owned
 
     write_owned(path, cascade_html(doc, curves, cascade_file=cascade_file), what="the HTML page", inputs=inputs)
     return Path(path)

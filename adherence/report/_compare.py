@@ -137,7 +137,7 @@ def _view_link(conversation_id) -> str:
 
 def write_compare_html(path: Union[str, os.PathLike], r: dict, **kwargs) -> Path:
     """``compare_html`` written through the one owner-checked writer (never onto ``inputs``); returns the path."""
-    from ..engine._files import write_owned
+    from ..engine import write_owned
 
     inputs = kwargs.pop("inputs", ())
     write_owned(path, compare_html(r, **kwargs), what="the HTML page", inputs=inputs)

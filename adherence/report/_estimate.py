@@ -101,7 +101,7 @@ def estimate_html(r: dict, *, title: str = "adherence estimate") -> str:
 
 def write_estimate_html(path: Union[str, os.PathLike], r: dict, **kwargs) -> Path:
     """``estimate_html`` written through the one owner-checked writer (never onto ``inputs``); returns the path."""
-    from ..engine._files import write_owned
+    from ..engine import write_owned
 
     inputs = kwargs.pop("inputs", ())
     write_owned(path, estimate_html(r, **kwargs), what="the HTML page", inputs=inputs)

@@ -9,8 +9,7 @@ from typing import Any, Optional, Sequence, Union
 
 import numpy as np
 
-from ..stats import UndefinedMetricError, roc_curve
-from ..stats._evaluate import EVALUATION_METRICS
+from ..stats import EVALUATION_METRICS, UndefinedMetricError, roc_curve
 from ._html import figure_svg, page, pyplot, table_html
 
 __all__ = ["calibration_sections", "evaluation_html", "write_evaluation_html"]
@@ -380,7 +379,7 @@ def _what_next(result: dict, fitted: Optional[str], apply_command: Optional[str]
 def write_evaluation_html(path: Union[str, os.PathLike], *args: Any, **kwargs: Any) -> Path:
     """``evaluation_html(*args, **kwargs)`` written through the one owner-checked writer (never onto the
     ``inputs`` keyword's paths); returns the path."""
-    from ..engine._files import write_owned
+    from ..engine import write_owned
 
     inputs = kwargs.pop("inputs", ())
     write_owned(path, evaluation_html(*args, **kwargs), what="the HTML page", inputs=inputs)

@@ -210,7 +210,7 @@ def write_persona_html(
     inputs: Sequence = (),
 ) -> Path:
     """``persona_html`` written through the one owner-checked writer (never onto ``inputs``); returns the path."""
-    from ..engine._files import write_owned
+    from ..engine import write_owned
 
     write_owned(path, persona_html(results, title=title, about=about), what="the HTML page", inputs=inputs)
     return Path(path)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Optional, Union
@@ -13,8 +12,8 @@ import pyarrow as pa
 from .._errors import OptionError
 from .._fingerprint import COSMETIC
 from .._options import file_path, model_name, option
-from .._registry import unknown_name
-from ..models._onnx import encoder_precision_option
+from .._registry import Registry, unknown_name
+from ..models import encoder_precision_option
 
 if TYPE_CHECKING:
     from ..judges import RoleJudge
@@ -22,18 +21,22 @@ if TYPE_CHECKING:
 __all__ = ["RoleConfig", "MethodResult", "Method", "METHODS", "get_method", "text_column", "missing_references"]
 
 # name -> "module:Class"; modules load only when the method is used.
-METHODS = {
-    "cosine": "adherence.role._embedding:CosineMethod",
-    "knn": "adherence.role._embedding:KnnMethod",
-    "mahalanobis": "adherence.role._embedding:MahalanobisMethod",
-    "pca_mahalanobis": "adherence.role._embedding:PcaMahalanobisMethod",
-    "kl": "adherence.role._lexical:KlMethod",
-    "bertscore": "adherence.role._bertscore:BertScoreMethod",
-    "nli": "adherence.role._nli:NliMethod",
-    "llm_judge": "adherence.role._judge:LlmJudgeMethod",
-    "scope": "adherence.role._scope:ScopeMethod",
-    "classifier": "adherence.role._classifier:ClassifierMethod",
-}
+METHODS = Registry(
+    "method",
+    {
+        "cosine": "adherence.role._embedding:CosineMethod",
+        "knn": "adherence.role._embedding:KnnMethod",
+        "mahalanobis": "adherence.role._embedding:MahalanobisMethod",
+        "pca_mahalanobis": "adherence.role._embedding:PcaMahalanobisMethod",
+        "kl": "adherence.role._lexical:KlMethod",
+        "bertscore": "adherence.role._bertscore:BertScoreMethod",
+        "nli": "adherence.role._nli:NliMethod",
+        "llm_judge": "adherence.role._judge:LlmJudgeMethod",
+        "scope": "adherence.role._scope:ScopeMethod",
+        "classifier": "adherence.role._classifier:ClassifierMethod",
+    },
+    base="adherence.role._base:Method",
+)
 
 
 @dataclass
@@ -76,7 +79,7 @@ class RoleConfig:
 
     method: str = option(
         "llm_judge",
-        choices=tuple(METHODS),
+        choices=METHODS,
         help="scoring method (`adherence score` needs one named, except that naming a judge -- --judge-model, "
         "--base-url, --backend -- means llm_judge; the Python API's default is llm_judge)",
     )
@@ -205,10 +208,7 @@ def _unknown(name: str) -> str:
 
 def get_method(name: str) -> Method:
     """Instantiate the method registered under ``name`` (lazy import)."""
-    if name not in METHODS:
-        raise OptionError(_unknown(name))
-    module, cls = METHODS[name].split(":")
-    return getattr(importlib.import_module(module), cls)()
+    return METHODS.create(name)
 
 
 def missing_references(method: str, reference_pool: str, ground_truths: int, reference_rows: int) -> str:
@@ -259,7 +259,7 @@ def _load_references(path: str) -> list[str]:
 
     if path not in _REFERENCE_CACHE:
         if "://" in path:  # a work dir on object storage
-            from ..data._storage import read_json
+            from ..data import read_json
 
             refs = read_json(path)
         else:

@@ -63,7 +63,7 @@ def classifier_features(encoder, roles: list, users: list, replies: list) -> np.
     out-of-fold AUC at every label count on the support log), and scope's worst-sentence term (+0.02 of held-out AUC
     at 50 labels and +0.006 at 200 on the support log, under 0.01 on the persona set, for encoding every sentence of
     every reply: about half the speed)."""
-    from ..stats._baselines import text_baselines
+    from ..stats import text_baselines
 
     roles = [r or "" for r in roles]
     users = [u or "" for u in users]
@@ -98,7 +98,7 @@ def _standardise(x: np.ndarray, dim: int, shrink: float) -> tuple:
 
 
 def _fit_one(x, y, dim, shrink, l2, balanced) -> dict:
-    from ..stats._baselines import balanced_weights, fit_logistic
+    from ..stats import balanced_weights, fit_logistic
 
     mu, sd = _standardise(x, dim, shrink)
     coef, b = fit_logistic((x - mu) / sd, y, l2=l2, sample_weight=balanced_weights(y) if balanced else None)
@@ -135,7 +135,7 @@ def decision_threshold(
     with ``max_false_flags``, the highest that flags at most that share of the adherent turns (most violations
     caught there). Returns the threshold and what it does on the out-of-fold scores: ``violations_caught`` (recall
     of the violations) and ``adherent_flagged`` (the false-flag rate), the figures to expect on new turns."""
-    from ..stats._calibration import fit_threshold
+    from ..stats import fit_threshold
 
     check_objective(target_recall, max_false_flags)
     y = np.asarray(y, dtype=np.int8)
@@ -221,7 +221,7 @@ def fit_classifier(
         "cv": {"folds", "seed", "grouped", "auc", "oof", "fold", "by_shrink"}, "decision": {...}}`` (``oof``: each
         row's out-of-fold P(adherent), from ``folds[fold[i]]``, the model fit without the row's fold).
     """
-    from ..stats._ranking import roc_auc_score
+    from ..stats import roc_auc_score
 
     y = np.asarray(y, dtype=np.int8)
     n_pos, n_neg = int(y.sum()), int(len(y) - y.sum())
@@ -354,10 +354,12 @@ def classifier_document(
     baselines: Optional[dict],
     training: Optional[dict] = None,
     learner: Optional[dict] = None,
+    digest: Optional[str] = None,
 ) -> dict:
     """The classifier file's document: the model, its fold models, the turns it was trained on with their
-    out-of-fold scores, the decision threshold, the features, the encoder and its digest, what the labels were, and
-    the cross-validated figures beside the trivial baselines'."""
+    out-of-fold scores, the decision threshold, the features, the encoder and its digest (``digest`` when given: a
+    tuned encoder's, taken while its checkpoint was on disk), what the labels were, and the cross-validated figures
+    beside the trivial baselines'."""
     from .._version import __version__
 
     cv = dict(fit["cv"])
@@ -371,7 +373,7 @@ def classifier_document(
         "format": CLASSIFIER_FORMAT,
         "learner": dict(learner or {"name": "frozen"}),
         "features": list(FEATURES),
-        "encoder": {"name": encoder.describe().get("name"), "digest": encoder_digest(encoder), "dim": dim},
+        "encoder": {"name": encoder.describe().get("name"), "digest": digest or encoder_digest(encoder), "dim": dim},
         "model": {k: fit[k] for k in ("mean", "scale", "coef", "intercept", "l2", "shrink", "balanced")},
         "folds": fit["folds"],
         "decision": fit["decision"],

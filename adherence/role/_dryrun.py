@@ -8,7 +8,7 @@ from typing import Optional
 import pyarrow as pa
 
 from .._errors import OptionError
-from ..judges._dryrun import judge_plan
+from ..judges import judge_plan
 
 __all__ = ["dry_run", "time_estimate"]
 
@@ -103,9 +103,7 @@ def dry_run(
 ) -> str:
     """The dry-run report for a file, as the lines ``adherence score --dry-run`` prints (``columns``: the input's own
     names of the contract's columns, as ``score --columns`` gives them)."""
-    from ..data import TURNS, iter_batches
-    from ..data._errors import skipped_summary
-    from ..data._transcripts import TranscriptOptions
+    from ..data import TURNS, TranscriptOptions, iter_batches, skipped_summary
 
     opts = TranscriptOptions(input_format, role, bad_rows, columns=dict(columns or {}))
     batches = list(iter_batches(source, TURNS, transcripts=opts))

@@ -24,12 +24,13 @@ from __future__ import annotations
 import hashlib
 import os
 import random
+import shutil
 import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable, Optional, Union
+from typing import Any, Callable, NamedTuple, Optional, Union
 
 import numpy as np
 
@@ -38,6 +39,7 @@ from .._errors import OptionError
 __all__ = [
     "LEARNERS",
     "FineTuning",
+    "TunedFit",
     "fine_tune_encoder",
     "fine_tuned_classifier",
     "fit_fine_tuned",
@@ -274,7 +276,7 @@ def fit_fine_tuned(
         )
         oof[fold == k] = model_probability(head, x[fold == k])
         heads.append({key: head[key] for key in ("mean", "scale", "coef", "intercept")})
-        _remove_tree(path)  # a fold encoder is not kept (see the module docs)
+        shutil.rmtree(path, ignore_errors=True)  # a fold encoder is not kept (see the module docs)
     path, x = tuned(np.arange(len(y)), "encoder", folds + 1)
     fit = fit_classifier(x, y, groups=groups, l2=l2, folds=folds, seed=seed)
     auc = float(roc_auc_score(y, oof))
@@ -293,9 +295,20 @@ def fit_fine_tuned(
     return fit, path, time.perf_counter() - started
 
 
-def fine_tuned_classifier(encoder, roles: list, users: list, replies: list, y: np.ndarray, **fit) -> tuple:
-    """``fit_fine_tuned`` from a loaded base ``encoder`` as ``classifier fit`` runs it: returns ``(fit, tuned encoder,
-    learner record, the tuned encoder's tar)``; the tuned checkpoint's digest is computed while it is on disk."""
+class TunedFit(NamedTuple):
+    """What ``fine_tuned_classifier`` returns: the fit, the tuned encoder (loaded; its checkpoint is gone once the fit
+    returns), that checkpoint's ``encoder_digest`` (computed while it was on disk), the file's ``learner`` record and
+    the tuned encoder's tar."""
+
+    fit: dict
+    encoder: Any
+    digest: str
+    learner: dict
+    packed: bytes
+
+
+def fine_tuned_classifier(encoder, roles: list, users: list, replies: list, y: np.ndarray, **fit) -> TunedFit:
+    """``fit_fine_tuned`` from a loaded base ``encoder`` as ``classifier fit`` runs it."""
     from ..models import Encoder
     from ._classifier_file import encoder_digest, pack_encoder
 
@@ -306,22 +319,16 @@ def fine_tuned_classifier(encoder, roles: list, users: list, replies: list, y: n
         )
         base = {"name": encoder.describe().get("name"), "digest": encoder_digest(encoder)}
         tuned = Encoder(str(tuned_dir), device="cpu", runtime="torch", progress=False)
-        encoder_digest(tuned)  # kept by path for the document
+        digest = encoder_digest(tuned)
         packed = pack_encoder(tuned_dir)
     learner = describe_tuning(tuning, seconds, base)
     learner["encoder_file_digest"] = "sha256:" + hashlib.sha256(packed).hexdigest()
-    return result, tuned, learner, packed
+    return TunedFit(result, tuned, digest, learner, packed)
 
 
 def _most_folds(y: np.ndarray) -> int:
     """The most folds a head's inner check can have on these labels (each class in every fold)."""
     return max(2, min(int(y.sum()), int(len(y) - y.sum())))
-
-
-def _remove_tree(path: Path) -> None:
-    import shutil
-
-    shutil.rmtree(path, ignore_errors=True)
 
 
 def describe_tuning(tuning: FineTuning, seconds: float, base: dict) -> dict:

@@ -8,7 +8,7 @@ from typing import Any, Optional
 import pyarrow as pa
 
 from .._errors import OptionError
-from ..data._validate import conform_schema
+from ..data import conform_schema
 from ._base import Resources, RoleConfig, get_method
 from ._score import score_turns
 

@@ -161,8 +161,7 @@ def evaluate_table(
         DataError: a named column is missing, or a score or prediction value is
             not a number / 0-1 value (naming the row).
     """
-    from ..data import DataError
-    from ..data._validate import cast_column
+    from ..data import DataError, cast_column
 
     for role, name in (("score", score), ("label", label), ("prediction", prediction)):
         if name is not None and name not in table.column_names:

@@ -2,7 +2,15 @@
 worst conversations (``export_html``)."""
 
 from ._export import export_html
+from ._labelling import LabelSession
 from ._server import ViewServer, serve
 from ._store import Filters, ScoreStore
 
-__all__ = ["Filters", "ScoreStore", "ViewServer", "export_html", "serve"]
+__all__ = [
+    "Filters",
+    "LabelSession",
+    "ScoreStore",
+    "ViewServer",
+    "export_html",
+    "serve",
+]

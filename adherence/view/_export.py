@@ -29,8 +29,8 @@ def export_html(
 ) -> Path:
     """The ``top`` worst conversations (lowest mean score first) with every turn, written to ``path`` through the one
     owner-checked writer (never onto ``inputs``, the outputs shown)."""
-    from ..engine._files import write_owned
-    from ..report._html import page
+    from ..engine import write_owned
+    from ..report import page
 
     f = filters or Filters()
     ranked = store.conversations(f, sort="worst", limit=top)

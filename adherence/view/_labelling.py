@@ -36,8 +36,7 @@ from typing import Any, Optional
 import numpy as np
 
 from .._errors import OptionError
-from ..data import DataError
-from ..data._labels import LABELS_HEADER, SKIP, read_labels
+from ..data import LABELS_HEADER, SKIP, DataError, read_labels
 
 __all__ = ["DESIGNS", "LABEL_VALUES", "LabelSession", "draw_sample"]
 
@@ -240,7 +239,7 @@ class LabelSession:
                 "created": _now(),
                 "turns": [[c, t, w] for c, t, w in drawn],
             }
-            from ..engine._files import write_owned
+            from ..engine import write_owned
 
             header = json.dumps({LABELS_HEADER: 1, "sample": self.record}, ensure_ascii=False) + "\n"
             write_owned(self.path, header, what="the labels file", inputs=[source])
@@ -311,7 +310,7 @@ class LabelSession:
         """The adherent share the labels give now, as ``estimate`` would: prediction-powered with the output's
         scores on every scored turn when the labelled ones all have one, from the labels alone otherwise; weighted
         by the design, clustered by conversation (95% interval, as every command's)."""
-        from ..stats._ppi import ppi_mean
+        from ..stats import ppi_mean
 
         resolved, _, _ = labels.resolved()
         keys = [k for k in resolved if k in self.weights and resolved[k] in ("adherent", "violation")]
@@ -423,9 +422,7 @@ def _now() -> str:
 
 def _agreement(labels) -> Optional[dict]:
     """Agreement of the labellers on the turns two or more of them labelled (None with fewer than two)."""
-    from ..stats._agreement import agreement
-    from ..stats._checks import UndefinedMetricError
-    from ..stats._classification import cohen_kappa
+    from ..stats import UndefinedMetricError, agreement, cohen_kappa
 
     by = labels.by_labeller()
     if len(by) < 2:

@@ -156,7 +156,7 @@ class ScoreStore:
         duckdb = require("duckdb", "view")
         #: the outputs' own names of the columns the viewer reads (``{"conversation_id": "chat_id", ...}``)
         self.columns = dict(columns or {})
-        from ..engine._files import inspect_output
+        from ..engine import inspect_output
 
         if not paths:
             raise OptionError("give at least one score output")
@@ -182,7 +182,7 @@ class ScoreStore:
                         file=str(p),
                         column=c,
                     )
-            from ..engine._files import check_score_types
+            from ..engine import check_score_types
 
             check_score_types(schema, str(p))
             try:
@@ -190,7 +190,7 @@ class ScoreStore:
                 rows, keys = self.con.execute(f"SELECT count(*), count(DISTINCT ({key})) FROM {name}").fetchall()[0]
             except duckdb.Error as exc:
                 from ..data import DataError
-                from ..engine._files import first_line
+                from ..engine import first_line
 
                 raise DataError(f"cannot read it as a score output ({first_line(exc)})", file=str(p)) from None
             if keys != rows:
@@ -235,7 +235,7 @@ class ScoreStore:
         values name one)."""
         import pyarrow as pa
 
-        from ..data._labels import adherent_values, read_labels
+        from ..data import adherent_values, read_labels
 
         given, _, _ = read_labels(path).resolved()  # one label per turn (a disputed turn has none)
         keys = list(given)
@@ -258,7 +258,7 @@ class ScoreStore:
         if is_remote:
             import pyarrow.dataset as ds
 
-            from ..data._storage import Remote
+            from ..data import Remote
 
             r = Remote(path)
             dataset = ds.dataset(r.path, filesystem=r.fs, format="parquet")
@@ -278,14 +278,14 @@ class ScoreStore:
             try:
                 self.con.read_parquet(files, union_by_name=True).create_view(name)
             except duckdb.Error as exc:
-                from ..engine._files import first_line
+                from ..engine import first_line
 
                 raise DataError(f"cannot read it as a score output ({first_line(exc)})", file=path) from None
         # a relation's Arrow table (not a DB-API result's, which DuckDB warns copies the rows); DuckDB 2 names it
         # to_arrow_table, 1.x arrow
         rel = self.con.sql(f"SELECT * FROM {name} LIMIT 0")
         schema = (getattr(rel, "to_arrow_table", None) or rel.arrow)().schema
-        from ..engine._files import check_key_types
+        from ..engine import check_key_types
 
         check_key_types(schema.empty_table(), path)  # the key and decision columns' types, as the one reader checks
         return schema

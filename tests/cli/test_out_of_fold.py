@@ -66,8 +66,10 @@ def test_calibrate_reads_the_out_of_fold_scores(fitted, capsys):
     out = capsys.readouterr()
     cal = json.loads(out.out)["fit"]
     assert cal["auc"] == pytest.approx(doc["cv"]["auc"], abs=1e-9)
-    # its youden threshold on these out-of-fold scores is the classifier's own decision threshold
-    assert cal["threshold"] == pytest.approx(doc["decision"]["threshold"], abs=1e-12)
+    # its youden threshold on these out-of-fold scores is the classifier's own decision threshold (the output's
+    # scores of the training turns are their fold models' over the scoring run's embeddings, batched with every
+    # other turn: the recorded ones within 1e-6)
+    assert cal["threshold"] == pytest.approx(doc["decision"]["threshold"], abs=1e-6)
     assert "trained the classifier" in out.err
 
 
