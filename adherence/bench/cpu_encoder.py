@@ -220,7 +220,7 @@ def _variants(exact, fast, corpus: list, mid=None) -> dict:
 
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    from ..models._onnx import OnnxSentenceModel, _export_float, _rowwise_int8
+    from ..models import OnnxSentenceModel, export_float, rowwise_int8
 
     ref = exact.encode(corpus).numpy()
     out = {}
@@ -236,8 +236,8 @@ def _variants(exact, fast, corpus: list, mid=None) -> dict:
 
     with tempfile.TemporaryDirectory() as tmp:
         fp32, q7, dyn = Path(tmp) / "f.onnx", Path(tmp) / "q7.onnx", Path(tmp) / "dyn.onnx"
-        _export_float(exact, fp32)
-        _rowwise_int8(fp32, q7, 63)
+        export_float(exact, fp32)
+        rowwise_int8(fp32, q7, 63)
         logging.disable(logging.WARNING)  # the quantiser's advice to pre-process
         try:
             quantize_dynamic(str(fp32), str(dyn), weight_type=QuantType.QInt8, per_channel=True,

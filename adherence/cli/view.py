@@ -86,10 +86,9 @@ class ViewCommand(Command):
 
     def run(self, args: argparse.Namespace) -> int:
         from ..data import parse_columns
-        from ..view import ScoreStore, export_html, serve
-        from ..view._store import _COLUMNS
+        from ..view import VIEW_COLUMNS, ScoreStore, export_html, serve
 
-        columns = parse_columns(args.columns, tuple(_COLUMNS))
+        columns = parse_columns(args.columns, tuple(VIEW_COLUMNS))
 
         if not 0 <= args.port <= 65535:
             raise OptionError(f"--port must be in [0, 65535], got {args.port}")

@@ -36,7 +36,23 @@ from ._contracts import (
     turns_to_score,
 )
 from ._errors import DataError, skipped_summary
-from ._io import CSV_PARSE, FORMATS, detect_format, iter_batches, json_safe, read_table, records_to_table, write_table
+from ._io import (
+    CSV_PARSE,
+    FORMATS,
+    as_table,
+    check_file,
+    csv_ready,
+    detect_format,
+    iter_batches,
+    json_safe,
+    parquet_files,
+    raw_batches,
+    read_table,
+    records_to_table,
+    transcript_source,
+    write_jsonl,
+    write_table,
+)
 from ._labels import LABELS_HEADER, SKIP, adherent_values, join_labels, read_labels
 from ._metadata import (
     METADATA_SUFFIX,
@@ -51,6 +67,7 @@ from ._metadata import (
 )
 from ._readers import (
     EXAMPLES,
+    blank_text,
     example_path,
     read_artifacts,
     read_ground_truth,
@@ -111,11 +128,15 @@ __all__ = [
     "TURN_STATUS",
     "TranscriptOptions",
     "adherent_values",
+    "as_table",
     "as_target",
+    "blank_text",
     "cast_column",
+    "check_file",
     "command_name",
     "conform",
     "conform_schema",
+    "csv_ready",
     "detect_format",
     "digest",
     "example_path",
@@ -127,7 +148,9 @@ __all__ = [
     "join_labels",
     "json_safe",
     "metadata_path",
+    "parquet_files",
     "parse_columns",
+    "raw_batches",
     "read_arrow_stream",
     "read_artifacts",
     "read_ground_truth",
@@ -151,11 +174,13 @@ __all__ = [
     "set_command_name",
     "skipped_summary",
     "stage_score",
+    "transcript_source",
     "transcript_turns",
     "turns_from_flat_benchmark",
     "turns_from_pygaussia",
     "turns_to_score",
     "write_json",
+    "write_jsonl",
     "write_parquet",
     "write_run_metadata",
     "write_table",

@@ -107,7 +107,7 @@ def _json_per_line(p: Path) -> bool:
         return False
 
 
-def _check_file(path: PathLike) -> Path:
+def check_file(path: PathLike) -> Path:
     p = Path(path)
     if not p.exists():
         raise DataError("no such file or directory", file=path)
@@ -118,14 +118,14 @@ def _check_file(path: PathLike) -> Path:
         raise DataError("permission denied: the input is not readable", file=path)
     if p.is_file() and p.stat().st_size == 0:
         raise DataError("file is empty", file=path)
-    if p.is_dir() and not (p / "state.json").is_file() and not any(_parquet_files(p)):
+    if p.is_dir() and not (p / "state.json").is_file() and not any(parquet_files(p)):
         raise DataError(
             "the directory holds no .parquet files (nor a Hugging Face dataset saved with save_to_disk)", file=path
         )
     return p
 
 
-def _parquet_files(directory: Path) -> list[Path]:
+def parquet_files(directory: Path) -> list[Path]:
     """Data files of a Parquet dataset directory (hidden and ``_``-prefixed entries are not data)."""
     return sorted(
         q
@@ -460,7 +460,7 @@ def _parquet_batches(path: Path, batch_size: int) -> Iterator[pa.Table]:
         if path.is_dir():
             import pyarrow.dataset as ds
 
-            files = _parquet_files(path)
+            files = parquet_files(path)
             schemas = []
             for f in files:
                 try:

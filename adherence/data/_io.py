@@ -31,15 +31,15 @@ from ._formats import (  # noqa: F401 - re-exported: the engine reads files thro
     PathLike,
     Source,
     _arrow_batches,
-    _check_file,
     _csv_batches,
     _jsonl_batches,
     _jsonl_records,
     _parquet_batches,
-    _parquet_files,
+    check_file,
     check_utf8,
     detect_format,
     load_json,
+    parquet_files,
     records_to_table,
 )
 from ._transcripts import TranscriptOptions, detect_transcript, explode_transcripts, rename_columns
@@ -69,7 +69,7 @@ def _transcript_kind(opts, detect) -> Optional[str]:
     return detect() if opts.input_format == "auto" else opts.input_format
 
 
-def _transcript_source(path: Path, fmt: str, opts) -> Optional[tuple[str, Iterator]]:
+def transcript_source(path: Path, fmt: str, opts) -> Optional[tuple[str, Iterator]]:
     """``(kind, records)`` when ``path`` holds transcripts (forced or detected), else None."""
     if opts.input_format == "turns":
         return None
@@ -171,7 +171,7 @@ def _csv_records(path: Path) -> Iterator[tuple[int, Optional[int], dict]]:
             yield n, n + 1, out
 
 
-def _raw_batches(
+def raw_batches(
     path: Path, fmt: str, contract: Optional[Contract], batch_size: int, transcripts=None
 ) -> Iterator[pa.Table]:
     if fmt == "otlp_proto":
@@ -181,7 +181,7 @@ def _raw_batches(
         yield from explode_traces(_otlp_proto_records(path), "otel", opts, file=str(path), batch_size=batch_size)
         return
     if transcripts is not None:
-        found = _transcript_source(path, fmt, transcripts)
+        found = transcript_source(path, fmt, transcripts)
         if found is not None:
             yield from explode_transcripts(found[1], found[0], transcripts, file=str(path), batch_size=batch_size)
             return
@@ -208,7 +208,7 @@ def _raw_batches(
 # --------------------------------------------------------------------------- public readers
 
 
-def _as_table(source) -> pa.Table:
+def as_table(source) -> pa.Table:
     """An in-memory source as an Arrow table: a Table or RecordBatch, a pandas DataFrame, or a Hugging
     Face ``datasets.Dataset`` (its select/shuffle/filter index mapping honoured)."""
     if isinstance(source, pa.Table):
@@ -266,7 +266,7 @@ def iter_batches(
     if not isinstance(source, (str, os.PathLike)):
         file = "<table>"
         fmt = None
-        table = _as_table(source)
+        table = as_table(source)
         kind = _transcript_kind(transcripts, lambda: _table_transcript_kind(table.schema))
 
         def open_raw(opts):
@@ -275,12 +275,12 @@ def iter_batches(
                 return explode_transcripts(records, kind, opts, file=file, batch_size=batch_size)
             return (table.slice(s, batch_size) for s in range(0, table.num_rows, batch_size))
     else:
-        path = _check_file(source)
+        path = check_file(source)
         file = str(source)
         fmt = detect_format(path, format)
 
         def open_raw(opts):
-            return _raw_batches(path, fmt, contract, batch_size, opts)
+            return raw_batches(path, fmt, contract, batch_size, opts)
 
     # JSONL rows are typed as they are read (records_to_table records the types as written)
     typed_by_reader = isinstance(source, (str, os.PathLike)) and fmt == "jsonl"
@@ -392,14 +392,14 @@ def json_safe(value: Any) -> Any:
     return value
 
 
-def _write_jsonl(table: pa.Table, fh) -> None:
+def write_jsonl(table: pa.Table, fh) -> None:
     for batch in table.to_batches(max_chunksize=8192):
         for record in batch.to_pylist():
             fh.write(json.dumps(json_safe(record), ensure_ascii=False, default=_json_default, allow_nan=False))
             fh.write("\n")
 
 
-def _csv_ready(table: pa.Table) -> pa.Table:
+def csv_ready(table: pa.Table) -> pa.Table:
     """CSV has no nested values: list and struct columns are written as JSON text."""
     for i, f in enumerate(table.schema):
         if pa.types.is_nested(f.type):
@@ -431,9 +431,9 @@ def write_table(
             pq.write_table(table, tmp)
         elif fmt == "jsonl":
             with open(tmp, "w", encoding="utf-8") as fh:
-                _write_jsonl(table, fh)
+                write_jsonl(table, fh)
         else:
-            pacsv.write_csv(_csv_ready(table), tmp)
+            pacsv.write_csv(csv_ready(table), tmp)
     if metadata is not None:
         from ._metadata import write_run_metadata
 

@@ -60,7 +60,7 @@ def example_path(name: str = "role") -> Path:
     raise OptionError(f"no bundled example {name!r}; available: {', '.join(EXAMPLES)}, or a file: {', '.join(files)}")
 
 
-def _blank_text(v) -> bool:
+def blank_text(v) -> bool:
     return v is None or (isinstance(v, str) and not v.strip())
 
 

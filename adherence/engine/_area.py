@@ -24,8 +24,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .._errors import EngineError
-from ..data import Remote, as_target, metadata_path, redact_secrets
-from ..data._io import _check_file
+from ..data import Remote, as_target, check_file, metadata_path, redact_secrets
 from ._commit import Commit, Publisher, WorkDir, check_quarantine, quarantine_of, store_of
 from ._options import EngineOptions
 from ._safety import STAGING_PREFIX, check_outputs, remove_dead_staging, remove_dead_temporaries
@@ -160,7 +159,7 @@ def _taken(source, targets: JobTargets, options: EngineOptions, intermediate: bo
     out_path, sessions_path, work = targets.local("output"), targets.local("sessions"), targets.local("work")
     finals = {"output": targets.final("output"), "sessions": targets.final("sessions")}
     if isinstance(source, (str, os.PathLike)):
-        _check_file(source)  # a missing file, a FIFO, an unreadable or empty input: one line, before anything
+        check_file(source)  # a missing file, a FIFO, an unreadable or empty input: one line, before anything
     check_outputs(source, finals["output"], finals["sessions"], targets.remote.get("work", work))
     out_path.parent.mkdir(parents=True, exist_ok=True)
     sessions_path.parent.mkdir(parents=True, exist_ok=True)

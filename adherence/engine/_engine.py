@@ -18,8 +18,7 @@ from typing import Any, Optional, Union
 import pyarrow as pa
 
 from .._errors import OptionError
-from ..data import DataError, run_metadata, skipped_summary
-from ..data._io import _check_file
+from ..data import DataError, check_file, run_metadata, skipped_summary
 from ..role import RoleConfig, get_method, missing_references, tensor_parallel_config
 from ._area import Job, JobArea, JobResult
 from ._commit import bad_rows_header, quarantine_of
@@ -85,7 +84,7 @@ class Engine(Job):
 
         TranscriptOptions(options.input_format)  # validates the choice now, not after planning
         if options.ground_truth is not None:
-            _check_file(options.ground_truth)  # missing or unreadable: one line now, not after the models load
+            check_file(options.ground_truth)  # missing or unreadable: one line now, not after the models load
             options = dataclasses.replace(options, ground_truth=str(Path(options.ground_truth).resolve()))
         self.config, self.options = config, options
         self._scheduler: Optional[Scheduler] = None

@@ -29,8 +29,7 @@ import pyarrow as pa
 
 from .._atomic import temp_path, write_json_atomic, write_text_atomic
 from .._errors import OptionError
-from ..data import TURNS, file_digest, iter_batches
-from ..data._readers import _blank_text
+from ..data import TURNS, blank_text, file_digest, iter_batches
 
 __all__ = [
     "Plan",
@@ -152,23 +151,22 @@ def _count_rows(source, batch_size: int, transcripts=None) -> int:
     """Rows in the input: from Parquet metadata, else a raw (unvalidated) streaming count."""
     import pyarrow.parquet as pq
 
-    from ..data import DataError, detect_format
-    from ..data._io import _check_file, _parquet_files, _raw_batches, _transcript_source
+    from ..data import DataError, check_file, detect_format, parquet_files, raw_batches, transcript_source
 
-    path = _check_file(source)
+    path = check_file(source)
     fmt = detect_format(path)
     # The same reading, recording nothing: counting must not quarantine a bad row a second time.
     probe = None if transcripts is None else transcripts.probe()
-    if fmt == "parquet" and (probe is None or _transcript_source(path, fmt, probe) is None):
+    if fmt == "parquet" and (probe is None or transcript_source(path, fmt, probe) is None):
         try:
-            return sum(pq.ParquetFile(f).metadata.num_rows for f in (_parquet_files(path) if path.is_dir() else [path]))
+            return sum(pq.ParquetFile(f).metadata.num_rows for f in (parquet_files(path) if path.is_dir() else [path]))
         except (pa.ArrowInvalid, OSError) as exc:
             raise DataError(f"not a readable Parquet file ({exc})", file=path) from None
-    if fmt == "jsonl" and (probe is None or _transcript_source(path, fmt, probe) is None):
+    if fmt == "jsonl" and (probe is None or transcript_source(path, fmt, probe) is None):
         # flat turns: a row per non-blank line (a bad line is found, and named, by the validating pass)
         with open(path, "rb") as fh:
             return sum(1 for line in fh if line.strip())
-    return sum(b.num_rows for b in _raw_batches(path, fmt, None, batch_size, probe))
+    return sum(b.num_rows for b in raw_batches(path, fmt, None, batch_size, probe))
 
 
 def _reusable(plan_path: Path, fingerprint: dict, shard_size: int, collect_references: bool) -> Optional[Plan]:
@@ -216,7 +214,7 @@ def _fill_ground_truth(batch: pa.Table, keyed: dict, matched: set) -> pa.Table:
         if hit is None:
             continue
         matched.add(key)
-        if _blank_text(gt[i]) and not _blank_text(hit[0]):
+        if blank_text(gt[i]) and not blank_text(hit[0]):
             gt[i] = hit[0]
         if not refs[i] and hit[1]:
             refs[i] = hit[1]
@@ -297,7 +295,7 @@ def plan_job(
             if keyed is not None:
                 batch = _fill_ground_truth(batch, keyed, matched)
             if "ground_truth_assistant" in batch.column_names:
-                n_truths += sum(not _blank_text(g) for g in batch.column("ground_truth_assistant").to_pylist())
+                n_truths += sum(not blank_text(g) for g in batch.column("ground_truth_assistant").to_pylist())
             if "references" in batch.column_names:
                 n_refs += sum(bool(r) for r in batch.column("references").to_pylist())
             batch = batch.append_column("_row", pa.array(np.arange(offset, offset + batch.num_rows), pa.int64()))
@@ -315,7 +313,7 @@ def plan_job(
                 w.write_table(part)
                 rows[sid] += part.num_rows
             if collect_references and "ground_truth_assistant" in batch.column_names:
-                references.extend(g for g in batch.column("ground_truth_assistant").to_pylist() if not _blank_text(g))
+                references.extend(g for g in batch.column("ground_truth_assistant").to_pylist() if not blank_text(g))
         done = True
     finally:
         for w in writers.values():

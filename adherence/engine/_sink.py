@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 
 from .._atomic import atomic_path
 from .._errors import OptionError
-from ..data._io import _as_table
+from ..data import as_table
 
 __all__ = ["TableSink", "say", "spill"]
 
@@ -34,7 +34,7 @@ def spill(source, path: Path) -> None:
                 for batch in source:
                     w.write_batch(batch)
         else:
-            pq.write_table(_as_table(source), tmp)
+            pq.write_table(as_table(source), tmp)
 
 
 class TableSink:
@@ -52,10 +52,10 @@ class TableSink:
         elif fmt == "csv":
             import pyarrow.csv as pacsv
 
-            from ..data._io import _csv_ready
+            from ..data import csv_ready
 
-            self._csv_ready = _csv_ready
-            self.csv_schema = _csv_ready(schema.empty_table()).schema
+            self.csv_ready = csv_ready
+            self.csv_schema = csv_ready(schema.empty_table()).schema
             self.writer = pacsv.CSVWriter(str(path), self.csv_schema)
         else:  # pragma: no cover - output_format guards this
             raise OptionError(f"cannot write scores as {fmt!r}")
@@ -66,11 +66,11 @@ class TableSink:
         elif self.fmt == "directory":
             pq.write_table(t, self.path / f"part-{self.count:05d}.parquet")
         elif self.fmt == "jsonl":
-            from ..data._io import _write_jsonl
+            from ..data import write_jsonl
 
-            _write_jsonl(t, self.fh)
+            write_jsonl(t, self.fh)
         else:
-            self.writer.write_table(self._csv_ready(t).cast(self.csv_schema))
+            self.writer.write_table(self.csv_ready(t).cast(self.csv_schema))
         self.count += 1
 
     def close(self) -> None:

@@ -36,12 +36,12 @@ log = logging.getLogger(__name__)
 
 def is_bundled_judge(model: Optional[str]) -> bool:
     """Whether ``model`` (None: no model named) is the bundled smoke-test judge, by any of its names."""
-    from ..models._resolve import _ALIASES, DEFAULT_JUDGE
+    from ..models import DEFAULT_JUDGE, MODEL_ALIASES
 
     if model is None or model == DEFAULT_JUDGE:
         return True
     key = model.split(":", 1)[1] if model.startswith("bundled:") else model
-    return _ALIASES.get(key, key if model.startswith("bundled:") else None) == DEFAULT_JUDGE.split(":", 1)[1]
+    return MODEL_ALIASES.get(key, key if model.startswith("bundled:") else None) == DEFAULT_JUDGE.split(":", 1)[1]
 
 
 SMOKE_TEST_WARNING = (

@@ -5,21 +5,24 @@ from ._encoder import Encoder
 from ._export import export_judge, gguf_checkpoint
 from ._gguf import gguf_model
 from ._language import language_note
-from ._onnx import cache_dir, encoder_precision_option
+from ._onnx import OnnxSentenceModel, cache_dir, encoder_precision_option, export_float, rowwise_int8
 from ._quiet import quiet_loading
-from ._resolve import DEFAULT_ENCODER, DEFAULT_JUDGE, ModelNotFoundError, ResolvedModel, resolve_model
+from ._resolve import DEFAULT_ENCODER, DEFAULT_JUDGE, MODEL_ALIASES, ModelNotFoundError, ResolvedModel, resolve_model
 
 __all__ = [
     "DEFAULT_ENCODER",
     "DEFAULT_JUDGE",
     "Encoder",
+    "MODEL_ALIASES",
     "ModelNotFoundError",
+    "OnnxSentenceModel",
     "ResolvedModel",
     "cache_dir",
     "cpu_bf16_native",
     "cpu_features",
     "cpu_kind",
     "encoder_precision_option",
+    "export_float",
     "export_judge",
     "gguf_checkpoint",
     "gguf_model",
@@ -28,4 +31,5 @@ __all__ = [
     "pick_dtype",
     "quiet_loading",
     "resolve_model",
+    "rowwise_int8",
 ]

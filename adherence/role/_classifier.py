@@ -177,11 +177,11 @@ def decision_rates(y: np.ndarray, score: np.ndarray, threshold: float) -> dict:
 def classifier_folds(y: np.ndarray, groups, folds: int, seed: int) -> tuple:
     """``(fold of each row, grouped)``: folds that keep conversations whole (``stratified_group_folds``), or rows
     dealt into stratified folds without ``groups`` or when the violations sit in too few conversations for that."""
-    from ..stats._calibration import _stratified_folds, stratified_group_folds
+    from ..stats import stratified_folds, stratified_group_folds
 
     fold = None if groups is None else stratified_group_folds(y, groups, folds, seed)
     if fold is None:
-        return _stratified_folds(y, folds, seed), False
+        return stratified_folds(y, folds, seed), False
     return fold, True
 
 

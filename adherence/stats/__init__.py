@@ -19,6 +19,8 @@ from ._calibration import (
     fit_platt,
     fit_threshold,
     reliability_bins,
+    stratified_folds,
+    stratified_group_folds,
 )
 from ._cascade import apply_cascade, fit_cascade, verdict_confidence
 from ._checks import UndefinedMetricError
@@ -81,6 +83,8 @@ __all__ = [
     "roc_curve",
     "separation",
     "span_weights",
+    "stratified_folds",
+    "stratified_group_folds",
     "text_baselines",
     "verdict_confidence",
     "verification_metrics",

@@ -82,9 +82,9 @@ def balanced_weights(y: np.ndarray) -> np.ndarray:
 
 def _cv_auc(x: np.ndarray, y: np.ndarray, folds: int, seed: int) -> float:
     """AUC of out-of-fold predictions of a logistic model on standardised features (stratified folds)."""
-    from ._calibration import _stratified_folds
+    from ._calibration import stratified_folds
 
-    fold = _stratified_folds(y, folds, seed)
+    fold = stratified_folds(y, folds, seed)
     pred = np.empty(len(y))
     for k in range(folds):
         test, train = fold == k, fold != k

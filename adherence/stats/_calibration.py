@@ -322,7 +322,7 @@ def _fit_map(method: str, y: np.ndarray, s: np.ndarray) -> CalibrationMap:
 # The whole fit with its held-out check
 
 
-def _stratified_folds(y: np.ndarray, k: int, seed: int) -> np.ndarray:
+def stratified_folds(y: np.ndarray, k: int, seed: int) -> np.ndarray:
     """Fold number of each row: each class shuffled and dealt round-robin into ``k`` folds."""
     rng = np.random.default_rng(seed)
     fold = np.empty(len(y), dtype=np.int64)
@@ -471,7 +471,7 @@ def fit_calibration(
     threshold = fit_threshold(y, s, rule, target)
     cmap = _fit_map(method, y, s)
 
-    fold = _stratified_folds(y, folds, seed)
+    fold = stratified_folds(y, folds, seed)
     oof_pred = np.empty(len(y), dtype=np.int8)
     oof_prob = np.empty(len(y), dtype=np.float64)
     fold_thresholds = []

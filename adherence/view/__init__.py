@@ -4,12 +4,13 @@ worst conversations (``export_html``)."""
 from ._export import export_html
 from ._labelling import LabelSession
 from ._server import ViewServer, serve
-from ._store import Filters, ScoreStore
+from ._store import VIEW_COLUMNS, Filters, ScoreStore
 
 __all__ = [
     "Filters",
     "LabelSession",
     "ScoreStore",
+    "VIEW_COLUMNS",
     "ViewServer",
     "export_html",
     "serve",

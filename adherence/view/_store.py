@@ -42,7 +42,7 @@ def _viewer_columns() -> dict:
     return cols
 
 
-_COLUMNS = _viewer_columns()
+VIEW_COLUMNS = _viewer_columns()
 
 
 def _stage_number(column: str) -> int:
@@ -202,7 +202,7 @@ class ScoreStore:
             found += [c for c in cols if STAGE_SCORE.fullmatch(c)]
         # a cascade's per-stage scores, NULL where an output has none
         self.stage_columns = sorted(set(found), key=_stage_number)
-        wanted = {**_COLUMNS, **{c: "DOUBLE" for c in self.stage_columns}}
+        wanted = {**VIEW_COLUMNS, **{c: "DOUBLE" for c in self.stage_columns}}
         #: the labels file laid over the outputs' turns (``labels``), and the label value that means adherent
         self.labels: Optional[dict] = None
         if labels is not None:
@@ -364,7 +364,7 @@ class ScoreStore:
 
     def conversation(self, source: int, conversation_id: str) -> dict:
         """Every turn of one conversation, in order (any method it was scored with)."""
-        cols = ", ".join(f'"{c}"' for c in [*_COLUMNS, *self.stage_columns])
+        cols = ", ".join(f'"{c}"' for c in [*VIEW_COLUMNS, *self.stage_columns])
         turns = self._query(
             f"SELECT {cols} FROM turns WHERE source = ? AND conversation_id = ? ORDER BY method, turn_index",
             [int(source), str(conversation_id)],

@@ -107,7 +107,7 @@ def test_the_score_output_schema_is_the_contracts_and_names_every_column_a_run_a
     from adherence.cli.main import main
     from adherence.data import TURN_SCORES, TURNS, example_path, read_table
     from adherence.engine._safety import output_columns, reserved_columns
-    from adherence.view._store import _COLUMNS
+    from adherence.view._store import VIEW_COLUMNS
 
     src = example_path("role")
     cal = tmp_path / "cal.json"
@@ -129,6 +129,6 @@ def test_the_score_output_schema_is_the_contracts_and_names_every_column_a_run_a
         "llm_judge_agreement",
         "status",
     ]
-    for name, kind in _COLUMNS.items():  # the viewer reads each column as its contract's type
+    for name, kind in VIEW_COLUMNS.items():  # the viewer reads each column as its contract's type
         col = TURN_SCORES.column(name) if name in TURN_SCORES.names else TURNS.column(name)
         assert kind == ("DOUBLE" if col.type == pa.float64() else "VARCHAR" if col.type == pa.string() else "BIGINT")

@@ -10,7 +10,7 @@ import torch
 from adherence._errors import OptionError
 from adherence.cli.main import main
 from adherence.models import Encoder
-from adherence.models._onnx import OnnxSentenceModel, _rowwise_int8, cache_dir, weight_levels
+from adherence.models._onnx import OnnxSentenceModel, cache_dir, rowwise_int8, weight_levels
 from tests.models.conftest import cosines_to_float32
 
 
@@ -65,13 +65,13 @@ def test_a_texts_embedding_does_not_depend_on_its_batch(encoders):
 def test_every_linear_layer_is_rewritten_and_7_bit_weights_stay_close(encoders, tmp_path):
     import onnx
 
-    from adherence.models._onnx import _export_float
+    from adherence.models._onnx import export_float
 
     exact, fast = encoders
     fp32 = tmp_path / "f.onnx"
-    _export_float(exact, fp32)
+    export_float(exact, fp32)
     q7 = tmp_path / "q7.onnx"
-    assert _rowwise_int8(fp32, q7, 63) == 6 * 6  # q, k, v, attention out, two feed-forward per layer
+    assert rowwise_int8(fp32, q7, 63) == 6 * 6  # q, k, v, attention out, two feed-forward per layer
     ops = [n.op_type for n in onnx.load(str(q7)).graph.node]
     assert ops.count("MatMulInteger") == 36 and ops.count("MatMul") == 12  # the two attention products stay float
     texts = _texts()

@@ -9,7 +9,7 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
 from adherence.stats._baselines import _cv_auc, baseline_report, fit_logistic, text_baselines
-from adherence.stats._calibration import _stratified_folds
+from adherence.stats._calibration import stratified_folds
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -28,7 +28,7 @@ def test_cross_validated_auc_matches_sklearn_on_the_same_folds():
     x = rng.normal(size=(200, 2))
     y = (x[:, 0] + rng.normal(scale=1.5, size=200) > 0).astype(np.int8)
     ours = _cv_auc(x, y, folds=5, seed=3)
-    fold = _stratified_folds(y, 5, 3)  # the same stratified assignment _cv_auc makes
+    fold = stratified_folds(y, 5, 3)  # the same stratified assignment _cv_auc makes
     model = make_pipeline(StandardScaler(), LogisticRegression(C=np.inf, tol=1e-12, max_iter=10_000))
     pred = cross_val_predict(model, x, y, cv=PredefinedSplit(fold), method="decision_function")
     assert ours == pytest.approx(sk_auc(y, pred), abs=1e-9)
